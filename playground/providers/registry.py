@@ -1,0 +1,50 @@
+"""The model registry: which provider serves which model."""
+
+from __future__ import annotations
+
+import threading
+
+from playground.errors import ModelError
+from playground.providers.base import Provider
+
+
+class Registry:
+    """Maps model names to providers; the only shared state besides the loaded models, and locked."""
+
+    def __init__(self, providers: list[Provider], default_model: str | None = None) -> None:
+        self._lock = threading.Lock()
+        self.providers: dict[str, Provider] = {}
+        self._models: dict[str, str] = {}
+        for provider in providers:
+            self.add_provider(provider)
+        self.default_model = default_model or next(iter(self._models), None)
+
+    def add_provider(self, provider: Provider) -> None:
+        """Add a provider and every model it says it serves."""
+        with self._lock:
+            self.providers[provider.provider_id] = provider
+        for model in provider.list_models():
+            self.register_model(model, provider.provider_id)
+
+    def register_model(self, model: str, provider_id: str) -> None:
+        """Serve `model` through `provider_id`; refuses an unknown provider."""
+        with self._lock:
+            if provider_id not in self.providers:
+                known = ", ".join(sorted(self.providers)) or "none"
+                raise ModelError(f"unknown provider {provider_id!r} (configured: {known})")
+            self._models[model] = provider_id
+
+    def resolve(self, model: str | None) -> tuple[Provider, str]:
+        """The provider and model id for a request's `model` (None or '' means the default)."""
+        name = model or self.default_model
+        with self._lock:
+            provider_id = self._models.get(name) if name else None
+        if provider_id is None:
+            known = ", ".join(sorted(self._models)) or "none"
+            raise ModelError(f"no provider serves model {name!r} (served: {known})")
+        return self.providers[provider_id], name
+
+    def models(self) -> list[tuple[str, str]]:
+        """(provider_id, model) pairs, grouped by provider."""
+        with self._lock:
+            return sorted((pid, model) for model, pid in self._models.items())

@@ -1,0 +1,151 @@
+"""One decoding step's scoring: penalties, custom processors, the constraint mask, warpers, logprobs.
+
+transformers' own processors and warpers are used wherever they exist; only OpenAI-style frequency
+penalty (which transformers lacks) is written here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch._dynamo
+from transformers.generation import (
+    LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    TypicalLogitsWarper,
+    WatermarkLogitsProcessor,
+)
+
+from playground.errors import ParameterError, ProcessorError
+from playground.types import GenerateParameters, GeneratedToken, Token
+
+Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+NEG_INF = float("-inf")
+
+
+class FrequencyPenalty:
+    """OpenAI's frequency penalty over the generated tokens: logit -= penalty * count."""
+
+    def __init__(self, penalty: float, prompt_length: int) -> None:
+        self.penalty = penalty
+        self.prompt_length = prompt_length
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        generated = input_ids[:, self.prompt_length :]
+        if generated.shape[1] == 0:
+            return scores
+        counts = torch.zeros_like(scores)
+        counts.scatter_add_(1, generated, torch.ones_like(generated, dtype=scores.dtype))
+        return scores - self.penalty * counts
+
+
+def shared_processors(params: GenerateParameters, vocab_size: int, device: Any, prompt_length: int) -> LogitsProcessorList:
+    """Stateless processors applied to the whole batch before the per-row masks (TGI's order)."""
+    processors = LogitsProcessorList()
+    if params.watermark:
+        processors.append(WatermarkLogitsProcessor(vocab_size=vocab_size, device=device))
+    if params.repetition_penalty is not None and params.repetition_penalty != 1.0:
+        processors.append(RepetitionPenaltyLogitsProcessor(penalty=params.repetition_penalty))
+    if params.frequency_penalty:
+        processors.append(FrequencyPenalty(params.frequency_penalty, prompt_length))
+    return processors
+
+
+def warpers(params: GenerateParameters) -> LogitsProcessorList:
+    """Sampling warpers, applied after the masks; empty for greedy decoding."""
+    chain = LogitsProcessorList()
+    if not params.sampling:
+        return chain
+    if params.temperature is not None and params.temperature != 1.0:
+        chain.append(TemperatureLogitsWarper(params.temperature))
+    if params.top_k is not None:
+        chain.append(TopKLogitsWarper(top_k=params.top_k))
+    if params.top_p is not None and params.top_p < 1.0:
+        chain.append(TopPLogitsWarper(top_p=params.top_p))
+    if params.typical_p is not None and params.typical_p < 1.0:
+        chain.append(TypicalLogitsWarper(mass=params.typical_p))
+    return chain
+
+
+def apply_row_processors(processors: list[Processor], input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """Run one row's own processors (constraint, custom) in order; a failure fails this request only."""
+    # llguidance's and outlines_core's bitmask kernels are torch.compile'd: compiling costs seconds on
+    # the first request of a process, while eager runs them as fast at this size.
+    with torch._dynamo.config.patch(disable=True):
+        return _apply(processors, input_ids, scores)
+
+
+def _apply(processors: list[Processor], input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    for processor in processors:
+        try:
+            scores = processor(input_ids, scores)
+        except ProcessorError:
+            raise
+        except Exception as exc:  # a third-party processor may raise anything
+            name = getattr(processor, "name", type(processor).__name__)
+            raise ProcessorError(f"logits processor {name!r} failed: {exc}") from exc
+    return scores
+
+
+@dataclass
+class StepScores:
+    """The distributions of one step for one row."""
+
+    raw_logprobs: torch.Tensor
+    logprobs: torch.Tensor
+    final_scores: torch.Tensor
+    mass_kept: float
+
+
+def score_row(raw_logits: torch.Tensor, masked: torch.Tensor, chain: LogitsProcessorList, input_ids: torch.Tensor) -> StepScores:
+    """Raw and final distributions: the final one after penalties, masks and warpers, as TGI reports it."""
+    raw_logprobs = torch.log_softmax(raw_logits, dim=-1)
+    allowed = torch.isfinite(masked)
+    mass_kept = float(raw_logprobs.exp().masked_fill(~allowed, 0.0).sum())
+    final = chain(input_ids, masked.unsqueeze(0)).squeeze(0) if len(chain) else masked
+    return StepScores(raw_logprobs, torch.log_softmax(final, dim=-1), final, mass_kept)
+
+
+def choose(step: StepScores, sampling: bool, generator: torch.Generator | None) -> int:
+    """Greedy argmax or a seeded multinomial draw."""
+    if not torch.isfinite(step.final_scores).any():
+        raise ParameterError("every token was masked out: the constraint and processors leave nothing to generate")
+    if not sampling:
+        return int(torch.argmax(step.final_scores))
+    probs = step.logprobs.exp()
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def top_tokens(logprobs: torch.Tensor, n: int, text_of: Callable[[int], str], special: set[int]) -> list[Token]:
+    """The n most likely tokens that are still possible (finite logprob)."""
+    if n <= 0:
+        return []
+    values, ids = torch.topk(logprobs, n)
+    out = []
+    for value, token_id in zip(values.tolist(), ids.tolist()):
+        if value == NEG_INF:
+            break
+        out.append(Token(id=token_id, text=text_of(token_id), logprob=value, special=token_id in special))
+    return out
+
+
+def token_record(
+    token_id: int, text: str, step: StepScores, top_n: int, text_of: Callable[[int], str], special: set[int]
+) -> GeneratedToken:
+    """What the panels show for one generated token."""
+    logprob = float(step.logprobs[token_id])
+    return GeneratedToken(
+        id=token_id,
+        text=text,
+        special=token_id in special,
+        logprob=logprob if logprob != NEG_INF else None,
+        raw_logprob=float(step.raw_logprobs[token_id]),
+        mass_kept=step.mass_kept,
+        top_tokens=top_tokens(step.logprobs, top_n, text_of, special),
+        raw_top_tokens=top_tokens(step.raw_logprobs, top_n, text_of, special),
+    )
