@@ -236,6 +236,29 @@ class Engine:
             validation=constraint.validate(row.text),
         )
 
+    def accepts(self, text: str, params: GenerateParameters) -> tuple[bool, str]:
+        """Would decoding under params' constraint produce `text`? Fed token by token, then EOS."""
+        constraint, compiled = self.compile(params)
+        token_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if compiled is None:
+            return True, "no constraint"
+        processor = compiled.new_processor()
+        eos = min(self.eos_ids)
+        ids = [eos]  # any first token: processors consume input_ids[-1] only from their second call on
+        with torch.inference_mode():
+            for k, token_id in enumerate([*token_ids, eos]):
+                probe = sampling.apply_row_processors(
+                    [processor], torch.tensor([ids]), torch.zeros(1, self.vocab_size)
+                )
+                if not torch.isfinite(probe[0, token_id]):
+                    where = "end of text" if k == len(token_ids) else f"token {k} ({self.token_text(token_id)!r})"
+                    return False, f"{compiled.engine} masks the {where}"
+                ids.append(token_id)
+        verdict = constraint.validate(text)
+        if verdict.valid is False:
+            return False, f"the final check refuses EOS: {verdict.message}"
+        return True, f"accepted by {compiled.engine}"
+
     # --- next-token view -------------------------------------------------------------------
 
     def next_token_distribution(

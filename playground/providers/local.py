@@ -1,0 +1,97 @@
+"""The local provider: models loaded in this process, decoded by playground.engine."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from playground.engine import Engine
+from playground.errors import ModelError
+from playground.models import load_model
+from playground.providers.base import Inputs, ModelInfo, SimpleToken
+from playground.types import GenerateParameters, GenerationResult, NextTokenDistribution, TokenEvent
+
+
+class LocalProvider:
+    """Serves engines by model id; more models can be loaded at run time (the UI's model picker)."""
+
+    provider_type = "local::transformers"
+
+    def __init__(
+        self,
+        engines: list[Engine] | None = None,
+        *,
+        provider_id: str = "local",
+        load_options: dict[str, Any] | None = None,
+        engine_options: dict[str, Any] | None = None,
+        allow_local_paths: bool = True,
+        loader: Callable[..., Any] = load_model,
+    ) -> None:
+        self.provider_id = provider_id
+        self.load_options = load_options or {}
+        self.engine_options = engine_options or {}
+        self.allow_local_paths = allow_local_paths
+        self._loader = loader
+        self._engines: dict[str, Engine] = {e.model_id: e for e in engines or []}
+        self._aliases: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def list_models(self) -> list[str]:
+        with self._lock:
+            return list(self._engines)
+
+    def engine(self, model: str) -> Engine:
+        """The engine serving `model` (its id or the name it was loaded by)."""
+        with self._lock:
+            name = self._aliases.get(model, model)
+            engine = self._engines.get(name)
+        if engine is None:
+            raise ModelError(f"model {model!r} is not loaded by provider {self.provider_id!r}")
+        return engine
+
+    def load(self, name: str) -> str:
+        """Load a model by hub id, folder, .gguf path or 'embedded'; returns its model id."""
+        with self._lock:
+            if name in self._aliases or name in self._engines:
+                return self._aliases.get(name, name)
+        if not self.allow_local_paths and (Path(name).expanduser().exists() or name.endswith(".gguf")):
+            raise ModelError(f"loading local paths is disabled on this server: {name!r}")
+        engine = Engine(self._loader(name, **self.load_options), **self.engine_options)
+        with self._lock:
+            self._engines.setdefault(engine.model_id, engine)
+            self._aliases[name] = engine.model_id
+        return engine.model_id
+
+    def info(self, model: str) -> ModelInfo:
+        engine = self.engine(model)
+        return ModelInfo(
+            model_id=engine.model_id,
+            provider_id=self.provider_id,
+            provider_type=self.provider_type,
+            max_input_tokens=engine.max_input_tokens,
+            max_total_tokens=engine.max_total_tokens,
+            max_best_of=engine.max_best_of,
+            max_top_n_tokens=engine.max_top_n_tokens,
+            device=engine.loaded.device,
+        )
+
+    def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
+        result = self.engine(model).generate(inputs, params)
+        result.provider_id = self.provider_id
+        return result
+
+    def stream(self, model: str, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
+        for event in self.engine(model).stream(inputs, params):
+            if isinstance(event, GenerationResult):
+                event.provider_id = self.provider_id
+            yield event
+
+    def next_token(
+        self, model: str, inputs: Inputs, params: GenerateParameters, *, prefix: str = "", top_k: int = 20
+    ) -> NextTokenDistribution:
+        return self.engine(model).next_token_distribution(inputs, params, prefix=prefix, top_k=top_k)
+
+    def tokenize(self, model: str, text: str) -> list[SimpleToken]:
+        return [SimpleToken(**t) for t in self.engine(model).tokenize(text)]

@@ -1,0 +1,231 @@
+"""The decode engine on the embedded model: constraints, logprobs, best_of, finish reasons, next token."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+
+import jsonschema
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from playground.constraints import Constraint
+from playground.errors import (
+    CompileTimeoutError,
+    InvalidConstraintError,
+    ParameterError,
+    PromptTooLongError,
+    UnsupportedConstraintError,
+)
+from playground.types import ChatMessage, GenerateParameters
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+IPV4 = r"((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])"
+
+
+def ask(text: str) -> list[ChatMessage]:
+    return [ChatMessage(role="user", content=text)]
+
+
+def test_json_schema_answer_validates(engine):
+    params = GenerateParameters(max_new_tokens=40, grammar={"type": "json", "value": PERSON}, top_n_tokens=3)
+    result = engine.generate(ask("Describe a person as JSON with a name and an age."), params)
+    jsonschema.validate(json.loads(result.generated_text), PERSON)
+    assert result.best.validation.valid is True
+    assert result.best.finish_reason == "eos_token"
+    assert result.constraint_kind == "json_schema" and result.constraint_engine == "llguidance"
+
+
+def test_pydantic_model_as_schema(engine):
+    class City(BaseModel):
+        model_config = ConfigDict(extra="forbid")  # additionalProperties: false, else the model rambles on
+
+        name: str
+        population: int
+
+    schema = Constraint.json_schema(City).schema
+    params = GenerateParameters(max_new_tokens=40, grammar={"type": "json", "value": schema})
+    result = engine.generate(ask("Give me a city as JSON."), params)
+    City.model_validate_json(result.generated_text)
+
+
+def test_regex_ipv4_full_matches(engine):
+    params = GenerateParameters(max_new_tokens=20, grammar={"type": "regex", "value": IPV4})
+    result = engine.generate(ask("What is the IP address of the local host?"), params)
+    ipaddress.IPv4Address(result.generated_text)
+    assert result.best.validation.valid is True
+
+
+def test_choice(engine):
+    params = GenerateParameters(max_new_tokens=10, grammar={"type": "choice", "value": ["positive", "negative"]})
+    result = engine.generate(ask("Is 'I love this film' positive or negative?"), params)
+    assert result.generated_text in ("positive", "negative")
+    assert result.best.validation.valid is True
+
+
+def test_lark_grammar(engine):
+    grammar = 'start: expr\nexpr: NUMBER OP NUMBER\nOP: "+" | "-" | "*"\nNUMBER: /[0-9]{1,3}/'
+    params = GenerateParameters(max_new_tokens=12, grammar={"type": "grammar", "value": grammar})
+    result = engine.generate(ask("Write a short arithmetic expression."), params)
+    assert result.best.validation.valid is True, result.best.validation.message
+    left, right = result.generated_text.replace("+", " ").replace("-", " ").replace("*", " ").split()
+    assert left.isdigit() and right.isdigit()
+
+
+def test_finish_reasons(engine):
+    messages = ask("Count from one to twenty in words, separated by commas.")
+    length = engine.generate(messages, GenerateParameters(max_new_tokens=3))
+    assert length.best.finish_reason == "length" and length.best.generated_tokens == 3
+    eos = engine.generate(messages, GenerateParameters(max_new_tokens=10, grammar={"type": "choice", "value": ["ok"]}))
+    assert eos.best.finish_reason == "eos_token" and eos.best.tokens[-1].special
+    stop = engine.generate("one, two,", GenerateParameters(max_new_tokens=20, stop=["nothing", "four"]))
+    assert stop.best.finish_reason == "stop_sequence" and stop.best.stop_sequence == "four"
+    assert stop.generated_text == " three, four"
+
+
+def test_best_of_three(engine):
+    params = GenerateParameters(max_new_tokens=12, best_of=3, do_sample=True, seed=7, grammar={"type": "json", "value": PERSON})
+    result = engine.generate(ask("A person as JSON."), params)
+    assert len(result.best_of_sequences) == 2
+    seeds = {result.best.seed} | {s.seed for s in result.best_of_sequences}
+    assert len(seeds) == 3
+    assert all(result.best.total_logprob >= s.total_logprob for s in result.best_of_sequences)
+    for sequence in result.best_of_sequences:
+        assert sequence.tokens and sequence.validation.valid is not None
+
+
+def test_best_of_needs_sampling(engine):
+    with pytest.raises(ParameterError, match="best_of"):
+        engine.generate(ask("hi"), GenerateParameters(best_of=2))
+
+
+def test_top_n_tokens_everywhere(engine):
+    params = GenerateParameters(max_new_tokens=6, top_n_tokens=3, grammar={"type": "json", "value": PERSON})
+    result = engine.generate(ask("A person as JSON."), params)
+    for token in result.best.tokens:
+        assert len(token.raw_top_tokens) == 3
+        assert 1 <= len(token.top_tokens) <= 3
+        assert token.top_tokens[0].logprob >= token.logprob - 1e-6
+        assert all(t.logprob is not None and math.isfinite(t.logprob) for t in token.top_tokens)
+
+
+def test_raw_and_constrained_logprobs_differ_where_the_mask_bit(engine):
+    result = engine.generate(ask("Say hello."), GenerateParameters(max_new_tokens=4, top_n_tokens=3, grammar={"type": "regex", "value": "[0-9]{3}"}))
+    first = result.best.tokens[0]
+    assert first.overridden  # the model wanted words, the regex wanted digits
+    assert first.mass_kept < 0.5
+    assert first.raw_logprob < first.logprob
+    unconstrained = engine.generate(ask("Say hello."), GenerateParameters(max_new_tokens=4, top_n_tokens=3))
+    token = unconstrained.best.tokens[0]
+    assert token.mass_kept == pytest.approx(1.0, abs=1e-4)
+    assert token.logprob == pytest.approx(token.raw_logprob, abs=1e-4)
+
+
+def test_same_seed_same_text(engine):
+    params = GenerateParameters(max_new_tokens=15, do_sample=True, temperature=1.2, seed=1234)
+    first = engine.generate(ask("Tell me a story."), params)
+    second = engine.generate(ask("Tell me a story."), params)
+    assert first.generated_text == second.generated_text and first.best.seed == 1234
+    other = engine.generate(ask("Tell me a story."), params.model_copy(update={"seed": 99}))
+    assert other.generated_text != first.generated_text
+
+
+def test_warpers_and_penalties_run(engine):
+    params = GenerateParameters(
+        max_new_tokens=8, do_sample=True, seed=3, top_k=20, top_p=0.9, typical_p=0.95,
+        repetition_penalty=1.3, frequency_penalty=0.5, watermark=True, top_n_tokens=25,
+    )
+    with pytest.raises(ParameterError, match="top_n_tokens"):
+        engine.generate(ask("hi"), params)
+    result = engine.generate(ask("Say something."), params.model_copy(update={"top_n_tokens": 5}))
+    # top_k=20 leaves at most 20 candidates with a finite logprob
+    assert all(len(t.top_tokens) <= 5 for t in result.best.tokens)
+    assert result.best.generated_tokens == 8 or result.best.finish_reason != "length"
+
+
+def test_decoder_input_details(engine):
+    result = engine.generate("The capital of France is", GenerateParameters(max_new_tokens=2, decoder_input_details=True))
+    assert len(result.prefill) == result.input_length
+    assert result.prefill[0].logprob is None
+    assert all(p.logprob is not None and p.logprob <= 0 for p in result.prefill[1:])
+    assert "".join(p.text for p in result.prefill) == "The capital of France is"
+
+
+def test_stream_yields_tokens_then_result(engine):
+    events = list(engine.stream(ask("Say hi."), GenerateParameters(max_new_tokens=5)))
+    *tokens, final = events
+    assert [e.token.id for e in tokens] == [t.id for t in final.best.tokens]
+    assert "".join(e.token.text for e in tokens if not e.token.special) == final.generated_text
+
+
+def test_next_token_distribution(engine):
+    params = GenerateParameters(grammar={"type": "json", "value": PERSON})
+    start = engine.next_token_distribution(ask("A person as JSON."), params, top_k=5)
+    allowed = [c for c in start.candidates if c.allowed]
+    assert allowed and all(c.text.lstrip().startswith("{") for c in allowed)
+    assert 0 < start.mass_kept < 1
+    later = engine.next_token_distribution(ask("A person as JSON."), params, prefix='{"name": "Al', top_k=5)
+    assert later.prefix == '{"name": "Al'
+    assert any(c.allowed for c in later.candidates)
+    with pytest.raises(InvalidConstraintError, match="prefix"):
+        engine.next_token_distribution(ask("A person as JSON."), params, prefix="hello")
+
+
+@pytest.mark.parametrize(
+    ("grammar", "error", "words"),
+    [
+        ({"type": "json", "value": "{not json"}, InvalidConstraintError, "invalid JSON"),
+        ({"type": "json", "value": {"type": "object", "properties": {"a": {"type": "strin"}}}}, InvalidConstraintError, "not a valid JSON Schema"),
+        ({"type": "regex", "value": "(ab"}, InvalidConstraintError, "invalid regex"),
+        ({"type": "regex", "value": r"(a)\1"}, UnsupportedConstraintError, "backreferences"),
+        ({"type": "grammar", "value": "start: undefined_rule"}, InvalidConstraintError, "undefined_rule"),
+        ({"type": "choice", "value": []}, InvalidConstraintError, "non-empty list"),
+    ],
+)
+def test_bad_constraints_raise_typed_errors(engine, grammar, error, words):
+    with pytest.raises(error, match=words):
+        engine.generate(ask("hi"), GenerateParameters(max_new_tokens=2, grammar=grammar))
+
+
+def test_unsupported_keyword_named_when_engine_is_chosen(engine):
+    schema = {"type": "object", "not": {"required": ["a"]}}
+    params = GenerateParameters(max_new_tokens=2, grammar={"type": "json", "value": schema}, constraint_engine="llguidance")
+    with pytest.raises(UnsupportedConstraintError, match="not"):
+        engine.generate(ask("hi"), params)
+    # auto falls back to an engine that compiles it, says so, and still validates the output
+    result = engine.generate(ask("An object without the key a, as JSON."), params.model_copy(update={"constraint_engine": "auto", "max_new_tokens": 20}))
+    assert result.constraint_engine == "xgrammar" and "fell back" in result.warnings[0]
+
+
+def test_compile_time_limit(loaded_model):
+    from playground.engine import Engine
+
+    strict = Engine(loaded_model, compile_timeout_s=0.001)
+    schema = {"type": "object", "properties": {f"k{i}": {"type": "string", "pattern": "[a-z]{3,40}"} for i in range(40)}}
+    params = GenerateParameters(max_new_tokens=2, grammar={"type": "json", "value": schema}, constraint_engine="outlines_core")
+    with pytest.raises(CompileTimeoutError, match="longer than"):
+        strict.generate(ask("hi"), params)
+
+
+def test_prompt_longer_than_context(engine):
+    with pytest.raises(PromptTooLongError, match="tokens"):
+        engine.generate("word " * (engine.max_total_tokens + 10), GenerateParameters(max_new_tokens=2))
+    with pytest.raises(PromptTooLongError, match="max_new_tokens"):
+        engine.generate("hello", GenerateParameters(max_new_tokens=engine.max_total_tokens))
+
+
+def test_truncate_keeps_the_last_tokens(engine):
+    result = engine.generate("one two three four five six", GenerateParameters(max_new_tokens=1, truncate=2, decoder_input_details=True))
+    assert result.input_length == 2
+    assert "".join(p.text for p in result.prefill).strip() == "five six"
+
+
+def test_adapter_id_refused_clearly(engine):
+    with pytest.raises(ParameterError, match="adapter_id"):
+        engine.generate("hi", GenerateParameters(max_new_tokens=1, adapter_id="some/lora"))
