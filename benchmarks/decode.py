@@ -1,0 +1,108 @@
+"""Engine vs transformers' generate on the same loaded model, unconstrained and per constraint kind.
+
+python -m benchmarks.decode [--runs 5] [--tokens 48] [--model embedded] [--threads 1]
+Prints a table, then one JSON line of figures last. Ratios compare runs interleaved in the same process,
+so machine load hits both sides alike; each figure is a median over runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from playground.engine import Engine
+from playground.models import load_model
+from playground.types import ChatMessage, GenerateParameters
+
+PROMPTS = [
+    "Describe a person as JSON with a name and an age.",
+    "Write a short paragraph about the sea.",
+    "List three colours and explain why you like them.",
+]
+CONSTRAINTS = {
+    "json_schema": {
+        "type": "json",
+        "value": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "bio": {"type": "string"}},
+            "required": ["name", "age", "bio"],
+        },
+    },
+    "regex": {"type": "regex", "value": r"[A-Z][a-z]+( [a-z]+){5,60}\."},
+    "choice": {"type": "choice", "value": ["The sea is calm and blue today. " * 6, "The sea is rough and grey. " * 8]},
+    "grammar": {"type": "grammar", "value": 'start: sentence+\nsentence: WORD (" " WORD)* ". "\nWORD: /[a-z]{1,12}/'},
+}
+
+
+def _messages(prompt: str) -> list[ChatMessage]:
+    return [ChatMessage(role="user", content=prompt)]
+
+
+def _hf_generate(engine: Engine, prompt: str, tokens: int) -> float:
+    """tokens/s of transformers' generate, greedy, from the same chat-templated prompt ids."""
+    _, ids = engine.encode_prompt(_messages(prompt))
+    input_ids = torch.tensor([ids], device=engine.device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = engine.model.generate(input_ids, max_new_tokens=tokens, do_sample=False, pad_token_id=engine.tokenizer.eos_token_id)
+    return (out.shape[1] - len(ids)) / (time.perf_counter() - start)
+
+
+def _engine(engine: Engine, prompt: str, tokens: int, grammar: dict | None = None) -> tuple[float, float]:
+    """(end-to-end tokens/s, decode-only tokens/s) of the engine."""
+    params = GenerateParameters(max_new_tokens=tokens, grammar=grammar, top_n_tokens=1)
+    result = engine.generate(_messages(prompt), params)
+    n = result.best.generated_tokens
+    decode_s = result.timings.total_s - result.timings.time_to_first_token_s
+    return n / result.timings.total_s, (n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    engine = Engine(load_model(args.model, threads=args.threads))
+    for grammar in CONSTRAINTS.values():  # compile once, outside the timed runs (the cache is the point)
+        engine.compile(GenerateParameters(grammar=grammar))
+    _engine(engine, PROMPTS[0], 4)
+    _hf_generate(engine, PROMPTS[0], 4)
+
+    hf, ours, ours_decode = [], [], []
+    kinds: dict[str, list[float]] = {k: [] for k in CONSTRAINTS}
+    for _ in range(args.runs):
+        for prompt in PROMPTS:
+            hf.append(_hf_generate(engine, prompt, args.tokens))
+            e2e, dec = _engine(engine, prompt, args.tokens)
+            ours.append(e2e)
+            ours_decode.append(dec)
+            for kind, grammar in CONSTRAINTS.items():
+                kinds[kind].append(_engine(engine, prompt, args.tokens, grammar)[1])
+    med = statistics.median
+    figures = {
+        "model": engine.model_id,
+        "device": str(engine.device),
+        "threads": torch.get_num_threads(),
+        "runs": args.runs * len(PROMPTS),
+        "tokens": args.tokens,
+        "hf_generate_tok_s": round(med(hf), 2),
+        "engine_tok_s": round(med(ours), 2),
+        "engine_vs_generate": round(med(ours) / med(hf), 3),
+        "engine_decode_tok_s": round(med(ours_decode), 2),
+    }
+    for kind, values in kinds.items():
+        figures[f"{kind}_decode_tok_s"] = round(med(values), 2)
+        figures[f"{kind}_vs_unconstrained"] = round(med(values) / med(ours_decode), 3)
+    for key, value in figures.items():
+        print(f"{key:>34}  {value}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

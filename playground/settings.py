@@ -1,0 +1,67 @@
+"""Where the app runs decides some settings: on a Hugging Face Space the platform, not the CLI, does."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+SPACE_DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+TRUE_VALUES = {"1", "true", "yes", "on"}
+
+
+def on_space(env: Mapping[str, str] = os.environ) -> bool:
+    """A Space sets SPACE_ID (and SYSTEM=spaces) in every container it runs."""
+    return bool(env.get("SPACE_ID")) or env.get("SYSTEM") == "spaces"
+
+
+def space_overrides(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """Settings a Space imposes: its port on all interfaces, a hub model, and no code or files from users."""
+    port_text = env.get("PORT", "7860")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"PORT must be an integer, got {port_text!r}") from None
+    return {
+        "host": "0.0.0.0",
+        "port": port,
+        "model": env.get("PLAYGROUND_MODEL") or SPACE_DEFAULT_MODEL,
+        "allow_custom_modules": False,
+        "allow_local_paths": False,
+    }
+
+
+def _identity(fn: F) -> F:
+    """Off ZeroGPU, GPU work needs no wrapping."""
+    return fn
+
+
+def zero_gpu(env: Mapping[str, str] = os.environ) -> bool:
+    """ZeroGPU hardware announces itself with SPACES_ZERO_GPU."""
+    return env.get("SPACES_ZERO_GPU", "").strip().lower() in TRUE_VALUES
+
+
+def gpu_decorator(env: Mapping[str, str] = os.environ) -> Callable[[F], F]:
+    """`spaces.GPU` on ZeroGPU, so GPU work gets a device lease; the identity anywhere else.
+
+    Our repository's own `spaces/` folder is a namespace package without `GPU`, so an import that
+    finds it (and not Hugging Face's package) counts as absent.
+    """
+    if not zero_gpu(env):
+        return _identity
+    try:
+        module = importlib.import_module("spaces")
+    except ImportError:
+        return _identity
+    decorator = getattr(module, "GPU", None)
+    return decorator if callable(decorator) else _identity
+
+
+def apply_space_settings(args: Any, env: Mapping[str, str] = os.environ) -> Any:
+    """On a Space the platform's settings replace the CLI's (argparse Namespace in, new one out)."""
+    if not on_space(env):
+        return args
+    return type(args)(**{**vars(args), **space_overrides(env)})

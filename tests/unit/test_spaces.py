@@ -1,0 +1,282 @@
+"""The Space card, the deploy script (without network) and the Space-only settings."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from importlib.metadata import version
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from huggingface_hub import SpaceCard
+from huggingface_hub.repocard import metadata_load
+from packaging.requirements import Requirement
+
+from playground import settings
+from tests.support import REPO_ROOT, child_env
+
+CARD = REPO_ROOT / "spaces" / "README.md"
+DEPLOY = REPO_ROOT / "spaces" / "deploy.py"
+
+
+def load_deploy() -> ModuleType:
+    """Import spaces/deploy.py by path: a package named `spaces` would shadow Hugging Face's."""
+    spec = importlib.util.spec_from_file_location("playground_space_deploy", DEPLOY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_card_parses_with_required_keys() -> None:
+    meta = metadata_load(CARD)
+    data = SpaceCard.load(CARD).data
+    assert set(load_deploy().CARD_KEYS) <= set(meta)
+    assert (data.sdk, data.app_file, data.license) == ("gradio", "app.py", "apache-2.0")
+    assert data.models == ["HuggingFaceTB/SmolLM2-135M-Instruct"]
+    assert data.models[0] == settings.SPACE_DEFAULT_MODEL
+    assert len(meta["short_description"]) <= 60
+    assert "# Structured Playground" in SpaceCard.load(CARD).text
+
+
+def test_card_sdk_version_matches_requirements_and_installed_gradio() -> None:
+    lines = (REPO_ROOT / "requirements.txt").read_text().splitlines()
+    gradio = [Requirement(line) for line in lines if line.strip().lower().startswith("gradio")]
+    sdk_version = metadata_load(CARD)["sdk_version"]
+    assert len(gradio) == 1 and gradio[0].specifier.contains(sdk_version)
+    assert version("gradio") == sdk_version
+
+
+def test_spaces_folder_is_not_a_package() -> None:
+    assert not (REPO_ROOT / "spaces" / "__init__.py").exists()
+
+
+def make_source_tree(root: Path) -> None:
+    """A small repository with everything the Space needs and everything it must leave out."""
+    for rel in ("app.py", "requirements.txt", "playground/__init__.py", "playground/ui/render.py",
+                "playground/__pycache__/x.cpython-311.pyc", "widgets/static/view.js", "tests/test_x.py",
+                ".venv/bin/python", "Makefile", "benchmarks/decode.py"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("x = 1\n")
+
+
+def test_assemble_copies_what_the_space_runs_and_nothing_else(tmp_path: Path) -> None:
+    make_source_tree(tmp_path / "src")
+    files = load_deploy().assemble(tmp_path / "out", root=tmp_path / "src", card=CARD)
+    assert files == ["README.md", "app.py", "playground/__init__.py", "playground/ui/render.py",
+                     "requirements.txt", "widgets/static/view.js"]
+    assert (tmp_path / "out" / "README.md").read_text() == CARD.read_text()
+
+
+def test_assemble_refuses_a_tree_without_app_py(tmp_path: Path) -> None:
+    make_source_tree(tmp_path / "src")
+    (tmp_path / "src" / "app.py").unlink()
+    deploy = load_deploy()
+    with pytest.raises(deploy.DeployError, match="app.py is missing"):
+        deploy.assemble(tmp_path / "out", root=tmp_path / "src", card=CARD)
+
+
+def run_deploy(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(DEPLOY), *args], cwd=REPO_ROOT, env=child_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_dry_run_prints_files_and_card_without_network() -> None:
+    done = run_deploy("--repo-id", "someone/structured-playground", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    files = report["files"]
+    assert {"README.md", "app.py", "requirements.txt", "playground/__init__.py", "playground/models.py"} <= set(files)
+    assert not [f for f in files if f.startswith(("tests/", ".venv/", "spaces/")) or "__pycache__" in f]
+    assert all(f.split("/")[0] in {"README.md", "app.py", "requirements.txt", "playground", "widgets"} for f in files)
+    assert report["card"] == metadata_load(CARD)
+    assert (report["repo_id"], report["private"]) == ("someone/structured-playground", False)
+
+
+@pytest.mark.parametrize("repo_id,message", [
+    ("bad id", "not a valid OWNER/NAME"),
+    ("no-owner", "needs an owner"),
+])
+def test_bad_repo_id_is_refused_clearly(repo_id: str, message: str) -> None:
+    done = run_deploy("--repo-id", repo_id, "--dry-run")
+    assert done.returncode == 1
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_output_folder_must_be_empty(tmp_path: Path) -> None:
+    (tmp_path / "stale.txt").write_text("old")
+    done = run_deploy("--repo-id", "a/b", "--dry-run", "--output", str(tmp_path))
+    assert done.returncode == 1 and "is not empty" in done.stderr
+
+
+class RecordingHfApi:
+    """Stands in for the Hub (no network here); records each call and the folder's files at upload."""
+
+    calls: list[tuple[str, tuple, dict]] = []
+
+    def __init__(self, token: str | None = None) -> None:
+        self.calls.append(("init", (), {"token": token}))
+
+    def create_repo(self, *args: object, **kwargs: object) -> str:
+        self.calls.append(("create_repo", args, kwargs))
+        return f"https://huggingface.co/spaces/{args[0]}"
+
+    def upload_folder(self, **kwargs: object) -> None:
+        folder = Path(str(kwargs["folder_path"]))
+        files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+        self.calls.append(("upload_folder", (), {**kwargs, "files": files}))
+
+
+def test_upload_creates_the_space_and_uploads_the_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    deploy = load_deploy()
+    make_source_tree(tmp_path)
+    monkeypatch.setattr(deploy, "REPO_ROOT", tmp_path)
+    RecordingHfApi.calls = []
+    monkeypatch.setattr(deploy, "HfApi", RecordingHfApi)
+    assert deploy.main(["--repo-id", "me/pg", "--private", "--token", "hf_test"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    names = [name for name, _, _ in RecordingHfApi.calls]
+    assert names == ["init", "create_repo", "upload_folder"]
+    assert RecordingHfApi.calls[0][2] == {"token": "hf_test"}
+    assert RecordingHfApi.calls[1][1:] == (("me/pg",), {"repo_type": "space", "space_sdk": "gradio",
+                                                        "exist_ok": True, "private": True})
+    upload = RecordingHfApi.calls[2][2]
+    assert (upload["repo_id"], upload["repo_type"]) == ("me/pg", "space")
+    assert upload["files"] == report["files"] == ["README.md", "app.py", "playground/__init__.py",
+                                                  "playground/ui/render.py", "requirements.txt",
+                                                  "widgets/static/view.js"]
+    assert report["url"] == "https://huggingface.co/spaces/me/pg"
+
+
+def test_upload_failure_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    deploy = load_deploy()
+    make_source_tree(tmp_path)
+    monkeypatch.setattr(deploy, "REPO_ROOT", tmp_path)
+
+    class Unreachable(RecordingHfApi):
+        def create_repo(self, *args: object, **kwargs: object) -> str:
+            raise ConnectionError("huggingface.co unreachable")
+
+    monkeypatch.setattr(deploy, "HfApi", Unreachable)
+    assert deploy.main(["--repo-id", "me/pg"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "deploy: upload to me/pg failed: ConnectionError: huggingface.co unreachable"
+
+
+# --- settings on a Space --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({}, False),
+    ({"SPACE_ID": "me/pg"}, True),
+    ({"SYSTEM": "spaces"}, True),
+    ({"SYSTEM": "linux", "SPACE_ID": ""}, False),
+])
+def test_on_space_reads_the_space_environment(env: dict[str, str], expected: bool) -> None:
+    assert settings.on_space(env) is expected
+
+
+def test_space_overrides_defaults() -> None:
+    assert settings.space_overrides({"SPACE_ID": "me/pg"}) == {
+        "host": "0.0.0.0", "port": 7860, "model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "allow_custom_modules": False, "allow_local_paths": False,
+    }
+
+
+def test_space_overrides_take_port_and_model_from_env() -> None:
+    got = settings.space_overrides({"PORT": "8080", "PLAYGROUND_MODEL": "embedded"})
+    assert (got["port"], got["model"]) == (8080, "embedded")
+
+
+def test_space_overrides_reject_a_bad_port() -> None:
+    with pytest.raises(ValueError, match="PORT must be an integer, got 'eighty'"):
+        settings.space_overrides({"PORT": "eighty"})
+
+
+def test_apply_space_settings_only_on_a_space() -> None:
+    args = argparse.Namespace(host="127.0.0.1", port=7860, model="embedded", api_key="k")
+    assert settings.apply_space_settings(args, {}) is args
+    applied = settings.apply_space_settings(args, {"SPACE_ID": "me/pg", "PORT": "9000"})
+    assert (applied.host, applied.port, applied.model, applied.api_key) == (
+        "0.0.0.0", 9000, "HuggingFaceTB/SmolLM2-135M-Instruct", "k")
+    assert applied.allow_custom_modules is False and applied.allow_local_paths is False
+
+
+STAND_IN = '''
+calls = []
+
+def GPU(fn=None, **kwargs):
+    """Records what it wraps, like spaces.GPU, and calls through."""
+    def wrap(f):
+        def run(*args, **kw):
+            calls.append((f.__name__, args, kwargs))
+            return f(*args, **kw)
+        return run
+    return wrap(fn) if fn is not None else wrap
+'''
+
+
+@pytest.fixture
+def fresh_spaces_import(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test imports `spaces` anew and leaves no `spaces` module behind for later tests."""
+    monkeypatch.delitem(sys.modules, "spaces", raising=False)
+    yield
+    sys.modules.pop("spaces", None)
+
+
+@pytest.fixture
+def stand_in_spaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_spaces_import: None) -> Path:
+    """Hugging Face's `spaces` package cannot run here; a stand-in with the same GPU entry point can."""
+    (tmp_path / "spaces").mkdir()
+    (tmp_path / "spaces" / "__init__.py").write_text(STAND_IN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_zero_gpu_uses_spaces_gpu(stand_in_spaces: Path) -> None:
+    decorator = settings.gpu_decorator({"SPACES_ZERO_GPU": "true"})
+    spaces = sys.modules["spaces"]
+    assert decorator is spaces.GPU
+
+    @decorator
+    def generate(prompt: str) -> str:
+        return prompt.upper()
+
+    assert generate("hi") == "HI"
+    assert spaces.calls == [("generate", ("hi",), {})]
+
+
+def test_without_zero_gpu_hardware_the_decorator_is_identity(stand_in_spaces: Path) -> None:
+    def generate() -> str:
+        return "x"
+
+    assert settings.gpu_decorator({})(generate) is generate
+    assert "spaces" not in sys.modules
+
+
+def test_zero_gpu_without_the_spaces_package_is_identity(monkeypatch: pytest.MonkeyPatch,
+                                                         fresh_spaces_import: None) -> None:
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p or ".").resolve() != REPO_ROOT])
+    monkeypatch.chdir(REPO_ROOT.parent)
+
+    def generate() -> str:
+        return "x"
+
+    assert settings.gpu_decorator({"SPACES_ZERO_GPU": "1"})(generate) is generate
+
+
+def test_our_spaces_folder_does_not_pass_for_huggingface_spaces(monkeypatch: pytest.MonkeyPatch,
+                                                                 fresh_spaces_import: None) -> None:
+    monkeypatch.syspath_prepend(str(REPO_ROOT))
+
+    def generate() -> str:
+        return "x"
+
+    assert settings.gpu_decorator({"SPACES_ZERO_GPU": "1"})(generate) is generate
+    assert getattr(sys.modules["spaces"], "__file__", None) is None
