@@ -6,6 +6,7 @@ constraint processor and custom processors, so rows are independent and reproduc
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import random
 import threading
@@ -78,6 +79,8 @@ class Engine:
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
         self.special_ids = set(self.tokenizer.all_special_ids)
         self._slots = threading.Semaphore(max_concurrency)
+        self._slots_total = max_concurrency
+        self._peft: Any = None
         self._token_text: dict[int, str] = {}
         # transformers 5 renamed the KV cache argument and output from past_key_values to cache.
         threading.Thread(target=self.compiler.warm, daemon=True, name="warm-constraints").start()
@@ -148,8 +151,6 @@ class Engine:
                 f"{input_length} + {max_new} = {input_length + max_new}",
                 field="max_new_tokens",
             )
-        if params.adapter_id:
-            raise ParameterError(_adapter_message(params.adapter_id), field="adapter_id")
         return best_of, max_new
 
     def compile(self, params: GenerateParameters) -> tuple[Constraint, CompiledConstraint | None]:
@@ -184,7 +185,7 @@ class Engine:
         compile_s = time.perf_counter() - compile_start
         base_seed = params.seed if params.seed is not None else (random.randrange(2**63) if params.sampling else None)
         rows = [self._new_row(base_seed, i, compiled, params) for i in range(best_of)]
-        with self._slots, torch.inference_mode():
+        with self._slots, self._adapter(params.adapter_id), torch.inference_mode():
             decode = _Decode(self, params, rows, prompt_ids, constraint, max_new)
             prefill = decode.prefill()
             first_token_at = None
@@ -215,6 +216,36 @@ class Engine:
                 tokens_per_s=(generated - len(rows)) / decode_time if generated > len(rows) and decode_time > 0 else 0.0,
             ),
         )
+
+    @contextlib.contextmanager
+    def _adapter(self, adapter_id: str | None) -> Iterator[None]:
+        """Decode with a PEFT adapter switched on (loaded once, then kept), and off again after."""
+        if not adapter_id:
+            yield
+            return
+        if self._slots_total > 1:
+            raise ParameterError("adapter_id needs a server with max_concurrency 1", field="adapter_id")
+        try:
+            import peft
+        except ImportError:
+            raise ParameterError(
+                f"adapter_id {adapter_id!r} needs the `peft` package, which is not installed on this server",
+                field="adapter_id",
+            ) from None
+        try:
+            if self._peft is None:
+                # Injects LoRA layers into the shared model in place; they are switched off between requests.
+                self._peft = peft.PeftModel.from_pretrained(self.model, adapter_id, adapter_name=adapter_id)
+            elif adapter_id not in self._peft.peft_config:
+                self._peft.load_adapter(adapter_id, adapter_name=adapter_id)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ParameterError(f"cannot load adapter {adapter_id!r}: {str(exc).splitlines()[0]}", field="adapter_id") from None
+        self._peft.base_model.enable_adapter_layers()
+        self._peft.set_adapter(adapter_id)
+        try:
+            yield
+        finally:
+            self._peft.base_model.disable_adapter_layers()
 
     def _new_row(self, base_seed: int | None, index: int, compiled: CompiledConstraint | None, params: GenerateParameters) -> _Row:
         generator = None
@@ -439,11 +470,3 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
     return ids
-
-
-def _adapter_message(adapter_id: str) -> str:
-    try:
-        import peft  # noqa: F401
-    except ImportError:
-        return f"adapter_id {adapter_id!r} needs the `peft` package, which is not installed on this server"
-    return f"adapter_id {adapter_id!r}: loading adapters is not enabled on this server"

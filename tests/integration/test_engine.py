@@ -226,6 +226,26 @@ def test_truncate_keeps_the_last_tokens(engine):
     assert "".join(p.text for p in result.prefill).strip() == "five six"
 
 
-def test_adapter_id_refused_clearly(engine):
-    with pytest.raises(ParameterError, match="adapter_id"):
+def test_adapter_id_loads_a_peft_adapter(engine, tmp_path):
+    import peft
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    base_model = AutoModelForCausalLM.from_config(engine.model.config)
+    base_model.load_state_dict(engine.model.state_dict(), strict=False)
+    config = peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    torch.manual_seed(0)
+    peft.get_peft_model(base_model, config).save_pretrained(tmp_path / "lora")
+    params = GenerateParameters(max_new_tokens=8)
+    before = engine.generate("The capital of France is", params).generated_text
+    adapted = engine.generate("The capital of France is", params.model_copy(update={"adapter_id": str(tmp_path / "lora")}))
+    assert adapted.generated_text != before
+    assert engine.generate("The capital of France is", params).generated_text == before
+
+
+def test_adapter_id_refused_clearly(engine, monkeypatch):
+    with pytest.raises(ParameterError, match="cannot load adapter"):
+        engine.generate("hi", GenerateParameters(max_new_tokens=1, adapter_id="/no/such/adapter"))
+    monkeypatch.setitem(__import__("sys").modules, "peft", None)  # as if peft were not installed
+    with pytest.raises(ParameterError, match="needs the `peft` package"):
         engine.generate("hi", GenerateParameters(max_new_tokens=1, adapter_id="some/lora"))

@@ -1,0 +1,221 @@
+"""The widgets' Python side without a model: traits from a result, static HTML, request building."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from playground.errors import InvalidConstraintError, ParameterError
+from playground.types import (
+    ChatMessage,
+    GeneratedToken,
+    GenerationResult,
+    GrammarType,
+    Sequence,
+    Token,
+    Validation,
+)
+from widgets import TokenView
+from widgets import html as static_html
+from widgets.playground import build_inputs, build_parameters, describe, grammar_for
+from widgets.token_view import result_payload
+
+SCRIPT = "<script>window.__pwned = 1</script>"
+IMG = '<img src=x onerror="window.__pwned = 2">'
+
+
+def _tok(id_: int, text: str, logprob: float | None) -> Token:
+    return Token(id=id_, text=text, logprob=logprob)
+
+
+def sample_result() -> GenerationResult:
+    """A result with an overridden token, a masked alternative, hostile token text and best_of candidates."""
+    tokens = [
+        GeneratedToken(
+            id=1, text="{", logprob=-0.05, raw_logprob=-1.5, mass_kept=0.4,
+            top_tokens=[_tok(1, "{", -0.05), _tok(9, "```", None)],
+            raw_top_tokens=[_tok(9, "```", -0.3), _tok(1, "{", -1.5)],
+        ),
+        GeneratedToken(
+            id=2, text=SCRIPT, logprob=-0.7, raw_logprob=-0.6, mass_kept=0.95,
+            top_tokens=[_tok(2, SCRIPT, -0.7), _tok(3, IMG, -1.2)],
+            raw_top_tokens=[_tok(2, SCRIPT, -0.6), _tok(3, IMG, -1.1)],
+        ),
+        GeneratedToken(
+            id=4, text="}\n", logprob=-0.01, raw_logprob=-2.5, mass_kept=0.1,
+            top_tokens=[_tok(4, "}\n", -0.01)], raw_top_tokens=[_tok(5, "ok", -0.2), _tok(4, "}\n", -2.5)],
+        ),
+    ]
+    best = Sequence(
+        generated_text="{" + SCRIPT + "}\n", finish_reason="eos_token", generated_tokens=3, tokens=tokens,
+        seed=7, total_logprob=-0.76, validation=Validation(valid=False, message="Expecting value: line 1"),
+    )
+    other = Sequence(
+        generated_text=IMG, finish_reason="length", generated_tokens=1,
+        tokens=[GeneratedToken(id=3, text=IMG, logprob=-1.2, raw_logprob=-1.1, mass_kept=0.9)],
+        seed=8, total_logprob=-1.2, validation=Validation(valid=True, message="ok"),
+    )
+    third = Sequence(
+        generated_text="no", finish_reason="stop_sequence", stop_sequence="\n\n", generated_tokens=1,
+        tokens=[GeneratedToken(id=6, text="no", logprob=-3.0, raw_logprob=-3.0, mass_kept=1.0)],
+        seed=9, total_logprob=-3.0, validation=Validation(valid=False, message="not enforced", enforced=False),
+    )
+    return GenerationResult(
+        model_id="tiny <model>", provider_id="local", prompt="p", input_length=4, best=best,
+        best_of_sequences=[other, third], constraint_kind="json_schema",
+    )
+
+
+def test_payload_is_strict_json_and_marks_overridden_tokens() -> None:
+    result = sample_result()
+    result.best_of_sequences[0].tokens[0].raw_logprob = -math.inf
+    payload = result_payload(result)
+    text = json.dumps(payload, allow_nan=False)  # the browser's JSON.parse rejects -Infinity
+    assert json.loads(text)["best_of_sequences"][0]["tokens"][0]["raw_logprob"] is None
+    assert [t["overridden"] for t in payload["best"]["tokens"]] == [True, False, True]
+    assert [t["overridden"] for t in payload["best_of_sequences"][0]["tokens"]] == [False]
+    assert result_payload(None) == {}
+
+
+def test_token_view_traits_from_a_result() -> None:
+    view = TokenView(sample_result())
+    assert view.result["best"]["tokens"][1]["text"] == SCRIPT
+    assert view.result["model_id"] == "tiny <model>"
+    assert view.colour_by == "constrained" and view.selected == -1
+    assert view.generation_result == sample_result()
+    state = view.get_state()
+    assert state["result"]["best"]["generated_text"] == "{" + SCRIPT + "}\n"
+    assert state["_esm"].startswith("// TokenView")
+
+
+def test_token_view_update_and_dict_input() -> None:
+    view = TokenView()
+    assert view.result == {} and view.generation_result is None
+    view.selected = 2
+    view.update(sample_result().model_dump())
+    assert view.selected == -1
+    assert view.generation_result.best.generated_tokens == 3
+    view.update(None)
+    assert view.result == {}
+
+
+def test_colour_by_is_checked() -> None:
+    from traitlets import TraitError
+
+    with pytest.raises(TraitError):
+        TokenView(sample_result(), colour_by="rainbow")
+
+
+def test_static_html_escapes_every_token_text() -> None:
+    page = TokenView(sample_result())._repr_html_()
+    assert "<script" not in page and "<img" not in page
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in page
+    assert "tiny &lt;model&gt;" in page
+    assert 'onerror=&quot;' in page  # inside title attributes quotes are escaped too
+
+
+def test_static_html_shows_colours_overrides_verdicts_and_candidates() -> None:
+    page = static_html.render_result(sample_result())
+    assert page.count('<span class="sp-token') == 3
+    assert page.count("sp-overridden") == 2
+    assert f"background:{static_html.colour(math.exp(-0.05))}" in page
+    assert "invalid: Expecting value: line 1" in page
+    assert "finish <b class='sp-finish'>eos_token</b>" in page
+    assert page.count("<tr>") == 4 and "chosen" in page
+    assert "not enforced by the provider" in page
+    assert "stop_sequence (&#x27;\\n\\n&#x27;)" in page
+    raw = static_html.render_result(sample_result(), "raw")
+    assert f"background:{static_html.colour(math.exp(-1.5))}" in raw
+
+
+def test_token_title_lists_alternatives_under_both_distributions() -> None:
+    title = static_html.token_title(sample_result().best.tokens[0])
+    assert "mass kept 40.0%" in title
+    assert "overrode the model's first choice" in title
+    raw_part, constrained_part = title.split("raw top:")[1].split("constrained top:")
+    assert "'```' 74.1%" in raw_part
+    assert "'```' -" in constrained_part
+
+
+def test_colour_scale() -> None:
+    assert static_html.colour(0.0) == "hsl(0, 75%, 82%)"
+    assert static_html.colour(1.0) == "hsl(120, 75%, 82%)"
+    assert static_html.colour(None) == "hsl(0, 0%, 90%)"
+    assert static_html.visible("") == "\u2205" and static_html.visible("a\n") == "a\u21b5\n"
+
+
+def test_grammar_for_each_kind() -> None:
+    assert grammar_for("none", "ignored") is None
+    schema = grammar_for("json_schema", '{"type": "object"}')
+    assert schema == GrammarType(type="json", value={"type": "object"})
+    assert grammar_for("regex", r"\d+") == GrammarType(type="regex", value=r"\d+")
+    assert grammar_for("choice", "yes\nno\n") == GrammarType(type="choice", value=["yes", "no"])
+    assert grammar_for("choice", '["a b", "c"]').value == ["a b", "c"]
+    assert grammar_for("grammar", 'start: "x"').type == "grammar"
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "words"),
+    [
+        ("json_schema", '{"type": ', "JSON"),
+        ("json_schema", '{"type": "objekt"}', "not a valid JSON Schema"),
+        ("regex", "(", "invalid regex"),
+        ("choice", "", "non-empty list"),
+        ("bogus", "x", "unknown constraint kind"),
+    ],
+)
+def test_grammar_for_rejects_bad_constraints(kind: str, text: str, words: str) -> None:
+    with pytest.raises(InvalidConstraintError) as info:
+        grammar_for(kind, text)
+    assert words in info.value.message
+
+
+def _state(**overrides) -> dict:
+    state = {
+        "max_new_tokens": 20, "do_sample": False, "temperature": 0.7, "seed": None, "best_of": 1,
+        "top_n_tokens": 5, "stop": ["", "\n\n"], "constraint_kind": "regex", "constraint_text": "[ab]+",
+        "logits_processors": [{"name": "ban_strings", "params": ["the"]}],
+    }
+    return {**state, **overrides}
+
+
+def test_build_parameters_maps_the_widget_state() -> None:
+    params = build_parameters(_state())
+    assert params.max_new_tokens == 20 and params.top_n_tokens == 5
+    assert params.temperature is None and params.best_of is None and not params.sampling
+    assert params.stop == ["\n\n"]
+    assert params.grammar == GrammarType(type="regex", value="[ab]+")
+    assert params.logits_processors[0].name == "ban_strings"
+    sampled = build_parameters(_state(do_sample=True, best_of=3, seed=5))
+    assert sampled.temperature == 0.7 and sampled.best_of == 3 and sampled.seed == 5
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [({"do_sample": True, "temperature": 0.0}, "temperature"), ({"max_new_tokens": -1}, "max_new_tokens"),
+     ({"seed": -3}, "seed"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop")],
+)
+def test_build_parameters_names_the_bad_field(overrides: dict, field: str) -> None:
+    with pytest.raises(ParameterError) as info:
+        build_parameters(_state(**overrides))
+    assert info.value.field == field and info.value.message.startswith(field)
+
+
+def test_build_inputs_prompt_and_chat() -> None:
+    assert build_inputs("prompt", "Hi", "sys", []) == "Hi"
+    history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    chat = build_inputs("chat", "c", "Be brief.", history)
+    assert chat == [
+        ChatMessage(role="system", content="Be brief."), ChatMessage(role="user", content="a"),
+        ChatMessage(role="assistant", content="b"), ChatMessage(role="user", content="c"),
+    ]
+    assert build_inputs("chat", "c", "  ", []) == [ChatMessage(role="user", content="c")]
+    with pytest.raises(ParameterError, match="the prompt is empty"):
+        build_inputs("prompt", "  ", "", [])
+
+
+def test_describe_errors() -> None:
+    assert describe(InvalidConstraintError("bad regex")) == "InvalidConstraintError: bad regex"
+    assert describe(RuntimeError("CUDA out of memory")) == "model failure (RuntimeError): CUDA out of memory"

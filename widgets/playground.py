@@ -1,0 +1,304 @@
+"""Playground: constrained generation inside a notebook, on a local model or any configured provider."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+from pydantic import ValidationError
+
+import playground
+from playground.constraints import Constraint, check_constraint
+from playground.errors import ParameterError, PlaygroundError
+from playground.providers.base import Inputs, Provider
+from playground.providers.registry import Registry
+from playground.types import ChatMessage, GenerateParameters, GenerationResult, GrammarType, NextTokenDistribution
+from widgets import html as static_html
+from widgets.token_view import STATIC, result_payload
+
+log = logging.getLogger(__name__)
+
+KINDS = ["none", "json_schema", "regex", "choice", "grammar"]
+_providers: dict[str, tuple[Provider, str]] = {}
+_providers_lock = threading.Lock()
+
+
+def local_provider(model: str = "embedded") -> tuple[Provider, str]:
+    """A LocalProvider serving `model` and its model id, loaded once per process so widgets share the weights."""
+    with _providers_lock:
+        if model not in _providers:
+            from playground.providers.local import LocalProvider
+
+            provider = LocalProvider()
+            _providers[model] = (provider, provider.load(model))
+        return _providers[model]
+
+
+def grammar_for(kind: str, text: str) -> GrammarType | None:
+    """The request's `grammar` for the editor's (kind, text); a bad constraint raises its typed error."""
+    constraint = Constraint.parse(kind, text)
+    if constraint.kind == "none":
+        return None
+    if constraint.kind == "json_schema":
+        return GrammarType(type="json", value=constraint.schema)
+    if constraint.kind == "choice":
+        return GrammarType(type="choice", value=list(constraint.value))
+    return GrammarType(type=constraint.kind, value=constraint.value)
+
+
+def build_parameters(state: dict[str, Any]) -> GenerateParameters:
+    """GenerateParameters from the widget's state; a value out of range names its field."""
+    sampling = bool(state["do_sample"])
+    fields = {
+        "max_new_tokens": state["max_new_tokens"],
+        "do_sample": sampling,
+        "temperature": state["temperature"] if sampling else None,
+        "seed": state["seed"],
+        "best_of": state["best_of"] if state["best_of"] > 1 else None,
+        "top_n_tokens": state["top_n_tokens"] or None,
+        "stop": [s for s in state["stop"] if s],
+        "grammar": grammar_for(state["constraint_kind"], state["constraint_text"]),
+        "logits_processors": state["logits_processors"],
+    }
+    try:
+        return GenerateParameters(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "parameters"
+        raise ParameterError(f"{where}: {first['msg']}", field=where) from None
+
+
+def build_inputs(mode: str, prompt: str, system_prompt: str, messages: list[dict[str, Any]]) -> Inputs:
+    """A plain prompt, or the chat so far plus the new user message (after an optional system prompt)."""
+    if not prompt.strip() and not (mode == "chat" and messages):
+        raise ParameterError("the prompt is empty: type something to send", field="prompt")
+    if mode == "prompt":
+        return prompt
+    chat = [ChatMessage(role="system", content=system_prompt)] if system_prompt.strip() else []
+    chat += [ChatMessage.model_validate(message) for message in messages]
+    if prompt.strip():
+        chat.append(ChatMessage(role="user", content=prompt))
+    return chat
+
+
+def describe(exc: Exception) -> str:
+    """The message a user sees: a PlaygroundError's own words, anything else as a model failure."""
+    if isinstance(exc, PlaygroundError):
+        return f"{type(exc).__name__}: {exc.message}"
+    return f"model failure ({type(exc).__name__}): {exc}"
+
+
+class Playground(anywidget.AnyWidget):
+    """Pick a constraint, write a prompt or chat, run, and inspect every token of the answer."""
+
+    _esm = STATIC / "playground.js"
+    _css = STATIC / "widgets.css"
+    _token_view_esm = traitlets.Unicode((STATIC / "token_view.js").read_text()).tag(sync=True)
+
+    models = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    model = traitlets.Unicode("").tag(sync=True)
+    mode = traitlets.Enum(["prompt", "chat"], default_value="chat").tag(sync=True)
+    prompt = traitlets.Unicode("").tag(sync=True)
+    system_prompt = traitlets.Unicode("").tag(sync=True)
+    messages = traitlets.List(traitlets.Dict()).tag(sync=True)
+    constraint_kind = traitlets.Enum(KINDS, default_value="none").tag(sync=True)
+    constraint_text = traitlets.Unicode("").tag(sync=True)
+    constraint_problem = traitlets.Unicode("").tag(sync=True)
+    examples = traitlets.Dict().tag(sync=True)
+    max_new_tokens = traitlets.Int(40).tag(sync=True)
+    do_sample = traitlets.Bool(False).tag(sync=True)
+    temperature = traitlets.Float(1.0).tag(sync=True)
+    seed = traitlets.Int(None, allow_none=True).tag(sync=True)
+    best_of = traitlets.Int(1).tag(sync=True)
+    top_n_tokens = traitlets.Int(5).tag(sync=True)
+    stop = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    logits_processors = traitlets.List(traitlets.Dict()).tag(sync=True)
+    processor_choices = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True)
+    run_requested = traitlets.Int(0).tag(sync=True)
+    running = traitlets.Bool(False).tag(sync=True)
+    error = traitlets.Unicode("").tag(sync=True)
+    result_json = traitlets.Dict().tag(sync=True)
+    next_token = traitlets.Dict().tag(sync=True)
+    next_token_position = traitlets.Int(-1).tag(sync=True)
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        provider: Provider | None = None,
+        registry: Registry | None = None,
+        **traits: Any,
+    ) -> None:
+        self._registry = registry
+        self._provider, model_id, models = self._connect(model, provider, registry)
+        self.result: GenerationResult | None = None
+        self.distribution: NextTokenDistribution | None = None
+        self._last_inputs: Inputs | None = None
+        self._last_params: GenerateParameters | None = None
+        self._moving = False
+        super().__init__(models=models, model=model_id, **traits)
+        self.examples = _examples()
+        self.processor_choices = _processor_choices()
+        self.constraint_problem = self._problem()
+
+    @staticmethod
+    def _connect(
+        model: str | None, provider: Provider | None, registry: Registry | None
+    ) -> tuple[Provider, str, list[str]]:
+        """Resolve where generations come from: a registry, one provider, or a local model by name."""
+        if registry is not None:
+            chosen, model_id = registry.resolve(model)
+            return chosen, model_id, [name for _, name in registry.models()]
+        if provider is not None:
+            served = provider.list_models()
+            model_id = model or (served[0] if served else "")
+            return provider, model_id, served or [model_id]
+        local, model_id = local_provider(model or "embedded")
+        return local, model_id, [model_id]
+
+    @traitlets.observe("model")
+    def _switch_model(self, change: dict[str, Any]) -> None:
+        """A model picked in the widget is resolved again through the registry (the chat is kept)."""
+        if self._registry is None or change["old"] == change["new"]:
+            return
+        try:
+            self._provider, _ = self._registry.resolve(change["new"])
+            self.error = ""
+        except PlaygroundError as exc:
+            self.error = describe(exc)
+
+    @traitlets.observe("constraint_kind", "constraint_text")
+    def _check_constraint(self, _change: dict[str, Any]) -> None:
+        """Check the constraint as it is typed, so a bad one is flagged before anything runs."""
+        self.constraint_problem = self._problem()
+
+    def _problem(self) -> str:
+        if self.constraint_kind == "none":
+            return ""
+        return check_constraint(self.constraint_kind, self.constraint_text) or ""
+
+    @traitlets.observe("run_requested")
+    def _on_run_requested(self, _change: dict[str, Any]) -> None:
+        """The run button in the browser increments `run_requested`; its errors show in the widget only."""
+        self.run(raise_errors=False)
+
+    @traitlets.observe("next_token_position")
+    def _on_position(self, change: dict[str, Any]) -> None:
+        """A clicked token asks for the distribution the model saw at that position of the answer."""
+        if not self._moving:
+            self._distribution_at(change["new"])
+
+    def _state(self) -> dict[str, Any]:
+        names = ("max_new_tokens", "do_sample", "temperature", "seed", "best_of", "top_n_tokens", "stop",
+                 "constraint_kind", "constraint_text", "logits_processors")
+        return {name: getattr(self, name) for name in names}
+
+    def run(self, *, raise_errors: bool = True) -> GenerationResult | None:
+        """Generate with the current settings; a failure shows in the widget and is raised (None if not raise_errors)."""
+        self.error = ""
+        self.running = True
+        try:
+            params = build_parameters(self._state())
+            inputs = build_inputs(self.mode, self.prompt, self.system_prompt, self.messages)
+            result = self._provider.generate(self.model, inputs, params)
+            self._last_inputs, self._last_params = inputs, params
+            self.result = result
+            self.result_json = result_payload(result)
+            self._remember_turn(result)
+        except Exception as exc:  # noqa: BLE001 - the widget is an edge: every failure is shown in it
+            self._fail(exc)
+            if raise_errors:
+                raise
+            return None
+        finally:
+            self.running = False
+        self._at_position(-1)
+        return result
+
+    def _at_position(self, position: int) -> None:
+        """Move the next-token view to `position` of the answer (-1: its start) and recompute it."""
+        self._moving = True
+        try:
+            self.next_token_position = position
+        finally:
+            self._moving = False
+        self._distribution_at(position)
+
+    def _distribution_at(self, position: int) -> None:
+        """The distribution the model saw before token `position`; a failure is shown, not raised."""
+        if self.result is None or self._last_inputs is None or self._last_params is None:
+            return
+        tokens = self.result.best.tokens[: max(0, position)]
+        try:
+            self._show_distribution("".join(token.text for token in tokens))
+        except Exception as exc:  # noqa: BLE001 - the widget is an edge: every failure is shown in it
+            self._fail(exc)
+
+    def _remember_turn(self, result: GenerationResult) -> None:
+        """In chat mode the exchange joins the conversation and the input box is cleared."""
+        if self.mode != "chat" or not self.prompt.strip():
+            return
+        turn = [{"role": "user", "content": self.prompt}, {"role": "assistant", "content": result.generated_text}]
+        self.messages = [*self.messages, *turn]
+        self.prompt = ""
+
+    def _show_distribution(self, prefix: str) -> None:
+        """The next-token distribution after `prefix` of the answer, raw against constrained."""
+        assert self._last_inputs is not None and self._last_params is not None
+        self.distribution = self._provider.next_token(
+            self.model, self._last_inputs, self._last_params, prefix=prefix, top_k=12
+        )
+        self.next_token = json.loads(self.distribution.model_dump_json())
+
+    def _fail(self, exc: Exception) -> None:
+        """Show the failure inside the widget; unexpected ones also go to the log with their traceback."""
+        if not isinstance(exc, PlaygroundError):
+            log.exception("playground widget run failed")
+        self.error = describe(exc)
+
+    def clear(self) -> None:
+        """Forget the conversation and the last answer."""
+        self.messages = []
+        self.result = None
+        self._last_inputs = self._last_params = None
+        self.distribution = None
+        self.result_json = {}
+        self.next_token = {}
+        self.error = ""
+
+    def _repr_html_(self) -> str:
+        """Static HTML where widgets don't run: the last answer, or the error."""
+        if self.error:
+            return static_html.render_error(self.error)
+        if self.result is None:
+            return "<div class='sp-result'>Playground: no answer yet</div>"
+        return static_html.render_result(self.result)
+
+
+def _examples() -> dict[str, list[dict[str, str]]]:
+    """The UI's ready examples per kind, loaded from its file: playground/ui/__init__.py imports gradio (~10 s)."""
+    name = "widgets._ui_examples"
+    module = sys.modules.get(name)
+    if module is None:  # importlib's recipe for importing a source file directly
+        path = Path(playground.__file__).resolve().parent / "ui" / "examples.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return {kind: [{"title": e.title, "text": e.text, "message": e.message} for e in items]
+            for kind, items in module.EXAMPLES.items()}
+
+
+def _processor_choices() -> list[list[str]]:
+    """[name, description] of every registered logits processor (built-in and from plugins)."""
+    from playground.processors import list_factories
+
+    return [[info.name, info.description] for info in list_factories()]

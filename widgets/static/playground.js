@@ -1,0 +1,311 @@
+// Playground: constraint, prompt or chat, parameters and a run button; the answer is drawn by the
+// TokenView module (shipped as the `_token_view_esm` trait and imported from a blob URL, the way
+// anywidget loads any ESM). All user and model text reaches the DOM through textContent.
+
+function h(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+/** Keep a form control and a trait in step both ways; returns the function that unbinds it. */
+function bind(model, input, name, { parse = (v) => v, format = (v) => (v ?? "") } = {}) {
+  const isBox = input.type === "checkbox";
+  const show = () => {
+    const value = model.get(name);
+    if (isBox) input.checked = Boolean(value);
+    else if (input.value !== String(format(value))) input.value = format(value);
+  };
+  const push = () => {
+    const value = isBox ? input.checked : parse(input.value);
+    if (value === undefined) return;
+    model.set(name, value);
+    model.save_changes();
+  };
+  input.addEventListener(isBox || input.tagName === "SELECT" ? "change" : "input", push);
+  model.on(`change:${name}`, show);
+  show();
+  return () => model.off(`change:${name}`, show);
+}
+
+const integer = (text) => (/^-?\d+$/.test(text.trim()) ? parseInt(text, 10) : undefined);
+const decimal = (text) => (text.trim() !== "" && Number.isFinite(Number(text)) ? Number(text) : undefined);
+const optionalInteger = (text) => (text.trim() === "" ? null : integer(text));
+const lines = (text) => text.split("\n").filter((line) => line !== "");
+
+function field(label, control, className = "sp-field-row") {
+  const wrap = h("label", className);
+  wrap.append(h("span", "sp-label", label), control);
+  return wrap;
+}
+
+function input(type, className) {
+  const node = h(type === "textarea" ? "textarea" : "input", className);
+  if (type !== "textarea") node.type = type;
+  return node;
+}
+
+function fillSelect(select, options) {
+  select.replaceChildren(...options.map(([value, label]) => {
+    const option = h("option", null, label);
+    option.value = value;
+    return option;
+  }));
+}
+
+function modelRow(model, offs) {
+  const row = h("div", "sp-row");
+  const picker = h("select", "sp-model");
+  const fill = () => {
+    fillSelect(picker, model.get("models").map((name) => [name, name]));
+    picker.value = model.get("model");
+  };
+  model.on("change:models", fill);
+  offs.push(() => model.off("change:models", fill));
+  fill();
+  offs.push(bind(model, picker, "model"));
+  const mode = h("select", "sp-mode-select");
+  fillSelect(mode, [["chat", "chat"], ["prompt", "plain prompt"]]);
+  offs.push(bind(model, mode, "mode"));
+  row.append(field("model", picker), field("input", mode));
+  return row;
+}
+
+function constraintSection(model, offs) {
+  const box = h("fieldset", "sp-constraint");
+  box.append(h("legend", null, "constraint"));
+  const kind = h("select", "sp-kind");
+  fillSelect(kind, [["none", "none"], ["json_schema", "JSON schema"], ["regex", "regex"], ["choice", "choice"], ["grammar", "grammar (Lark)"]]);
+  offs.push(bind(model, kind, "constraint_kind"));
+  const example = h("select", "sp-example");
+  const fillExamples = () => {
+    const items = (model.get("examples") || {})[model.get("constraint_kind")] || [];
+    fillSelect(example, [["", items.length ? "load an example\u2026" : "no examples"], ...items.map((e, i) => [String(i), e.title])]);
+  };
+  example.addEventListener("change", () => {
+    const items = (model.get("examples") || {})[model.get("constraint_kind")] || [];
+    const chosen = items[Number(example.value)];
+    if (!chosen) return;
+    model.set("constraint_text", chosen.text);
+    model.set("prompt", chosen.message);
+    model.save_changes();
+  });
+  for (const name of ["change:constraint_kind", "change:examples"]) {
+    model.on(name, fillExamples);
+    offs.push(() => model.off(name, fillExamples));
+  }
+  fillExamples();
+  const text = input("textarea", "sp-constraint-text");
+  text.rows = 6;
+  text.spellcheck = false;
+  offs.push(bind(model, text, "constraint_text"));
+  const problem = h("div", "sp-problem");
+  const showProblem = () => {
+    const message = model.get("constraint_problem");
+    const none = model.get("constraint_kind") === "none";
+    problem.className = message ? "sp-problem sp-bad" : "sp-problem sp-good";
+    problem.textContent = message ? `\u2717 ${message}` : none ? "" : "\u2713 constraint is valid";
+  };
+  for (const name of ["change:constraint_problem", "change:constraint_kind"]) {
+    model.on(name, showProblem);
+    offs.push(() => model.off(name, showProblem));
+  }
+  showProblem();
+  const top = h("div", "sp-row");
+  top.append(field("kind", kind), example);
+  box.append(top, text, problem, processorSection(model, offs));
+  return box;
+}
+
+function processorSection(model, offs) {
+  const box = h("div", "sp-processors");
+  const list = h("div", "sp-processor-list");
+  const draw = () => {
+    list.replaceChildren();
+    model.get("logits_processors").forEach((spec, index) => {
+      const item = h("div", "sp-processor");
+      item.append(h("code", null, `${spec.name}(${(spec.params || []).map((p) => JSON.stringify(p)).join(", ")})`));
+      const remove = h("button", "sp-remove", "\u00d7");
+      remove.title = "remove";
+      remove.addEventListener("click", () => {
+        model.set("logits_processors", model.get("logits_processors").filter((_, i) => i !== index));
+        model.save_changes();
+      });
+      item.append(remove);
+      list.append(item);
+    });
+  };
+  model.on("change:logits_processors", draw);
+  offs.push(() => model.off("change:logits_processors", draw));
+  draw();
+  const name = h("select", "sp-processor-name");
+  const choices = model.get("processor_choices") || [];
+  fillSelect(name, choices.map(([n, description]) => [n, description ? `${n} \u2014 ${description}` : n]));
+  const params = input("textarea", "sp-processor-params");
+  params.rows = 2;
+  params.placeholder = "params, one per line";
+  const add = h("button", "sp-add-processor", "add processor");
+  add.addEventListener("click", () => {
+    if (!name.value) return;
+    model.set("logits_processors", [...model.get("logits_processors"), { name: name.value, params: lines(params.value) }]);
+    model.save_changes();
+  });
+  const row = h("div", "sp-row");
+  row.append(field("custom processor", name), params, add);
+  box.append(list);
+  if (choices.length) box.append(row);
+  return box;
+}
+
+function chatSection(model, offs) {
+  const box = h("div", "sp-chat");
+  const system = input("textarea", "sp-system-prompt");
+  system.rows = 2;
+  offs.push(bind(model, system, "system_prompt"));
+  const history = h("div", "sp-messages");
+  const clear = h("button", "sp-clear", "clear chat");
+  clear.addEventListener("click", () => {
+    model.set("messages", []);
+    model.save_changes();
+  });
+  const draw = () => {
+    const chat = model.get("mode") === "chat";
+    box.style.display = chat ? "" : "none";
+    history.replaceChildren(...model.get("messages").map((m) => {
+      const item = h("div", `sp-message sp-${m.role}`);
+      item.append(h("b", null, `${m.role}: `), h("span", null, m.content));
+      return item;
+    }));
+  };
+  for (const name of ["change:messages", "change:mode"]) {
+    model.on(name, draw);
+    offs.push(() => model.off(name, draw));
+  }
+  draw();
+  box.append(field("system prompt", system, "sp-field-col"), history, clear);
+  return box;
+}
+
+function parameterSection(model, offs) {
+  const box = h("fieldset", "sp-parameters");
+  box.append(h("legend", null, "parameters"));
+  const specs = [
+    ["max_new_tokens", "number", integer],
+    ["do_sample", "checkbox", null],
+    ["temperature", "number", decimal],
+    ["seed", "number", optionalInteger],
+    ["best_of", "number", integer],
+    ["top_n_tokens", "number", integer],
+  ];
+  for (const [name, type, parse] of specs) {
+    const control = input(type, `sp-param sp-${name}`);
+    if (name === "temperature") control.step = "0.1";
+    offs.push(bind(model, control, name, parse ? { parse } : {}));
+    box.append(field(name, control));
+  }
+  const stop = input("textarea", "sp-param sp-stop");
+  stop.rows = 1;
+  stop.placeholder = "one per line";
+  offs.push(bind(model, stop, "stop", { parse: lines, format: (v) => (v || []).join("\n") }));
+  box.append(field("stop", stop));
+  return box;
+}
+
+function nextTokenChart(container, dist, position, tokens) {
+  container.replaceChildren();
+  if (!dist || !dist.candidates) return;
+  const where = position < 0 || !tokens[position]
+    ? "at the start of the answer"
+    : `before token ${position} (${JSON.stringify(tokens[position].text)})`;
+  container.append(h("div", "sp-chart-title",
+    `next token ${where} \u00b7 the constraint keeps ${(100 * dist.mass_kept).toFixed(1)}% of the mass \u00b7 ` +
+    `${dist.allowed_count} of ${dist.vocab_size} tokens allowed`));
+  const legend = h("div", "sp-chart-legend");
+  legend.append(h("span", "sp-swatch sp-bar-raw"), h("span", null, " raw model "), h("span", "sp-swatch sp-bar-con"),
+    h("span", null, " under the constraint"));
+  container.append(legend);
+  const p = (lp) => (lp === null || lp === undefined ? 0 : Math.exp(lp));
+  const rows = dist.candidates.map((c) => ({ text: c.text, raw: p(c.raw_logprob), con: c.allowed ? p(c.logprob) : 0, allowed: c.allowed }));
+  rows.sort((a, b) => Math.max(b.raw, b.con) - Math.max(a.raw, a.con));
+  for (const row of rows.slice(0, 12)) {
+    const line = h("div", row.allowed ? "sp-bar-row" : "sp-bar-row sp-masked");
+    const bars = h("span", "sp-bars");
+    const raw = h("span", "sp-bar sp-bar-raw");
+    raw.style.width = `${(100 * row.raw).toFixed(1)}%`;
+    const con = h("span", "sp-bar sp-bar-con");
+    con.style.width = `${(100 * row.con).toFixed(1)}%`;
+    bars.append(raw, con);
+    line.append(h("code", "sp-bar-label", JSON.stringify(row.text)), bars,
+      h("span", "sp-num", `${(100 * row.raw).toFixed(1)}% \u2192 ${(100 * row.con).toFixed(1)}%`));
+    container.append(line);
+  }
+}
+
+async function render({ model, el }) {
+  const url = URL.createObjectURL(new Blob([model.get("_token_view_esm")], { type: "text/javascript" }));
+  const tokenView = await import(url);
+  URL.revokeObjectURL(url);
+  const offs = [];
+  const root = h("div", "sp-root sp-playground");
+  const prompt = input("textarea", "sp-prompt");
+  prompt.rows = 3;
+  prompt.placeholder = "prompt or chat message";
+  offs.push(bind(model, prompt, "prompt"));
+  const run = h("button", "sp-run", "run");
+  run.addEventListener("click", () => {
+    model.set("run_requested", model.get("run_requested") + 1);
+    model.save_changes();
+  });
+  const status = h("span", "sp-status");
+  const error = h("div", "sp-error");
+  const answer = h("div", "sp-answer");
+  const chart = h("div", "sp-chart");
+  const local = { colourBy: "constrained", sequence: 0 };
+  const drawAnswer = () => {
+    const result = model.get("result_json");
+    tokenView.renderResult(answer, result && result.best ? result : null, {
+      colourBy: local.colourBy,
+      selected: model.get("next_token_position"),
+      sequence: local.sequence,
+      onSelect: (index) => {
+        model.set("next_token_position", model.get("next_token_position") === index ? -1 : index);
+        model.save_changes();
+      },
+      onColourBy: (mode) => { local.colourBy = mode; drawAnswer(); },
+      onSequence: (index) => { local.sequence = index; drawAnswer(); },
+    });
+  };
+  const drawChart = () => {
+    const result = model.get("result_json");
+    nextTokenChart(chart, model.get("next_token"), model.get("next_token_position"), result && result.best ? result.best.tokens : []);
+  };
+  const drawState = () => {
+    run.disabled = model.get("running");
+    status.textContent = model.get("running") ? "running\u2026" : "";
+    error.textContent = model.get("error");
+    error.style.display = model.get("error") ? "" : "none";
+  };
+  const handlers = [
+    ["change:result_json", () => { local.sequence = 0; drawAnswer(); drawChart(); }],
+    ["change:next_token_position", () => { drawAnswer(); drawChart(); }],
+    ["change:next_token", drawChart],
+    ["change:running", drawState],
+    ["change:error", drawState],
+  ];
+  for (const [name, handler] of handlers) {
+    model.on(name, handler);
+    offs.push(() => model.off(name, handler));
+  }
+  const actions = h("div", "sp-row");
+  actions.append(run, status);
+  root.append(modelRow(model, offs), constraintSection(model, offs), chatSection(model, offs),
+    field("message", prompt, "sp-field-col"), parameterSection(model, offs), actions, error, answer, chart);
+  el.append(root);
+  drawAnswer();
+  drawChart();
+  drawState();
+  return () => offs.forEach((off) => off());
+}
+
+export default { render };

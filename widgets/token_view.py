@@ -1,0 +1,60 @@
+"""TokenView: any generation result (local or from a provider) as coloured tokens in a notebook."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+
+from playground.types import GenerationResult
+from widgets import html as static_html
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+def result_payload(result: GenerationResult | dict[str, Any] | None) -> dict[str, Any]:
+    """The result as strict JSON (masked -inf logprobs become null), tokens marked `overridden`."""
+    if result is None:
+        return {}
+    if isinstance(result, dict):
+        result = GenerationResult.model_validate(result)
+    payload = json.loads(result.model_dump_json())
+    sequences = [result.best, *result.best_of_sequences]
+    dumped = [payload["best"], *payload["best_of_sequences"]]
+    for seq, seq_json in zip(sequences, dumped):
+        for token, token_json in zip(seq.tokens, seq_json["tokens"]):
+            token_json["overridden"] = token.overridden
+    return payload
+
+
+class TokenView(anywidget.AnyWidget):
+    """Shows tokens coloured by probability; hover or click one for its alternatives raw and constrained."""
+
+    _esm = STATIC / "token_view.js"
+    _css = STATIC / "widgets.css"
+
+    result = traitlets.Dict().tag(sync=True)
+    colour_by = traitlets.Enum(["constrained", "raw"], default_value="constrained").tag(sync=True)
+    selected = traitlets.Int(-1).tag(sync=True)
+
+    def __init__(self, result: GenerationResult | dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(result=result_payload(result), **kwargs)
+
+    def update(self, result: GenerationResult | dict[str, Any] | None) -> None:
+        """Show another result (None clears the view)."""
+        self.selected = -1
+        self.result = result_payload(result)
+
+    @property
+    def generation_result(self) -> GenerationResult | None:
+        """The shown result as the library's type, so a notebook can keep working with it."""
+        return GenerationResult.model_validate(self.result) if self.result else None
+
+    def _repr_html_(self) -> str:
+        """Static HTML for viewers that don't run widget JavaScript (nbviewer, GitHub, exported HTML)."""
+        if not self.result:
+            return "<div class='sp-result'>no result yet</div>"
+        return static_html.render_result(self.result, self.colour_by)
