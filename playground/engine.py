@@ -395,11 +395,9 @@ class _Decode:
     def steps(self) -> Iterator[TokenEvent]:
         e = self.e
         pad = e.tokenizer.pad_token_id if e.tokenizer.pad_token_id is not None else next(iter(e.eos_ids))
+        # Every row's full sequence; finished rows are padded so the batch stays rectangular.
+        all_ids = torch.tensor([self.prompt_ids] * len(self.rows), device=e.device)
         for step_index in range(self.max_new):
-            active = [i for i, row in enumerate(self.rows) if row.finish_reason is None]
-            if not active:
-                return
-            all_ids = torch.tensor([self.prompt_ids + row.ids for row in self.rows], device=e.device)
             scores = self.shared(all_ids, self.logits.clone()) if len(self.shared) else self.logits
             next_ids = []
             for i, row in enumerate(self.rows):
@@ -411,15 +409,21 @@ class _Decode:
                 yield event
             if all(row.finish_reason is not None for row in self.rows):
                 return
-            logits, self.cache = e.forward(torch.tensor([[t] for t in next_ids], device=e.device), self.cache)
+            step_ids = torch.tensor([[t] for t in next_ids], device=e.device)
+            all_ids = torch.cat([all_ids, step_ids], dim=1)
+            logits, self.cache = e.forward(step_ids, self.cache)
             self.logits = logits[:, -1].float()
 
     def _advance(self, index: int, row: _Row, row_ids: torch.Tensor, raw: torch.Tensor, scores: torch.Tensor, step_index: int) -> TokenEvent:
         e = self.e
-        masked = sampling.apply_row_processors(row.processors, row_ids, scores.unsqueeze(0).clone())[0]
+        if row.processors:
+            masked = sampling.apply_row_processors(row.processors, row_ids, scores.unsqueeze(0).clone())[0]
+        else:
+            masked = scores
         if self.constraint.kind != "none":
             masked = self._gate_eos(row, masked)
-        step = sampling.score_row(raw, masked, self.chain, row_ids)
+        untouched = not row.processors and not len(self.shared) and not len(self.chain)
+        step = sampling.score_row(raw, masked, self.chain, row_ids, untouched=untouched)
         token_id = sampling.choose(step, self.sampling, row.generator)
         row.ids.append(token_id)
         if token_id in e.eos_ids:

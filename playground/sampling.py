@@ -102,32 +102,44 @@ class StepScores:
     mass_kept: float
 
 
-def score_row(raw_logits: torch.Tensor, masked: torch.Tensor, chain: LogitsProcessorList, input_ids: torch.Tensor) -> StepScores:
-    """Raw and final distributions: the final one after penalties, masks and warpers, as TGI reports it."""
+def score_row(
+    raw_logits: torch.Tensor, masked: torch.Tensor, chain: LogitsProcessorList, input_ids: torch.Tensor, *, untouched: bool = False
+) -> StepScores:
+    """Raw and final distributions: the final one after penalties, masks and warpers, as TGI reports it.
+
+    `untouched` says nothing changed the logits (no processor, mask or warper): one softmax serves both.
+    """
     raw_logprobs = torch.log_softmax(raw_logits, dim=-1)
+    if untouched:
+        return StepScores(raw_logprobs, raw_logprobs, raw_logits, 1.0)
     allowed = torch.isfinite(masked)
-    mass_kept = float(raw_logprobs.exp().masked_fill(~allowed, 0.0).sum())
+    mass_kept = min(1.0, float(raw_logprobs.exp().mul_(allowed).sum()))
     final = chain(input_ids, masked.unsqueeze(0)).squeeze(0) if len(chain) else masked
     return StepScores(raw_logprobs, torch.log_softmax(final, dim=-1), final, mass_kept)
 
 
 def choose(step: StepScores, sampling: bool, generator: torch.Generator | None) -> int:
     """Greedy argmax or a seeded multinomial draw."""
-    if not torch.isfinite(step.final_scores).any():
+    best, token_id = step.final_scores.max(dim=-1)
+    if best == NEG_INF:
         raise ParameterError("every token was masked out: the constraint and processors leave nothing to generate")
     if not sampling:
-        return int(torch.argmax(step.final_scores))
-    probs = step.logprobs.exp()
-    return int(torch.multinomial(probs, 1, generator=generator))
+        return int(token_id)
+    return int(torch.multinomial(step.logprobs.exp(), 1, generator=generator))
 
 
 def top_tokens(logprobs: torch.Tensor, n: int, text_of: Callable[[int], str], special: set[int]) -> list[Token]:
     """The n most likely tokens that are still possible (finite logprob)."""
     if n <= 0:
         return []
-    values, ids = torch.topk(logprobs, n)
+    if n == 1:
+        value, index = logprobs.max(dim=-1)
+        pairs = [(float(value), int(index))]
+    else:
+        values, ids = torch.topk(logprobs, n)
+        pairs = list(zip(values.tolist(), ids.tolist()))
     out = []
-    for value, token_id in zip(values.tolist(), ids.tolist()):
+    for value, token_id in pairs:
         if value == NEG_INF:
             break
         out.append(Token(id=token_id, text=text_of(token_id), logprob=value, special=token_id in special))
@@ -139,13 +151,15 @@ def token_record(
 ) -> GeneratedToken:
     """What the panels show for one generated token."""
     logprob = float(step.logprobs[token_id])
+    top = top_tokens(step.logprobs, top_n, text_of, special)
+    raw_top = top if step.logprobs is step.raw_logprobs else top_tokens(step.raw_logprobs, top_n, text_of, special)
     return GeneratedToken(
         id=token_id,
         text=text,
         special=token_id in special,
         logprob=logprob if logprob != NEG_INF else None,
-        raw_logprob=float(step.raw_logprobs[token_id]),
+        raw_logprob=logprob if step.logprobs is step.raw_logprobs else float(step.raw_logprobs[token_id]),
         mass_kept=step.mass_kept,
-        top_tokens=top_tokens(step.logprobs, top_n, text_of, special),
-        raw_top_tokens=top_tokens(step.raw_logprobs, top_n, text_of, special),
+        top_tokens=top,
+        raw_top_tokens=raw_top,
     )

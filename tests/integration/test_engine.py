@@ -100,6 +100,18 @@ def test_best_of_three(engine):
         assert sequence.tokens and sequence.validation.valid is not None
 
 
+def test_best_of_rows_finishing_at_different_lengths(engine):
+    choices = ["no", "yes, certainly, without any doubt at all"]
+    params = GenerateParameters(max_new_tokens=20, best_of=3, do_sample=True, temperature=2.0, seed=5, grammar={"type": "choice", "value": choices})
+    for seed in range(5, 9):
+        result = engine.generate(ask("Do you agree?"), params.model_copy(update={"seed": seed}))
+        sequences = [result.best, *result.best_of_sequences]
+        assert all(s.generated_text in choices and s.finish_reason == "eos_token" for s in sequences)
+        if len({s.generated_tokens for s in sequences}) > 1:
+            return
+    raise AssertionError("no seed gave rows of different lengths")
+
+
 def test_best_of_needs_sampling(engine):
     with pytest.raises(ParameterError, match="best_of"):
         engine.generate(ask("hi"), GenerateParameters(best_of=2))

@@ -1,0 +1,150 @@
+"""Structured Playground: flags -> providers -> one FastAPI app (HTTP API + Gradio UI) -> uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from playground.providers.config import LocalConfig
+    from playground.providers.local import LocalProvider
+    from playground.providers.registry import Registry
+
+log = logging.getLogger("playground")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Constrained-decoding playground: Gradio UI at / and TGI/OpenAI-compatible API on one port.",
+    )
+    parser.add_argument("--model", default="embedded",
+                        help="default model: 'embedded' (SmolLM2-135M GGUF), a hub id, a local folder or a .gguf file (default: embedded)")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind; 0.0.0.0 for all (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=7860, help="port for the UI and the API (default: 7860)")
+    parser.add_argument("--providers", metavar="FILE", help="YAML file of remote providers and the models they serve")
+    parser.add_argument("--custom-modules", metavar="MOD[,MOD]", default="",
+                        help="Python modules to import at start; they register logits processors")
+    parser.add_argument("--api-key", metavar="KEY", default=os.environ.get("PLAYGROUND_API_KEY"),
+                        help="require `Authorization: Bearer KEY` on every API route except /health "
+                             "(default: $PLAYGROUND_API_KEY; the UI stays open, use --no-ui to serve the API alone)")
+    parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    parser.add_argument("--dtype", default=None, help="torch dtype, e.g. bfloat16 or float32 (default: bf16 on CUDA, fp32 else)")
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("PLAYGROUND_THREADS", "1")),
+                        help="torch CPU threads (default: $PLAYGROUND_THREADS or 1)")
+    parser.add_argument("--trust-remote-code", action="store_true", help="allow hub models that ship their own code (default: off)")
+    parser.add_argument("--compile-timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="time limit for compiling one constraint (default: 10)")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="max_new_tokens when a request leaves it unset (default: 256)")
+    parser.add_argument("--no-ui", action="store_true", help="serve only the HTTP API")
+    return parser.parse_args(argv)
+
+
+def load_plugins(args: argparse.Namespace) -> None:
+    """Custom modules and entry points register processors; a failure stops start-up with exit code 2."""
+    from playground.processors import PluginLoadError, load_custom_modules, load_entry_points
+
+    modules = [m for m in args.custom_modules.split(",") if m.strip()]
+    if modules and not getattr(args, "allow_custom_modules", True):
+        log.warning("ignoring --custom-modules on a Hugging Face Space")
+        modules = []
+    try:
+        added = load_custom_modules(modules) + load_entry_points()
+    except PluginLoadError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if added:
+        log.info("registered processors: %s", ", ".join(added))
+
+
+def build_registry(args: argparse.Namespace) -> Registry:
+    """The local engine on --model, or the providers of --providers (whose local entries load their own)."""
+    from playground.providers.registry import Registry
+
+    if not args.providers:
+        local = make_local(args, args.model)
+        registry = Registry([local], default_model=local.list_models()[0])
+        serve_load_name(registry, local, args.model)
+        return registry
+    from playground.providers.config import load_registry
+
+    locals_made: list[tuple[LocalProvider, str]] = []
+
+    def local_factory(config: LocalConfig) -> LocalProvider:
+        local = make_local(args, config.model, device=config.device or args.device,
+                           dtype=config.dtype or args.dtype, trust_remote_code=config.trust_remote_code)
+        locals_made.append((local, config.model))
+        return local
+
+    registry = load_registry(args.providers, local_factory=local_factory)
+    if not locals_made:
+        local = make_local(args, args.model)
+        registry.add_provider(local)
+        locals_made.append((local, args.model))
+        registry.default_model = registry.default_model or local.list_models()[0]
+    for local, name in locals_made:
+        serve_load_name(registry, local, name)
+    return registry
+
+
+def make_local(args: argparse.Namespace, model: str, **load: Any) -> LocalProvider:
+    """A local provider serving `model` (also under the name it was loaded by, e.g. 'embedded')."""
+    from playground.providers.local import LocalProvider
+
+    load_options = {"device": args.device, "dtype": args.dtype, "trust_remote_code": args.trust_remote_code,
+                    "threads": args.threads, **load}
+    engine_options = {"compile_timeout_s": args.compile_timeout, "default_max_new_tokens": args.max_new_tokens}
+    local = LocalProvider(load_options=load_options, engine_options=engine_options,
+                          allow_local_paths=getattr(args, "allow_local_paths", True))
+    local.load(model)
+    return local
+
+
+def serve_load_name(registry: Registry, local: LocalProvider, name: str) -> None:
+    """Let requests name a local model as the operator did (`--model embedded`), unless the name is taken."""
+    if name not in {model for _, model in registry.models()}:
+        registry.register_model(name, local.provider_id)
+
+
+def ui_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What the UI may do here: on a Space no local paths."""
+    from playground.ui.state import UISettings
+
+    settings = UISettings(allow_local_paths=getattr(args, "allow_local_paths", True),
+                          base_url=f"http://{args.host}:{args.port}", device=args.device, dtype=args.dtype,
+                          threads=args.threads, compile_timeout_s=args.compile_timeout)
+    return {"settings": settings}
+
+
+def main(argv: list[str] | None = None) -> None:
+    started = time.perf_counter()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from playground.settings import apply_space_settings
+
+    args = apply_space_settings(parse_args(argv))
+    import torch
+
+    torch.set_num_threads(args.threads)
+    load_plugins(args)
+    from playground.errors import PlaygroundError
+
+    try:
+        registry = build_registry(args)
+    except PlaygroundError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        raise SystemExit(1) from None
+    import uvicorn
+
+    from playground.server import create_app
+
+    ui = not args.no_ui
+    app = create_app(registry, api_key=args.api_key or None, ui=ui, ui_options=ui_options(args) if ui else None)
+    log.info("ready in %.1f s: http://%s:%d (API docs at /docs)", time.perf_counter() - started, args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+
+
+if __name__ == "__main__":
+    main()

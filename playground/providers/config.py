@@ -1,0 +1,265 @@
+"""The providers file (`--providers FILE`, YAML) -> a Registry of providers and the models they serve.
+
+Start-up never stops for a provider that is down: its failure is reported and the models the file
+declares for it are registered unchecked. It does stop for a file that is wrong (a typo, an unknown
+provider, a model the provider's own listing says it does not serve, a name two providers claim).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from playground.errors import ModelError, ParameterError, PlaygroundError, ProviderError
+from playground.providers.base import Provider
+from playground.providers.hf_inference import HFInferenceProvider
+from playground.providers.openai_compat import OpenAICompatProvider
+from playground.providers.registry import Registry
+from playground.providers.remote import RemoteProvider
+from playground.providers.tgi import TGIProvider
+from playground.providers.vllm import VLLMProvider
+
+log = logging.getLogger("playground.providers")
+
+LOCAL_TYPE = "local::transformers"
+REMOTE_TYPES: dict[str, type[RemoteProvider]] = {
+    cls.provider_type: cls for cls in (OpenAICompatProvider, VLLMProvider, TGIProvider, HFInferenceProvider)
+}
+ProviderType = Literal["local::transformers", "remote::openai", "remote::vllm", "remote::tgi", "remote::hf-inference"]
+
+
+class ProvidersFileError(PlaygroundError):
+    """The providers file is missing, not YAML, or describes something impossible; start-up stops."""
+
+    error_type = "config"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LocalConfig(_Strict):
+    """`config:` of local::transformers: what playground.models.load_model takes."""
+
+    model: str = "embedded"
+    device: str | None = None
+    dtype: str | None = None
+    trust_remote_code: bool = False
+
+
+class ProviderEntry(_Strict):
+    provider_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
+    provider_type: ProviderType
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelEntry(_Strict):
+    model_id: str = Field(min_length=1)
+    provider_id: str
+
+
+class ProvidersFile(_Strict):
+    providers: list[ProviderEntry] = Field(min_length=1)
+    models: list[ModelEntry] = Field(default_factory=list)
+    default_model: str | None = None
+
+
+LocalFactory = Callable[[LocalConfig], Provider]
+
+
+def read_providers_file(path: str | Path) -> tuple[ProvidersFile, list[BaseModel]]:
+    """The validated file and each provider's typed config; every mistake names the file and field."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ProvidersFileError(f"cannot read providers file {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ProvidersFileError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
+    if not isinstance(raw, dict):
+        raise ProvidersFileError(f"{path}: expected a mapping with `providers:` (and `models:`), got {type(raw).__name__}")
+    parsed = _validated(path, ProvidersFile, raw, ())
+    configs = [
+        _validated(path, _config_class(entry), entry.config, ("providers", i, "config"))
+        for i, entry in enumerate(parsed.providers)
+    ]
+    _check_references(path, parsed)
+    return parsed, configs
+
+
+def build_registry(path: str | Path, *, local_factory: LocalFactory) -> tuple[Registry, list[str]]:
+    """The registry and the problems found at start (unreachable providers, missing API keys)."""
+    parsed, configs = read_providers_file(path)
+    declared: dict[str, list[str]] = {}
+    for entry in parsed.models:
+        declared.setdefault(entry.provider_id, []).append(entry.model_id)
+    registry = Registry([])
+    problems: list[str] = []
+    reachable: dict[str, bool] = {}
+    for entry, config in zip(parsed.providers, configs):
+        provider = _make_provider(entry, config, declared.get(entry.provider_id, []), local_factory)
+        if isinstance(provider, RemoteProvider) and provider.key_problem:
+            problems.append(f"provider {entry.provider_id!r}: {provider.key_problem}")
+        reachable[entry.provider_id] = _add(registry, provider, path, problems)
+        if isinstance(config, LocalConfig):
+            _register_load_name(registry, entry.provider_id, config.model, path)
+    for i, entry in enumerate(parsed.models):
+        _register_declared(registry, entry, i, path, reachable[entry.provider_id])
+    registry.default_model = _default_model(registry, parsed, path)
+    return registry, problems
+
+
+def load_registry(path: str | Path, *, local_factory: LocalFactory) -> Registry:
+    """build_registry, with each start-up problem logged as a warning (the app keeps serving)."""
+    registry, problems = build_registry(path, local_factory=local_factory)
+    for problem in problems:
+        log.warning("providers: %s", problem)
+    return registry
+
+
+def register_model(registry: Registry, model: str, provider_id: str) -> str:
+    """Serve `model` through a configured provider at run time (POST /v1/models); returns its name."""
+    provider = registry.providers.get(provider_id)
+    if provider is None:
+        known = ", ".join(sorted(registry.providers)) or "none"
+        raise ModelError(f"unknown provider {provider_id!r} (configured: {known})")
+    if isinstance(provider, RemoteProvider):
+        served = provider.upstream(model)
+        _check_free(registry, provider.name(served), provider_id)
+        name = provider.declare(served)
+    elif hasattr(provider, "load"):
+        name = provider.load(model)  # a local provider loads the model (hub id, folder, .gguf)
+    else:
+        listed = provider.list_models()
+        if model not in listed:
+            raise ModelError(f"provider {provider_id!r} serves only {', '.join(listed)}; it cannot add {model!r}")
+        name = model
+    _check_free(registry, name, provider_id)
+    registry.register_model(name, provider_id)
+    return name
+
+
+def _check_free(registry: Registry, name: str, provider_id: str) -> None:
+    owner = _owners(registry).get(name, provider_id)
+    if owner != provider_id:
+        raise ParameterError(f"model {name!r} is already served by provider {owner!r}", field="model")
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _config_class(entry: ProviderEntry) -> type[BaseModel]:
+    return LocalConfig if entry.provider_type == LOCAL_TYPE else REMOTE_TYPES[entry.provider_type].config_class
+
+
+def _make_provider(entry: ProviderEntry, config: BaseModel, declared: list[str], local_factory: LocalFactory) -> Provider:
+    if entry.provider_type == LOCAL_TYPE:
+        assert isinstance(config, LocalConfig)
+        provider = local_factory(config)
+        provider.provider_id = entry.provider_id
+        return provider
+    return REMOTE_TYPES[entry.provider_type](entry.provider_id, config, declared=declared)  # type: ignore[arg-type]
+
+
+def _add(registry: Registry, provider: Provider, path: Path, problems: list[str]) -> bool:
+    """Add a provider and the models it lists; False when it could not be asked (it stays configured)."""
+    before = _owners(registry)
+    try:
+        registry.add_provider(provider)
+    except ProviderError as exc:
+        problems.append(f"{exc.message}; the models the file declares for it are registered unchecked")
+        return False
+    for model, owner in _owners(registry).items():
+        if owner == provider.provider_id and before.get(model, owner) != owner:
+            raise ProvidersFileError(
+                f"{path}: model {model!r} is served by both {before[model]!r} and {owner!r}; "
+                f"set model_prefix in the config of one of them"
+            )
+    return True
+
+
+def _register_load_name(registry: Registry, provider_id: str, name: str, path: Path) -> None:
+    """Requests may name a local model the way the file does (`model: embedded` -> model "embedded")."""
+    owner = _owners(registry).get(name, provider_id)
+    if owner != provider_id:
+        raise ProvidersFileError(f"{path}: model {name!r} is served by both {owner!r} and {provider_id!r}")
+    registry.register_model(name, provider_id)
+
+
+def _register_declared(registry: Registry, entry: ModelEntry, index: int, path: Path, reachable: bool) -> None:
+    """A `models:` entry: registered when its provider lists it, or when the provider can't be asked."""
+    provider = registry.providers[entry.provider_id]
+    remote = isinstance(provider, RemoteProvider)
+    name = provider.name(entry.model_id) if remote else entry.model_id
+    owners = _owners(registry)
+    if owners.get(name, entry.provider_id) != entry.provider_id:
+        raise ProvidersFileError(f"{path}: models[{index}]: {name!r} is already served by provider {owners[name]!r}")
+    listed = [provider.upstream(m) if remote else m for m, p in owners.items() if p == entry.provider_id]
+    unchecked = remote and (not reachable or not provider.config.discover_models)
+    if name in owners or unchecked or (remote and provider.serves(entry.model_id, listed)):
+        registry.register_model(name, entry.provider_id)
+        return
+    shown = ", ".join(listed[:20]) or "none"
+    raise ProvidersFileError(
+        f"{path}: models[{index}]: provider {entry.provider_id!r} does not serve model {entry.model_id!r} "
+        f"(it serves: {shown})"
+    )
+
+
+def _default_model(registry: Registry, parsed: ProvidersFile, path: Path) -> str | None:
+    served = [m for _, m in registry.models()]
+    if parsed.default_model is None:
+        local = [p for p in registry.providers.values() if not isinstance(p, RemoteProvider)]
+        first_local = local[0].list_models()[:1] if local else []
+        return (first_local or served or [None])[0]
+    if parsed.default_model not in served:
+        raise ProvidersFileError(f"{path}: default_model {parsed.default_model!r} is not served by any provider")
+    return parsed.default_model
+
+
+def _owners(registry: Registry) -> dict[str, str]:
+    return {model: provider_id for provider_id, model in registry.models()}
+
+
+def _check_references(path: Path, parsed: ProvidersFile) -> None:
+    ids = [entry.provider_id for entry in parsed.providers]
+    duplicate = next((pid for pid in ids if ids.count(pid) > 1), None)
+    if duplicate:
+        raise ProvidersFileError(f"{path}: provider_id {duplicate!r} is used by more than one provider")
+    for i, entry in enumerate(parsed.models):
+        if entry.provider_id not in ids:
+            raise ProvidersFileError(
+                f"{path}: models[{i}].provider_id: unknown provider {entry.provider_id!r} (configured: {', '.join(ids)})"
+            )
+
+
+def _validated(path: Path, cls: type[BaseModel], data: Any, where: tuple[Any, ...]) -> Any:
+    try:
+        return cls.model_validate(data if data is not None else {})
+    except pydantic.ValidationError as exc:
+        raise ProvidersFileError(f"{path}: " + "; ".join(_describe(cls, where, e) for e in exc.errors())) from None
+
+
+def _describe(cls: type[BaseModel], where: tuple[Any, ...], error: Any) -> str:
+    loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in (*where, *error["loc"])).lstrip(".")
+    if error["type"] == "extra_forbidden":
+        allowed = f" (allowed: {', '.join(cls.model_fields)})" if len(error["loc"]) == 1 else ""
+        return f"{loc}: unknown field{allowed}"
+    if error["type"] == "missing":
+        return f"{loc}: field required"
+    return f"{loc or '(top level)'}: {error['msg']}"
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's own words and the line and column where it stopped."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    context = getattr(exc, "context", None)
+    return f"{problem}{where}" + (f" ({context})" if context else "")

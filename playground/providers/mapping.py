@@ -1,0 +1,215 @@
+"""Remote answers -> our result types, so the panels, widget and API show remote results unchanged.
+
+What remote servers cannot tell us stays empty rather than invented: OpenAI-style servers send no
+token ids (we use a negative id derived from the token text, equal text -> equal id), and no server
+reports the model's unconstrained distribution next to the constrained one (`raw_*` stay empty unless
+the remote is itself a playground that sends them).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Any
+
+from playground.constraints import Constraint
+from playground.providers.base import Inputs
+from playground.types import (
+    ChatMessage,
+    FinishReason,
+    GeneratedToken,
+    GenerateParameters,
+    GenerationResult,
+    NextTokenCandidate,
+    NextTokenDistribution,
+    PrefillToken,
+    Sequence,
+    Timings,
+    Token,
+    Validation,
+)
+
+
+def text_id(text: str) -> int:
+    """A stand-in id for a token the server named only by its text: negative, so never a real id."""
+    return -1 - (zlib.crc32(text.encode("utf-8", "surrogatepass")) & 0x3FFFFFFF)
+
+
+def messages_json(inputs: Inputs) -> list[dict[str, Any]]:
+    """A plain prompt is sent to chat servers as one user message."""
+    if isinstance(inputs, str):
+        return [{"role": "user", "content": inputs}]
+    return [message.model_dump(exclude_none=True) for message in inputs]
+
+
+def prompt_text(inputs: Inputs) -> str:
+    """What the result shows as its prompt; remote chat templates are applied by the server, unseen."""
+    if isinstance(inputs, str):
+        return inputs
+    return "\n".join(f"{m.role}: {m.text()}" for m in inputs if isinstance(m, ChatMessage))
+
+
+def judge(constraint: Constraint, text: str, finish_reason: str) -> Validation:
+    """Fail closed: a remote output that breaks its constraint was not enforced by the provider."""
+    verdict = constraint.validate(text)
+    if constraint.kind == "none" or verdict.valid is not False:
+        return verdict
+    cut = ", or cut short by max_new_tokens" if finish_reason == "length" else ""
+    return Validation(valid=False, enforced=False, message=f"not enforced by the provider{cut}: {verdict.message}")
+
+
+# --- OpenAI-style chat completions --------------------------------------------------------------
+
+
+def openai_token(entry: dict[str, Any]) -> GeneratedToken:
+    """One `logprobs.content[]` entry; its `top_logprobs` are the server's top alternatives."""
+    text = entry["token"]
+    top = [Token(id=text_id(t["token"]), text=t["token"], logprob=_finite(t.get("logprob")))
+           for t in entry.get("top_logprobs") or []]
+    return GeneratedToken(id=text_id(text), text=text, logprob=_finite(entry.get("logprob")), top_tokens=top)
+
+
+def openai_tokens(logprobs: dict[str, Any] | None) -> list[GeneratedToken]:
+    return [openai_token(entry) for entry in (logprobs or {}).get("content") or []]
+
+
+def openai_finish(reason: str | None, stop_reason: Any, stops: list[str], text: str) -> tuple[FinishReason, str | None]:
+    """OpenAI says `stop` for both end-of-sequence and stop strings; vLLM's `stop_reason` tells them apart."""
+    if reason == "length":
+        return "length", None
+    if isinstance(stop_reason, str):
+        return "stop_sequence", stop_reason
+    ended = next((s for s in stops if text.endswith(s)), None)
+    return ("stop_sequence", ended) if ended else ("eos_token", None)
+
+
+def openai_sequence(choice: dict[str, Any], text: str, tokens: list[GeneratedToken], *, usage_tokens: int | None,
+                    params: GenerateParameters, constraint: Constraint) -> Sequence:
+    """One chat choice (whole, or assembled from a stream) as a Sequence with its own verdict."""
+    reason, stop = openai_finish(choice.get("finish_reason"), choice.get("stop_reason"), params.stop, text)
+    count = len(tokens) if tokens else (usage_tokens or 0)
+    return Sequence(
+        generated_text=text,
+        finish_reason=reason,
+        generated_tokens=count,
+        tokens=tokens,
+        seed=choice.get("seed", params.seed),  # a playground remote reports each choice's own seed
+        stop_sequence=stop,
+        total_logprob=total_logprob(tokens),
+        validation=judge(constraint, text, reason),
+    )
+
+
+def message_text(choice: dict[str, Any]) -> str:
+    content = choice["message"].get("content")
+    if content is None:
+        return ""
+    if not isinstance(content, str):
+        raise TypeError(f"message.content is {type(content).__name__}, not a string")
+    return content
+
+
+# --- TGI ------------------------------------------------------------------------------------------
+
+
+def tgi_token(token: dict[str, Any], top: list[dict[str, Any]] | None) -> GeneratedToken:
+    """TGI's Token plus its `top_tokens` entry; a playground remote's extra fields are kept."""
+    fields = {key: value for key, value in token.items() if key != "top_tokens"}
+    generated = GeneratedToken.model_validate(fields)
+    if top:
+        generated.top_tokens = [Token.model_validate(t) for t in top]
+    elif token.get("top_tokens"):
+        generated.top_tokens = [Token.model_validate(t) for t in token["top_tokens"]]
+    return generated
+
+
+def tgi_tokens(details: dict[str, Any]) -> list[GeneratedToken]:
+    """The tokens of TGI's Details or BestOfSequence, each with its `top_tokens` entry."""
+    tops = details.get("top_tokens") or []
+    return [tgi_token(t, tops[i] if i < len(tops) else None) for i, t in enumerate(details.get("tokens") or [])]
+
+
+def tgi_sequence(text: str, details: dict[str, Any], tokens: list[GeneratedToken], *, params: GenerateParameters,
+                 constraint: Constraint) -> Sequence:
+    """TGI's Details, BestOfSequence or final StreamDetails as a Sequence."""
+    reason = details["finish_reason"]
+    stop = None
+    if reason == "stop_sequence":
+        stop = details.get("stop_sequence") or next((s for s in params.stop if text.endswith(s)), None)
+    return Sequence(
+        generated_text=text,
+        finish_reason=reason,
+        generated_tokens=int(details["generated_tokens"]),
+        tokens=tokens,
+        seed=details.get("seed"),
+        stop_sequence=stop,
+        total_logprob=total_logprob(tokens),
+        validation=judge(constraint, text, reason),
+    )
+
+
+def prefill_tokens(details: dict[str, Any]) -> list[PrefillToken]:
+    return [PrefillToken.model_validate(t) for t in details.get("prefill") or []]
+
+
+# --- shared ---------------------------------------------------------------------------------------
+
+
+def total_logprob(tokens: list[GeneratedToken]) -> float:
+    return float(sum(t.logprob for t in tokens if t.logprob is not None))
+
+
+def pick_best(sequences: list[Sequence]) -> tuple[Sequence, list[Sequence]]:
+    """TGI's best_of rule: the highest total logprob wins; the others are listed as candidates."""
+    if not sequences:
+        raise ValueError("no choices in the answer")
+    ranked = max(range(len(sequences)), key=lambda i: sequences[i].total_logprob if sequences[i].tokens else -math.inf)
+    best = sequences[ranked]
+    return best, [s for i, s in enumerate(sequences) if i != ranked]
+
+
+def result(*, model: str, provider_id: str, provider_type: str, inputs: Inputs, input_length: int,
+           sequences: list[Sequence], constraint: Constraint, total_s: float, first_token_s: float = 0.0,
+           prefill: list[PrefillToken] | None = None, server_ranked: bool = False) -> GenerationResult:
+    """Assemble the result every surface renders; TGI has already put its best sequence first."""
+    if not sequences:
+        raise ValueError("no sequences in the answer")
+    best, others = (sequences[0], sequences[1:]) if server_ranked else pick_best(sequences)
+    return GenerationResult(
+        model_id=model,
+        provider_id=provider_id,
+        prompt=prompt_text(inputs),
+        input_length=input_length,
+        prefill=prefill or [],
+        best=best,
+        best_of_sequences=others,
+        constraint_kind=constraint.kind,
+        constraint_engine=None if constraint.kind == "none" else provider_type,
+        timings=Timings(
+            total_s=total_s,
+            time_to_first_token_s=first_token_s or total_s,
+            tokens_per_s=best.generated_tokens / total_s if total_s > 0 else 0.0,
+        ),
+    )
+
+
+def distribution(prefix: str, alternatives: list[Token]) -> NextTokenDistribution:
+    """The unconstrained next-token view from a 1-token request's top alternatives.
+
+    Without a constraint every token is allowed, so raw and constrained agree; the vocabulary size is
+    not reported by remote servers and is given as 0 (unknown).
+    """
+    ranked = sorted((t for t in alternatives if t.logprob is not None), key=lambda t: -(t.logprob or 0.0))
+    candidates = [
+        NextTokenCandidate(id=t.id, text=t.text, raw_logprob=t.logprob, logprob=t.logprob, allowed=True) for t in ranked
+    ]
+    return NextTokenDistribution(prefix=prefix, candidates=candidates, mass_kept=1.0, allowed_count=len(candidates),
+                                 vocab_size=0)
+
+
+def _finite(value: Any) -> float | None:
+    """Servers may send -inf or NaN for impossible tokens; keep finite numbers only."""
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None

@@ -1,0 +1,248 @@
+"""remote::openai and the chat-completions client that vLLM, TGI's chat route and HF's router share.
+
+Plain OpenAI enforces only JSON schemas (`response_format` json_schema). A choice list is not sent as a
+JSON enum: OpenAI's structured outputs need an object at the root, so the answer would be `{"x": ...}`,
+not the choice itself; regex, choice and grammar are refused with UnsupportedConstraintError instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from playground.constraints import Constraint
+from playground.errors import ParameterError, UnsupportedConstraintError
+from playground.providers import mapping
+from playground.providers.base import Inputs, ModelInfo, SimpleToken
+from playground.providers.remote import RemoteConfig, RemoteProvider
+from playground.types import (
+    GeneratedToken,
+    GenerateParameters,
+    GenerationResult,
+    NextTokenDistribution,
+    Sequence,
+    TokenEvent,
+)
+
+# Parameters that OpenAI's chat API has no counterpart for.
+OPENAI_UNSUPPORTED = (
+    "top_k", "typical_p", "repetition_penalty", "watermark", "truncate", "adapter_id",
+    "decoder_input_details", "return_full_text", "logits_processors", "constraint_engine",
+)
+
+
+class OpenAIConfig(RemoteConfig):
+    """remote::openai: OpenAI itself by default, or any server that speaks its chat API."""
+
+    base_url: str = "https://api.openai.com/v1"
+    api_key_env: str | None = "OPENAI_API_KEY"
+    strict: bool = Field(default=True, description="Send json_schema.strict (OpenAI then enforces the schema exactly).")
+
+
+class OpenAICompatProvider(RemoteProvider):
+    """A provider behind POST {base_url}/chat/completions and GET {base_url}/models."""
+
+    provider_type: ClassVar[str] = "remote::openai"
+    config_class: ClassVar[type[RemoteConfig]] = OpenAIConfig
+    unsupported: ClassVar[tuple[str, ...]] = OPENAI_UNSUPPORTED
+    chat_path: ClassVar[str] = "chat/completions"
+    models_path: ClassVar[str] = "models"
+
+    # --- what differs between servers -------------------------------------------------------------
+
+    def constraint_fields(self, constraint: Constraint) -> dict[str, Any]:
+        """OpenAI's response_format; subclasses write their own server's field."""
+        if constraint.kind == "none":
+            return {}
+        if constraint.kind != "json_schema":
+            raise self.cannot_enforce(constraint, "only json_schema (response_format) is enforced by the OpenAI API")
+        strict = getattr(self.config, "strict", True)
+        schema = {"name": "output", "schema": constraint.schema, "strict": strict}
+        return {"response_format": {"type": "json_schema", "json_schema": schema}}
+
+    def extra_fields(self, params: GenerateParameters) -> dict[str, Any]:
+        """Server-specific sampling parameters beyond OpenAI's."""
+        return {}
+
+    def continuation(self, inputs: Inputs, prefix: str) -> dict[str, Any]:
+        """Messages that end where the next token is wanted; plain chat APIs can't resume an answer."""
+        if prefix:
+            raise ParameterError(
+                f"provider {self.provider_id!r} ({self.provider_type}) cannot continue a partial answer, so the "
+                "next-token view is only available at the end of the prompt",
+                field="prefix",
+            )
+        return {"messages": mapping.messages_json(inputs)}
+
+    def cannot_enforce(self, constraint: Constraint, why: str) -> UnsupportedConstraintError:
+        return UnsupportedConstraintError(
+            f"provider {self.provider_id!r} ({self.provider_type}) cannot enforce a {constraint.kind} constraint: {why}",
+            field="grammar",
+        )
+
+    # --- Provider protocol ------------------------------------------------------------------------
+
+    def served_models(self) -> list[str]:
+        reply = self.client.get(self.models_path)
+        with self.client.malformed("model list"):
+            return [str(entry["id"]) for entry in reply.data["data"]]
+
+    def info(self, model: str) -> ModelInfo:
+        if model not in self._info:
+            reply = self.client.get(self.models_path)
+            with self.client.malformed("model list"):
+                entry = next((e for e in reply.data["data"] if e["id"] == self.upstream(model)), {})
+                self._info[model] = self.model_info(model, max_total_tokens=entry.get("max_model_len"))
+        return self._info[model]
+
+    def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
+        body, constraint = self.payload(model, inputs, params, stream=False)
+        start = time.perf_counter()
+        reply = self.client.post(self.chat_path, body)
+        total = time.perf_counter() - start
+        with self.client.malformed("chat completion"):
+            choices = sorted(reply.data["choices"], key=lambda c: int(c.get("index", 0)))
+            usage = reply.data.get("usage") or {}
+            single = usage.get("completion_tokens") if len(choices) == 1 else None
+            sequences = [
+                mapping.openai_sequence(c, mapping.message_text(c), mapping.openai_tokens(c.get("logprobs")),
+                                        usage_tokens=single, params=params, constraint=constraint)
+                for c in choices
+            ]
+            return mapping.result(
+                model=model, provider_id=self.provider_id, provider_type=self.provider_type, inputs=inputs,
+                input_length=int(usage.get("prompt_tokens") or 0), sequences=sequences, constraint=constraint,
+                total_s=total,
+            )
+
+    def stream(self, model: str, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
+        body, constraint = self.payload(model, inputs, params, stream=True)
+        state = _StreamState(time.perf_counter())
+        for event in self.client.events(self.chat_path, body):
+            with self.client.malformed("stream chunk"):
+                fresh = state.take(event)
+            yield from fresh
+        with self.client.malformed("stream"):
+            sequences = state.sequences(self, params, constraint)
+            yield mapping.result(
+                model=model, provider_id=self.provider_id, provider_type=self.provider_type, inputs=inputs,
+                input_length=int(state.usage.get("prompt_tokens") or 0), sequences=sequences, constraint=constraint,
+                total_s=time.perf_counter() - state.start, first_token_s=state.first_token_s,
+            )
+
+    def next_token(self, model: str, inputs: Inputs, params: GenerateParameters, *, prefix: str = "",
+                   top_k: int = 20) -> NextTokenDistribution:
+        """From a greedy 1-token request's top_logprobs: the raw distribution, so no constraint allowed."""
+        refuse_constrained_view(self, params)
+        body = {"model": self.upstream(model), "max_tokens": 1, "temperature": 0.0, "logprobs": True,
+                "top_logprobs": self.top_n(top_k, clamp=True), **self.continuation(inputs, prefix)}
+        reply = self.client.post(self.chat_path, body)
+        with self.client.malformed("chat completion with logprobs"):
+            entry = reply.data["choices"][0]["logprobs"]["content"][0]
+            chosen = mapping.openai_token(entry)
+            alternatives = chosen.top_tokens or [chosen]
+            return mapping.distribution(prefix, alternatives)
+
+    def tokenize(self, model: str, text: str) -> list[SimpleToken]:
+        raise ParameterError(
+            f"tokenize is not available on provider {self.provider_id!r} ({self.provider_type}): "
+            "OpenAI-compatible chat servers expose no tokenizer",
+            field="model",
+        )
+
+    # --- request assembly -------------------------------------------------------------------------
+
+    def payload(self, model: str, inputs: Inputs, params: GenerateParameters, *,
+                stream: bool) -> tuple[dict[str, Any], Constraint]:
+        """The chat request for these parameters, with the constraint written in this server's field."""
+        self.check_parameters(params)
+        constraint = Constraint.from_grammar(params.grammar)
+        body: dict[str, Any] = {"model": self.upstream(model), "messages": mapping.messages_json(inputs)}
+        body.update(sampling_fields(params))
+        if (params.best_of or 1) > 1:
+            body["n"] = params.best_of
+        if params.details or params.top_n_tokens:
+            body["logprobs"] = True
+        if params.top_n_tokens:
+            body["top_logprobs"] = self.top_n(params.top_n_tokens)
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        body.update(self.extra_fields(params))
+        body.update(self.constraint_fields(constraint))
+        return body, constraint
+
+
+def sampling_fields(params: GenerateParameters) -> dict[str, Any]:
+    """TGI's parameter names -> OpenAI's; greedy is temperature 0, as OpenAI-style servers read it."""
+    fields: dict[str, Any] = {}
+    if params.max_new_tokens is not None:
+        fields["max_tokens"] = params.max_new_tokens
+    if not params.sampling:
+        fields["temperature"] = 0.0
+    elif params.temperature is not None:
+        fields["temperature"] = params.temperature
+    optional = {"top_p": params.top_p, "seed": params.seed, "frequency_penalty": params.frequency_penalty}
+    fields.update({k: v for k, v in optional.items() if v is not None})
+    if params.stop:
+        fields["stop"] = list(params.stop)
+    return fields
+
+
+def refuse_constrained_view(provider: RemoteProvider, params: GenerateParameters) -> None:
+    """Remote servers report one distribution; which tokens a constraint allows is not knowable from it."""
+    constraint = Constraint.from_grammar(params.grammar)
+    if constraint.kind != "none":
+        raise UnsupportedConstraintError(
+            f"provider {provider.provider_id!r} ({provider.provider_type}) reports only the model's top "
+            f"alternatives, not which ones a {constraint.kind} constraint allows: clear the constraint to see the "
+            "unconstrained next-token distribution, or use a local model",
+            field="grammar",
+        )
+
+
+class _StreamState:
+    """Chat-completion chunks accumulated per choice index, turned into token events as they come."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.first_token_s = 0.0
+        self.texts: dict[int, list[str]] = {}
+        self.tokens: dict[int, list[GeneratedToken]] = {}
+        self.finals: dict[int, dict[str, Any]] = {}
+        self.usage: dict[str, Any] = {}
+
+    def take(self, chunk: dict[str, Any]) -> list[TokenEvent]:
+        """Record one chunk; return its new tokens as events (one per logprobs entry, else per delta)."""
+        self.usage = chunk.get("usage") or self.usage
+        events: list[TokenEvent] = []
+        for choice in chunk.get("choices") or []:
+            index = int(choice.get("index", 0))
+            content = (choice.get("delta") or {}).get("content") or ""
+            self.texts.setdefault(index, []).append(content)
+            fresh = mapping.openai_tokens(choice.get("logprobs"))
+            if not fresh and content:
+                fresh = [GeneratedToken(id=mapping.text_id(content), text=content)]
+            self.tokens.setdefault(index, []).extend(fresh)
+            if choice.get("finish_reason"):
+                self.finals[index] = choice
+            events.extend(TokenEvent(index=index, token=t) for t in fresh)
+        if events and not self.first_token_s:
+            self.first_token_s = time.perf_counter() - self.start
+        return events
+
+    def sequences(self, provider: RemoteProvider, params: GenerateParameters, constraint: Constraint) -> list[Sequence]:
+        if not self.texts:
+            raise ValueError("the stream ended without any choice")
+        unfinished = sorted(set(self.texts) - set(self.finals))
+        if unfinished:
+            raise provider.client.fail(f"the stream ended before choice {unfinished[0]} finished (no finish_reason)")
+        single = self.usage.get("completion_tokens") if len(self.texts) == 1 else None
+        return [
+            mapping.openai_sequence(self.finals[i], "".join(self.texts[i]), self.tokens[i], usage_tokens=single,
+                                    params=params, constraint=constraint)
+            for i in sorted(self.texts)
+        ]

@@ -1,0 +1,130 @@
+"""What every remote provider shares: its config, its HTTP client, model names, and parameter checks."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from playground.errors import ModelError, ParameterError
+from playground.providers.base import ModelInfo
+from playground.providers.http import RemoteClient
+from playground.types import GenerateParameters
+
+
+class RemoteConfig(BaseModel):
+    """The `config:` of a remote provider in the providers file; a typo is an error, not a no-op."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str
+    api_key_env: str | None = Field(default=None, description="Name of the environment variable holding the API key.")
+    timeout_s: float = Field(default=60.0, gt=0)
+    model: str | None = Field(default=None, description="A model this provider serves, registered like a `models:` entry.")
+    model_prefix: str = Field(default="", description="Prepended to this provider's model names in the playground.")
+    discover_models: bool = Field(default=True, description="Ask the server which models it serves (else: declared only).")
+    max_total_tokens: int = Field(default=4096, gt=1, description="Context size to show when the server does not report it.")
+    max_top_n_tokens: int = Field(default=20, ge=0, description="Most alternatives per token the server returns.")
+
+
+class RemoteProvider:
+    """Base of the remote providers: names, the HTTP client, and refusing what the server can't honour."""
+
+    provider_type: ClassVar[str] = "remote"
+    config_class: ClassVar[type[RemoteConfig]] = RemoteConfig
+    # GenerateParameters fields the server cannot honour; a non-default value is refused, never dropped.
+    unsupported: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, provider_id: str, config: RemoteConfig, *, declared: list[str] | None = None) -> None:
+        self.provider_id = provider_id
+        self.config = config
+        key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        self.key_problem = (
+            f"environment variable {config.api_key_env} (api_key_env) is not set; requests go without an API key"
+            if config.api_key_env and not key
+            else None
+        )
+        self.client = RemoteClient(provider_id, config.base_url, api_key=key, timeout_s=config.timeout_s)
+        names = [config.model, *(declared or [])]
+        self.declared: list[str] = list(dict.fromkeys(n for n in names if n))
+        self._info: dict[str, ModelInfo] = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.provider_id!r}, {self.config.base_url!r})"
+
+    # --- model names ------------------------------------------------------------------------------
+
+    def name(self, served: str) -> str:
+        """The playground's name for a model the server calls `served`."""
+        return self.config.model_prefix + served
+
+    def upstream(self, model: str) -> str:
+        """The server's name for the playground's `model`."""
+        prefix = self.config.model_prefix
+        return model[len(prefix):] if prefix and model.startswith(prefix) else model
+
+    def served_models(self) -> list[str]:
+        """Ask the server which models it serves (its own names)."""
+        raise NotImplementedError
+
+    def list_models(self) -> list[str]:
+        """Discovered from the server, or the declared models when discovery is off."""
+        served = self.served_models() if self.config.discover_models else self.declared
+        return [self.name(m) for m in served]
+
+    def serves(self, served: str, listed: list[str]) -> bool:
+        """Whether a server name is among the server's listed models."""
+        return served in listed
+
+    def declare(self, served: str) -> str:
+        """Accept a model at run time, checking the server serves it when it can be asked."""
+        if self.config.discover_models:
+            listed = self.served_models()
+            if not self.serves(served, listed):
+                shown = ", ".join(listed[:20]) or "none"
+                raise ModelError(f"provider {self.provider_id!r} does not serve model {served!r} (it serves: {shown})")
+        if served not in self.declared:
+            self.declared.append(served)
+        return self.name(served)
+
+    # --- requests ---------------------------------------------------------------------------------
+
+    def check_parameters(self, params: GenerateParameters) -> None:
+        """Refuse, by name, any parameter this server would silently ignore."""
+        for name in self.unsupported:
+            value = getattr(params, name)
+            if value != GenerateParameters.model_fields[name].get_default(call_default_factory=True):
+                raise ParameterError(
+                    f"{name} is not supported by provider {self.provider_id!r} ({self.provider_type})",
+                    field=f"parameters.{name}",
+                )
+        if (params.best_of or 1) > 1 and not params.sampling:
+            raise ParameterError("best_of > 1 needs sampling: set do_sample or a temperature", field="parameters.best_of")
+
+    def top_n(self, wanted: int, *, clamp: bool = False) -> int:
+        """How many alternatives to ask for; beyond the server's limit is an error unless clamped."""
+        limit = self.config.max_top_n_tokens
+        if wanted > limit and not clamp:
+            raise ParameterError(
+                f"top_n_tokens={wanted} exceeds the limit of provider {self.provider_id!r} ({limit})",
+                field="parameters.top_n_tokens",
+            )
+        return min(wanted, limit)
+
+    def model_info(self, model: str, **reported: Any) -> ModelInfo:
+        """ModelInfo from what the server reported, with the config's context size where it said nothing."""
+        total = int(reported.pop("max_total_tokens", None) or self.config.max_total_tokens)
+        fields = {k: v for k, v in reported.items() if v is not None}
+        return ModelInfo(
+            model_id=model,
+            provider_id=self.provider_id,
+            provider_type=self.provider_type,
+            max_total_tokens=total,
+            max_input_tokens=int(fields.pop("max_input_tokens", total - 1)),
+            max_top_n_tokens=self.config.max_top_n_tokens,
+            **fields,
+        )
+
+    def close(self) -> None:
+        self.client.close()

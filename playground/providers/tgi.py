@@ -1,0 +1,183 @@
+"""remote::tgi: text-generation-inference. A plain prompt goes to /generate, messages to its chat route.
+
+TGI's `grammar` knows json and regex: a choice list is sent as a regex alternation of the escaped
+choices; a Lark grammar has no TGI counterpart and is refused. Our parameters are TGI's, so /generate
+gets them nearly unchanged (`details` is always on: the finish reason only comes with it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from playground.constraints import Constraint
+from playground.errors import ParameterError, UnsupportedConstraintError
+from playground.providers import mapping
+from playground.providers.base import Inputs, ModelInfo, SimpleToken
+from playground.providers.openai_compat import OPENAI_UNSUPPORTED, OpenAICompatProvider, refuse_constrained_view
+from playground.providers.remote import RemoteConfig, RemoteProvider
+from playground.types import GenerateParameters, GenerationResult, NextTokenDistribution, Token, TokenEvent
+
+_NOT_TGI = {"grammar", "logits_processors", "constraint_engine"}
+
+
+class TGIConfig(RemoteConfig):
+    """remote::tgi: base_url is the server's root (http://host:8080), not /v1."""
+
+    max_top_n_tokens: int = Field(default=5, ge=0, description="TGI's --max-top-n-tokens (default 5).")
+
+
+def tgi_grammar(provider: RemoteProvider, constraint: Constraint) -> dict[str, Any] | None:
+    """TGI's GrammarType for a constraint, or None when there is none."""
+    if constraint.kind == "none":
+        return None
+    if constraint.kind == "json_schema":
+        return {"type": "json", "value": constraint.schema}
+    if constraint.kind in ("regex", "choice"):
+        return {"type": "regex", "value": constraint.engine_input()}
+    raise UnsupportedConstraintError(
+        f"provider {provider.provider_id!r} (remote::tgi) cannot enforce a grammar constraint: TGI's grammar "
+        "parameter knows only json and regex",
+        field="grammar",
+    )
+
+
+class TGIChat(OpenAICompatProvider):
+    """TGI's /v1/chat/completions: `response_format` is TGI's GrammarType; one choice only."""
+
+    provider_type: ClassVar[str] = "remote::tgi"
+    unsupported: ClassVar[tuple[str, ...]] = OPENAI_UNSUPPORTED
+
+    def constraint_fields(self, constraint: Constraint) -> dict[str, Any]:
+        grammar = tgi_grammar(self, constraint)
+        return {"response_format": grammar} if grammar else {}
+
+    def check_parameters(self, params: GenerateParameters) -> None:
+        super().check_parameters(params)
+        if (params.best_of or 1) > 1:
+            raise ParameterError(
+                f"best_of > 1 with chat messages is not supported by provider {self.provider_id!r} (TGI's chat "
+                "route returns one choice); send a plain prompt to use /generate",
+                field="parameters.best_of",
+            )
+
+
+class TGIProvider(RemoteProvider):
+    """A TGI server (or another playground, which speaks the same routes)."""
+
+    provider_type: ClassVar[str] = "remote::tgi"
+    config_class: ClassVar[type[RemoteConfig]] = TGIConfig
+    unsupported: ClassVar[tuple[str, ...]] = ("logits_processors", "constraint_engine")
+
+    def __init__(self, provider_id: str, config: RemoteConfig, *, declared: list[str] | None = None) -> None:
+        super().__init__(provider_id, config, declared=declared)
+        chat_config = config.model_copy(update={"base_url": config.base_url.rstrip("/") + "/v1"})
+        self.chat = TGIChat(provider_id, chat_config)
+
+    def served_models(self) -> list[str]:
+        reply = self.client.get("info")
+        with self.client.malformed("/info"):
+            return [str(reply.data["model_id"])]
+
+    def info(self, model: str) -> ModelInfo:
+        if model not in self._info:
+            reply = self.client.get("info")
+            with self.client.malformed("/info"):
+                data = reply.data
+                self._info[model] = self.model_info(
+                    model,
+                    max_total_tokens=data["max_total_tokens"],
+                    max_input_tokens=data.get("max_input_tokens") or data.get("max_input_length"),
+                    max_best_of=data.get("max_best_of"),
+                    max_stop_sequences=data.get("max_stop_sequences"),
+                    model_sha=data.get("model_sha"),
+                )
+        return self._info[model]
+
+    def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
+        if not isinstance(inputs, str):
+            return self.chat.generate(model, inputs, params)
+        body, constraint = self.payload(inputs, params)
+        start = time.perf_counter()
+        reply = self.client.post("generate", body)
+        total = time.perf_counter() - start
+        with self.client.malformed("/generate answer"):
+            details = reply.data["details"]
+            best = mapping.tgi_sequence(reply.data["generated_text"], details, mapping.tgi_tokens(details),
+                                        params=params, constraint=constraint)
+            others = [
+                mapping.tgi_sequence(s["generated_text"], s, mapping.tgi_tokens(s), params=params, constraint=constraint)
+                for s in details.get("best_of_sequences") or []
+            ]
+            prefill = mapping.prefill_tokens(details)
+            return mapping.result(
+                model=model, provider_id=self.provider_id, provider_type=self.provider_type, inputs=inputs,
+                input_length=int(reply.headers.get("x-prompt-tokens") or len(prefill)), sequences=[best, *others],
+                constraint=constraint, total_s=total, prefill=prefill, server_ranked=True,
+            )
+
+    def stream(self, model: str, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
+        if not isinstance(inputs, str):
+            yield from self.chat.stream(model, inputs, params)
+            return
+        body, constraint = self.payload(inputs, params)
+        start, first, tokens, final = time.perf_counter(), 0.0, [], None
+        for event in self.client.events("generate_stream", body):
+            with self.client.malformed("stream event"):
+                token = mapping.tgi_token(event["token"], event.get("top_tokens"))
+                final = event if event.get("details") is not None else final
+            tokens.append(token)
+            first = first or time.perf_counter() - start
+            yield TokenEvent(index=0, token=token)  # TGI's own `index` is the token's position
+        if final is None:
+            raise self.client.fail("the stream ended without its final details (finish reason)")
+        with self.client.malformed("final stream event"):
+            details = final["details"]
+            sequence = mapping.tgi_sequence(final["generated_text"], details, tokens, params=params, constraint=constraint)
+            yield mapping.result(
+                model=model, provider_id=self.provider_id, provider_type=self.provider_type, inputs=inputs,
+                input_length=int(details.get("input_length") or 0), sequences=[sequence], constraint=constraint,
+                total_s=time.perf_counter() - start, first_token_s=first, server_ranked=True,
+            )
+
+    def next_token(self, model: str, inputs: Inputs, params: GenerateParameters, *, prefix: str = "",
+                   top_k: int = 20) -> NextTokenDistribution:
+        """A greedy 1-token /generate with top_n_tokens: TGI's real token ids, unconstrained."""
+        if not isinstance(inputs, str):
+            return self.chat.next_token(model, inputs, params, prefix=prefix, top_k=top_k)
+        refuse_constrained_view(self, params)
+        wanted = self.top_n(top_k, clamp=True)
+        body = {"inputs": inputs + prefix, "parameters": {"max_new_tokens": 1, "details": True, "top_n_tokens": wanted}}
+        reply = self.client.post("generate", body)
+        with self.client.malformed("/generate answer with top_n_tokens"):
+            details = reply.data["details"]
+            tops = details.get("top_tokens") or [[]]
+            alternatives = [Token.model_validate(t) for t in tops[0]] or [Token.model_validate(details["tokens"][0])]
+            return mapping.distribution(prefix, alternatives)
+
+    def tokenize(self, model: str, text: str) -> list[SimpleToken]:
+        reply = self.client.post("tokenize", {"inputs": text})
+        with self.client.malformed("/tokenize answer"):
+            return [SimpleToken.model_validate(t) for t in reply.data]
+
+    def payload(self, prompt: str, params: GenerateParameters) -> tuple[dict[str, Any], Constraint]:
+        """TGI's GenerateRequest: our parameters are TGI's, plus the constraint as `grammar`."""
+        self.check_parameters(params)
+        constraint = Constraint.from_grammar(params.grammar)
+        parameters = params.model_dump(exclude=_NOT_TGI, exclude_none=True)
+        parameters["details"] = True
+        if not parameters.get("stop"):
+            parameters.pop("stop", None)
+        if params.top_n_tokens:
+            self.top_n(params.top_n_tokens)
+        grammar = tgi_grammar(self, constraint)
+        if grammar:
+            parameters["grammar"] = grammar
+        return {"inputs": prompt, "parameters": parameters}, constraint
+
+    def close(self) -> None:
+        super().close()
+        self.chat.close()

@@ -1,0 +1,237 @@
+"""Result types -> TGI wire shapes, and the TGI request rules checked against a model's /info limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, ValidationError
+
+from playground.errors import ParameterError
+from playground.providers.base import ModelInfo
+from playground.server.errors import validation_message
+from playground.types import (
+    ChatMessage,
+    GenerateParameters,
+    GeneratedToken,
+    GenerationResult,
+    Sequence,
+    Strict,
+    Token,
+    TokenEvent,
+)
+
+VERSION = "0.1.0"
+ROUTER = "structured-playground"
+
+
+class NextTokenRequest(Strict):
+    """Body of POST /next_token: a prompt or messages, optional constraint/processors, a prefix, top_k."""
+
+    inputs: str | None = None
+    messages: list[ChatMessage] | None = None
+    parameters: GenerateParameters = Field(default_factory=GenerateParameters)
+    prefix: str = ""
+    top_k: int = Field(default=20, ge=1, le=200)
+    model: str | None = None
+
+    def prompt(self) -> str | list[ChatMessage]:
+        """Exactly one of inputs or messages."""
+        if (self.inputs is None) == (self.messages is None):
+            raise ParameterError("give exactly one of `inputs` (a prompt) or `messages` (a chat)", field="inputs")
+        return self.inputs if self.inputs is not None else list(self.messages or [])
+
+
+def build_parameters(values: dict[str, Any], *, prefix: str = "") -> GenerateParameters:
+    """GenerateParameters from mapped values; a range error names the request field, never a 500."""
+    try:
+        return GenerateParameters.model_validate(values)
+    except ValidationError as exc:
+        errors = [{**e, "loc": (prefix, *e["loc"]) if prefix else e["loc"]} for e in exc.errors()]
+        raise ParameterError(validation_message(errors)) from None
+
+
+# --- TGI rules -------------------------------------------------------------------------------------
+
+
+def check_tgi_rules(params: GenerateParameters, info: ModelInfo, *, streaming: bool) -> None:
+    """TGI's validation, with the limits /info reports, before any work starts."""
+    best_of = params.best_of or 1
+    if best_of > 1:
+        if streaming:
+            raise ParameterError("parameters.best_of: best_of > 1 is not supported when streaming", field="parameters.best_of")
+        if not params.sampling:  # TGI: identical greedy candidates would be pointless
+            raise ParameterError(
+                "parameters.best_of: best_of > 1 needs sampling: set do_sample=true or a temperature, top_k, top_p or typical_p",
+                field="parameters.best_of",
+            )
+        if best_of > info.max_best_of:
+            raise ParameterError(
+                f"parameters.best_of: must be <= {info.max_best_of} (max_best_of), got {best_of}", field="parameters.best_of"
+            )
+    if streaming and params.decoder_input_details:
+        raise ParameterError(
+            "parameters.decoder_input_details: not supported when streaming tokens", field="parameters.decoder_input_details"
+        )
+    if params.top_n_tokens is not None and params.top_n_tokens > info.max_top_n_tokens:
+        raise ParameterError(
+            f"parameters.top_n_tokens: must be <= {info.max_top_n_tokens}, got {params.top_n_tokens}",
+            field="parameters.top_n_tokens",
+        )
+    if len(params.stop) > info.max_stop_sequences:
+        raise ParameterError(
+            f"parameters.stop: at most {info.max_stop_sequences} stop sequences, got {len(params.stop)}",
+            field="parameters.stop",
+        )
+    check_lengths(params, info)
+
+
+def check_lengths(params: GenerateParameters, info: ModelInfo) -> None:
+    """max_new_tokens must leave room for at least one prompt token in max_total_tokens."""
+    if params.max_new_tokens is None:
+        return
+    if params.max_new_tokens < 1:
+        raise ParameterError("parameters.max_new_tokens: must be at least 1", field="parameters.max_new_tokens")
+    if params.max_new_tokens >= info.max_total_tokens:
+        raise ParameterError(
+            f"parameters.max_new_tokens: must be < {info.max_total_tokens} (max_total_tokens), got {params.max_new_tokens}",
+            field="parameters.max_new_tokens",
+        )
+
+
+# --- responses ---------------------------------------------------------------------------------------
+
+
+def tgi_info(info: ModelInfo, *, processors: list[dict[str, Any]], models: list[dict[str, str]]) -> dict[str, Any]:
+    """TGI's Info, plus our limits and registries as extra keys."""
+    return {
+        "model_id": info.model_id,
+        "model_sha": info.model_sha,
+        "model_pipeline_tag": "text-generation",
+        "max_concurrent_requests": 8,  # more wait for the engine's slot; none is refused
+        "max_best_of": info.max_best_of,
+        "max_stop_sequences": info.max_stop_sequences,
+        "max_input_tokens": info.max_input_tokens,
+        "max_total_tokens": info.max_total_tokens,
+        "validation_workers": 1,
+        "max_client_batch_size": 1,
+        "router": ROUTER,
+        "version": VERSION,
+        "sha": None,
+        "docker_label": None,
+        "max_top_n_tokens": info.max_top_n_tokens,
+        "provider_id": info.provider_id,
+        "provider_type": info.provider_type,
+        "device": info.device,
+        "processors": processors,
+        "models": models,
+    }
+
+
+def token_json(token: GeneratedToken, params: GenerateParameters) -> dict[str, Any]:
+    """TGI's Token plus what the model wanted (raw logprob, its top-n when asked) and the mass the constraint kept."""
+    body = {
+        "id": token.id,
+        "text": token.text,
+        "logprob": token.logprob,
+        "special": token.special,
+        "raw_logprob": token.raw_logprob,
+        "mass_kept": token.mass_kept,
+    }
+    if params.top_n_tokens:
+        body["raw_top_tokens"] = [plain_token(t) for t in token.raw_top_tokens[: params.top_n_tokens]]
+    return body
+
+
+def plain_token(token: Token) -> dict[str, Any]:
+    return {"id": token.id, "text": token.text, "logprob": token.logprob, "special": token.special}
+
+
+def _top_tokens(tokens: list[GeneratedToken]) -> list[list[dict[str, Any]]]:
+    return [[plain_token(t) for t in token.top_tokens] for token in tokens]
+
+
+def _full_text(result: GenerationResult, text: str, params: GenerateParameters) -> str:
+    return result.prompt + text if params.return_full_text else text
+
+
+def _sequence_details(result: GenerationResult, seq: Sequence, params: GenerateParameters) -> dict[str, Any]:
+    """The fields TGI's Details and BestOfSequence share, plus our per-sequence extras."""
+    body: dict[str, Any] = {
+        "finish_reason": seq.finish_reason,
+        "generated_tokens": seq.generated_tokens,
+        "seed": seq.seed,
+        "prefill": [p.model_dump() for p in result.prefill] if params.decoder_input_details else [],
+        "tokens": [token_json(t, params) for t in seq.tokens],
+        "stop_sequence": seq.stop_sequence,
+        "total_logprob": seq.total_logprob,
+        "validation": seq.validation.model_dump(),
+    }
+    if params.top_n_tokens:
+        body["top_tokens"] = _top_tokens(seq.tokens)
+    return body
+
+
+def wants_details(params: GenerateParameters) -> bool:
+    """TGI answers with details only when the request asked (its `details` field defaults to false on the wire)."""
+    return ("details" in params.model_fields_set and params.details) or params.decoder_input_details
+
+
+def result_extras(result: GenerationResult) -> dict[str, Any]:
+    """Our extras at the top level of a response: the verdict, the engine and where the time went."""
+    return {
+        "validation": result.best.validation.model_dump(),
+        "constraint_kind": result.constraint_kind,
+        "constraint_engine": result.constraint_engine,
+        "warnings": list(result.warnings),
+        "model_id": result.model_id,
+        "provider_id": result.provider_id,
+        "timings": result.timings.model_dump(),
+    }
+
+
+def generate_response(result: GenerationResult, params: GenerateParameters) -> dict[str, Any]:
+    """TGI's GenerateResponse for /generate."""
+    details = None
+    if wants_details(params):
+        details = _sequence_details(result, result.best, params)
+        if params.best_of and params.best_of > 1:
+            details["best_of_sequences"] = [
+                {"generated_text": _full_text(result, seq.generated_text, params), **_sequence_details(result, seq, params)}
+                for seq in result.best_of_sequences
+            ]
+    return {
+        "generated_text": _full_text(result, result.best.generated_text, params),
+        "details": details,
+        **result_extras(result),
+    }
+
+
+def stream_token_event(index: int, event: TokenEvent, params: GenerateParameters) -> dict[str, Any]:
+    """One TGI StreamResponse for a token that is not the last."""
+    return {
+        "index": index,
+        "token": token_json(event.token, params),
+        "top_tokens": [plain_token(t) for t in event.token.top_tokens] if params.top_n_tokens else [],
+        "generated_text": None,
+        "details": None,
+    }
+
+
+def stream_final_event(
+    index: int, last: TokenEvent | None, result: GenerationResult, params: GenerateParameters
+) -> dict[str, Any]:
+    """The last StreamResponse: the last token, plus generated_text and (when asked) StreamDetails."""
+    if last is None:  # a provider that produced no token events: the final event still carries the text
+        last = TokenEvent(index=0, token=GeneratedToken(id=0, text="", logprob=None, special=True))
+    event = stream_token_event(index, last, params)
+    event["generated_text"] = _full_text(result, result.best.generated_text, params)
+    if wants_details(params):
+        event["details"] = {
+            "finish_reason": result.best.finish_reason,
+            "generated_tokens": result.best.generated_tokens,
+            "input_length": result.input_length,
+            "seed": result.best.seed,
+            "stop_sequence": result.best.stop_sequence,
+        }
+    event.update(result_extras(result))
+    return event

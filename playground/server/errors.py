@@ -1,0 +1,109 @@
+"""One error mapping for the whole HTTP API: every failure becomes `{"error", "error_type"}`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from playground.errors import PlaygroundError
+
+log = logging.getLogger("playground.server")
+
+_HTTP_ERROR_TYPES = {401: "authentication", 404: "not_found", 405: "method_not_allowed"}
+
+
+def error_body(message: str, error_type: str) -> dict[str, str]:
+    """The one error shape, TGI's ErrorResponse."""
+    return {"error": message, "error_type": error_type}
+
+
+def error_response(status: int, message: str, error_type: str) -> JSONResponse:
+    return JSONResponse(error_body(message, error_type), status_code=status)
+
+
+def _field_name(loc: Sequence[Any]) -> str:
+    """`("body", "parameters", "top_p")` -> `parameters.top_p`; list indices become `[i]`."""
+    parts: list[str] = []
+    for item in loc:
+        if item == "body" and not parts:
+            continue
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif parts:
+            parts.append(f".{item}")
+        else:
+            parts.append(str(item))
+    return "".join(parts)
+
+
+def _describe(error: dict[str, Any]) -> str:
+    """A pydantic error as `field: message`, with pydantic's wording made plainer."""
+    field = _field_name(error.get("loc", ()))
+    kind = error.get("type", "")
+    message = str(error.get("msg", "invalid value"))
+    if kind == "extra_forbidden":
+        message = "unknown field (not a parameter of this endpoint)"
+    elif kind == "json_invalid":
+        detail = (error.get("ctx") or {}).get("error", "")
+        message = f"request body is not valid JSON ({detail})" if detail else "request body is not valid JSON"
+        field = ""
+    elif kind == "missing":
+        message = "field required"
+    message = message.removeprefix("Value error, ")
+    if not field and kind != "json_invalid":
+        field = "request body"
+    return f"{field}: {message}" if field else message
+
+
+def validation_message(errors: Sequence[dict[str, Any]]) -> str:
+    """All validation errors of a request in one line, each naming its field."""
+    return "; ".join(_describe(error) for error in errors) or "invalid request"
+
+
+async def _playground_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PlaygroundError)
+    return error_response(exc.status, exc.message, exc.error_type)
+
+
+async def _request_validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(422, validation_message(exc.errors()), "validation")
+
+
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    error_type = _HTTP_ERROR_TYPES.get(exc.status_code, "http")
+    return JSONResponse(
+        error_body(str(exc.detail), error_type), status_code=exc.status_code, headers=exc.headers
+    )
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    """A genuine server bug: log the traceback, answer without it."""
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, f"internal server error ({type(exc).__name__}); see the server log", "internal")
+
+
+def exception_event(exc: BaseException) -> str:
+    """The final SSE event of a stream that failed after it started (TGI sends the same shape)."""
+    if isinstance(exc, PlaygroundError):
+        body = error_body(exc.message, exc.error_type)
+    else:
+        log.error("stream failed", exc_info=exc)
+        body = error_body(f"internal server error ({type(exc).__name__}); see the server log", "internal")
+    return f"data: {json.dumps(body)}\n\n"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the mapping once, at the edge."""
+    app.add_exception_handler(PlaygroundError, _playground_error)
+    app.add_exception_handler(RequestValidationError, _request_validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)

@@ -1,0 +1,139 @@
+"""OpenAI-compatible routes: /v1/models (list, register) and /v1/chat/completions (stream too)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from playground.errors import ParameterError
+from playground.providers.base import Provider
+from playground.providers.config import register_model as register_model_at_run_time
+from playground.server import chat
+from playground.server.convert import check_lengths
+from playground.server.errors import exception_event
+from playground.server.streaming import iterate_in_thread, started
+from playground.server.tgi import registry_of, resolve, sse
+from playground.types import GenerateParameters, GenerationResult, Strict, TokenEvent
+
+router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
+
+
+class RegisterModel(Strict):
+    """Body of POST /v1/models: serve `id` through the configured provider `provider_id` (a local one loads it)."""
+
+    id: str
+    provider_id: str
+
+
+def _model_card(model: str, provider_id: str) -> dict[str, Any]:
+    return {"id": model, "object": "model", "created": int(time.time()), "owned_by": provider_id}
+
+
+@router.get("/models", summary="Served models, by provider")
+async def list_models(request: Request) -> dict[str, Any]:
+    return {"object": "list", "data": [_model_card(m, pid) for pid, m in registry_of(request).models()]}
+
+
+@router.post("/models", summary="Serve a model through a configured provider, at run time")
+async def register_model(request: Request, body: RegisterModel) -> dict[str, Any]:
+    name = await run_in_threadpool(register_model_at_run_time, registry_of(request), body.id, body.provider_id)
+    return _model_card(name, body.provider_id)
+
+
+async def _choice_params(provider: Provider, model_id: str, req: chat.ChatRequest) -> list[GenerateParameters]:
+    """One GenerateParameters per choice (seed base+i), checked against the model's limits."""
+    seed = chat.base_seed(req)
+    params = [chat.chat_parameters(req, seed + i) for i in range(req.n)]
+    info = await run_in_threadpool(provider.info, model_id)
+    check_lengths(params[0], info)
+    if params[0].top_n_tokens and params[0].top_n_tokens > info.max_top_n_tokens:
+        raise ParameterError(f"top_logprobs: must be <= {info.max_top_n_tokens}", field="top_logprobs")
+    return params
+
+
+@router.post("/chat/completions", summary="Chat completion with guided decoding (OpenAI, vLLM and TGI forms)")
+async def chat_completions(request: Request, body: chat.ChatRequest) -> Any:
+    """n choices are n independent samples with seeds seed, seed+1, ...; `validation` on each choice."""
+    provider, model_id = resolve(request, body.model)
+    params = await _choice_params(provider, model_id, body)
+    if body.stream:
+        first = await started(_events(provider, model_id, body, params[0]))
+        return StreamingResponse(_chunks(provider, model_id, body, params, first), media_type="text/event-stream")
+    results = []
+    for choice_params in params:
+        results.append(await run_in_threadpool(provider.generate, model_id, body.messages, choice_params))
+    return chat.completion_response(model_id, results, body)
+
+
+def _chunk(base: dict[str, Any], index: int, delta: dict[str, Any], **extra: Any) -> str:
+    choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None, **extra}
+    return sse({**base, "choices": [choice]})
+
+
+def _events(
+    provider: Provider, model_id: str, req: chat.ChatRequest, params: GenerateParameters
+) -> AsyncIterator[TokenEvent | GenerationResult]:
+    return iterate_in_thread(lambda: provider.stream(model_id, req.messages, params))
+
+
+async def _choice_chunks(
+    events: AsyncIterator[TokenEvent | GenerationResult],
+    req: chat.ChatRequest,
+    params: GenerateParameters,
+    index: int,
+    base: dict[str, Any],
+) -> AsyncIterator[str | GenerationResult]:
+    """The chunks of one choice, then its result (for usage)."""
+    holdback = chat.StopHoldback(params.stop)
+    pending: list[Any] = []
+    yield _chunk(base, index, {"role": "assistant", "content": ""})
+    async for item in events:
+        if isinstance(item, TokenEvent):
+            if item.token.special:  # EOS: no text, and no logprobs entry (as in the non-streaming answer)
+                continue
+            pending.append(item.token)
+            text = holdback.feed(item.token.text)
+            if text:
+                yield _chunk(base, index, {"content": text}, logprobs=chat.choice_logprobs(pending, req))
+                pending = []
+            continue
+        rest = holdback.finish(item.best)
+        if rest or (req.logprobs and pending):
+            yield _chunk(base, index, {"content": rest}, logprobs=chat.choice_logprobs(pending, req))
+        finish = chat.FINISH_REASONS[item.best.finish_reason]
+        yield _chunk(base, index, {}, finish_reason=finish, **chat.choice_extras(item))
+        yield item
+
+
+async def _chunks(
+    provider: Provider,
+    model_id: str,
+    req: chat.ChatRequest,
+    params: list[GenerateParameters],
+    first: AsyncIterator[TokenEvent | GenerationResult],
+) -> AsyncIterator[str]:
+    """OpenAI's chunk stream for every choice in turn, the usage chunk when asked, then [DONE]."""
+    base = chat.envelope(model_id, "chat.completion.chunk")
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    if include_usage:
+        base["usage"] = None
+    results: list[GenerationResult] = []
+    try:
+        for index, choice_params in enumerate(params):
+            events = first if index == 0 else _events(provider, model_id, req, choice_params)
+            async for item in _choice_chunks(events, req, choice_params, index, base):
+                if isinstance(item, GenerationResult):
+                    results.append(item)
+                else:
+                    yield item
+    except Exception as exc:  # after the stream started: a last error event, as TGI does
+        yield exception_event(exc)
+        return
+    if include_usage:
+        yield sse({**base, "choices": [], "usage": chat.usage(results)})
+    yield "data: [DONE]\n\n"

@@ -1,0 +1,74 @@
+"""Blocking provider iterators, consumed from the event loop without blocking it, and stopped on disconnect."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+_ITEM, _ERROR, _DONE = "item", "error", "done"
+
+
+def _produce(make: Callable[[], Iterator[Any]], put: Callable[[tuple[str, Any]], None], stop: threading.Event) -> None:
+    """Runs in its own thread: pull items until the end, an error, or the consumer went away."""
+    iterator: Iterator[Any] | None = None
+    try:
+        iterator = make()
+        for item in iterator:
+            put((_ITEM, item))
+            if stop.is_set():
+                break
+    except BaseException as exc:  # handed to the consumer, which maps it
+        put((_ERROR, exc))
+    finally:
+        try:
+            close = getattr(iterator, "close", None)
+            if callable(close):
+                close()  # a generator stops decoding here (GeneratorExit inside the engine's loop)
+        finally:
+            put((_DONE, None))
+
+
+async def iterate_in_thread(make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
+    """Yield the items of `make()` as they come; when the consumer stops early, the producer stops too."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    stop = threading.Event()
+
+    def put(entry: tuple[str, Any]) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, entry)
+        except RuntimeError:  # the loop is gone (server shutting down): nobody is listening
+            stop.set()
+
+    threading.Thread(target=_produce, args=(make, put, stop), name="provider-stream", daemon=True).start()
+    try:
+        while True:
+            kind, value = await queue.get()
+            if kind == _ITEM:
+                yield value
+            elif kind == _ERROR:
+                raise value
+            else:
+                return
+    finally:
+        stop.set()
+
+
+async def started(stream: AsyncIterator[T]) -> AsyncIterator[T]:
+    """Wait for the first item before answering, so errors raised before it become plain HTTP errors."""
+    missing = object()
+    try:
+        first: Any = await stream.__anext__()
+    except StopAsyncIteration:
+        first = missing
+
+    async def chained() -> AsyncIterator[T]:
+        if first is not missing:
+            yield first
+        async for item in stream:
+            yield item
+
+    return chained()

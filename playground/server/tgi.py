@@ -1,0 +1,130 @@
+"""TGI-compatible routes: /generate, /generate_stream, / (compat), /info, /health, /tokenize, plus /next_token."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from playground.processors import list_factories
+from playground.providers.base import Provider
+from playground.providers.registry import Registry
+from playground.server import convert
+from playground.server.errors import exception_event
+from playground.server.streaming import iterate_in_thread, started
+from playground.types import GenerateParameters, GenerateRequest, GenerationResult, NextTokenDistribution, TokenEvent
+
+ModelQuery = Query(default=None, description="Served model to use; the default model when omitted.")
+router = APIRouter(tags=["TGI-compatible"])
+open_router = APIRouter(tags=["TGI-compatible"])
+
+
+def registry_of(request: Request) -> Registry:
+    return request.app.state.registry
+
+
+def resolve(request: Request, model: str | None) -> tuple[Provider, str]:
+    """The provider and model id; 'tgi' and 'dummy' (what TGI clients send) mean the default model."""
+    return registry_of(request).resolve(None if model in ("tgi", "dummy") else model)
+
+
+async def _prepared(
+    request: Request, model: str | None, params: GenerateParameters, *, streaming: bool
+) -> tuple[Provider, str]:
+    """Resolve the model and apply TGI's rules with its limits, before any work starts."""
+    provider, model_id = resolve(request, model)
+    info = await run_in_threadpool(provider.info, model_id)
+    convert.check_tgi_rules(params, info, streaming=streaming)
+    return provider, model_id
+
+
+def sse(body: dict[str, Any]) -> str:
+    return f"data: {json.dumps(body)}\n\n"
+
+
+async def _tgi_events(items: AsyncIterator[TokenEvent | GenerationResult], params: GenerateParameters) -> AsyncIterator[str]:
+    """TGI's stream: one event per token; the last token's event also carries generated_text and details."""
+    pending: TokenEvent | None = None
+    index = 0
+    try:
+        async for item in items:
+            if isinstance(item, TokenEvent):
+                if pending is not None:
+                    yield sse(convert.stream_token_event(index, pending, params))
+                    index += 1
+                pending = item
+            else:
+                final, pending = convert.stream_final_event(index, pending, item, params), None
+                yield sse(final)
+    except Exception as exc:  # the stream has started: the error becomes its last event, as TGI does
+        if pending is not None:
+            yield sse(convert.stream_token_event(index, pending, params))
+        yield exception_event(exc)
+
+
+async def _stream_response(request: Request, body: GenerateRequest, model: str | None) -> StreamingResponse:
+    provider, model_id = await _prepared(request, model, body.parameters, streaming=True)
+    items = await started(iterate_in_thread(lambda: provider.stream(model_id, body.inputs, body.parameters)))
+    return StreamingResponse(_tgi_events(items, body.parameters), media_type="text/event-stream")
+
+
+async def _generate(request: Request, body: GenerateRequest, model: str | None) -> dict[str, Any]:
+    provider, model_id = await _prepared(request, model, body.parameters, streaming=False)
+    result = await run_in_threadpool(provider.generate, model_id, body.inputs, body.parameters)
+    return convert.generate_response(result, body.parameters)
+
+
+@router.post("/generate", summary="Generate tokens (TGI)")
+async def generate(request: Request, body: GenerateRequest, model: str | None = ModelQuery) -> dict[str, Any]:
+    """TGI's /generate, with grammar kinds choice and grammar and per-token extras."""
+    return await _generate(request, body, model)
+
+
+@router.post("/generate_stream", summary="Generate a stream of tokens with Server-Sent Events (TGI)")
+async def generate_stream(request: Request, body: GenerateRequest, model: str | None = ModelQuery) -> StreamingResponse:
+    """TGI's /generate_stream: `data: {...}` events; errors after the start arrive as a last error event."""
+    return await _stream_response(request, body, model)
+
+
+@router.post("/", summary="Generate, or stream when `stream` is true (TGI compat route)")
+async def compat_generate(request: Request, body: GenerateRequest, model: str | None = ModelQuery) -> Any:
+    """TGI's compat route, which huggingface_hub's InferenceClient(base_url=...) posts to."""
+    if body.stream:
+        return await _stream_response(request, body, model)
+    return [await _generate(request, body, model)]
+
+
+@router.get("/info", summary="Served model info and limits (TGI)")
+async def info(request: Request, model: str | None = ModelQuery) -> dict[str, Any]:
+    """TGI's Info for a served model, with max_top_n_tokens, registered processors and served models."""
+    provider, model_id = resolve(request, model)
+    model_info = await run_in_threadpool(provider.info, model_id)
+    processors = [{"name": f.name, "description": f.description, "builtin": f.builtin} for f in list_factories()]
+    models = [{"id": m, "provider_id": pid} for pid, m in registry_of(request).models()]
+    return convert.tgi_info(model_info, processors=processors, models=models)
+
+
+@open_router.get("/health", summary="Health check (never needs the API key)")
+async def health(request: Request) -> dict[str, Any]:
+    return {"status": "ok", "models": len(registry_of(request).models())}
+
+
+@router.post("/tokenize", summary="Tokenize inputs (TGI)")
+async def tokenize(request: Request, body: GenerateRequest, model: str | None = ModelQuery) -> list[dict[str, Any]]:
+    provider, model_id = resolve(request, model)
+    tokens = await run_in_threadpool(provider.tokenize, model_id, body.inputs)
+    return [token.model_dump() for token in tokens]
+
+
+@router.post("/next_token", summary="The next token's distribution, raw and constrained, without sampling")
+async def next_token(request: Request, body: convert.NextTokenRequest) -> NextTokenDistribution:
+    """For a prompt or messages, after an optional prefix of the answer, under the request's constraint."""
+    inputs = body.prompt()
+    provider, model_id = resolve(request, body.model)
+    return await run_in_threadpool(
+        lambda: provider.next_token(model_id, inputs, body.parameters, prefix=body.prefix, top_k=body.top_k)
+    )

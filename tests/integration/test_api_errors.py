@@ -1,0 +1,110 @@
+"""Every bad input gets `{"error", "error_type"}` naming the problem, never a 500; the API key guards the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import huggingface_hub
+import openai
+import pytest
+from huggingface_hub import InferenceClient
+from huggingface_hub.errors import TextGenerationError
+from huggingface_hub.errors import ValidationError as HubValidationError
+
+from tests.spec import validate
+
+KEY = "test-key-123"
+
+
+@pytest.fixture(autouse=True)
+def hub_reaches_localhost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite runs with HF_HUB_OFFLINE=1, which blocks every huggingface_hub request; ours go to 127.0.0.1."""
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+
+
+def _params(**params: Any) -> dict[str, Any]:
+    return {"inputs": "Hello", "parameters": {"max_new_tokens": 3, **params}}
+
+
+@pytest.mark.parametrize(
+    ("body", "error_type", "message"),
+    [
+        (_params(grammar={"type": "json", "value": {"type": "nonsense"}}), "constraint", "not a valid JSON Schema at type"),
+        (_params(grammar={"type": "json", "value": "{not json"}), "constraint", "invalid JSON in JSON schema"),
+        (_params(grammar={"type": "regex", "value": "(ab"}), "constraint", "invalid regex at position 0"),
+        (_params(grammar={"type": "grammar", "value": "start: undefined_rule"}), "constraint", "undefined_rule"),
+        (_params(best_of=2), "validation", "parameters.best_of: best_of > 1 needs sampling"),
+        (_params(stop=["a", "b", "c", "d", "e"]), "validation", "parameters.stop: List should have at most 4 items"),
+        (_params(max_tokens=3), "validation", "parameters.max_tokens: unknown field"),
+        ({"inputs": "Hello", "options": {}}, "validation", "options: unknown field"),
+        ({"inputs": "hi " * 9000}, "validation", "the prompt has 9001 tokens; this model takes at most"),
+        (_params(logits_processors=[{"name": "no_such_processor"}]), "processor", "unknown logits processor 'no_such_processor'"),
+        (_params(top_n_tokens=21), "validation", "parameters.top_n_tokens: must be <= 20"),
+    ],
+    ids=["invalid-schema", "schema-not-json", "invalid-regex", "invalid-grammar", "best_of-greedy", "five-stops",
+         "unknown-parameter", "unknown-field", "prompt-too-long", "unknown-processor", "top_n_tokens"],
+)
+def test_generate_rejects_with_422(server_url: str, body: dict[str, Any], error_type: str, message: str) -> None:
+    response = httpx.post(f"{server_url}/generate", json=body, timeout=120)
+    assert response.status_code == 422, response.text
+    validate(response.json(), "ErrorResponse")
+    assert response.json()["error_type"] == error_type
+    assert message in response.json()["error"]
+
+
+def test_unknown_model_is_named(server_url: str) -> None:
+    response = httpx.post(f"{server_url}/generate?model=gpt-9", json=_params(), timeout=60)
+    assert response.status_code == 404
+    assert response.json()["error_type"] == "model"
+    assert "no provider serves model 'gpt-9'" in response.json()["error"]
+
+
+def test_stream_errors_before_the_first_token_are_plain_422(server_url: str) -> None:
+    body = _params(grammar={"type": "regex", "value": "(ab"})
+    response = httpx.post(f"{server_url}/generate_stream", json=body, timeout=60)
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/json"
+    best_of = httpx.post(f"{server_url}/generate_stream", json=_params(best_of=2, do_sample=True), timeout=60)
+    assert "best_of > 1 is not supported when streaming" in best_of.json()["error"]
+
+
+def test_inference_client_sees_the_message(server_url: str) -> None:
+    client = InferenceClient(base_url=server_url, timeout=60)
+    with pytest.raises(HubValidationError, match="best_of > 1 needs sampling"):
+        client.text_generation("Hi", max_new_tokens=3, best_of=2)
+    with pytest.raises(TextGenerationError, match="invalid regex"):  # error_type "constraint": UnknownError
+        client.text_generation("Hi", max_new_tokens=3, grammar={"type": "regex", "value": "(ab"})
+
+
+def test_openai_sdk_gets_422_with_the_message(server_url: str) -> None:
+    client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=60, max_retries=0)
+    bad_schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 12}}}
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        client.chat.completions.create(model="embedded", messages=[{"role": "user", "content": "x"}],
+                                       response_format=bad_schema, max_tokens=3)
+    assert "not a valid JSON Schema" in caught.value.body
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        client.chat.completions.create(model="embedded", messages=[{"role": "user", "content": "x"}],
+                                       logprobs=True, top_logprobs=30)
+    assert "top_logprobs: Input should be less than or equal to 20" in caught.value.body
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "x"}])
+    assert "no provider serves model 'gpt-9'" in caught.value.body
+
+
+def test_api_key_guards_every_api_route(start_server: Any) -> None:
+    url = start_server("--no-ui", "--api-key", KEY)
+    assert httpx.get(f"{url}/health", timeout=30).status_code == 200
+    for method, path in [("GET", "/info"), ("POST", "/generate"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models")]:
+        response = httpx.request(method, f"{url}{path}", json=_params(), timeout=30)
+        assert response.status_code == 401, path
+        assert response.json()["error_type"] == "authentication"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).models.list()
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, timeout=120, max_retries=0)
+    answer = client.chat.completions.create(model="embedded", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    assert answer.choices[0].message.content
+    tgi = InferenceClient(base_url=url, api_key=KEY, timeout=120)
+    assert tgi.text_generation("Hi", max_new_tokens=2)
+    assert httpx.get(f"{url}/", timeout=30, follow_redirects=True).status_code == 200  # --no-ui: / leads to /docs

@@ -1,0 +1,131 @@
+"""The OpenAI-compatible routes on a live server, through the openai SDK and huggingface_hub's client."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import huggingface_hub
+import jsonschema
+import openai
+import pytest
+from huggingface_hub import InferenceClient
+
+from tests.spec import sse_events
+
+PET_SCHEMA = {
+    "type": "object",
+    "properties": {"kind": {"enum": ["cat", "dog"]}, "age": {"type": "integer", "minimum": 0, "maximum": 30}},
+    "required": ["kind", "age"],
+    "additionalProperties": False,
+}
+ASK_PET = [{"role": "user", "content": "Describe a pet as JSON."}]
+PET_FORMAT = {"type": "json_schema", "json_schema": {"name": "pet", "schema": PET_SCHEMA, "strict": True}}
+
+
+@pytest.fixture(autouse=True)
+def hub_reaches_localhost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite runs with HF_HUB_OFFLINE=1, which blocks every huggingface_hub request; ours go to 127.0.0.1."""
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+
+
+@pytest.fixture(scope="module")
+def client(server_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=300, max_retries=0)
+
+
+def test_json_schema_answers_validate_for_each_of_n_choices(client: openai.OpenAI) -> None:
+    completion = client.chat.completions.create(
+        model="embedded", messages=ASK_PET, response_format=PET_FORMAT, n=2, seed=5, max_tokens=40
+    )
+    assert [c.index for c in completion.choices] == [0, 1]
+    for choice in completion.choices:
+        jsonschema.validate(json.loads(choice.message.content), PET_SCHEMA)
+        assert choice.finish_reason == "stop"
+        assert choice.model_extra["validation"]["valid"] is True
+    assert [c.model_extra["seed"] for c in completion.choices] == [5, 6]  # choice i is seed + i
+    assert completion.usage.completion_tokens > 0
+    assert completion.usage.total_tokens == completion.usage.prompt_tokens + completion.usage.completion_tokens
+
+
+def test_logprobs_with_top_logprobs(client: openai.OpenAI) -> None:
+    completion = client.chat.completions.create(
+        model="embedded", messages=[{"role": "user", "content": "Say hello."}], temperature=0, max_tokens=5,
+        logprobs=True, top_logprobs=3,
+    )
+    content = completion.choices[0].logprobs.content
+    assert 0 < len(content) <= 5
+    assert "".join(entry.token for entry in content) == completion.choices[0].message.content
+    for entry in content:
+        assert len(entry.top_logprobs) == 3
+        assert entry.top_logprobs[0].token == entry.token  # greedy picks the top token
+        assert entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob >= entry.top_logprobs[2].logprob
+        assert entry.bytes == list(entry.token.encode("utf-8"))
+        assert entry.model_extra["raw_logprob"] == pytest.approx(entry.logprob, abs=1e-4)  # unconstrained
+
+
+def test_streaming_with_usage_matches_the_plain_answer(client: openai.OpenAI) -> None:
+    kwargs = dict(model="embedded", messages=[{"role": "user", "content": "Name three colors."}], temperature=0, max_tokens=8)
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
+    plain = client.chat.completions.create(**kwargs)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == plain.choices[0].message.content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [plain.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage == plain.usage
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_stop_sequence_is_trimmed_as_openai_does(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "Count from 1 to 9 separated by commas."}]
+    full = client.chat.completions.create(model="embedded", messages=messages, temperature=0, max_tokens=20)
+    text = full.choices[0].message.content
+    assert "4" in text, text
+    stopped = client.chat.completions.create(model="embedded", messages=messages, temperature=0, max_tokens=20, stop=["4"])
+    assert stopped.choices[0].message.content == text[: text.index("4")]
+    assert stopped.choices[0].finish_reason == "stop"
+    streamed = client.chat.completions.create(model="embedded", messages=messages, temperature=0, max_tokens=20,
+                                              stop="4", stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == text[: text.index("4")]
+
+
+@pytest.mark.parametrize(
+    "extra_body",
+    [{"structured_outputs": {"choice": ["yes", "no"]}}, {"guided_choice": ["yes", "no"]}, {"guided_regex": "(yes|no)"}],
+    ids=["structured_outputs", "guided_choice", "guided_regex"],
+)
+def test_vllm_style_constraints(client: openai.OpenAI, extra_body: dict) -> None:
+    completion = client.chat.completions.create(
+        model="embedded", messages=[{"role": "user", "content": "Is water wet?"}], max_tokens=5, seed=1, extra_body=extra_body
+    )
+    assert completion.choices[0].message.content in ("yes", "no")
+    assert completion.choices[0].model_extra["validation"]["valid"] is True
+
+
+def test_inference_client_chat_completion_with_response_format(server_url: str) -> None:
+    hf = InferenceClient(base_url=server_url, timeout=300)
+    output = hf.chat_completion(ASK_PET, response_format=PET_FORMAT, max_tokens=40, seed=3)
+    jsonschema.validate(json.loads(output.choices[0].message.content), PET_SCHEMA)
+    chunks = list(hf.chat_completion(ASK_PET, response_format={"type": "json_object", "value": PET_SCHEMA},
+                                     max_tokens=40, seed=3, stream=True))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    jsonschema.validate(json.loads(streamed), PET_SCHEMA)
+
+
+def test_raw_chat_stream_ends_with_done(server_url: str) -> None:
+    body = {"model": "embedded", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "stream": True}
+    with httpx.stream("POST", f"{server_url}/v1/chat/completions", json=body, timeout=300) as response:
+        events = sse_events(response.iter_lines())
+    assert events[-1] == "[DONE]"
+    assert events[-2]["choices"][0]["finish_reason"] == "length"
+    assert all(e["object"] == "chat.completion.chunk" for e in events[:-1])
+
+
+def test_models_list_and_run_time_registration(client: openai.OpenAI, server_url: str) -> None:
+    ids = [m.id for m in client.models.list()]
+    assert "embedded" in ids and any(i.startswith("SmolLM2-135M-Instruct") for i in ids)
+    registered = httpx.post(f"{server_url}/v1/models", json={"id": "embedded", "provider_id": "local"}, timeout=60)
+    assert registered.status_code == 200
+    assert registered.json()["owned_by"] == "local"
+    assert registered.json()["id"] in ids

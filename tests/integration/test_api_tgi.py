@@ -1,0 +1,179 @@
+"""The TGI-compatible routes on a live server, checked against TGI's spec and with huggingface_hub's client."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import httpx
+import huggingface_hub
+import jsonschema
+import pytest
+from huggingface_hub import InferenceClient
+
+from tests.spec import sse_events, validate
+
+PET_SCHEMA = {
+    "type": "object",
+    "properties": {"kind": {"enum": ["cat", "dog"]}, "age": {"type": "integer", "minimum": 0, "maximum": 30}},
+    "required": ["kind", "age"],
+    "additionalProperties": False,
+}
+OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+IPV4 = rf"{OCTET}(\.{OCTET}){{3}}"
+
+
+@pytest.fixture(autouse=True)
+def hub_reaches_localhost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite runs with HF_HUB_OFFLINE=1, which blocks every huggingface_hub request; ours go to 127.0.0.1."""
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+
+
+def post(url: str, path: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{url}{path}", json=body, timeout=300)
+
+
+def test_info_matches_the_spec(server_url: str) -> None:
+    info = httpx.get(f"{server_url}/info", timeout=30).json()
+    validate(info, "Info")
+    assert info["model_id"].startswith("SmolLM2-135M-Instruct")
+    assert (info["max_best_of"], info["max_stop_sequences"], info["max_top_n_tokens"]) == (4, 4, 20)
+    assert info["max_input_tokens"] < info["max_total_tokens"]
+    assert {"ban_strings", "max_whitespace"} <= {p["name"] for p in info["processors"]}
+    assert {"id": "embedded", "provider_id": "local"} in info["models"]
+
+
+def test_generate_json_schema_with_every_detail(server_url: str) -> None:
+    body = {
+        "inputs": "A pet as JSON: ",
+        "parameters": {"grammar": {"type": "json", "value": PET_SCHEMA}, "details": True,
+                       "decoder_input_details": True, "top_n_tokens": 3, "max_new_tokens": 40},
+    }
+    response = post(server_url, "/generate", body)
+    assert response.status_code == 200, response.text
+    data = response.json()
+    validate(data, "GenerateResponse")
+    jsonschema.validate(json.loads(data["generated_text"]), PET_SCHEMA)
+    details = data["details"]
+    assert details["finish_reason"] == "eos_token"
+    assert details["generated_tokens"] == len(details["tokens"]) == len(details["top_tokens"])
+    assert all(1 <= len(row) <= 3 for row in details["top_tokens"])  # fewer where the constraint allows fewer
+    assert all(len(t["raw_top_tokens"]) == 3 for t in details["tokens"])
+    prompt_ids = [t["id"] for t in post(server_url, "/tokenize", {"inputs": body["inputs"]}).json()]
+    assert [p["id"] for p in details["prefill"]] == prompt_ids
+    assert details["prefill"][0]["logprob"] is None and details["prefill"][1]["logprob"] < 0
+    first = details["tokens"][0]
+    assert first["raw_logprob"] <= 0 and 0 < first["mass_kept"] <= 1.001
+    assert len(first["raw_top_tokens"]) == 3
+    assert data["validation"] == {"valid": True, "message": "valid against the schema", "enforced": True}
+    assert data["constraint_kind"] == "json_schema"
+
+
+@pytest.mark.parametrize(
+    ("grammar", "pattern"),
+    [
+        ({"type": "json_schema", "value": {"name": "pet", "schema": PET_SCHEMA}}, None),
+        ({"type": "regex", "value": IPV4}, IPV4),
+        ({"type": "choice", "value": ["yes", "no", "maybe"]}, "yes|no|maybe"),
+        ({"type": "grammar", "value": 'start: ("yes" | "no") "!"'}, "(yes|no)!"),
+    ],
+    ids=["json_schema", "regex", "choice", "grammar"],
+)
+def test_each_grammar_kind_is_enforced(server_url: str, grammar: dict[str, Any], pattern: str | None) -> None:
+    response = post(server_url, "/generate", {"inputs": "Answer: ", "parameters": {"grammar": grammar, "max_new_tokens": 30}})
+    data = response.json()
+    validate(data, "GenerateResponse")
+    if pattern is None:
+        jsonschema.validate(json.loads(data["generated_text"]), PET_SCHEMA)
+    else:
+        assert re.fullmatch(pattern, data["generated_text"]), data["generated_text"]
+    assert data["validation"]["valid"] is True
+
+
+def test_generate_without_details_and_with_full_text(server_url: str) -> None:
+    data = post(server_url, "/generate", {"inputs": "1, 2, 3,", "parameters": {"max_new_tokens": 3, "return_full_text": True}}).json()
+    validate(data, "GenerateResponse")
+    assert data["details"] is None  # TGI answers with details only when asked
+    assert data["generated_text"].startswith("1, 2, 3,") and len(data["generated_text"]) > len("1, 2, 3,")
+
+
+def test_finish_reasons_length_and_stop_sequence(server_url: str) -> None:
+    length = post(server_url, "/generate", {"inputs": "1, 2, 3, 4,", "parameters": {"max_new_tokens": 2, "details": True}}).json()
+    assert (length["details"]["finish_reason"], length["details"]["generated_tokens"]) == ("length", 2)
+    stop = post(server_url, "/generate", {"inputs": "1, 2, 3, 4,", "parameters": {"max_new_tokens": 12, "stop": [" 6"], "details": True}}).json()
+    validate(stop, "GenerateResponse")
+    assert stop["details"]["finish_reason"] == "stop_sequence"
+    assert stop["details"]["stop_sequence"] == " 6"
+    assert stop["generated_text"].endswith(" 6")  # TGI keeps the stop sequence in the text
+
+
+def test_best_of_returns_the_other_candidates(server_url: str) -> None:
+    params = {"best_of": 2, "do_sample": True, "seed": 7, "details": True, "max_new_tokens": 5,
+              "grammar": {"type": "choice", "value": ["red", "green", "blue"]}}
+    data = post(server_url, "/generate", {"inputs": "A color: ", "parameters": params}).json()
+    validate(data, "GenerateResponse")
+    others = data["details"]["best_of_sequences"]
+    assert len(others) == 1
+    assert others[0]["generated_text"] in ("red", "green", "blue")
+    assert others[0]["validation"]["valid"] is True
+    assert {data["details"]["seed"], others[0]["seed"]} == {7, 8}
+    assert data["details"]["total_logprob"] >= others[0]["total_logprob"]
+
+
+def test_stream_events_follow_the_spec_and_match_generate(server_url: str) -> None:
+    body = {"inputs": "The sky is", "parameters": {"max_new_tokens": 6, "details": True, "top_n_tokens": 2}}
+    with httpx.stream("POST", f"{server_url}/generate_stream", json=body, timeout=300) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(response.iter_lines())
+    for event in events:
+        validate(event, "StreamResponse")
+        assert len(event["top_tokens"]) == 2
+    assert [e["index"] for e in events] == list(range(len(events)))
+    assert all(e["generated_text"] is None and e["details"] is None for e in events[:-1])
+    final = events[-1]
+    text = "".join(e["token"]["text"] for e in events if not e["token"]["special"])
+    assert final["generated_text"] == text
+    assert final["details"]["generated_tokens"] == len(events)
+    assert final["details"]["input_length"] > 0
+    assert post(server_url, "/generate", body).json()["generated_text"] == text  # greedy: same text
+
+
+def test_inference_client_text_generation_with_details(server_url: str) -> None:
+    client = InferenceClient(base_url=server_url, timeout=300)
+    output = client.text_generation("My IP address is ", max_new_tokens=20, details=True, top_n_tokens=2,
+                                    decoder_input_details=True, grammar={"type": "regex", "value": IPV4})
+    assert re.fullmatch(IPV4, output.generated_text)
+    assert output.details.finish_reason in ("eos_token", "length")
+    assert len(output.details.prefill) > 0
+    assert all(1 <= len(row) <= 2 for row in output.details.top_tokens)
+    assert output.details.tokens[0].logprob <= 0
+    assert output["validation"]["valid"] is True  # our extras ride along as extra keys
+
+
+def test_inference_client_streaming(server_url: str) -> None:
+    client = InferenceClient(base_url=server_url, timeout=300)
+    outputs = list(client.text_generation("Colors: red,", max_new_tokens=4, stream=True, details=True))
+    assert len(outputs) == 4
+    assert outputs[-1].details.finish_reason == "length"
+    assert outputs[-1].generated_text == "".join(o.token.text for o in outputs)
+    texts = list(client.text_generation("Colors: red,", max_new_tokens=4, stream=True))
+    assert "".join(texts) == outputs[-1].generated_text
+
+
+def test_tokenize(server_url: str) -> None:
+    tokens = post(server_url, "/tokenize", {"inputs": "Hello world"}).json()
+    validate(tokens, "TokenizeResponse")
+    assert "".join(t["text"] for t in tokens) == "Hello world"
+
+
+def test_next_token_distribution_raw_and_constrained(server_url: str) -> None:
+    body = {"inputs": "The capital of France is", "top_k": 10,
+            "parameters": {"grammar": {"type": "choice", "value": [" Paris", " London"]}}}
+    data = post(server_url, "/next_token", body).json()
+    allowed = [c for c in data["candidates"] if c["allowed"]]
+    assert allowed and all(" Paris".startswith(c["text"]) or " London".startswith(c["text"]) for c in allowed)
+    assert all(c["logprob"] is None for c in data["candidates"] if not c["allowed"])
+    assert 0 < data["mass_kept"] < 1
+    chat = post(server_url, "/next_token", {"messages": [{"role": "user", "content": "Hi"}], "top_k": 5, "prefix": "Hello"}).json()
+    assert chat["prefix"] == "Hello" and len(chat["candidates"]) == 5 and chat["mass_kept"] > 0.99

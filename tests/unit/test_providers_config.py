@@ -1,0 +1,212 @@
+"""The providers file: strict validation, discovery, unreachable providers, run-time registration."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from playground.errors import ModelError, ParameterError, ProviderError
+from playground.providers.base import Provider
+from playground.providers.config import (
+    REMOTE_TYPES,
+    LocalConfig,
+    ProvidersFileError,
+    build_registry,
+    load_registry,
+    read_providers_file,
+    register_model,
+)
+from playground.providers.tgi import TGIProvider
+from playground.providers.vllm import VLLMProvider
+from playground.types import GenerateParameters
+from tests.stub_server import StubReply, models_list, serve, tgi_info  # noqa: F401 (fixture)
+from tests.support import REPO_ROOT, free_port
+
+
+class FakeLocal:
+    """Stands in for LocalProvider in the unit tier (no model here); records what it was built with."""
+
+    provider_type = "local::transformers"
+
+    def __init__(self, config: LocalConfig) -> None:
+        self.provider_id = "local"
+        self.config = config
+        self.loaded = ["SmolLM2-embedded"]
+
+    def list_models(self) -> list[str]:
+        return list(self.loaded)
+
+    def load(self, name: str) -> str:
+        self.loaded.append(name)
+        return name
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "providers.yaml"
+    path.write_text(text)
+    return path
+
+
+def build(tmp_path: Path, text: str):
+    return build_registry(write(tmp_path, text), local_factory=FakeLocal)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("providers:\n  - {provider_id: v, provider_type: remote::vllm, config: {base_ur: http://x}}\n",
+         "providers[0].config.base_ur: unknown field (allowed: base_url, api_key_env, timeout_s, model, model_prefix"),
+        ("providers:\n  - {provider_id: v, provider_type: remote::vllm, config: {}}\n",
+         "providers[0].config.base_url: field required"),
+        ("providers:\n  - {provider_id: v, provider_type: remote::llama, config: {}}\n",
+         "providers[0].provider_type: Input should be 'local::transformers', 'remote::openai', 'remote::vllm', 'remote::tgi' or 'remote::hf-inference'"),
+        ("providers:\n  - {provider_id: v, provider_type: remote::tgi, config: {base_url: http://x, timeout_s: 0}}\n",
+         "providers[0].config.timeout_s: Input should be greater than 0"),
+        ("providers:\n  - {provider_id: l, provider_type: local::transformers, config: {modle: x}}\n",
+         "providers[0].config.modle: unknown field (allowed: model, device, dtype, trust_remote_code)"),
+        ("provider:\n  - {provider_id: l, provider_type: local::transformers}\n", "provider: unknown field"),
+        ("providers: []\n", "providers: List should have at least 1 item"),
+        ("providers:\n  - {provider_id: a, provider_type: local::transformers}\n  - {provider_id: a, provider_type: local::transformers}\n",
+         "provider_id 'a' is used by more than one provider"),
+        ("providers:\n  - {provider_id: a, provider_type: local::transformers}\nmodels:\n  - {model_id: m, provider_id: b}\n",
+         "models[0].provider_id: unknown provider 'b' (configured: a)"),
+        ("providers:\n  - {provider_id: a, provider_type: local::transformers\n", "not valid YAML"),
+        ("- just a list\n", "expected a mapping with `providers:`"),
+    ],
+)
+def test_mistakes_name_the_file_and_the_field(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ProvidersFileError) as caught:
+        read_providers_file(path)
+    assert caught.value.message.startswith(str(path))
+    assert message in caught.value.message
+
+
+def test_yaml_errors_say_where_and_missing_files_say_so(tmp_path: Path) -> None:
+    with pytest.raises(ProvidersFileError, match=r"expected .* at line 3, column 1 \(while parsing a flow mapping\)"):
+        read_providers_file(write(tmp_path, "providers:\n  - {provider_id: a, provider_type: x\n"))
+    with pytest.raises(ProvidersFileError, match="cannot read providers file .*nope.yaml: No such file"):
+        read_providers_file(tmp_path / "nope.yaml")
+
+
+def test_the_example_file_is_valid() -> None:
+    parsed, configs = read_providers_file(REPO_ROOT / "examples" / "providers.yaml")
+    assert [p.provider_type for p in parsed.providers] == [
+        "local::transformers", "remote::vllm", "remote::tgi", "remote::openai", "remote::hf-inference"]
+    assert configs[2].model_prefix == "tgi/"
+    assert configs[4].base_url == "https://router.huggingface.co/v1"
+
+
+def test_discovery_prefixes_declared_models_and_the_local_factory(serve, tmp_path: Path) -> None:
+    stub = serve({"GET /v1/models": StubReply(json=models_list("qwen", "llama")), "GET /info": StubReply(json=tgi_info("t/model"))})
+    registry, problems = build(tmp_path, f"""
+providers:
+  - {{provider_id: mine, provider_type: local::transformers, config: {{model: embedded, device: cpu}}}}
+  - {{provider_id: v, provider_type: remote::vllm, config: {{base_url: "{stub.url}/v1"}}}}
+  - {{provider_id: t, provider_type: remote::tgi, config: {{base_url: "{stub.url}", model_prefix: "tgi/"}}}}
+models:
+  - {{model_id: llama, provider_id: v}}
+  - {{model_id: t/model, provider_id: t}}
+""")
+    assert problems == []
+    assert registry.models() == [("mine", "SmolLM2-embedded"), ("mine", "embedded"), ("t", "tgi/t/model"), ("v", "llama"),
+                                 ("v", "qwen")]
+    local = registry.providers["mine"]
+    assert (local.provider_id, local.config.model, local.config.device) == ("mine", "embedded", "cpu")
+    provider, model = registry.resolve("tgi/t/model")
+    assert isinstance(provider, TGIProvider) and provider.upstream(model) == "t/model"
+    assert registry.default_model == "SmolLM2-embedded"
+
+
+def test_a_declared_model_the_provider_does_not_serve_is_refused(serve, tmp_path: Path) -> None:
+    stub = serve({"GET /v1/models": StubReply(json=models_list("qwen"))})
+    with pytest.raises(ProvidersFileError, match=r"models\[0\]: provider 'v' does not serve model 'gpt-9' \(it serves: qwen\)"):
+        build(tmp_path, f"""
+providers: [{{provider_id: v, provider_type: remote::vllm, config: {{base_url: "{stub.url}/v1"}}}}]
+models: [{{model_id: gpt-9, provider_id: v}}]
+""")
+
+
+def test_two_providers_claiming_one_name_must_use_a_prefix(serve, tmp_path: Path) -> None:
+    stub = serve({"GET /v1/models": StubReply(json=models_list("qwen"))})
+    with pytest.raises(ProvidersFileError, match="model 'qwen' is served by both 'a' and 'b'; set model_prefix"):
+        build(tmp_path, f"""
+providers:
+  - {{provider_id: a, provider_type: remote::vllm, config: {{base_url: "{stub.url}/v1"}}}}
+  - {{provider_id: b, provider_type: remote::openai, config: {{base_url: "{stub.url}/v1", api_key_env: null}}}}
+""")
+
+
+def test_a_local_load_name_claimed_by_a_remote_is_a_conflict(serve, tmp_path: Path) -> None:
+    stub = serve({"GET /v1/models": StubReply(json=models_list("embedded"))})
+    with pytest.raises(ProvidersFileError, match="model 'embedded' is served by both 'local' and 'v'; set model_prefix"):
+        build(tmp_path, f"""
+providers:
+  - {{provider_id: local, provider_type: local::transformers, config: {{model: embedded}}}}
+  - {{provider_id: v, provider_type: remote::vllm, config: {{base_url: "{stub.url}/v1"}}}}
+""")
+
+
+def test_every_remote_provider_implements_the_protocol(serve) -> None:
+    for cls in REMOTE_TYPES.values():
+        provider = cls("p", cls.config_class(base_url="http://127.0.0.1:1"))
+        assert isinstance(provider, Provider), cls
+        assert provider.provider_type == cls.provider_type
+
+
+def test_an_unreachable_provider_is_reported_and_its_declared_models_kept(tmp_path: Path, monkeypatch, caplog) -> None:
+    monkeypatch.delenv("MISSING_KEY_FOR_TEST", raising=False)
+    url = f"http://127.0.0.1:{free_port()}"
+    text = f"""
+providers:
+  - {{provider_id: local, provider_type: local::transformers}}
+  - {{provider_id: down, provider_type: remote::vllm, config: {{base_url: "{url}/v1", api_key_env: MISSING_KEY_FOR_TEST}}}}
+models: [{{model_id: qwen, provider_id: down}}]
+default_model: qwen
+"""
+    registry, problems = build(tmp_path, text)
+    assert problems[0] == ("provider 'down': environment variable MISSING_KEY_FOR_TEST (api_key_env) is not set; "
+                           "requests go without an API key")
+    assert problems[1].startswith(f"provider 'down' failed: cannot connect to {url}/v1/models")
+    assert problems[1].endswith("the models the file declares for it are registered unchecked")
+    assert ("down", "qwen") in registry.models() and registry.default_model == "qwen"
+    provider, model = registry.resolve("qwen")
+    with pytest.raises(ProviderError) as caught:
+        provider.generate(model, "hi", GenerateParameters())
+    assert caught.value.status == 502 and "provider 'down' failed: cannot connect" in caught.value.message
+    with caplog.at_level(logging.WARNING, logger="playground.providers"):
+        load_registry(write(tmp_path, text), local_factory=FakeLocal)
+    assert any("cannot connect" in r.getMessage() for r in caplog.records)
+
+
+def test_default_model_must_be_served(tmp_path: Path) -> None:
+    with pytest.raises(ProvidersFileError, match="default_model 'nope' is not served by any provider"):
+        build(tmp_path, "providers: [{provider_id: l, provider_type: local::transformers}]\ndefault_model: nope\n")
+
+
+def test_register_model_at_run_time(serve, tmp_path: Path) -> None:
+    stub = serve({"GET /v1/models": StubReply(json=models_list("qwen", "late"))})
+    registry, _ = build(tmp_path, f"""
+providers:
+  - {{provider_id: local, provider_type: local::transformers}}
+  - {{provider_id: v, provider_type: remote::vllm, config: {{base_url: "{stub.url}/v1", model_prefix: "v/"}}}}
+  - {{provider_id: o, provider_type: remote::openai, config: {{base_url: "{stub.url}/v1", api_key_env: null,
+      discover_models: false}}}}
+""")
+    stub.routes["GET /v1/models"] = StubReply(json=models_list("qwen", "late", "newer"))
+    assert register_model(registry, "newer", "v") == "v/newer"
+    assert register_model(registry, "v/late", "v") == "v/late"
+    assert isinstance(registry.resolve("v/newer")[0], VLLMProvider)
+    with pytest.raises(ModelError, match=r"provider 'v' does not serve model 'gpt-9' \(it serves: qwen, late, newer\)"):
+        register_model(registry, "gpt-9", "v")
+    assert register_model(registry, "gpt-4o-mini", "o") == "gpt-4o-mini"  # discovery off: taken as declared
+    assert register_model(registry, "HuggingFaceTB/SmolLM2-360M", "local") == "HuggingFaceTB/SmolLM2-360M"
+    with pytest.raises(ModelError, match=r"unknown provider 'x' \(configured: local, o, v\)"):
+        register_model(registry, "m", "x")
+    with pytest.raises(ParameterError, match="model 'gpt-4o-mini' is already served by provider 'o'"):
+        register_model(registry, "gpt-4o-mini", "local")
+    stub.stop()
+    with pytest.raises(ProviderError, match="provider 'v' failed: cannot connect"):
+        register_model(registry, "more", "v")

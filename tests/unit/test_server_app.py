@@ -1,0 +1,98 @@
+"""The app's edges without a model: one error shape, field-naming 422s, the API key, the docs."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from playground.providers.registry import Registry
+from playground.server import create_app
+from playground.server.errors import validation_message
+
+KEY = "s3cret"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+@pytest.fixture(scope="module")
+def client() -> TestClient:
+    return TestClient(create_app(Registry([]), api_key=KEY, ui=False))
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/info"), ("POST", "/generate"), ("POST", "/generate_stream"), ("POST", "/"), ("POST", "/tokenize"),
+     ("POST", "/next_token"), ("GET", "/v1/models"), ("POST", "/v1/models"), ("POST", "/v1/chat/completions")],
+)
+def test_every_api_route_needs_the_key(client: TestClient, method: str, path: str) -> None:
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        response = client.request(method, path, headers=headers, json={})
+        assert response.status_code == 401, (path, headers)
+        assert response.json()["error_type"] == "authentication"
+        assert "Authorization: Bearer" in response.json()["error"]
+
+
+def test_health_and_docs_stay_open(client: TestClient) -> None:
+    assert client.get("/health").json() == {"status": "ok", "models": 0}
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/generate", "/generate_stream", "/info", "/tokenize", "/next_token", "/v1/chat/completions"} <= set(paths)
+    assert "swagger" in client.get("/docs").text.lower()
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/generate", {"inputs": "x", "parameters": {"top_p": 3}},
+         "parameters.top_p: Input should be less than or equal to 1"),
+        ("/generate", {"inputs": "x", "parameters": {"max_tokens": 3}},
+         "parameters.max_tokens: unknown field"),
+        ("/generate", {"inputs": "x", "parameters": {"stop": ["a", "b", "c", "d", "e"]}},
+         "parameters.stop: List should have at most 4 items"),
+        ("/generate", {"inputs": "x", "parameters": {"grammar": {"type": "yaml", "value": "a"}}},
+         "parameters.grammar.type: Input should be 'json', 'json_schema', 'regex', 'choice' or 'grammar'"),
+        ("/generate", {"parameters": {}}, "inputs: field required"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 21},
+         "top_logprobs: Input should be less than or equal to 20"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": []},
+         "tools: unknown field"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+         "messages[0].content: only text content parts are supported"),
+        ("/v1/models", {"id": "m"}, "provider_id: field required"),
+    ],
+)
+def test_bad_requests_are_422_naming_the_field(client: TestClient, path: str, body: dict, message: str) -> None:
+    response = client.post(path, json=body, headers=AUTH)
+    assert response.status_code == 422
+    assert response.json()["error_type"] == "validation"
+    assert message in response.json()["error"]
+
+
+def test_invalid_json_body(client: TestClient) -> None:
+    response = client.post("/generate", content=b"{nope", headers={**AUTH, "content-type": "application/json"})
+    assert response.status_code == 422
+    assert response.json()["error"].startswith("request body is not valid JSON")
+
+
+def test_unknown_model_and_provider(client: TestClient) -> None:
+    response = client.post("/v1/chat/completions", headers=AUTH,
+                           json={"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})
+    assert response.status_code == 404
+    assert response.json() == {"error": "no provider serves model 'gpt-9' (served: none)", "error_type": "model"}
+    response = client.post("/v1/models", headers=AUTH, json={"id": "m", "provider_id": "far"})
+    assert response.status_code == 404
+    assert "unknown provider 'far'" in response.json()["error"]
+
+
+def test_unknown_route_uses_the_same_shape(client: TestClient) -> None:
+    response = client.get("/v2/nothing")
+    assert response.status_code == 404
+    assert response.json() == {"error": "Not Found", "error_type": "not_found"}
+
+
+def test_validation_message_joins_every_error() -> None:
+    errors = [
+        {"loc": ("body", "parameters", "seed"), "msg": "Input should be greater than or equal to 0", "type": "x"},
+        {"loc": ("body", "messages", 0, "role"), "msg": "Value error, bad role", "type": "value_error"},
+    ]
+    assert validation_message(errors) == (
+        "parameters.seed: Input should be greater than or equal to 0; messages[0].role: bad role"
+    )

@@ -1,0 +1,125 @@
+"""OpenAI chat bodies map to one constraint and TGI parameters; stop sequences are trimmed as OpenAI does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from playground.errors import ParameterError
+from playground.server import chat
+from playground.types import GeneratedToken, GenerationResult, Sequence, Token
+
+USER = [{"role": "user", "content": "hi"}]
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
+
+
+def _request(**fields: Any) -> chat.ChatRequest:
+    return chat.ChatRequest.model_validate({"messages": USER, **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "grammar"),
+    [
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA, "strict": True}}},
+         {"type": "json", "value": SCHEMA}),
+        ({"response_format": {"type": "json_object"}}, {"type": "json", "value": {"type": "object"}}),
+        ({"response_format": {"type": "json_object", "value": SCHEMA}}, {"type": "json", "value": SCHEMA}),
+        ({"response_format": {"type": "json_schema", "value": {"name": "x", "schema": SCHEMA}}},
+         {"type": "json_schema", "value": {"name": "x", "schema": SCHEMA}}),
+        ({"response_format": {"type": "regex", "value": "[0-9]+"}}, {"type": "regex", "value": "[0-9]+"}),
+        ({"response_format": {"type": "text"}}, None),
+        ({"structured_outputs": {"json": SCHEMA}}, {"type": "json", "value": SCHEMA}),
+        ({"structured_outputs": {"regex": "a|b"}}, {"type": "regex", "value": "a|b"}),
+        ({"structured_outputs": {"choice": ["x", "y"]}}, {"type": "choice", "value": ["x", "y"]}),
+        ({"structured_outputs": {"grammar": "start: \"a\""}}, {"type": "grammar", "value": "start: \"a\""}),
+        ({"guided_json": SCHEMA}, {"type": "json", "value": SCHEMA}),
+        ({"guided_regex": "a+"}, {"type": "regex", "value": "a+"}),
+        ({"guided_choice": ["p", "q"]}, {"type": "choice", "value": ["p", "q"]}),
+        ({"guided_grammar": "start: \"b\""}, {"type": "grammar", "value": "start: \"b\""}),
+        ({}, None),
+    ],
+)
+def test_each_way_of_asking_for_a_constraint(fields: dict[str, Any], grammar: dict[str, Any] | None) -> None:
+    params = chat.chat_parameters(_request(**fields), seed=1)
+    assert (params.grammar.model_dump() if params.grammar else None) == grammar
+
+
+def test_two_constraints_at_once_are_refused_by_name() -> None:
+    with pytest.raises(ParameterError, match="response_format, guided_regex: give one constraint"):
+        chat.chat_parameters(_request(response_format={"type": "json_object"}, guided_regex="a"), seed=1)
+
+
+def test_sampling_mapping() -> None:
+    greedy = chat.chat_parameters(_request(temperature=0, top_p=0.5, max_tokens=7, stop="END"), seed=3)
+    assert (greedy.do_sample, greedy.temperature, greedy.top_p, greedy.sampling) == (False, None, None, False)
+    assert (greedy.max_new_tokens, greedy.stop, greedy.seed) == (7, ["END"], 3)
+    default = chat.chat_parameters(_request(logprobs=True, top_logprobs=3, max_completion_tokens=5), seed=4)
+    assert (default.do_sample, default.top_n_tokens, default.max_new_tokens, default.details) == (True, 3, 5, True)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"presence_penalty": 0.5}, "presence_penalty: not supported"),
+        ({"n": 9}, "n: at most 8 choices per request, got 9"),
+        ({"top_logprobs": 2}, "top_logprobs: needs logprobs"),
+        ({"frequency_penalty": -2.0}, "frequency_penalty: Input should be greater than -2"),
+    ],
+)
+def test_refused_parameters_name_the_field(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ParameterError, match=message):
+        chat.chat_parameters(_request(**fields), seed=0)
+
+
+def test_bad_response_format_is_a_validation_error() -> None:
+    with pytest.raises(ValidationError, match="type 'json_schema' needs json_schema"):
+        _request(response_format={"type": "json_schema"})
+    with pytest.raises(ValidationError, match="whitespace_pattern"):
+        _request(structured_outputs={"json": SCHEMA, "whitespace_pattern": " "})
+
+
+def _seq(text: str, reason: str = "stop_sequence", stop: str | None = "END") -> Sequence:
+    return Sequence(generated_text=text, finish_reason=reason, generated_tokens=3, stop_sequence=stop)
+
+
+def test_trim_stop_cuts_at_the_stop_sequence() -> None:
+    assert chat.trim_stop("abcEND", _seq("abcEND")) == "abc"
+    assert chat.trim_stop("abcENDxy", _seq("abcENDxy")) == "abc"
+    assert chat.trim_stop("abcEND", _seq("abcEND", reason="length", stop=None)) == "abcEND"
+
+
+def test_stop_holdback_never_sends_part_of_the_stop() -> None:
+    holdback = chat.StopHoldback(["END"])
+    sent = [holdback.feed(piece) for piece in ["ab", "cE", "N", "D!"]]
+    assert sent == ["ab", "c", "", ""]
+    assert holdback.finish(_seq("abcEND!")) == ""
+    released = chat.StopHoldback(["END"])
+    assert [released.feed(p) for p in ["aE", "x"]] == ["a", "Ex"]
+    assert released.finish(_seq("aEx", reason="length", stop=None)) == ""
+
+
+def _result(text: str, reason: str) -> GenerationResult:
+    top = [Token(id=1, text="<", logprob=-0.1), Token(id=2, text="é", logprob=-2.0)]
+    tokens = [
+        GeneratedToken(id=1, text="<", logprob=-0.1, raw_logprob=-0.5, mass_kept=0.9, top_tokens=top),
+        GeneratedToken(id=0, text="</s>", logprob=-0.2, special=True),
+    ]
+    seq = Sequence(generated_text=text, finish_reason=reason, generated_tokens=2, tokens=tokens, seed=8)
+    return GenerationResult(model_id="m", prompt="p", input_length=4, best=seq)
+
+
+def test_completion_response_is_openai_shaped() -> None:
+    from openai.types.chat import ChatCompletion
+
+    req = _request(logprobs=True, top_logprobs=1)
+    body = chat.completion_response("m", [_result("<", "eos_token"), _result("<", "length")], req)
+    parsed = ChatCompletion.model_validate(body)
+    assert [c.finish_reason for c in parsed.choices] == ["stop", "length"]
+    entry = parsed.choices[0].logprobs.content[0]
+    assert (entry.token, entry.logprob, entry.bytes) == ("<", -0.1, [60])
+    assert [t.token for t in entry.top_logprobs] == ["<"]
+    assert len(parsed.choices[0].logprobs.content) == 1  # the EOS token is not content
+    assert body["choices"][0]["validation"]["valid"] is None
+    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}

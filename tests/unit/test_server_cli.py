@@ -1,0 +1,45 @@
+"""app.py: documented flags, their defaults, the API key from the environment, and a clear plugin failure."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import app
+from tests.support import REPO_ROOT, child_env
+
+FLAGS = ["--model", "--host", "--port", "--providers", "--custom-modules", "--api-key", "--device", "--dtype",
+         "--threads", "--trust-remote-code", "--compile-timeout", "--max-new-tokens", "--no-ui"]
+
+
+def test_help_documents_every_flag() -> None:
+    out = subprocess.run([sys.executable, "app.py", "--help"], cwd=REPO_ROOT, env=child_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0
+    for flag in FLAGS:
+        assert flag in out.stdout, flag
+    assert "127.0.0.1" in out.stdout and "7860" in out.stdout
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PLAYGROUND_API_KEY", raising=False)
+    monkeypatch.delenv("PLAYGROUND_THREADS", raising=False)
+    args = app.parse_args([])
+    assert (args.model, args.host, args.port, args.api_key, args.threads) == ("embedded", "127.0.0.1", 7860, None, 1)
+    assert (args.compile_timeout, args.trust_remote_code, args.no_ui) == (10.0, False, False)
+
+
+def test_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLAYGROUND_API_KEY", "from-env")
+    assert app.parse_args([]).api_key == "from-env"
+    assert app.parse_args(["--api-key", "flag"]).api_key == "flag"
+
+
+def test_a_custom_module_that_fails_stops_start_up_with_exit_2() -> None:
+    out = subprocess.run([sys.executable, "app.py", "--no-ui", "--custom-modules", "no_such_plugin_module"],
+                         cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "cannot import custom module 'no_such_plugin_module'" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,100 @@
+"""A blocking iterator is consumed off the event loop, stops when the consumer leaves, and passes errors on."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from playground.errors import ConstraintError, ProcessorError
+from playground.server.streaming import iterate_in_thread, started
+from playground.server.tgi import _tgi_events
+from playground.types import GeneratedToken, GenerateParameters, TokenEvent
+from tests.spec import sse_events, validate
+
+
+class Counter:
+    """A generator that records how far it ran and whether it was closed, like the engine's decode loop."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.produced = 0
+        self.closed = threading.Event()
+        self.thread_names: set[str] = set()
+
+    def __call__(self) -> Iterator[int]:
+        try:
+            for i in range(self.limit):
+                self.thread_names.add(threading.current_thread().name)
+                self.produced += 1
+                yield i
+        finally:
+            self.closed.set()
+
+
+def test_items_arrive_in_order_from_another_thread() -> None:
+    counter = Counter(5)
+
+    async def collect() -> list[int]:
+        return [item async for item in iterate_in_thread(counter)]
+
+    assert asyncio.run(collect()) == [0, 1, 2, 3, 4]
+    assert counter.thread_names == {"provider-stream"}
+    assert counter.closed.is_set()
+
+
+def test_leaving_early_closes_the_producer() -> None:
+    counter = Counter(10_000_000)
+
+    async def take_two() -> list[int]:
+        out = []
+        stream = iterate_in_thread(counter)
+        async for item in stream:
+            out.append(item)
+            if len(out) == 2:
+                break
+        await stream.aclose()
+        return out
+
+    assert asyncio.run(take_two()) == [0, 1]
+    assert counter.closed.wait(timeout=30)
+    assert counter.produced < 10_000_000
+
+
+def test_errors_reach_the_consumer_before_the_first_item() -> None:
+    def failing() -> Iterator[int]:
+        raise ConstraintError("bad schema")
+        yield 0
+
+    async def first() -> None:
+        await started(iterate_in_thread(failing))
+
+    with pytest.raises(ConstraintError, match="bad schema"):
+        asyncio.run(first())
+
+
+def test_started_keeps_the_first_item() -> None:
+    async def run() -> list[int]:
+        stream = await started(iterate_in_thread(Counter(3)))
+        return [item async for item in stream]
+
+    assert asyncio.run(run()) == [0, 1, 2]
+
+
+def test_an_error_mid_stream_becomes_the_last_event() -> None:
+    async def items():
+        yield TokenEvent(index=0, token=GeneratedToken(id=1, text="a", logprob=-0.5))
+        yield TokenEvent(index=0, token=GeneratedToken(id=2, text="b", logprob=-0.5))
+        raise ProcessorError("processor 'boom' failed: ValueError: no")
+
+    async def collect() -> list[str]:
+        return [chunk async for chunk in _tgi_events(items(), GenerateParameters())]
+
+    events = sse_events("".join(asyncio.run(collect())).splitlines())
+    for event in events[:2]:
+        validate(event, "StreamResponse")
+    assert [e["token"]["text"] for e in events[:2]] == ["a", "b"]
+    assert events[2] == {"error": "processor 'boom' failed: ValueError: no", "error_type": "processor"}
+    validate(events[2], "ErrorResponse")
