@@ -10,6 +10,7 @@ from typing import Any
 from playground.engine import Engine
 from playground.errors import ModelError
 from playground.models import load_model
+from playground.settings import gpu_decorator
 from playground.providers.base import Inputs, ModelInfo, SimpleToken
 from playground.types import GenerateParameters, GenerationResult, NextTokenDistribution, TokenEvent
 
@@ -37,6 +38,11 @@ class LocalProvider:
         self._engines: dict[str, Engine] = {e.model_id: e for e in engines or []}
         self._aliases: dict[str, str] = {}
         self._lock = threading.Lock()
+        # On a ZeroGPU Space the GPU is attached only inside spaces.GPU-decorated calls; elsewhere identity.
+        gpu = gpu_decorator()
+        self._generate = gpu(self._generate_on_device)
+        self._stream = gpu(self._stream_on_device)
+        self._next_token = gpu(self._next_token_on_device)
 
     def list_models(self) -> list[str]:
         with self._lock:
@@ -78,20 +84,31 @@ class LocalProvider:
         )
 
     def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
-        result = self.engine(model).generate(inputs, params)
-        result.provider_id = self.provider_id
-        return result
+        return self._generate(self.engine(model), inputs, params)
 
     def stream(self, model: str, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
-        for event in self.engine(model).stream(inputs, params):
-            if isinstance(event, GenerationResult):
-                event.provider_id = self.provider_id
-            yield event
+        return self._stream(self.engine(model), inputs, params)
 
     def next_token(
         self, model: str, inputs: Inputs, params: GenerateParameters, *, prefix: str = "", top_k: int = 20
     ) -> NextTokenDistribution:
-        return self.engine(model).next_token_distribution(inputs, params, prefix=prefix, top_k=top_k)
+        return self._next_token(self.engine(model), inputs, params, prefix, top_k)
+
+    def _generate_on_device(self, engine: Engine, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
+        result = engine.generate(inputs, params)
+        result.provider_id = self.provider_id
+        return result
+
+    def _stream_on_device(self, engine: Engine, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
+        for event in engine.stream(inputs, params):
+            if isinstance(event, GenerationResult):
+                event.provider_id = self.provider_id
+            yield event
+
+    def _next_token_on_device(
+        self, engine: Engine, inputs: Inputs, params: GenerateParameters, prefix: str, top_k: int
+    ) -> NextTokenDistribution:
+        return engine.next_token_distribution(inputs, params, prefix=prefix, top_k=top_k)
 
     def tokenize(self, model: str, text: str) -> list[SimpleToken]:
         return [SimpleToken(**t) for t in self.engine(model).tokenize(text)]

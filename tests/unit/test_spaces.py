@@ -280,3 +280,20 @@ def test_our_spaces_folder_does_not_pass_for_huggingface_spaces(monkeypatch: pyt
 
     assert settings.gpu_decorator({"SPACES_ZERO_GPU": "1"})(generate) is generate
     assert getattr(sys.modules["spaces"], "__file__", None) is None
+
+
+def test_local_provider_runs_generation_under_spaces_gpu(stand_in_spaces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from playground.providers.local import LocalProvider
+    from playground.types import GenerateParameters, GenerationResult, Sequence
+
+    class Engine:
+        model_id = "m"
+
+        def generate(self, inputs, params):
+            best = Sequence(generated_text=inputs, finish_reason="length", generated_tokens=0)
+            return GenerationResult(model_id="m", prompt=inputs, input_length=1, best=best)
+
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    provider = LocalProvider([Engine()])  # type: ignore[list-item]
+    assert provider.generate("m", "hello", GenerateParameters()).generated_text == "hello"
+    assert [name for name, _, _ in sys.modules["spaces"].calls] == ["_generate_on_device"]
