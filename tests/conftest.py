@@ -93,9 +93,13 @@ def chromium_launch_args() -> dict:
     return {"executable_path": CHROMIUM, "headless": True, "args": list(CHROMIUM_ARGS)}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_launch_args: dict):
-    """One headless Chromium for the session, driven by playwright's sync API."""
+    """A headless Chromium per module, driven by playwright's sync API.
+
+    Not per session: while playwright's sync API is active the main thread has a running event loop,
+    which would break every later test that calls asyncio.run.
+    """
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
