@@ -1,0 +1,208 @@
+"""The playground UI: `create_ui(registry)` builds the Gradio Blocks; the API mounts it at "/"."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import gradio as gr
+
+from playground.providers.registry import Registry
+from playground.ui import controls, handlers, layout, render
+from playground.ui.handlers import Panels
+from playground.ui.state import ChatState, Form, UISettings
+
+__all__ = ["create_ui", "UISettings"]
+
+Comps = dict[str, Any]
+
+
+def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.Blocks:
+    """Build the playground's Blocks for the models `registry` serves."""
+    settings = settings or UISettings()
+    with gr.Blocks(title=settings.title, analytics_enabled=False) as demo:
+        gr.Markdown(
+            f"## {render.esc(settings.title)}\n"
+            "Constrain a model with a JSON schema, a regex, a choice list or a grammar, then see what the "
+            "constraint did to every token."
+        )
+        comps = layout.render_all(registry)
+        comps["state"] = gr.State(ChatState())
+        _setup_events(demo, registry, settings, comps)
+    return demo
+
+
+def _panel_outputs(c: Comps) -> list[Any]:
+    return [c["state"], c["chatbot"], c["tokens"], c["finish"], c["verdict"], c["bestof"], c["error"], c["chat_input"]]
+
+
+def _panel_values(panels: Panels) -> tuple:
+    """Panels as output values; a None field leaves its component as it is."""
+    values = (panels.tokens, panels.details, panels.verdict, panels.bestof, panels.error, panels.input_text)
+    return (panels.state, panels.chatbot, *(gr.skip() if value is None else value for value in values))
+
+
+def _form(values: tuple) -> Form:
+    return Form.from_values(list(values))
+
+
+def _chat_fn(registry: Registry) -> Callable[..., Iterator[tuple]]:
+    def chat(user_text: str, state: ChatState, *values: Any) -> Iterator[tuple]:
+        try:
+            form = _form(values)
+        except Exception as exc:  # noqa: BLE001
+            yield _panel_values(Panels.failed(state, exc))
+            return
+        for panels in handlers.chat(registry, form, state, user_text):
+            yield _panel_values(panels)
+
+    return chat
+
+
+def _retry_fn(registry: Registry) -> Callable[..., Iterator[tuple]]:
+    def retry(state: ChatState, *values: Any) -> Iterator[tuple]:
+        try:
+            form = _form(values)
+        except Exception as exc:  # noqa: BLE001
+            yield _panel_values(Panels.failed(state, exc))
+            return
+        for panels in handlers.retry(registry, form, state):
+            yield _panel_values(panels)
+
+    return retry
+
+
+def _setup_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: Comps) -> None:
+    """Wire every event; each handler is a plain function from handlers.py or controls.py."""
+    _setup_constraint_events(demo, c)
+    _setup_model_events(demo, registry, settings, c)
+    _setup_chat_events(registry, c)
+    _setup_tab_events(registry, settings, c)
+    _setup_session_events(c)
+
+
+def _setup_constraint_events(demo: gr.Blocks, c: Comps) -> None:
+    def on_kind(kind: str, message: str) -> tuple:
+        text, example_message = controls.example_for(kind, None)
+        examples, editor, processor_group = layout.kind_view(kind)
+        chat_text = controls.suggested_message(message, example_message)
+        return examples, {**editor, "value": text}, processor_group, chat_text
+
+    def on_example(kind: str, title: str | None, message: str) -> tuple:
+        text, example_message = controls.example_for(kind, title)
+        return text, controls.suggested_message(message, example_message)
+
+    c["kind"].input(
+        on_kind,
+        [c["kind"], c["chat_input"]],
+        [c["example"], c["constraint_text"], c["processor_group"], c["chat_input"]],
+    ).then(
+        controls.constraint_status, [c["kind"], c["constraint_text"]], c["constraint_status"], show_progress="hidden"
+    )
+    c["example"].input(
+        on_example, [c["kind"], c["example"], c["chat_input"]], [c["constraint_text"], c["chat_input"]]
+    ).then(
+        controls.constraint_status, [c["kind"], c["constraint_text"]], c["constraint_status"], show_progress="hidden"
+    )
+    c["constraint_text"].change(
+        controls.constraint_status,
+        [c["kind"], c["constraint_text"]],
+        c["constraint_status"],
+        show_progress="hidden",
+        trigger_mode="always_last",
+    )
+    c["processor"].input(controls.processor_help, c["processor"], [c["processor_help"], c["processor_params"]])
+    demo.load(lambda: gr.update(choices=controls.processor_choices()), None, c["processor"])
+
+
+def _setup_model_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: Comps) -> None:
+    def on_model(name: str, progress: gr.Progress = gr.Progress(track_tqdm=True)) -> tuple:
+        try:
+            status = controls.choose_model(registry, name, settings, progress)
+        except Exception as exc:  # noqa: BLE001
+            return gr.skip(), render.error_box(handlers.error_message(exc))
+        return gr.update(choices=controls.model_choices(registry), value=name), status
+
+    c["model"].change(on_model, c["model"], [c["model"], c["model_status"]], trigger_mode="always_last")
+    demo.load(on_model, c["model"], [c["model"], c["model_status"]])
+
+
+def _setup_chat_events(registry: Registry, c: Comps) -> None:
+    form = layout.form_inputs(c)
+    outputs = _panel_outputs(c)
+    next_token = lambda state: handlers.next_token(registry, state)  # noqa: E731
+    running = []
+    for trigger in (c["chat_input"].submit, c["send"].click):
+        event = trigger(_chat_fn(registry), [c["chat_input"], c["state"], *form], outputs, show_progress="minimal")
+        event.then(next_token, c["state"], c["next_token"], show_progress="hidden")
+        running.append(event)
+    for trigger in (c["retry"].click, c["chatbot"].retry):
+        event = trigger(_retry_fn(registry), [c["state"], *form], outputs, show_progress="minimal")
+        event.then(next_token, c["state"], c["next_token"], show_progress="hidden")
+        running.append(event)
+    c["stop_btn"].click(lambda: render.box("warn", "■ stopped by the user"), None, c["finish"], cancels=running)
+    for trigger in (c["undo"].click, c["chatbot"].undo):
+        trigger(lambda state: _panel_values(handlers.undo(state)), c["state"], outputs).then(
+            lambda: "", None, c["next_token"]
+        )
+    for trigger in (c["clear"].click, c["chatbot"].clear):
+        trigger(lambda state: _panel_values(handlers.clear(state)), c["state"], outputs).then(
+            lambda: "", None, c["next_token"]
+        )
+    c["mode"].change(handlers.set_mode, [c["state"], c["mode"]], [c["state"], c["tokens"]], show_progress="hidden")
+
+    def on_token_click(state: ChatState, evt: gr.EventData) -> str:
+        index = getattr(evt, "index", None)
+        return handlers.next_token(registry, state, int(index) if isinstance(index, (int, float)) else None)
+
+    c["tokens"].click(on_token_click, c["state"], c["next_token"], show_progress="minimal")
+
+
+def _setup_tab_events(registry: Registry, settings: UISettings, c: Comps) -> None:
+    form = layout.form_inputs(c)
+
+    def on_compare(text: str, state: ChatState, *values: Any) -> tuple[str, str]:
+        try:
+            return handlers.compare(registry, _form(values), state, text)
+        except Exception as exc:  # noqa: BLE001
+            box = render.error_box(handlers.error_message(exc))
+            return box, box
+
+    c["compare"].click(on_compare, [c["compare_input"], c["state"], *form], [c["compare_left"], c["compare_right"]])
+    code_outputs = [c[f"code_{key}"] for key, _ in layout.CODE_TABS]
+
+    def on_code(state: ChatState, *values: Any) -> list[str]:
+        try:
+            code = controls.code_snippets(registry, _form(values), state, settings)
+        except Exception as exc:  # noqa: BLE001
+            message = f"# cannot build the request: {handlers.error_message(exc)}"
+            return [message] * len(code_outputs)
+        return [code[key] for key, _ in layout.CODE_TABS]
+
+    c["code_tab"].select(on_code, [c["state"], *form], code_outputs)
+
+
+def _setup_session_events(c: Comps) -> None:
+    form = layout.form_inputs(c)
+
+    def on_export(state: ChatState, *values: Any) -> tuple:
+        try:
+            path = controls.export_file(_form(values), state)
+        except Exception as exc:  # noqa: BLE001
+            return gr.update(visible=False), render.error_box(handlers.error_message(exc))
+        return gr.update(value=path, visible=True), render.box("ok", "✓ exported: download the file above")
+
+    def on_import(path: str | None, state: ChatState) -> tuple:
+        try:
+            loaded, fresh = controls.import_file(path, state.mode)
+        except Exception as exc:  # noqa: BLE001
+            return (*[gr.skip()] * len(form), gr.skip(), gr.skip(), render.error_box(handlers.error_message(exc)))
+        note = render.box("ok", f"✓ imported {len(fresh.messages)} messages and the settings")
+        return (*loaded.values(), fresh, handlers.chatbot_value(fresh.messages), note)
+
+    c["session_export"].click(on_export, [c["state"], *form], [c["session_file"], c["session_status"]])
+    c["session_import"].upload(
+        on_import, [c["session_import"], c["state"]], [*form, c["state"], c["chatbot"], c["session_status"]]
+    ).then(layout.kind_view, c["kind"], [c["example"], c["constraint_text"], c["processor_group"]]).then(
+        controls.constraint_status, [c["kind"], c["constraint_text"]], c["constraint_status"]
+    )

@@ -1,0 +1,155 @@
+"""Handlers of the controls around the chat: constraint editor, model picker, code tab, session file."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from playground.constraints import check_constraint
+from playground.errors import ModelError, PlaygroundError
+from playground.processors import list_factories
+from playground.providers.registry import Registry
+from playground.ui import render, snippets
+from playground.ui.examples import EXAMPLES, PROCESSOR_PARAMS, find_example
+from playground.ui.state import ChatState, Form, UISettings, chat_inputs, export_session, import_session, params_of
+
+Progress = Callable[..., object]
+
+
+# --- constraint editor ---------------------------------------------------------------------------
+
+
+def constraint_status(kind: str, text: str) -> str:
+    """The live check under the editor: the constraint's own error message, or that it is valid."""
+    if kind in ("none", "processor"):
+        return ""
+    if not text.strip():
+        return render.box("warn", f"✗ the {kind} is empty: type one or pick an example", elem_class="pg-constraint-bad")
+    return render.constraint_status(kind, check_constraint(kind, text))
+
+
+def example_for(kind: str, title: str | None) -> tuple[str, str]:
+    """(constraint text, a message that fits it) for an example; empty for kinds without examples."""
+    example = find_example(kind, title)
+    return (example.text, example.message) if example else ("", "")
+
+
+def suggested_message(current: str | None, example_message: str) -> str:
+    """The chat input after picking an example: its message, unless the user typed something of their own."""
+    current = current or ""
+    if not current.strip() or current in {e.message for examples in EXAMPLES.values() for e in examples}:
+        return example_message or current
+    return current
+
+
+def processor_choices() -> list[tuple[str, str]]:
+    """Registered processors as (label, name) pairs for the dropdown."""
+    return [(info.name + (" (built-in)" if info.builtin else ""), info.name) for info in list_factories()]
+
+
+def processor_help(name: str | None) -> tuple[str, str]:
+    """(description html, starting params) of a registered processor."""
+    for info in list_factories():
+        if info.name == name:
+            text = info.description or "no description"
+            return f'<div class="pg-box pg-muted">{render.esc(text)}</div>', PROCESSOR_PARAMS.get(info.name, "")
+    return render.box("warn", "pick a registered processor"), ""
+
+
+# --- models --------------------------------------------------------------------------------------
+
+
+def model_choices(registry: Registry) -> list[tuple[str, str]]:
+    """Every served model as (provider · model, model), grouped by provider."""
+    return [(f"{provider_id} · {model}", model) for provider_id, model in registry.models()]
+
+
+def model_status(registry: Registry, name: str) -> str:
+    """What the picked model is and where it runs."""
+    provider, model_id = registry.resolve(name)
+    info = provider.info(model_id)
+    where = f" on {info.device}" if info.device else ""
+    text = (
+        f"✓ {model_id}{where} · provider {info.provider_id} ({info.provider_type}) · "
+        f"context {info.max_total_tokens} tokens · best_of ≤ {info.max_best_of}"
+    )
+    return render.box("ok", text, elem_class="pg-model-ok")
+
+
+def choose_model(registry: Registry, name: str, settings: UISettings, progress: Progress | None = None) -> str:
+    """Use a served model, or load a hub id / local path into the local provider; returns the status."""
+    name = (name or "").strip()
+    if not name:
+        raise ModelError("type a hub id or a local path, or pick a served model")
+    if name in {model for _, model in registry.models()}:
+        return model_status(registry, name)
+    if not settings.allow_model_loading:
+        raise ModelError(f"model {name!r} is not served here and loading other models is disabled")
+    if not settings.allow_local_paths and (name.startswith((".", "/", "~")) or Path(name).exists()):
+        raise ModelError("local paths are disabled here; type a hub id")
+    if progress is not None:
+        progress(0.1, desc=f"loading {name} …")
+    _load_local(registry, name, settings)
+    if progress is not None:
+        progress(1.0, desc=f"{name} ready")
+    return model_status(registry, name)
+
+
+def _load_local(registry: Registry, name: str, settings: UISettings) -> None:
+    """Load into the registry's local provider (one is added when none is configured) and serve it."""
+    from playground.providers.local import LocalProvider
+
+    local = next((p for p in registry.providers.values() if isinstance(p, LocalProvider)), None)
+    if local is None:
+        options = {"device": settings.device, "dtype": settings.dtype, "threads": settings.threads}
+        local = LocalProvider(
+            load_options=options,
+            engine_options={"compile_timeout_s": settings.compile_timeout_s},
+            allow_local_paths=settings.allow_local_paths,
+        )
+        registry.add_provider(local)
+    model_id = local.load(name)
+    registry.register_model(model_id, local.provider_id)
+    registry.register_model(name, local.provider_id)
+
+
+# --- code tab ------------------------------------------------------------------------------------
+
+
+def code_snippets(registry: Registry, form: Form, state: ChatState, settings: UISettings) -> dict[str, str]:
+    """Snippets for the current settings and the last request's conversation (or an example turn)."""
+    params = params_of(form)
+    _, model = registry.resolve(form.model)
+    if state.request is not None and state.result is not None:
+        inputs, prompt = state.request.inputs, state.result.prompt
+    else:
+        _, message = example_for(form.kind, None)
+        message = message or "Hello!"
+        inputs, prompt = chat_inputs(form.system_prompt, state.messages, message), message
+    return snippets.snippets(settings.base_url, model, inputs, prompt, params)
+
+
+# --- session -------------------------------------------------------------------------------------
+
+
+def export_file(form: Form, state: ChatState) -> str:
+    """Write the session JSON to a temporary file the browser downloads."""
+    handle = tempfile.NamedTemporaryFile(
+        "w", prefix="playground-session-", suffix=".json", delete=False, encoding="utf-8"
+    )
+    with handle:
+        handle.write(export_session(form, state))
+    return handle.name
+
+
+def import_file(path: str | None, current_mode: str = "constrained") -> tuple[Form, ChatState]:
+    """Read a session file back: its settings and its conversation."""
+    if not path:
+        raise PlaygroundError("choose a session .json file to import")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlaygroundError(f"cannot read the session file: {exc}") from None
+    form, messages = import_session(text)
+    return form, ChatState(messages=messages, mode=current_mode)

@@ -1,0 +1,111 @@
+"""Ready-made constraints per kind, each with a prompt the small embedded model answers well."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Example:
+    """A constraint a user can load with one click, and a message that fits it."""
+
+    title: str
+    text: str
+    message: str
+
+
+# The UI's constraint kinds, as (label, value) pairs for the kind picker.
+KINDS: list[tuple[str, str]] = [
+    ("none", "none"),
+    ("JSON schema", "json_schema"),
+    ("regex", "regex"),
+    ("choice", "choice"),
+    ("grammar (Lark)", "grammar"),
+    ("custom processor", "processor"),
+]
+
+# gr.Code highlighting per kind; regex and Lark have no highlighter, so plain text.
+LANGUAGES: dict[str, str | None] = {"json_schema": "json", "choice": None, "regex": None, "grammar": None}
+
+PERSON_SCHEMA = """{
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "maxLength": 20},
+    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "city": {"type": "string", "maxLength": 20}
+  },
+  "required": ["name", "age", "city"],
+  "additionalProperties": false
+}"""
+
+WEATHER_SCHEMA = """{
+  "type": "object",
+  "properties": {
+    "city": {"type": "string", "maxLength": 20},
+    "temperature_c": {"type": "integer", "minimum": -50, "maximum": 60},
+    "sky": {"enum": ["sunny", "cloudy", "rainy", "snowy"]}
+  },
+  "required": ["city", "temperature_c", "sky"],
+  "additionalProperties": false
+}"""
+
+ARITHMETIC_GRAMMAR = """start: expr
+expr: term (OP term)*
+term: NUMBER | "(" expr ")"
+OP: "+" | "-" | "*" | "/"
+NUMBER: /[0-9]{1,4}/"""
+
+YES_NO_GRAMMAR = 'start: answer "."\nanswer: "Yes" | "No"\n'
+
+EXAMPLES: dict[str, list[Example]] = {
+    "json_schema": [
+        Example("Person", PERSON_SCHEMA, "Invent a person and describe them as JSON."),
+        Example("Weather report", WEATHER_SCHEMA, "What is the weather like in Paris today? Answer in JSON."),
+    ],
+    # [0-9] rather than \d: the engines' \d admits every Unicode digit, and small models do use them.
+    "regex": [
+        Example(
+            "IPv4 address",
+            r"((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])",
+            "Give me the IP address of a home router.",
+        ),
+        Example(
+            "ISO date",
+            r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
+            "When did the first person walk on the Moon?",
+        ),
+        Example("Phone number", r"\([0-9]{3}\) [0-9]{3}-[0-9]{4}", "Write a US phone number."),
+    ],
+    "choice": [
+        Example(
+            "Sentiment", "positive\nnegative\nneutral", "Sentiment of: 'I loved this movie, the actors were great!'"
+        ),
+        Example("Capital city", "Paris\nLondon\nBerlin\nMadrid", "What is the capital of France?"),
+    ],
+    "grammar": [
+        Example("Arithmetic", ARITHMETIC_GRAMMAR, "Write an arithmetic expression that equals 12."),
+        Example("Yes or no", YES_NO_GRAMMAR, "Is the sky blue?"),
+    ],
+}
+
+# Params (one per line) to start from for the processors shipped with the playground.
+PROCESSOR_PARAMS: dict[str, str] = {
+    "ban_strings": "the\nThe",
+    "max_whitespace": "1",
+}
+
+SYSTEM_PROMPT = "You are a helpful assistant. Answer briefly."
+
+
+def example_titles(kind: str) -> list[str]:
+    """Titles offered in the example picker for a kind."""
+    return [example.title for example in EXAMPLES.get(kind, [])]
+
+
+def find_example(kind: str, title: str | None) -> Example | None:
+    """The example with that title, or the kind's first one when the title is unknown."""
+    examples = EXAMPLES.get(kind, [])
+    for example in examples:
+        if example.title == title:
+            return example
+    return examples[0] if examples else None

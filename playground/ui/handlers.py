@@ -1,0 +1,258 @@
+"""The chat and insight handlers: plain functions over provider calls, tested without a browser.
+
+Each returns or yields `Panels`, the values of every output the chat drives; errors a user can cause
+become an error box, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from playground.constraints import Constraint
+from playground.errors import ParameterError, PlaygroundError
+from playground.providers.registry import Registry
+from playground.types import GeneratedToken, GenerationResult, TokenEvent
+from playground.ui import render
+from playground.ui.state import ChatState, Form, LastRequest, chat_inputs, params_of
+
+log = logging.getLogger(__name__)
+
+PENDING = "…"
+
+
+@dataclass
+class Panels:
+    """Everything one chat step shows; a field left None leaves that component as it is ("" clears it)."""
+
+    state: ChatState
+    chatbot: list[dict[str, str]]
+    tokens: str | None = None
+    details: str | None = None
+    verdict: str | None = None
+    bestof: str | None = None
+    error: str | None = None
+    input_text: str | None = None
+
+    @classmethod
+    def failed(cls, state: ChatState, exc: BaseException, input_text: str | None = None) -> "Panels":
+        """The conversation as it was, the error's message in the error box, the other panels untouched."""
+        box = render.error_box(error_message(exc))
+        return cls(state=state, chatbot=chatbot_value(state.messages), error=box, input_text=input_text)
+
+    @classmethod
+    def empty(cls, state: ChatState, input_text: str | None = None) -> "Panels":
+        """Every insight panel cleared (a new turn starts, or the conversation was undone or cleared)."""
+        return cls(
+            state=state,
+            chatbot=chatbot_value(state.messages),
+            tokens=render.tokens_html([]),
+            details="",
+            verdict="",
+            bestof="",
+            error="",
+            input_text=input_text,
+        )
+
+
+def error_message(exc: BaseException) -> str:
+    """A PlaygroundError's own message; anything else is named with its type (and logged in full)."""
+    if isinstance(exc, PlaygroundError):
+        return exc.message
+    log.exception("unexpected error in a UI handler", exc_info=exc)
+    return f"unexpected error: {type(exc).__name__}: {exc}"
+
+
+def display(content: str) -> str:
+    """Chat text for the chatbot: JSON answers shown as a code block, the rest as the model wrote it."""
+    stripped = content.strip()
+    if stripped[:1] in ("{", "["):
+        try:
+            json.loads(stripped)
+        except json.JSONDecodeError:
+            return content
+        return f"```json\n{stripped}\n```"
+    return content
+
+
+def chatbot_value(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The conversation in the chatbot's messages format."""
+    return [
+        {"role": m["role"], "content": display(m["content"]) if m["role"] == "assistant" else m["content"]}
+        for m in messages
+    ]
+
+
+def result_panels(state: ChatState, result: GenerationResult) -> Panels:
+    """Every panel for a finished result."""
+    details = render.details_html(result)
+    if result.warnings:
+        details += render.box("warn", "; ".join(result.warnings))
+    return Panels(
+        state=state,
+        chatbot=chatbot_value(state.messages),
+        tokens=render.tokens_html(result.best.tokens, state.mode),
+        details=details,
+        verdict=render.validation_html(result.best, result.constraint_kind),
+        bestof=render.bestof_html(result),
+        error="",
+    )
+
+
+def _answer_text(tokens: list[GeneratedToken]) -> str:
+    return "".join(token.text for token in tokens if not token.special)
+
+
+def _run(registry: Registry, request: LastRequest) -> Iterator[TokenEvent | GenerationResult]:
+    """Stream when one candidate is asked for; best_of runs to completion (TGI refuses to stream it)."""
+    provider, model_id = registry.resolve(request.model)
+    if (request.params.best_of or 1) > 1:
+        yield provider.generate(model_id, request.inputs, request.params)
+        return
+    yield from provider.stream(model_id, request.inputs, request.params)
+
+
+def chat(
+    registry: Registry, form: Form, state: ChatState, user_text: str, history: list[dict[str, str]] | None = None
+) -> Iterator[Panels]:
+    """Send one user message after `history` (default: the conversation) and stream the answer."""
+    history = state.messages if history is None else history
+    try:
+        if not user_text.strip():
+            raise ParameterError("type a message first", field="chat-input")
+        inputs = chat_inputs(form.system_prompt, history, user_text)
+        request = LastRequest(model=form.model, inputs=inputs, params=params_of(form))
+        registry.resolve(request.model)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the UI
+        yield Panels.failed(state, exc)
+        return
+    yield from _turn(registry, state, request, user_text, history)
+
+
+def _turn(
+    registry: Registry, state: ChatState, request: LastRequest, user_text: str, history: list[dict[str, str]]
+) -> Iterator[Panels]:
+    before = list(state.messages)
+    answer = {"role": "assistant", "content": PENDING}
+    state.messages = list(history) + [{"role": "user", "content": user_text}, answer]
+    yield Panels.empty(state, input_text="")
+    tokens: list[GeneratedToken] = []
+    try:
+        for event in _run(registry, request):
+            if isinstance(event, GenerationResult):
+                answer["content"] = event.generated_text
+                state.result, state.request = event, request
+                yield result_panels(state, event)
+            elif event.index == 0:
+                tokens.append(event.token)
+                answer["content"] = _answer_text(tokens) or PENDING
+                tokens_html = render.tokens_html(tokens, state.mode, popovers=False)
+                yield Panels(state=state, chatbot=chatbot_value(state.messages), tokens=tokens_html)
+    except Exception as exc:  # noqa: BLE001 - the conversation is restored and the message shown
+        state.messages = before
+        yield Panels.failed(state, exc, input_text=user_text)
+
+
+def retry(registry: Registry, form: Form, state: ChatState) -> Iterator[Panels]:
+    """Answer the last user message again, with the current settings."""
+    history = list(state.messages)
+    while history and history[-1]["role"] == "assistant":
+        history.pop()
+    if not history:
+        yield Panels.failed(state, ParameterError("nothing to retry yet"))
+        return
+    user_text = history.pop()["content"]
+    yield from chat(registry, form, state, user_text, history)
+
+
+def undo(state: ChatState) -> Panels:
+    """Remove the last exchange and give its user message back to the input box."""
+    messages = list(state.messages)
+    while messages and messages[-1]["role"] == "assistant":
+        messages.pop()
+    restored = messages.pop()["content"] if messages else ""
+    state.messages, state.result, state.request = messages, None, None
+    return Panels.empty(state, input_text=restored)
+
+
+def clear(state: ChatState) -> Panels:
+    """An empty conversation; the settings stay."""
+    return Panels.empty(ChatState(mode=state.mode), input_text="")
+
+
+def set_mode(state: ChatState, mode: str) -> tuple[ChatState, str]:
+    """Recolour the token panel by raw or constrained probability."""
+    state.mode = "raw" if mode == "raw" else "constrained"
+    tokens = state.result.best.tokens if state.result else []
+    return state, render.tokens_html(tokens, state.mode)
+
+
+def next_token(registry: Registry, state: ChatState, index: int | None = None, top_k: int = 20) -> str:
+    """The next-token chart at the end of the prompt (index None) or just before answer token `index`."""
+    if state.request is None or state.result is None:
+        return '<div class="pg-chart pg-empty">Send a message to see the next-token distribution.</div>'
+    tokens = state.result.best.tokens
+    try:
+        if index is None:
+            prefix, where = "", "at the end of the prompt (the answer's first token)"
+        else:
+            if not 0 <= index < len(tokens):
+                raise ParameterError(f"token index {index} is out of range (the answer has {len(tokens)} tokens)")
+            prefix = _answer_text(tokens[:index])
+            where = f"at token #{index} ({tokens[index].text!r})"
+        provider, model_id = registry.resolve(state.request.model)
+        params = state.request.params.model_copy(update={"best_of": None})
+        dist = provider.next_token(model_id, state.request.inputs, params, prefix=prefix, top_k=top_k)
+    except Exception as exc:  # noqa: BLE001
+        return render.error_box(error_message(exc))
+    return render.next_token_html(dist, where)
+
+
+def _side(title: str, result: GenerationResult, verdict_html: str) -> str:
+    return (
+        f'<div class="pg-side"><h4>{render.esc(title)}</h4>'
+        f'<pre class="answer">{render.esc(result.generated_text)}</pre>'
+        f"{verdict_html}{render.details_html(result)}{render.tokens_html(result.best.tokens)}</div>"
+    )
+
+
+def compare(registry: Registry, form: Form, state: ChatState, user_text: str) -> tuple[str, str]:
+    """The same turn without and with the constraint; the unconstrained answer is judged by it too."""
+    try:
+        text = user_text.strip() or _last_user(state)
+        if form.kind == "none":
+            raise ParameterError("pick a constraint (or a custom processor) to compare against")
+        provider, model_id = registry.resolve(form.model)
+        inputs = chat_inputs(form.system_prompt, _without_last_exchange(state.messages, user_text), text)
+        free = provider.generate(model_id, inputs, params_of(form, constrained=False))
+        bound = provider.generate(model_id, inputs, params_of(form))
+    except Exception as exc:  # noqa: BLE001
+        box = render.error_box(error_message(exc))
+        return box, box
+    if form.kind == "processor":
+        judged = render.box("muted", "custom processors have no verdict")
+    else:
+        verdict = Constraint.parse(form.kind, form.constraint_text).validate(free.generated_text)
+        judged = render.validation_html(free.best.model_copy(update={"validation": verdict}), form.kind)
+    return _side("unconstrained", free, judged), _side(
+        "constrained", bound, render.validation_html(bound.best, bound.constraint_kind)
+    )
+
+
+def _last_user(state: ChatState) -> str:
+    for message in reversed(state.messages):
+        if message["role"] == "user":
+            return message["content"]
+    raise ParameterError("type a message to compare (the conversation has none yet)")
+
+
+def _without_last_exchange(messages: list[dict[str, str]], user_text: str) -> list[dict[str, str]]:
+    """History before the compared turn: when re-running the last user message, drop that exchange."""
+    if user_text.strip():
+        return messages
+    history = list(messages)
+    while history and history[-1]["role"] == "assistant":
+        history.pop()
+    return history[:-1]

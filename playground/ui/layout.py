@@ -1,0 +1,271 @@
+"""The Gradio layout: small `_render_*` helpers that build components and return them by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from playground.providers.registry import Registry
+from playground.ui import controls
+from playground.ui.examples import KINDS, LANGUAGES, SYSTEM_PROMPT, example_titles
+from playground.ui.render import tokens_html
+from playground.ui.state import Form
+
+CSS = (Path(__file__).parent / "static" / "ui.css").read_text(encoding="utf-8")
+# Clicking a token pins its popover and asks the server for the next-token chart at that position.
+TOKEN_CLICK_JS = (Path(__file__).parent / "static" / "tokens.js").read_text(encoding="utf-8")
+ENGINES = ["auto", "llguidance", "xgrammar", "outlines_core"]
+CODE_TABS = [
+    ("curl_generate", "curl: POST /generate (TGI)"),
+    ("curl_chat", "curl: POST /v1/chat/completions (OpenAI)"),
+    ("openai", "openai SDK"),
+    ("huggingface_hub", "huggingface_hub.InferenceClient"),
+    ("outlines", "Outlines"),
+]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Slider ranges from the default model's /info, so the UI offers what the server accepts."""
+
+    max_best_of: int = 4
+    max_top_n_tokens: int = 20
+    max_new_tokens: int = 1024
+
+
+def limits_for(registry: Registry) -> Limits:
+    """The default model's limits, or TGI's usual ones when it has none."""
+    try:
+        provider, model = registry.resolve(None)
+        info = provider.info(model)
+    except Exception:  # noqa: BLE001 - the UI still opens; choosing a model reports the problem
+        return Limits()
+    return Limits(info.max_best_of, info.max_top_n_tokens, max(16, min(1024, info.max_total_tokens // 2)))
+
+
+def html(elem_id: str, value: str = "", **kwargs: object) -> gr.HTML:
+    """An HTML panel styled by the playground's sheet, with no click behaviour unless asked."""
+    kwargs.setdefault("js_on_load", None)
+    return gr.HTML(value, elem_id=elem_id, css_template=CSS, **kwargs)
+
+
+def _render_model(registry: Registry) -> dict[str, gr.Component]:
+    picker = gr.Dropdown(
+        choices=controls.model_choices(registry),
+        value=registry.default_model,
+        label="Model (pick one, or type a hub id / local path and press Enter)",
+        allow_custom_value=True,
+        filterable=True,
+        elem_id="model-picker",
+    )
+    return {"model": picker, "model_status": html("model-status")}
+
+
+def _render_constraint() -> dict[str, gr.Component]:
+    kind = gr.Radio(choices=KINDS, value="none", label="Constraint", elem_id="constraint-kind")
+    example = gr.Dropdown(
+        choices=[], value=None, label="Ready examples", elem_id="constraint-example", interactive=True, visible=False
+    )
+    text = gr.Code(
+        value="",
+        language=None,
+        lines=8,
+        label="Constraint text",
+        interactive=True,
+        elem_id="constraint-text",
+        visible=False,
+    )
+    status = html("constraint-status")
+    with gr.Group(visible=False) as processor_group:
+        processor = gr.Dropdown(
+            choices=controls.processor_choices(), value=None, label="Processor", elem_id="processor-name"
+        )
+        processor_help = html("processor-help")
+        params = gr.Textbox(label="Params (one per line)", lines=3, elem_id="processor-params")
+    return {
+        "kind": kind,
+        "example": example,
+        "constraint_text": text,
+        "constraint_status": status,
+        "processor_group": processor_group,
+        "processor": processor,
+        "processor_help": processor_help,
+        "processor_params": params,
+    }
+
+
+def _render_parameters(limits: Limits) -> dict[str, gr.Component]:
+    with gr.Accordion("Parameters (TGI names)", open=False, elem_id="parameters"):
+        comps = {
+            "max_new_tokens": gr.Slider(
+                1, limits.max_new_tokens, value=64, step=1, label="max_new_tokens", elem_id="param-max-new-tokens"
+            ),
+            "do_sample": gr.Checkbox(value=False, label="do_sample", elem_id="param-do-sample"),
+            "temperature": gr.Slider(
+                0.05, 2.0, value=1.0, step=0.05, label="temperature (1 = off)", elem_id="param-temperature"
+            ),
+            "top_k": gr.Slider(0, 200, value=0, step=1, label="top_k (0 = off)", elem_id="param-top-k"),
+            "top_p": gr.Slider(0.05, 1.0, value=1.0, step=0.01, label="top_p (1 = off)", elem_id="param-top-p"),
+            "typical_p": gr.Slider(
+                0.05, 1.0, value=1.0, step=0.01, label="typical_p (1 = off)", elem_id="param-typical-p"
+            ),
+            "repetition_penalty": gr.Slider(
+                0.5, 2.0, value=1.0, step=0.05, label="repetition_penalty (1 = off)", elem_id="param-repetition-penalty"
+            ),
+            "frequency_penalty": gr.Slider(
+                -1.95, 2.0, value=0.0, step=0.05, label="frequency_penalty (0 = off)", elem_id="param-frequency-penalty"
+            ),
+            "seed": gr.Textbox(value="", label="seed (blank = random)", placeholder="random", elem_id="param-seed"),
+            "best_of": gr.Slider(
+                1, limits.max_best_of, value=1, step=1, label="best_of (needs sampling)", elem_id="param-best-of"
+            ),
+            "top_n_tokens": gr.Slider(
+                0,
+                limits.max_top_n_tokens,
+                value=5,
+                step=1,
+                label="top_n_tokens (alternatives per token)",
+                elem_id="param-top-n-tokens",
+            ),
+            "stop": gr.Textbox(label="stop (one sequence per line, at most 4)", lines=2, elem_id="param-stop"),
+            "constraint_engine": gr.Dropdown(
+                choices=ENGINES, value="auto", label="constraint engine", elem_id="param-engine"
+            ),
+        }
+    return comps
+
+
+def _render_session() -> dict[str, gr.Component]:
+    with gr.Accordion("Session", open=False, elem_id="session"):
+        export = gr.Button("Export conversation + settings (JSON)", elem_id="session-export", size="sm")
+        file = gr.File(label="Session file", visible=False, elem_id="session-file", interactive=False)
+        upload = gr.UploadButton(
+            "Import session JSON", file_types=[".json"], type="filepath", elem_id="session-import", size="sm"
+        )
+        status = html("session-status")
+    return {"session_export": export, "session_file": file, "session_import": upload, "session_status": status}
+
+
+def _render_sidebar(registry: Registry, limits: Limits) -> dict[str, gr.Component]:
+    comps = _render_model(registry)
+    _merge(comps, _render_constraint())
+    _merge(
+        comps,
+        {"system_prompt": gr.Textbox(value=SYSTEM_PROMPT, label="System prompt", lines=2, elem_id="system-prompt")},
+    )
+    _merge(comps, _render_parameters(limits))
+    _merge(comps, _render_session())
+    return comps
+
+
+def _render_chat_tab() -> dict[str, gr.Component]:
+    chatbot = gr.Chatbot(label="Chat", height=360, elem_id="chatbot", buttons=["copy"])
+    with gr.Row(equal_height=True):
+        chat_input = gr.Textbox(
+            placeholder="Type a message and press Enter", show_label=False, scale=5, elem_id="chat-input"
+        )
+        send = gr.Button("Send", variant="primary", scale=1, elem_id="send-btn")
+        stop = gr.Button("Stop", variant="stop", scale=1, elem_id="stop-btn")
+    with gr.Row():
+        retry = gr.Button("Retry", size="sm", elem_id="retry-btn")
+        undo = gr.Button("Undo", size="sm", elem_id="undo-btn")
+        clear = gr.Button("Clear", size="sm", elem_id="clear-btn")
+    error = html("chat-error")
+    finish = html("finish-reason")
+    verdict = html("validation-status")
+    with gr.Row():
+        with gr.Column(scale=3):
+            gr.Markdown("**Tokens** — hover for alternatives, click for the next-token chart")
+            mode = gr.Radio(
+                ["constrained", "raw"], value="constrained", label="Colour by probability", elem_id="token-mode"
+            )
+            tokens = html("token-panel", tokens_html([]), js_on_load=TOKEN_CLICK_JS)
+        with gr.Column(scale=2):
+            gr.Markdown("**Next token** — raw model against the constraint")
+            next_token = html("next-token-panel")
+    gr.Markdown("**Best-of candidates**")
+    bestof = html("bestof-panel")
+    return {
+        "chatbot": chatbot,
+        "chat_input": chat_input,
+        "send": send,
+        "stop_btn": stop,
+        "retry": retry,
+        "undo": undo,
+        "clear": clear,
+        "error": error,
+        "finish": finish,
+        "verdict": verdict,
+        "mode": mode,
+        "tokens": tokens,
+        "next_token": next_token,
+        "bestof": bestof,
+    }
+
+
+def _render_compare_tab() -> dict[str, gr.Component]:
+    gr.Markdown("The same turn twice: without the constraint and with it. Blank input re-runs your last message.")
+    with gr.Row(equal_height=True):
+        text = gr.Textbox(show_label=False, placeholder="Message to compare", scale=5, elem_id="compare-input")
+        run = gr.Button("Compare", variant="primary", scale=1, elem_id="compare-btn")
+    with gr.Row():
+        left = html("compare-unconstrained")
+        right = html("compare-constrained")
+    return {"compare_input": text, "compare": run, "compare_left": left, "compare_right": right}
+
+
+def _render_code_tab() -> dict[str, gr.Component]:
+    gr.Markdown("Reproduce the current request against this server: your settings, with the last turn's conversation.")
+    return {
+        f"code_{key}": gr.Code(
+            label=label,
+            language="shell" if key.startswith("curl") else "python",
+            interactive=False,
+            elem_id=f"code-{key.replace('_', '-')}",
+        )
+        for key, label in CODE_TABS
+    }
+
+
+def render_all(registry: Registry) -> dict[str, gr.Component]:
+    """Build every component inside the current Blocks; returns them by name (names never repeat)."""
+    limits = limits_for(registry)
+    comps: dict[str, gr.Component] = {}
+    with gr.Row():
+        with gr.Column(scale=2, min_width=320):
+            _merge(comps, _render_sidebar(registry, limits))
+        with gr.Column(scale=5):
+            with gr.Tabs():
+                with gr.Tab("Chat", id="chat"):
+                    _merge(comps, _render_chat_tab())
+                with gr.Tab("Compare", id="compare"):
+                    _merge(comps, _render_compare_tab())
+                with gr.Tab("Code", id="code") as code_tab:
+                    _merge(comps, _render_code_tab())
+    comps["code_tab"] = code_tab
+    return comps
+
+
+def _merge(comps: dict[str, gr.Component], more: dict[str, gr.Component]) -> None:
+    """Add components by name; a repeated name would silently rewire events, so it is refused."""
+    clash = comps.keys() & more.keys()
+    if clash:
+        raise ValueError(f"component names used twice: {sorted(clash)}")
+    comps.update(more)
+
+
+def form_inputs(comps: dict[str, gr.Component]) -> list[gr.Component]:
+    """The form's components in Form field order."""
+    return [comps[name] for name in Form.model_fields]
+
+
+def kind_view(kind: str) -> tuple[dict, dict, dict]:
+    """What a constraint kind shows: its examples, the editor (with its highlighting), the processor group."""
+    titles = example_titles(kind)
+    return (
+        gr.update(choices=titles, value=titles[0] if titles else None, visible=bool(titles)),
+        gr.update(language=LANGUAGES.get(kind), visible=kind not in ("none", "processor")),
+        gr.update(visible=kind == "processor"),
+    )

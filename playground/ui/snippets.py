@@ -1,0 +1,159 @@
+"""Code that reproduces the current request against this server: curl, openai, huggingface_hub, Outlines."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from playground.types import ChatMessage, GenerateParameters, GrammarType
+
+LANGUAGES = {
+    "curl_generate": "shell",
+    "curl_chat": "shell",
+    "openai": "python",
+    "huggingface_hub": "python",
+    "outlines": "python",
+}
+
+
+def py(value: Any, indent: int = 0) -> str:
+    """A Python literal for `value`, one item per line when it does not fit (dicts keep their order)."""
+    flat = repr(value)
+    if len(flat) + indent <= 88 or not isinstance(value, (dict, list)) or not value:
+        return flat
+    pad = " " * (indent + 4)
+    if isinstance(value, dict):
+        items = [f"{pad}{key!r}: {py(item, indent + 4)}" for key, item in value.items()]
+        return "{\n" + ",\n".join(items) + ",\n" + " " * indent + "}"
+    items = [pad + py(item, indent + 4) for item in value]
+    return "[\n" + ",\n".join(items) + ",\n" + " " * indent + "]"
+
+
+def tgi_parameters(params: GenerateParameters) -> dict[str, Any]:
+    """The request's TGI `parameters`, without defaults, so the body shows only what was chosen."""
+    data = params.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    data["details"] = True
+    return data
+
+
+def chat_messages(inputs: list[ChatMessage]) -> list[dict[str, str]]:
+    return [{"role": m.role, "content": m.text()} for m in inputs]
+
+
+def _structured(grammar: GrammarType | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """OpenAI body fields for a constraint: (response_format fields, structured_outputs fields)."""
+    if grammar is None:
+        return {}, {}
+    if grammar.type == "json":
+        schema = {"type": "json_schema", "json_schema": {"name": "answer", "schema": grammar.value, "strict": True}}
+        return {"response_format": schema}, {}
+    key = "grammar" if grammar.type == "grammar" else grammar.type
+    return {}, {"structured_outputs": {key: grammar.value}}
+
+
+def chat_body(model: str, inputs: list[ChatMessage], params: GenerateParameters) -> dict[str, Any]:
+    """The /v1/chat/completions body equivalent to the request (OpenAI names, our extensions)."""
+    body: dict[str, Any] = {"model": model, "messages": chat_messages(inputs), "max_tokens": params.max_new_tokens}
+    for name in ("temperature", "top_p", "seed", "frequency_penalty"):
+        if getattr(params, name) is not None:
+            body[name] = getattr(params, name)
+    if params.stop:
+        body["stop"] = params.stop
+    if params.top_n_tokens:
+        body["logprobs"] = True
+        body["top_logprobs"] = params.top_n_tokens
+    response_format, extra = _structured(params.grammar)
+    body.update(response_format)
+    body.update(extra)
+    if params.logits_processors:
+        body["logits_processors"] = [spec.model_dump() for spec in params.logits_processors]
+    return body
+
+
+def curl(url: str, body: dict[str, Any]) -> str:
+    payload = json.dumps(body, indent=2, ensure_ascii=False)
+    return f"curl -s {shlex.quote(url)} \\\n  -H 'Content-Type: application/json' \\\n  -d {shlex.quote(payload)}"
+
+
+def openai_snippet(base_url: str, body: dict[str, Any]) -> str:
+    standard = {k: v for k, v in body.items() if k not in ("structured_outputs", "logits_processors")}
+    extra = {k: v for k, v in body.items() if k in ("structured_outputs", "logits_processors")}
+    args = ",\n".join(f"    {k}={py(v, 4)}" for k, v in standard.items())
+    if extra:
+        args += f",\n    extra_body={py(extra, 4)}"
+    return (
+        "from openai import OpenAI\n\n"
+        f"client = OpenAI(base_url={py(base_url + '/v1')}, api_key='-')\n"
+        f"completion = client.chat.completions.create(\n{args},\n)\n"
+        "print(completion.choices[0].message.content)\n"
+    )
+
+
+def hf_snippet(base_url: str, prompt: str, params: GenerateParameters) -> str:
+    data = tgi_parameters(params)
+    processors = data.pop("logits_processors", None)
+    data.pop("constraint_engine", None)
+    args = ",\n".join(f"    {k}={py(v, 4)}" for k, v in data.items())
+    note = (
+        "# logits_processors are not a text_generation argument: use the curl or openai snippet for them\n"
+        if processors
+        else ""
+    )
+    return (
+        "from huggingface_hub import InferenceClient\n\n"
+        f"client = InferenceClient(base_url={py(base_url)})\n{note}"
+        f"output = client.text_generation(\n    {py(prompt)},\n{args},\n)\n"
+        "print(output.generated_text)\n"
+        "print(output.details.finish_reason, [t.text for t in output.details.tokens])\n"
+    )
+
+
+def _output_type(grammar: GrammarType | None) -> tuple[str, str]:
+    """(import line, expression) of the Outlines output type for a constraint."""
+    if grammar is None:
+        return "", "None"
+    if grammar.type == "json":
+        return "from outlines.types import JsonSchema\n", f"JsonSchema({py(grammar.value, 4)})"
+    if grammar.type == "regex":
+        return "from outlines.types import Regex\n", f"Regex({py(grammar.value)})"
+    if grammar.type == "choice":
+        return "from outlines.types import Choice\n", f"Choice({py(list(grammar.value))})"
+    return "from outlines.types import CFG\n", f"CFG({py(grammar.value)})"
+
+
+# Chat body fields Outlines sets itself (model, messages, the constraint) or has no use for.
+_NOT_OUTLINES_KWARGS = {"model", "messages", "response_format", "structured_outputs", "logprobs", "top_logprobs"}
+
+
+def outlines_snippet(base_url: str, body: dict[str, Any], grammar: GrammarType | None) -> str:
+    imports, output_type = _output_type(grammar)
+    kwargs = {k: v for k, v in body.items() if k not in _NOT_OUTLINES_KWARGS and k != "logits_processors"}
+    if "logits_processors" in body:
+        kwargs["extra_body"] = {"logits_processors": body["logits_processors"]}
+    args = "".join(f"    {k}={py(v, 4)},\n" for k, v in kwargs.items())
+    return (
+        "import openai\nimport outlines\nfrom outlines.inputs import Chat\n"
+        f"{imports}\n"
+        f"client = openai.OpenAI(base_url={py(base_url + '/v1')}, api_key='-')\n"
+        f"model = outlines.from_vllm(client, {py(body['model'])})\n"
+        f"chat = Chat({py(body['messages'])})\n"
+        f"answer = model(\n    chat,\n    {output_type},\n{args})\n"
+        "print(answer)\n"
+    )
+
+
+def snippets(
+    base_url: str, model: str, inputs: list[ChatMessage], prompt: str, params: GenerateParameters
+) -> dict[str, str]:
+    """Every snippet for one request; `prompt` is the templated text /generate takes."""
+    base = base_url.rstrip("/")
+    body = chat_body(model, inputs, params)
+    tgi_body = {"inputs": prompt, "parameters": tgi_parameters(params)}
+    return {
+        "curl_generate": curl(f"{base}/generate", tgi_body),
+        "curl_chat": curl(f"{base}/v1/chat/completions", body),
+        "openai": openai_snippet(base, body),
+        "huggingface_hub": hf_snippet(base, prompt, params),
+        "outlines": outlines_snippet(base, body, params.grammar),
+    }

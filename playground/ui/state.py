@@ -1,0 +1,205 @@
+"""Per-user data (the form, the conversation, the last result) and turning it into library requests."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from playground.constraints import Constraint
+from playground.errors import ParameterError, PlaygroundError
+from playground.types import ChatMessage, GenerateParameters, GenerationResult, GrammarType, ProcessorSpec
+from playground.ui.examples import SYSTEM_PROMPT
+
+SESSION_FORMAT = "structured-playground-session"
+SESSION_VERSION = 1
+
+
+@dataclass(frozen=True)
+class UISettings:
+    """What the operator decides about the UI (on a Space: no local paths, no model loading)."""
+
+    allow_model_loading: bool = True
+    allow_local_paths: bool = True
+    base_url: str = "http://127.0.0.1:7860"
+    device: str | None = None
+    dtype: str | None = None
+    threads: int | None = 1
+    compile_timeout_s: float = 10.0
+    title: str = "Structured Playground"
+
+
+class Form(BaseModel):
+    """Every control that shapes a request, in the order the layout passes them to handlers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = ""
+    kind: str = "none"
+    constraint_text: str = ""
+    processor: str | None = None
+    processor_params: str = ""
+    system_prompt: str = SYSTEM_PROMPT
+    max_new_tokens: int = 64
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    typical_p: float = 1.0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    best_of: int = 1
+    top_n_tokens: int = 5
+    stop: str = ""
+    constraint_engine: str = "auto"
+
+    @classmethod
+    def from_values(cls, values: list[Any] | tuple[Any, ...]) -> "Form":
+        """From component values in FIELDS order; gr.Number gives floats, blank numbers give None."""
+        data = dict(zip(FIELDS, values, strict=True))
+        for name in ("model", "constraint_text", "processor_params", "system_prompt", "stop"):
+            data[name] = data[name] or ""  # hidden components send None
+        for name in ("max_new_tokens", "top_k", "best_of", "top_n_tokens"):
+            data[name] = int(data[name] or 0)
+        data["seed"] = _seed(data["seed"])
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise _parameter_error(exc) from None
+
+    def values(self) -> list[Any]:
+        """Component values in FIELDS order (for importing a session back into the controls)."""
+        return [getattr(self, name) for name in FIELDS]
+
+
+FIELDS: list[str] = list(Form.model_fields)
+
+
+class LastRequest(BaseModel):
+    """What the last turn sent, so the next-token view and the code snippets can replay it."""
+
+    model: str
+    inputs: list[ChatMessage]
+    params: GenerateParameters
+
+
+class ChatState(BaseModel):
+    """One user's conversation and the last result; lives in gr.State, never in a global."""
+
+    messages: list[dict[str, str]] = Field(default_factory=list)
+    result: GenerationResult | None = None
+    request: LastRequest | None = None
+    mode: str = "constrained"
+
+
+def _seed(value: Any) -> int | None:
+    """The seed box's text: blank means a random seed each time."""
+    text = str(value if value is not None else "").strip()
+    if not text:
+        return None
+    try:
+        return int(float(text)) if float(text).is_integer() else int(text)
+    except ValueError:
+        raise ParameterError(f"seed must be a whole number >= 0, got {text!r}", field="seed") from None
+
+
+def _parameter_error(exc: ValidationError) -> ParameterError:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "parameters"
+    return ParameterError(f"{where}: {first['msg']}", field=where)
+
+
+def grammar_of(form: Form) -> GrammarType | None:
+    """The TGI grammar for the form's constraint; raises the constraint's own error when invalid."""
+    if form.kind in ("none", "processor"):
+        return None
+    constraint = Constraint.parse(form.kind, form.constraint_text)
+    if constraint.kind == "json_schema":
+        return GrammarType(type="json", value=constraint.schema)
+    if constraint.kind == "choice":
+        return GrammarType(type="choice", value=list(constraint.value))
+    return GrammarType(type=constraint.kind, value=constraint.value)
+
+
+def processors_of(form: Form) -> list[ProcessorSpec]:
+    """The custom processor chosen in the form, with its params one per line."""
+    if form.kind != "processor":
+        return []
+    if not form.processor:
+        raise ParameterError("pick a registered processor for the custom processor kind", field="logits_processors")
+    params = [line for line in form.processor_params.splitlines() if line.strip()]
+    return [ProcessorSpec(name=form.processor, params=params)]
+
+
+def params_of(form: Form, *, constrained: bool = True) -> GenerateParameters:
+    """TGI parameters from the form; neutral slider values (temperature 1, top_k 0, ...) mean unset."""
+    stops = [line for line in form.stop.splitlines() if line]
+    data: dict[str, Any] = {
+        "max_new_tokens": form.max_new_tokens,
+        "do_sample": form.do_sample,
+        "temperature": None if form.temperature == 1.0 else form.temperature,
+        "top_k": form.top_k or None,
+        "top_p": None if form.top_p >= 1.0 else form.top_p,
+        "typical_p": None if form.typical_p >= 1.0 else form.typical_p,
+        "repetition_penalty": None if form.repetition_penalty == 1.0 else form.repetition_penalty,
+        "frequency_penalty": form.frequency_penalty or None,
+        "seed": form.seed,
+        "best_of": form.best_of if form.best_of > 1 else None,
+        "top_n_tokens": form.top_n_tokens or None,
+        "stop": stops,
+        "details": True,
+        "constraint_engine": form.constraint_engine,
+    }
+    if constrained:
+        data["grammar"] = grammar_of(form)
+        data["logits_processors"] = processors_of(form)
+    try:
+        return GenerateParameters.model_validate(data)
+    except ValidationError as exc:
+        raise _parameter_error(exc) from None
+
+
+def chat_inputs(system_prompt: str, messages: list[dict[str, str]], user_text: str | None = None) -> list[ChatMessage]:
+    """The conversation as chat messages: system prompt first, the new user message last."""
+    inputs = [ChatMessage(role="system", content=system_prompt)] if system_prompt.strip() else []
+    inputs += [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
+    if user_text is not None:
+        inputs.append(ChatMessage(role="user", content=user_text))
+    return inputs
+
+
+def export_session(form: Form, state: ChatState) -> str:
+    """The conversation and settings as JSON text that import_session reads back."""
+    data = {
+        "format": SESSION_FORMAT,
+        "version": SESSION_VERSION,
+        "settings": form.model_dump(),
+        "messages": state.messages,
+    }
+    return json.dumps(data, indent=2, ensure_ascii=False)
+
+
+def import_session(text: str) -> tuple[Form, list[dict[str, str]]]:
+    """Settings and messages from an exported session; any problem is named in the error."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlaygroundError(f"session file is not JSON: {exc.msg} at line {exc.lineno}") from None
+    if not isinstance(data, dict) or data.get("format") != SESSION_FORMAT:
+        raise PlaygroundError(f'not a session file: expected "format": "{SESSION_FORMAT}"')
+    try:
+        form = Form.model_validate(data.get("settings", {}))
+    except ValidationError as exc:
+        error = _parameter_error(exc)
+        raise PlaygroundError(f"session settings: {error.message}") from None
+    messages = data.get("messages", [])
+    if not isinstance(messages, list) or not all(_is_message(m) for m in messages):
+        raise PlaygroundError('session messages must be a list of {"role": "user"|"assistant", "content": str}')
+    return form, [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def _is_message(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("role") in ("user", "assistant") and isinstance(item.get("content"), str)

@@ -1,0 +1,136 @@
+"""The whole UI flow in headless Chromium against app.py on the embedded model."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import jsonschema
+from playwright.sync_api import Page, expect
+
+from playground.ui.examples import PERSON_SCHEMA
+
+SLOW = 120_000  # ms; the model decodes on one shared CPU thread
+
+
+def open_app(page: Page, url: str) -> None:
+    page.goto(url)
+    expect(page.locator("#model-status .pg-box")).to_contain_text("provider local", timeout=SLOW)
+
+
+def pick_kind(page: Page, label: str) -> None:
+    page.locator("#constraint-kind").get_by_label(label, exact=True).check()
+    expect(page.locator("#constraint-text .cm-content")).to_be_visible()
+
+
+def paste_constraint(page: Page, text: str) -> None:
+    editor = page.locator("#constraint-text .cm-content")
+    editor.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text(text)
+
+
+def set_parameter(page: Page, elem_id: str, value: str) -> None:
+    """Type a value into a parameter until the component holds it: an accordion that has just opened may
+    still be mounting its sliders and drop the first value typed."""
+    if not page.locator(f"#{elem_id}").is_visible():
+        page.get_by_text("Parameters (TGI names)").click()
+    slider = page.locator(f"#{elem_id} input[type=range]")
+    box = page.locator(f"#{elem_id} input[type=number], #{elem_id} textarea, #{elem_id} input[type=text]").first
+    held = slider if slider.count() else box
+    for _ in range(5):
+        box.fill(value)
+        box.press("Tab")
+        page.wait_for_timeout(300)
+        if held.input_value() == value:
+            return
+    expect(held).to_have_value(value)
+
+
+def send(page: Page, text: str | None = None) -> None:
+    if text is not None:
+        page.locator("#chat-input textarea").fill(text)
+    page.locator("#send-btn").click()
+    expect(page.locator("#validation-status .pg-verdict")).to_be_visible(timeout=SLOW)
+
+
+def test_schema_chat_shows_valid_json_tokens_alternatives_and_next_token_chart(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    page.locator("#model-picker input").click()
+    page.get_by_role("option", name="local · embedded").click()
+    expect(page.locator("#model-status .pg-box")).to_contain_text("✓", timeout=SLOW)
+    pick_kind(page, "JSON schema")
+    paste_constraint(page, PERSON_SCHEMA)
+    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
+    set_parameter(page, "param-max-new-tokens", "40")
+    send(page, "Invent a person and describe them as JSON.")
+
+    expect(page.locator("#validation-status")).to_contain_text("✓ valid (json_schema)")
+    answer = json.loads(page.locator("#chatbot [data-testid=bot] code").last.inner_text())
+    jsonschema.validate(answer, json.loads(PERSON_SCHEMA))
+    finish = page.locator("#finish-reason")
+    expect(finish).to_contain_text("finish reason")
+    assert re.search(r"finish reason\s+(eos_token|length)", finish.inner_text())
+    assert int(re.search(r"(\d+) generated", finish.inner_text()).group(1)) <= 40
+
+    token = page.locator("#token-panel .tok[data-index='1']")
+    popover = token.locator(".pop")
+    expect(popover).to_be_hidden()
+    token.hover()
+    expect(popover).to_be_visible()
+    expect(popover).to_contain_text("raw model")
+    expect(popover).to_contain_text("under the constraint")
+    expect(popover).to_contain_text("mass kept")
+    assert popover.locator("td.alt").count() >= 2
+
+    chart = page.locator("#next-token-panel")
+    expect(chart).to_contain_text("at the end of the prompt", timeout=SLOW)
+    assert chart.locator(".bar-row").count() >= 2
+    page.locator("#token-panel .tok[data-index='2']").click()
+    expect(chart).to_contain_text("at token #2", timeout=SLOW)
+
+
+def test_invalid_schema_is_explained_before_anything_is_sent(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    pick_kind(page, "JSON schema")
+    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
+    paste_constraint(page, '{"type": "object", "properties": 5}')
+    expect(page.locator("#constraint-status .pg-bad")).to_contain_text("not a valid JSON Schema at properties")
+    paste_constraint(page, '{"type": "object",')
+    expect(page.locator("#constraint-status .pg-bad")).to_contain_text("invalid JSON in JSON schema")
+    page.locator("#chat-input textarea").fill("hello")
+    page.locator("#send-btn").click()
+    expect(page.locator("#chat-error .pg-error")).to_contain_text("invalid JSON in JSON schema")
+    expect(page.locator("#chatbot [data-testid=user]")).to_have_count(0)
+    expect(page.locator("#chat-input textarea")).to_have_value("hello")
+
+
+def test_best_of_three_shows_three_candidates_and_marks_the_chosen(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    pick_kind(page, "choice")
+    paste_constraint(page, "red\ngreen\nblue")
+    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
+    set_parameter(page, "param-best-of", "3")
+    page.locator("#param-do-sample input").check()
+    expect(page.locator("#param-do-sample input")).to_be_checked()
+    set_parameter(page, "param-seed", "11")
+    send(page, "Pick a colour.")
+    expect(page.locator("#chat-error .pg-error")).to_have_count(0)
+    rows = page.locator("#bestof-panel tr.cand")
+    expect(rows).to_have_count(3)
+    expect(page.locator("#bestof-panel tr.cand.chosen")).to_have_count(1)
+    expect(rows.first).to_contain_text("★")
+    seeds = {rows.nth(i).locator("td").nth(4).inner_text() for i in range(3)}
+    assert seeds == {"11", "12", "13"}
+    expect(page.locator("#validation-status")).to_contain_text("✓ valid (choice)")
+
+
+def test_unknown_hub_id_in_the_model_picker_says_why(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    picker = page.locator("#model-picker input")
+    picker.fill("no-such-org/no-such-model")
+    picker.press("Enter")
+    status = page.locator("#model-status .pg-error")
+    expect(status).to_contain_text("no-such-org/no-such-model", timeout=SLOW)
+    expect(status).to_contain_text("cannot load model")

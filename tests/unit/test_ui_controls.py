@@ -1,0 +1,44 @@
+"""The constraint editor's helpers: live checks, examples and the processor picker, without a model."""
+
+from __future__ import annotations
+
+from playground.ui import controls
+from playground.ui.examples import EXAMPLES, PROCESSOR_PARAMS
+
+
+def test_live_check_names_the_problem_or_says_valid() -> None:
+    assert "invalid regex at position" in controls.constraint_status("regex", "a(b")
+    assert "not a valid JSON Schema at properties" in controls.constraint_status("json_schema", '{"properties": 5}')
+    assert "the choice is empty" in controls.constraint_status("choice", "  \n")
+    assert "constraint is valid" in controls.constraint_status("grammar", 'start: "a"')
+    assert controls.constraint_status("none", "") == "" and controls.constraint_status("processor", "x") == ""
+
+
+def test_every_example_passes_the_live_check() -> None:
+    for kind, examples in EXAMPLES.items():
+        for example in examples:
+            assert "constraint is valid" in controls.constraint_status(kind, example.text), (kind, example.title)
+
+
+def test_examples_fill_the_editor_and_a_fitting_message() -> None:
+    text, message = controls.example_for("regex", "ISO date")
+    assert text.startswith("[0-9]{4}") and "Moon" in message
+    assert controls.example_for("regex", "no such title")[0] == EXAMPLES["regex"][0].text
+    assert controls.example_for("none", None) == ("", "")
+
+
+def test_suggested_message_keeps_what_the_user_typed() -> None:
+    person = EXAMPLES["json_schema"][0].message
+    date = EXAMPLES["regex"][1].message
+    assert controls.suggested_message("", date) == date
+    assert controls.suggested_message(person, date) == date
+    assert controls.suggested_message("my own question", date) == "my own question"
+    assert controls.suggested_message(None, "") == ""
+
+
+def test_processor_picker_lists_builtins_with_descriptions_and_starting_params() -> None:
+    names = [name for _, name in controls.processor_choices()]
+    assert {"ban_strings", "max_whitespace"} <= set(names)
+    description, params = controls.processor_help("max_whitespace")
+    assert "pg-muted" in description and params == PROCESSOR_PARAMS["max_whitespace"]
+    assert "pick a registered processor" in controls.processor_help("nope")[0]

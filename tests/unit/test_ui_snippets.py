@@ -1,0 +1,112 @@
+"""The Code tab's snippets carry the request exactly: bodies parse, Python compiles, constraints map right."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shlex
+
+from playground.types import ChatMessage, GenerateParameters, GrammarType, ProcessorSpec
+from playground.ui import snippets
+
+BASE = "http://127.0.0.1:7860"
+INPUTS = [ChatMessage(role="system", content="Be brief."), ChatMessage(role="user", content="It's a 'test'")]
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
+
+def curl_body(command: str) -> tuple[str, dict]:
+    """(url, JSON body) of a curl snippet, parsed the way a shell would."""
+    words = shlex.split(command.replace("\\\n", " "))
+    return words[2], json.loads(words[words.index("-d") + 1])
+
+
+def params(**kwargs) -> GenerateParameters:
+    return GenerateParameters(max_new_tokens=20, details=True, **kwargs)
+
+
+def test_generate_body_is_the_tgi_request() -> None:
+    p = params(grammar=GrammarType(type="json", value=SCHEMA), seed=4, do_sample=True, top_n_tokens=3, stop=["\n\n"])
+    url, body = curl_body(snippets.snippets(BASE, "m", INPUTS, "<prompt>", p)["curl_generate"])
+    assert url == f"{BASE}/generate"
+    assert body == {
+        "inputs": "<prompt>",
+        "parameters": {
+            "details": True,
+            "do_sample": True,
+            "grammar": {"type": "json", "value": SCHEMA},
+            "max_new_tokens": 20,
+            "seed": 4,
+            "stop": ["\n\n"],
+            "top_n_tokens": 3,
+        },
+    }
+
+
+def test_chat_body_uses_response_format_for_schemas() -> None:
+    url, body = curl_body(
+        snippets.snippets(
+            BASE, "m", INPUTS, "p", params(grammar=GrammarType(type="json", value=SCHEMA), top_n_tokens=2)
+        )["curl_chat"]
+    )
+    assert url == f"{BASE}/v1/chat/completions"
+    assert body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "It's a 'test'"},
+    ]
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "answer", "schema": SCHEMA, "strict": True},
+    }
+    assert body["logprobs"] is True and body["top_logprobs"] == 2 and body["max_tokens"] == 20
+
+
+def test_chat_body_uses_structured_outputs_for_other_kinds() -> None:
+    for grammar, expected in [
+        (GrammarType(type="regex", value=r"\d+"), {"regex": r"\d+"}),
+        (GrammarType(type="choice", value=["a", "b"]), {"choice": ["a", "b"]}),
+        (GrammarType(type="grammar", value="start: /x/"), {"grammar": "start: /x/"}),
+    ]:
+        body = snippets.chat_body("m", INPUTS, params(grammar=grammar))
+        assert body["structured_outputs"] == expected and "response_format" not in body
+
+
+def test_processors_travel_in_the_body_and_extra_body() -> None:
+    p = params(logits_processors=[ProcessorSpec(name="ban_strings", params=["x"])])
+    code = snippets.snippets(BASE, "m", INPUTS, "p", p)
+    assert curl_body(code["curl_chat"])[1]["logits_processors"] == [{"name": "ban_strings", "params": ["x"]}]
+    assert "extra_body={'logits_processors': [{'name': 'ban_strings', 'params': ['x']}]}" in code["openai"]
+    assert "logits_processors are not a text_generation argument" in code["huggingface_hub"]
+
+
+def test_python_snippets_compile_and_name_the_constraint() -> None:
+    cases = {
+        "json": ("JsonSchema(", "response_format="),
+        "regex": ("Regex(", "extra_body="),
+        "choice": ("Choice(", "extra_body="),
+        "grammar": ("CFG(", "extra_body="),
+    }
+    values = {"json": SCHEMA, "regex": r"\d+", "choice": ["a", "b"], "grammar": "start: /x/"}
+    for kind, (outlines_type, openai_arg) in cases.items():
+        code = snippets.snippets(BASE, "m", INPUTS, "p", params(grammar=GrammarType(type=kind, value=values[kind])))
+        for name in ("openai", "huggingface_hub", "outlines"):
+            ast.parse(code[name])
+        assert outlines_type in code["outlines"] and "outlines.from_vllm" in code["outlines"]
+        assert openai_arg in code["openai"] and f"base_url='{BASE}/v1'" in code["openai"]
+        assert f"InferenceClient(base_url='{BASE}')" in code["huggingface_hub"]
+
+
+def test_openai_snippet_arguments_evaluate_to_the_body() -> None:
+    p = params(grammar=GrammarType(type="json", value=SCHEMA), temperature=0.5, seed=1)
+    code = snippets.openai_snippet(BASE, snippets.chat_body("m", INPUTS, p))
+    call = next(
+        node
+        for node in ast.walk(ast.parse(code))
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "create"
+    )
+    kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+    assert kwargs == snippets.chat_body("m", INPUTS, p)
+
+
+def test_long_literals_wrap_one_item_per_line() -> None:
+    text = snippets.py({"a": "x" * 50, "b": ["y" * 40, "z" * 40]})
+    assert text.splitlines()[0] == "{" and ast.literal_eval(text) == {"a": "x" * 50, "b": ["y" * 40, "z" * 40]}
