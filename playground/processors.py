@@ -8,21 +8,19 @@ when imported (`--custom-modules`) or through the `structured_playground.process
 
 from __future__ import annotations
 
-import bisect
 import importlib
 import importlib.metadata
-import itertools
 import re
 import threading
 import types
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import torch
 from pydantic import ValidationError
 
+from playground.builtin_processors import ban_strings_factory, max_whitespace_factory
 from playground.errors import PlaygroundError, ProcessorError
 from playground.types import ProcessorSpec
 
@@ -186,214 +184,6 @@ def load_entry_points(group: str = ENTRY_POINT_GROUP) -> list[str]:
         except (Exception, SystemExit) as exc:
             raise PluginLoadError(f"{where} failed to load: {type(exc).__name__}: {exc}") from exc
     return sorted({info.name for info in list_factories()} - before)
-
-
-# --- per-tokenizer tables ------------------------------------------------------------------------
-
-
-class TokenTable:
-    """What each token adds to the output, as bytes, built once per tokenizer; special tokens add nothing."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        import xgrammar
-
-        info = xgrammar.TokenizerInfo.from_huggingface(tokenizer)
-        special = _skipped_ids(tokenizer)
-        self.pieces: list[bytes] = [b"" if i in special else bytes(p) for i, p in enumerate(info.decoded_vocab)]
-        order = sorted(range(len(self.pieces)), key=self.pieces.__getitem__)
-        self._sorted = [self.pieces[i] for i in order]
-        self._sorted_ids = torch.tensor(order, dtype=torch.long)
-        self._lock = threading.Lock()
-        self._ids: OrderedDict[tuple[str, bytes], torch.Tensor] = OrderedDict()
-        self._whitespace: tuple[torch.Tensor, ...] | None = None
-
-    def starting_with(self, prefix: bytes) -> torch.Tensor:
-        """Ids of tokens whose bytes start with `prefix`: one range of the sorted vocabulary."""
-        return self._cached(("prefix", prefix), lambda: self._prefix_range(prefix))
-
-    def containing(self, needle: bytes) -> torch.Tensor:
-        """Ids of tokens whose bytes contain `needle`."""
-        return self._cached(
-            ("contains", needle),
-            lambda: torch.tensor([i for i, p in enumerate(self.pieces) if needle in p], dtype=torch.long),
-        )
-
-    def _prefix_range(self, prefix: bytes) -> torch.Tensor:
-        lo = bisect.bisect_left(self._sorted, prefix)
-        hi = bisect.bisect_right(self._sorted, prefix, lo, key=lambda p: p[: len(prefix)])
-        return self._sorted_ids[lo:hi]
-
-    def _cached(self, key: tuple[str, bytes], make: Callable[[], torch.Tensor]) -> torch.Tensor:
-        with self._lock:
-            if key in self._ids:
-                self._ids.move_to_end(key)
-                return self._ids[key]
-        ids = make()
-        with self._lock:
-            self._ids[key] = ids
-            while len(self._ids) > 4096:
-                self._ids.popitem(last=False)
-        return ids
-
-    def whitespace(self) -> tuple[torch.Tensor, ...]:
-        """Per token: leading and trailing whitespace chars, the longest run, and whether it keeps a run going."""
-        with self._lock:
-            if self._whitespace is None:
-                rows = [_whitespace_counts(p.decode("utf-8", errors="replace")) for p in self.pieces]
-                lead, trail, run, keeps = zip(*rows)
-                self._whitespace = (
-                    torch.tensor(lead, dtype=torch.long),
-                    torch.tensor(trail, dtype=torch.long),
-                    torch.tensor(run, dtype=torch.long),
-                    torch.tensor(keeps, dtype=torch.bool),
-                )
-            return self._whitespace
-
-
-def _skipped_ids(tokenizer: Any) -> set[int]:
-    """Tokens that decode(skip_special_tokens=True), and so the engine's output text, leaves out."""
-    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-    return set(getattr(tokenizer, "all_special_ids", [])) | {i for i, t in added.items() if getattr(t, "special", False)}
-
-
-def _whitespace_counts(text: str) -> tuple[int, int, int, bool]:
-    """(leading, trailing, longest run, keeps the run going) for one token's text."""
-    runs = [len(list(group)) for is_ws, group in itertools.groupby(text, str.isspace) if is_ws]
-    lead = len(text) - len(text.lstrip())
-    trail = len(text) - len(text.rstrip())
-    return lead, trail, max(runs, default=0), text == "" or text.isspace()
-
-
-_tables: weakref.WeakKeyDictionary[Any, TokenTable] = weakref.WeakKeyDictionary()
-_tables_lock = threading.Lock()
-
-
-def token_table(tokenizer: Any) -> TokenTable:
-    """The tokenizer's table, built on first use and kept while the tokenizer lives."""
-    with _tables_lock:
-        table = _tables.get(tokenizer)
-        if table is None:
-            table = _tables[tokenizer] = TokenTable(tokenizer)
-        return table
-
-
-def _pad(values: torch.Tensor, size: int, fill: Any) -> torch.Tensor:
-    """Fit a per-token table to the model's vocabulary width (often padded past the tokenizer's)."""
-    if values.shape[0] >= size:
-        return values[:size]
-    return torch.cat([values, torch.full((size - values.shape[0],), fill, dtype=values.dtype)])
-
-
-# --- built-in processors -------------------------------------------------------------------------
-
-
-class BanStrings:
-    """Masks every token that would complete a banned string in the generated text, even across tokens.
-
-    The prompt length is taken from the first call (its input_ids are the prompt), so only generated text
-    is checked. Matching is on the exact bytes each token adds, so it is case-sensitive.
-    """
-
-    def __init__(self, banned: list[bytes], table: TokenTable) -> None:
-        self.banned = banned
-        self.table = table
-        self.keep = max(len(b) for b in banned) - 1
-        self.inside = torch.unique(torch.cat([table.containing(b) for b in banned]))
-        self.prompt_len: int | None = None
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if self.prompt_len is None:
-            self.prompt_len = input_ids.shape[1]
-        mask = torch.zeros(scores.shape, dtype=torch.bool)
-        for row in range(input_ids.shape[0]):
-            ids = self._banned_after(self._tail(input_ids[row]))
-            mask[row, ids[ids < scores.shape[1]]] = True
-        return scores.masked_fill(mask.to(scores.device), float("-inf"))
-
-    def _tail(self, row: torch.Tensor) -> bytes:
-        """The last bytes generated, enough to hold all but the last byte of the longest banned string."""
-        if self.keep == 0:
-            return b""
-        start = max(self.prompt_len or 0, row.shape[0] - self.keep - 8)
-        pieces = self.table.pieces
-        tail = b"".join(pieces[i] if i < len(pieces) else b"" for i in row[start:].tolist())
-        return tail[-self.keep :]
-
-    def _banned_after(self, tail: bytes) -> torch.Tensor:
-        parts = [self.inside]
-        for banned in self.banned:
-            for cut in range(1, len(banned)):
-                if tail.endswith(banned[:cut]):
-                    parts.append(self.table.starting_with(banned[cut:]))
-        return torch.cat(parts) if len(parts) > 1 else self.inside
-
-
-def ban_strings_factory(params: list[str], tokenizer: Any) -> BanStrings:
-    """params: the strings the output must never contain."""
-    if not params:
-        raise ValueError("ban_strings needs at least one string to ban")
-    if any(not isinstance(p, str) or p == "" for p in params):
-        raise ValueError("ban_strings cannot ban an empty string")
-    return BanStrings([p.encode("utf-8") for p in dict.fromkeys(params)], token_table(tokenizer))
-
-
-class MaxWhitespace:
-    """Masks tokens that would make the trailing run of whitespace longer than `limit` characters.
-
-    The run is counted across token boundaries in the generated text (not the prompt, whose length is
-    taken from the first call). A token split inside a multi-byte whitespace character counts as text.
-    """
-
-    def __init__(self, limit: int, table: TokenTable) -> None:
-        self.limit = limit
-        self.table = table.whitespace()
-        self.prompt_len: int | None = None
-        self.seen = 0
-        self.runs = torch.zeros(0, dtype=torch.long)
-        self._fitted: tuple[int, torch.device] | None = None
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if self.prompt_len is None:
-            self.prompt_len = input_ids.shape[1]
-        self._fit(scores.shape[1], scores.device)
-        self._advance(input_ids.to(scores.device))
-        over = (self.runs[:, None] + self.lead[None, :] > self.limit) | self.always_over[None, :]
-        return scores.masked_fill(over, float("-inf"))
-
-    def _fit(self, width: int, device: torch.device) -> None:
-        """Pad the tables to the scores' width and move them to their device, once."""
-        if self._fitted != (width, device):
-            self._fitted = (width, device)
-            lead, trail, longest, keeps = self.table
-            self.lead = _pad(lead, width, 0).to(device)
-            self.trail = _pad(trail, width, 0).to(device)
-            self.keeps = _pad(keeps, width, True).to(device)
-            self.always_over = (_pad(longest, width, 0) > self.limit).to(device)
-            self.runs = self.runs.to(device)
-
-    def _advance(self, input_ids: torch.Tensor) -> None:
-        """Update each row's trailing run with the tokens generated since the last call."""
-        generated = input_ids.shape[1] - self.prompt_len
-        if self.runs.shape[0] != input_ids.shape[0] or generated < self.seen:
-            self.runs = torch.zeros(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
-            self.seen = 0
-        for pos in range(self.prompt_len + self.seen, input_ids.shape[1]):
-            token = input_ids[:, pos].clamp(max=self.trail.shape[0] - 1)
-            self.runs = self.trail[token] + self.runs * self.keeps[token]
-        self.seen = generated
-
-
-def max_whitespace_factory(params: list[str], tokenizer: Any) -> MaxWhitespace:
-    """params: [N], the longest run of consecutive whitespace characters allowed."""
-    if len(params) != 1:
-        raise ValueError(f"max_whitespace takes one parameter, the longest whitespace run allowed; got {len(params)}")
-    try:
-        limit = int(params[0].strip())
-    except ValueError:
-        raise ValueError(f"max_whitespace needs a whole number, got {params[0]!r}") from None
-    if limit < 0:
-        raise ValueError(f"max_whitespace needs a number >= 0, got {limit}")
-    return MaxWhitespace(limit, token_table(tokenizer))
 
 
 # --- constraints as factories --------------------------------------------------------------------
