@@ -103,7 +103,7 @@ class Decode:
             masked = sampling.apply_row_processors(row.processors, row_ids, scores.unsqueeze(0).clone())[0]
         else:
             masked = scores
-        if self.constraint.kind != "none":
+        if self.constraint.kind == "json_schema":
             masked = self._gate_eos(row, masked)
         untouched = not row.processors and not len(self.shared) and not len(self.chain)
         step = sampling.score_row(raw, masked, self.chain, row_ids, untouched=untouched)
@@ -126,7 +126,11 @@ class Decode:
         return TokenEvent(index=index, token=token)
 
     def _gate_eos(self, row: Row, masked: torch.Tensor) -> torch.Tensor:
-        """Allow EOS only when the text so far passes the final check, unless EOS is all that's left."""
+        """Allow EOS only when the text so far passes the final check, unless EOS is all that's left.
+
+        Only JSON schemas need it: engines may skip schema keywords they can't enforce, while their
+        regex, choice and grammar masks are exact.
+        """
         eos_allowed = [t for t in self.e.eos_ids if t < masked.shape[0] and torch.isfinite(masked[t])]
         if not eos_allowed:
             return masked
