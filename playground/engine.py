@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from playground import sampling
-from playground.constraints import CompiledConstraint, Constraint, ConstraintCompiler
+from playground.compiler import CompiledConstraint, ConstraintCompiler
+from playground.constraints import Constraint
 from playground.decode import Decode, Row
 from playground.errors import InvalidConstraintError, ParameterError, PromptTooLongError
 from playground.models import LoadedModel
@@ -42,7 +43,6 @@ class Engine:
         default_max_new_tokens: int = 256,
         max_best_of: int = 4,
         max_top_n_tokens: int = 20,
-        max_concurrency: int = 1,
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
@@ -58,8 +58,9 @@ class Engine:
         self.device = torch.device(loaded.device)
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
         self.special_ids = set(self.tokenizer.all_special_ids)
-        self._slots = threading.Semaphore(max_concurrency)
-        self._slots_total = max_concurrency
+        # One decode at a time per model: on CPU a second one only halves both, and adapters switch
+        # the shared weights.
+        self._busy = threading.Lock()
         self._peft: Any = None
         self._token_text: dict[int, str] = {}
         # transformers 5 renamed the KV cache argument and output from past_key_values to cache.
@@ -85,7 +86,7 @@ class Engine:
 
     def encode_prompt(self, inputs: Inputs, truncate: int | None = None) -> tuple[str, list[int]]:
         prompt = self.render_prompt(inputs)
-        ids = self.tokenizer(prompt, add_special_tokens=isinstance(inputs, str))["input_ids"]
+        ids = self._encode(prompt, add_special_tokens=isinstance(inputs, str))
         if truncate:
             ids = ids[-truncate:]
         if not ids:
@@ -95,6 +96,10 @@ class Engine:
                 f"the prompt has {len(ids)} tokens; this model takes at most {self.max_input_tokens}", field="inputs"
             )
         return prompt, ids
+
+    def _encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
+        _check_unicode(text)
+        return self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
 
     def token_text(self, token_id: int) -> str:
         """A token's text in isolation, for alternatives lists."""
@@ -106,6 +111,7 @@ class Engine:
 
     def tokenize(self, text: str) -> list[dict]:
         """TGI's /tokenize: ids with their character offsets."""
+        _check_unicode(text)
         enc = self.tokenizer(text, return_offsets_mapping=True, add_special_tokens=True)
         return [
             {"id": i, "text": text[a:b], "start": a, "stop": b}
@@ -165,7 +171,7 @@ class Engine:
         compile_s = time.perf_counter() - compile_start
         base_seed = params.seed if params.seed is not None else (random.randrange(2**63) if params.sampling else None)
         rows = [self._new_row(base_seed, i, compiled, params) for i in range(best_of)]
-        with self._slots, self._adapter(params.adapter_id), torch.inference_mode():
+        with self._busy, self._adapter(params.adapter_id), torch.inference_mode():
             decode = Decode(self, params, rows, prompt_ids, constraint, max_new)
             prefill = decode.prefill()
             first_token_at = None
@@ -203,8 +209,6 @@ class Engine:
         if not adapter_id:
             yield
             return
-        if self._slots_total > 1:
-            raise ParameterError("adapter_id needs a server with max_concurrency 1", field="adapter_id")
         try:
             import peft
         except ImportError:
@@ -250,7 +254,7 @@ class Engine:
     def accepts(self, text: str, params: GenerateParameters) -> tuple[bool, str]:
         """Would decoding under params' constraint produce `text`? Fed token by token, then EOS."""
         constraint, compiled = self.compile(params)
-        token_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        token_ids = self._encode(text, add_special_tokens=False)
         if compiled is None:
             return True, "no constraint"
         processor = compiled.new_processor()
@@ -278,20 +282,18 @@ class Engine:
         params: GenerateParameters | None = None,
         *,
         prefix: str = "",
-        prefix_ids: list[int] | None = None,
         top_k: int = 20,
     ) -> NextTokenDistribution:
         """The next token's distribution, raw and after processors and the constraint, without sampling."""
         params = params or GenerateParameters()
         _, prompt_ids = self.encode_prompt(inputs, params.truncate)
-        if prefix_ids is None:
-            prefix_ids = self.tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
+        prefix_ids = self._encode(prefix, add_special_tokens=False) if prefix else []
         constraint, compiled = self.compile(params)
         processors = self._row_processors(compiled, params)
         ids = prompt_ids + list(prefix_ids)
         if len(ids) > self.max_input_tokens:
             raise PromptTooLongError(f"prompt and prefix have {len(ids)} tokens; at most {self.max_input_tokens}")
-        with self._slots, torch.inference_mode():
+        with self._busy, self._adapter(params.adapter_id), torch.inference_mode():
             for k in range(len(prefix_ids)):
                 row_ids = torch.tensor([prompt_ids + list(prefix_ids[:k])], device=self.device)
                 probe = sampling.apply_row_processors(processors, row_ids, torch.zeros(1, self.vocab_size, device=self.device))
@@ -342,3 +344,11 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
     return ids
+
+
+def _check_unicode(text: str) -> None:
+    """Lone surrogates (possible in JSON's \\uD800) cannot be tokenized; say so instead of crashing."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ParameterError(f"the text contains invalid Unicode at position {exc.start}: {exc.reason}", field="inputs") from None

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message in one line, for messages built from third-party errors."""
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
 class PlaygroundError(Exception):
     """Base: a failure a user can cause or fix. `status` is the HTTP status the API answers with."""
 

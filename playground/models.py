@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,6 @@ class LoadedModel:
     load_s: float
     from_cache: bool = False
     source: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def context_length(self) -> int:
@@ -79,10 +78,10 @@ def pick_dtype(device: str, requested: str | None = None) -> Any:
     import torch
 
     if requested and requested != "auto":
-        try:
-            return getattr(torch, requested)
-        except AttributeError:
-            raise ModelError(f"unknown dtype {requested!r}") from None
+        dtype = getattr(torch, requested, None)
+        if not isinstance(dtype, torch.dtype):
+            raise ModelError(f"unknown dtype {requested!r}; use e.g. float32, bfloat16 or float16")
+        return dtype
     return torch.bfloat16 if device == "cuda" else torch.float32
 
 
@@ -105,7 +104,11 @@ def _load_gguf(path: Path, dtype: Any) -> tuple[Any, Any, bool]:
         tokenizer = AutoTokenizer.from_pretrained(cached)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
         state = load_file(str(cached / "model.safetensors"))
-        model.load_state_dict(state, strict=False)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+        if set(missing) - tied or unexpected:
+            raise ModelError(f"the converted-weights cache {cached} is damaged (missing {sorted(set(missing) - tied)[:3]}, "
+                             f"unexpected {sorted(unexpected)[:3]}); delete it to convert again")
         model.tie_weights()
         return model, tokenizer, True
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)

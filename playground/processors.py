@@ -195,7 +195,8 @@ def _constraint_factory(kind: str) -> Factory:
     """A factory that compiles a constraint of `kind` (cached per tokenizer) and returns a fresh matcher."""
 
     def factory(params: list[str], tokenizer: Any) -> Processor:
-        from playground.constraints import Constraint, ConstraintCompiler
+        from playground.compiler import ConstraintCompiler
+        from playground.constraints import Constraint
 
         if kind == "choice":
             constraint = Constraint.choice(list(params))

@@ -26,6 +26,7 @@ from playground.types import GenerateParameters, GeneratedToken, Token
 
 Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 NEG_INF = float("-inf")
+MIN_TEMPERATURE = 1e-4
 
 
 class FrequencyPenalty:
@@ -62,7 +63,8 @@ def warpers(params: GenerateParameters) -> LogitsProcessorList:
     if not params.sampling:
         return chain
     if params.temperature is not None and params.temperature != 1.0:
-        chain.append(TemperatureLogitsWarper(params.temperature))
+        # Below 1e-4 sampling is greedy in all but name, and logits / 1e-40 overflow to inf.
+        chain.append(TemperatureLogitsWarper(max(params.temperature, MIN_TEMPERATURE)))
     if params.top_k is not None:
         chain.append(TopKLogitsWarper(top_k=params.top_k))
     if params.top_p is not None and params.top_p < 1.0:

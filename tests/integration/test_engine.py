@@ -261,3 +261,27 @@ def test_adapter_id_refused_clearly(engine, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "peft", None)  # as if peft were not installed
     with pytest.raises(ParameterError, match="needs the `peft` package"):
         engine.generate("hi", GenerateParameters(max_new_tokens=1, adapter_id="some/lora"))
+
+
+def test_tiny_temperature_is_greedy_not_a_crash(engine):
+    greedy = engine.generate("one, two,", GenerateParameters(max_new_tokens=4))
+    tiny = engine.generate("one, two,", GenerateParameters(max_new_tokens=4, temperature=1e-40, seed=1))
+    assert tiny.generated_text == greedy.generated_text
+    assert all(t.logprob is not None and math.isfinite(t.logprob) for t in tiny.best.tokens)
+
+
+def test_invalid_unicode_is_a_parameter_error(engine):
+    with pytest.raises(ParameterError, match="invalid Unicode"):
+        engine.generate("bad \ud800 text", GenerateParameters(max_new_tokens=1))
+    with pytest.raises(ParameterError, match="invalid Unicode"):
+        engine.tokenize("\udfff")
+
+
+def test_remote_refs_are_refused_before_decoding(engine):
+    schema = {"type": "object", "properties": {"a": {"$ref": "http://example.com/schema.json"}}}
+    with pytest.raises(UnsupportedConstraintError, match="only local \\$ref"):
+        engine.generate("hi", GenerateParameters(max_new_tokens=1, grammar={"type": "json", "value": schema}))
+    local = {"$defs": {"n": {"type": "integer"}}, "type": "object", "properties": {"a": {"$ref": "#/$defs/n"}},
+             "required": ["a"], "additionalProperties": False}
+    result = engine.generate(ask("An object with a number a, as JSON."), GenerateParameters(max_new_tokens=20, grammar={"type": "json", "value": local}))
+    assert result.best.validation.valid is True

@@ -1,0 +1,63 @@
+"""Constraint parsing, live checks and verdicts, without a model."""
+
+from __future__ import annotations
+
+import pytest
+
+from playground.constraints import Constraint, check_constraint
+from playground.errors import InvalidConstraintError
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "words"),
+    [
+        ("json_schema", "{", "invalid JSON"),
+        ("json_schema", '{"type": "strin"}', "not a valid JSON Schema"),
+        ("regex", "(ab", "invalid regex"),
+        ("regex", "(?=a)a", "look-around"),
+        ("regex", r"(a)\1", "backreferences"),
+        ("grammar", "start: undefined_rule", "undefined_rule"),
+        ("grammar", "", "Lark grammar"),
+        ("choice", "", "non-empty list"),
+        ("nonsense", "x", "unknown constraint kind"),
+    ],
+)
+def test_live_check_names_the_problem(kind, text, words):
+    message = check_constraint(kind, text)
+    assert message is not None and words in message
+
+
+@pytest.mark.parametrize(
+    ("kind", "text"),
+    [("json_schema", '{"type": "object"}'), ("regex", "[0-9]{3}"), ("choice", "yes\nno"), ("choice", '["a", "b"]'),
+     ("grammar", 'start: "a" | "b"'), ("none", "")],
+)
+def test_live_check_accepts_usable_constraints(kind, text):
+    assert check_constraint(kind, text) is None
+
+
+def test_verdicts():
+    schema = Constraint.json_schema({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+    assert schema.validate('{"n": 1}').valid is True
+    assert "schema violation at n" in schema.validate('{"n": "x"}').message
+    assert schema.validate("{").valid is False
+    assert Constraint.regex("[0-9]+").validate("12a").valid is False
+    assert Constraint.choice(["a", "b"]).validate("b").valid is True
+    assert Constraint.grammar('start: "x" "y"').validate("xy").valid is True
+    assert Constraint.grammar('start: "x" "y"').validate("yx").valid is False
+    assert Constraint.none().validate("anything").valid is None
+
+
+def test_choices_become_an_escaped_alternation():
+    assert Constraint.choice(["a.b", "c|d", "a.b"]).engine_input() == r"(a\.b|c\|d)"
+
+
+def test_pydantic_model_and_schema_text_are_the_same_constraint():
+    from pydantic import BaseModel
+
+    class Point(BaseModel):
+        x: int
+
+    assert Constraint.json_schema(Point) == Constraint.json_schema(Point.model_json_schema())
+    with pytest.raises(InvalidConstraintError, match="must be an object"):
+        Constraint.json_schema("[1, 2]")
