@@ -110,10 +110,11 @@ def serve_load_name(registry: Registry, local: LocalProvider, name: str) -> None
 
 
 def ui_options(args: argparse.Namespace) -> dict[str, Any]:
-    """What the UI may do here: on a Space no local paths."""
+    """What the UI may do here: on a Space no local paths and no loading of more models."""
     from playground.ui.state import UISettings
 
     settings = UISettings(allow_local_paths=getattr(args, "allow_local_paths", True),
+                          allow_model_loading=getattr(args, "allow_model_loading", True),
                           base_url=f"http://{args.host}:{args.port}", device=args.device, dtype=args.dtype,
                           threads=args.threads, compile_timeout_s=args.compile_timeout)
     return {"settings": settings}

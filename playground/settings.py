@@ -19,8 +19,8 @@ def on_space(env: Mapping[str, str] = os.environ) -> bool:
 
 
 def space_overrides(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """Settings a Space imposes: its port on all interfaces, a hub model, and no code or files from users."""
-    port_text = env.get("PORT", "7860")
+    """Settings a Space imposes: its port on all interfaces, a hub model, no code, files or models from users."""
+    port_text = env.get("PORT") or env.get("GRADIO_SERVER_PORT") or "7860"
     try:
         port = int(port_text)
     except ValueError:
@@ -31,6 +31,8 @@ def space_overrides(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
         "model": env.get("PLAYGROUND_MODEL") or SPACE_DEFAULT_MODEL,
         "allow_custom_modules": False,
         "allow_local_paths": False,
+        # every visitor shares the Space's memory: loading more models is the operator's call
+        "allow_model_loading": False,
     }
 
 

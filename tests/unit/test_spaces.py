@@ -185,13 +185,18 @@ def test_on_space_reads_the_space_environment(env: dict[str, str], expected: boo
 def test_space_overrides_defaults() -> None:
     assert settings.space_overrides({"SPACE_ID": "me/pg"}) == {
         "host": "0.0.0.0", "port": 7860, "model": "HuggingFaceTB/SmolLM2-135M-Instruct",
-        "allow_custom_modules": False, "allow_local_paths": False,
+        "allow_custom_modules": False, "allow_local_paths": False, "allow_model_loading": False,
     }
 
 
 def test_space_overrides_take_port_and_model_from_env() -> None:
     got = settings.space_overrides({"PORT": "8080", "PLAYGROUND_MODEL": "embedded"})
     assert (got["port"], got["model"]) == (8080, "embedded")
+
+
+def test_space_overrides_fall_back_to_gradios_port_variable() -> None:
+    assert settings.space_overrides({"GRADIO_SERVER_PORT": "7861"})["port"] == 7861
+    assert settings.space_overrides({"PORT": "8080", "GRADIO_SERVER_PORT": "7861"})["port"] == 8080
 
 
 def test_space_overrides_reject_a_bad_port() -> None:
@@ -206,6 +211,7 @@ def test_apply_space_settings_only_on_a_space() -> None:
     assert (applied.host, applied.port, applied.model, applied.api_key) == (
         "0.0.0.0", 9000, "HuggingFaceTB/SmolLM2-135M-Instruct", "k")
     assert applied.allow_custom_modules is False and applied.allow_local_paths is False
+    assert applied.allow_model_loading is False
 
 
 STAND_IN = '''
