@@ -171,6 +171,9 @@ class TGIProvider(RemoteProvider):
         parameters["details"] = True
         if not parameters.get("stop"):
             parameters.pop("stop", None)
+        if (params.best_of or 1) > 1:
+            # TGI refuses a seed with best_of > 1; each candidate's own seed comes back in its details.
+            parameters.pop("seed", None)
         if params.top_n_tokens:
             self.top_n(params.top_n_tokens)
         grammar = tgi_grammar(self, constraint)

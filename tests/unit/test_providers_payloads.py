@@ -133,6 +133,13 @@ def test_tgi_generate_sends_tgi_parameters_and_grammar(serve, grammar: dict, exp
     }
 
 
+def test_tgi_best_of_sends_no_seed_as_tgi_requires(serve) -> None:
+    stub = serve({"POST /generate": StubReply(json=tgi_generation("7"))})
+    tgi(stub.url).generate("model", "prompt", GenerateParameters(best_of=2, do_sample=True, seed=3, max_new_tokens=2))
+    parameters = stub.last("/generate").body["parameters"]
+    assert parameters["best_of"] == 2 and "seed" not in parameters
+
+
 def test_tgi_refuses_a_lark_grammar_and_custom_processors(serve) -> None:
     stub = serve({"POST /generate": StubReply(json=tgi_generation("7"))})
     with pytest.raises(UnsupportedConstraintError, match="TGI's grammar parameter knows only json and regex"):
