@@ -74,7 +74,13 @@ class GenerateParameters(Strict):
         return self.do_sample or warped
 
 
-class Token(BaseModel):
+class Wire(BaseModel):
+    """TGI's response shapes: its fields, plus our extras (raw logprobs, verdicts) as extra keys."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Token(Wire):
     """TGI's Token."""
 
     id: int
@@ -83,7 +89,7 @@ class Token(BaseModel):
     special: bool = False
 
 
-class PrefillToken(BaseModel):
+class PrefillToken(Wire):
     """TGI's PrefillToken: a prompt token and its logprob given the tokens before it."""
 
     id: int
@@ -91,7 +97,7 @@ class PrefillToken(BaseModel):
     logprob: float | None = None
 
 
-class BestOfSequence(BaseModel):
+class BestOfSequence(Wire):
     """TGI's BestOfSequence, as /generate returns it."""
 
     generated_text: str
@@ -103,7 +109,7 @@ class BestOfSequence(BaseModel):
     top_tokens: list[list[Token]] | None = None
 
 
-class Details(BaseModel):
+class Details(Wire):
     """TGI's Details of a /generate response."""
 
     finish_reason: FinishReason
@@ -115,14 +121,14 @@ class Details(BaseModel):
     best_of_sequences: list[BestOfSequence] | None = None
 
 
-class GenerateResponse(BaseModel):
+class GenerateResponse(Wire):
     """TGI's GenerateResponse."""
 
     generated_text: str
     details: Details | None = None
 
 
-class StreamDetails(BaseModel):
+class StreamDetails(Wire):
     """TGI's StreamDetails, on the last event of /generate_stream."""
 
     finish_reason: FinishReason
@@ -131,7 +137,7 @@ class StreamDetails(BaseModel):
     seed: int | None = None
 
 
-class StreamResponse(BaseModel):
+class StreamResponse(Wire):
     """TGI's StreamResponse: one server-sent event of /generate_stream."""
 
     index: int

@@ -10,11 +10,16 @@ from playground.errors import ParameterError
 from playground.providers.base import ModelInfo
 from playground.server.errors import validation_message
 from playground.types import (
+    BestOfSequence,
     ChatMessage,
+    Details,
     GenerateParameters,
     GeneratedToken,
+    GenerateResponse,
     GenerationResult,
     Sequence,
+    StreamDetails,
+    StreamResponse,
     Strict,
     Token,
     TokenEvent,
@@ -193,28 +198,32 @@ def generate_response(result: GenerationResult, params: GenerateParameters) -> d
     """TGI's GenerateResponse for /generate."""
     details = None
     if wants_details(params):
-        details = _sequence_details(result, result.best, params)
+        details = Details(**_sequence_details(result, result.best, params))
         if params.best_of and params.best_of > 1:
-            details["best_of_sequences"] = [
-                {"generated_text": _full_text(result, seq.generated_text, params), **_sequence_details(result, seq, params)}
+            details.best_of_sequences = [
+                BestOfSequence(generated_text=_full_text(result, seq.generated_text, params), **_sequence_details(result, seq, params))
                 for seq in result.best_of_sequences
             ]
-    return {
-        "generated_text": _full_text(result, result.best.generated_text, params),
-        "details": details,
-        **result_extras(result),
-    }
+    response = GenerateResponse(
+        generated_text=_full_text(result, result.best.generated_text, params), details=details, **result_extras(result)
+    )
+    return response.model_dump(exclude_unset=True)
+
+
+def _stream_response(index: int, event: TokenEvent, params: GenerateParameters, **final: Any) -> StreamResponse:
+    return StreamResponse(
+        index=index,
+        token=token_json(event.token, params),
+        top_tokens=[plain_token(t) for t in event.token.top_tokens] if params.top_n_tokens else [],
+        generated_text=None,
+        details=None,
+        **final,
+    )
 
 
 def stream_token_event(index: int, event: TokenEvent, params: GenerateParameters) -> dict[str, Any]:
     """One TGI StreamResponse for a token that is not the last."""
-    return {
-        "index": index,
-        "token": token_json(event.token, params),
-        "top_tokens": [plain_token(t) for t in event.token.top_tokens] if params.top_n_tokens else [],
-        "generated_text": None,
-        "details": None,
-    }
+    return _stream_response(index, event, params).model_dump(exclude_unset=True)
 
 
 def stream_final_event(
@@ -223,15 +232,16 @@ def stream_final_event(
     """The last StreamResponse: the last token, plus generated_text and (when asked) StreamDetails."""
     if last is None:  # a provider that produced no token events: the final event still carries the text
         last = TokenEvent(index=0, token=GeneratedToken(id=0, text="", logprob=None, special=True))
-    event = stream_token_event(index, last, params)
-    event["generated_text"] = _full_text(result, result.best.generated_text, params)
+    details = None
     if wants_details(params):
-        event["details"] = {
-            "finish_reason": result.best.finish_reason,
-            "generated_tokens": result.best.generated_tokens,
-            "input_length": result.input_length,
-            "seed": result.best.seed,
-            "stop_sequence": result.best.stop_sequence,
-        }
-    event.update(result_extras(result))
-    return event
+        details = StreamDetails(
+            finish_reason=result.best.finish_reason,
+            generated_tokens=result.best.generated_tokens,
+            input_length=result.input_length,
+            seed=result.best.seed,
+            stop_sequence=result.best.stop_sequence,
+        )
+    event = _stream_response(index, last, params, **result_extras(result))
+    event.generated_text = _full_text(result, result.best.generated_text, params)
+    event.details = details
+    return event.model_dump(exclude_unset=True)
