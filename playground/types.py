@@ -80,7 +80,7 @@ class Wire(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class Token(Wire):
+class Token(BaseModel):
     """TGI's Token."""
 
     id: int
@@ -89,12 +89,18 @@ class Token(Wire):
     special: bool = False
 
 
-class PrefillToken(Wire):
+class PrefillToken(BaseModel):
     """TGI's PrefillToken: a prompt token and its logprob given the tokens before it."""
 
     id: int
     text: str
     logprob: float | None = None
+
+
+class WireToken(Token):
+    """A Token on the wire, keeping our extras (raw_logprob, mass_kept, raw_top_tokens)."""
+
+    model_config = ConfigDict(extra="allow")
 
 
 class BestOfSequence(Wire):
@@ -105,7 +111,7 @@ class BestOfSequence(Wire):
     generated_tokens: int
     seed: int | None = None
     prefill: list[PrefillToken] = Field(default_factory=list)
-    tokens: list[Token] = Field(default_factory=list)
+    tokens: list[WireToken] = Field(default_factory=list)
     top_tokens: list[list[Token]] | None = None
 
 
@@ -116,7 +122,7 @@ class Details(Wire):
     generated_tokens: int
     seed: int | None = None
     prefill: list[PrefillToken] = Field(default_factory=list)
-    tokens: list[Token] = Field(default_factory=list)
+    tokens: list[WireToken] = Field(default_factory=list)
     top_tokens: list[list[Token]] | None = None
     best_of_sequences: list[BestOfSequence] | None = None
 
@@ -141,7 +147,7 @@ class StreamResponse(Wire):
     """TGI's StreamResponse: one server-sent event of /generate_stream."""
 
     index: int
-    token: Token
+    token: WireToken
     top_tokens: list[Token] = Field(default_factory=list)
     generated_text: str | None = None
     details: StreamDetails | None = None
