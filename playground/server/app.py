@@ -2,39 +2,35 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI
 from fastapi.responses import RedirectResponse
 
 from playground.providers.registry import Registry
 from playground.server import openai, tgi
+from playground.server.auth import (
+    LOGIN_MESSAGE,
+    GradioLoginGate,
+    api_key_guard,
+    mounted_gradio,
+    ui_login,
+)
 from playground.server.convert import VERSION
 from playground.server.errors import install_error_handlers
+from playground.server.guards import (
+    MAX_BODY_BYTES,
+    DeclaredBodyLimit,
+    add_method_not_allowed,
+    api_methods,
+    valid_unicode,
+)
 
 DESCRIPTION = """Constrained decoding over TGI- and OpenAI-compatible routes.
 
 Constraints: TGI `parameters.grammar` (`json`, `json_schema`, `regex`, plus `choice` and `grammar`),
 OpenAI `response_format`, vLLM `structured_outputs` and `guided_*`. Every output carries a `validation`
 verdict. Errors are `{"error", "error_type"}`."""
-
-
-def api_key_guard(api_key: str | None):
-    """A dependency that demands `Authorization: Bearer KEY` when the server has a key."""
-
-    async def check(request: Request) -> None:
-        if api_key is None:
-            return
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), api_key.encode()):
-            raise HTTPException(
-                status_code=401,
-                detail="missing or wrong API key: send the header `Authorization: Bearer <key>`",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-
-    return check
 
 
 def create_app(
@@ -48,12 +44,15 @@ def create_app(
     app = FastAPI(title="Structured Playground", version=VERSION, description=DESCRIPTION)
     app.state.registry = registry
     install_error_handlers(app)
-    guard = [Depends(api_key_guard(api_key))]
+    checks = [Depends(api_key_guard(api_key)), Depends(valid_unicode)]
     app.include_router(tgi.open_router)
-    app.include_router(tgi.router, dependencies=guard)
-    app.include_router(openai.router, dependencies=guard)
+    app.include_router(tgi.router, dependencies=checks, max_body_size=MAX_BODY_BYTES)
+    app.include_router(openai.router, dependencies=checks, max_body_size=MAX_BODY_BYTES)
+    methods = api_methods([tgi.open_router, tgi.router, openai.router])
+    add_method_not_allowed(app, methods)
+    app.add_middleware(DeclaredBodyLimit, paths=set(methods), max_bytes=MAX_BODY_BYTES)
     if ui:
-        return _mount_ui(app, registry, ui_options or {})
+        return _mount_ui(app, registry, ui_options or {}, api_key)
 
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:
@@ -62,11 +61,15 @@ def create_app(
     return app
 
 
-def _mount_ui(app: FastAPI, registry: Registry, options: dict[str, Any]) -> FastAPI:
-    """Gradio's Blocks under "/"; the API routes were added first, so they win."""
+def _mount_ui(app: FastAPI, registry: Registry, options: dict[str, Any], api_key: str | None) -> FastAPI:
+    """Gradio's Blocks under "/"; the API routes were added first, so they win. A key puts the UI behind a login."""
     import gradio as gr
 
     from playground.ui import create_ui
 
     blocks = create_ui(registry, **options)
-    return gr.mount_gradio_app(app, blocks, path="/")
+    if api_key is None:
+        return gr.mount_gradio_app(app, blocks, path="/")
+    gr.mount_gradio_app(app, blocks, path="/", auth=ui_login(api_key), auth_message=LOGIN_MESSAGE)
+    app.add_middleware(GradioLoginGate, gradio_app=mounted_gradio(app))
+    return app

@@ -33,7 +33,7 @@ class NextTokenRequest(Strict):
     """Body of POST /next_token: a prompt or messages, optional constraint/processors, a prefix, top_k."""
 
     inputs: str | None = None
-    messages: list[ChatMessage] | None = None
+    messages: list[ChatMessage] | None = Field(default=None, min_length=1)
     parameters: GenerateParameters = Field(default_factory=GenerateParameters)
     prefix: str = ""
     top_k: int = Field(default=20, ge=1, le=200)
@@ -90,16 +90,15 @@ def check_tgi_rules(params: GenerateParameters, info: ModelInfo, *, streaming: b
     check_lengths(params, info)
 
 
-def check_lengths(params: GenerateParameters, info: ModelInfo) -> None:
-    """max_new_tokens must leave room for at least one prompt token in max_total_tokens."""
+def check_lengths(params: GenerateParameters, info: ModelInfo, field: str = "parameters.max_new_tokens") -> None:
+    """max_new_tokens must leave room for at least one prompt token; `field` is the name the caller sent it by."""
     if params.max_new_tokens is None:
         return
     if params.max_new_tokens < 1:
-        raise ParameterError("parameters.max_new_tokens: must be at least 1", field="parameters.max_new_tokens")
+        raise ParameterError(f"{field}: must be at least 1", field=field)
     if params.max_new_tokens >= info.max_total_tokens:
         raise ParameterError(
-            f"parameters.max_new_tokens: must be < {info.max_total_tokens} (max_total_tokens), got {params.max_new_tokens}",
-            field="parameters.max_new_tokens",
+            f"{field}: must be < {info.max_total_tokens} (max_total_tokens), got {params.max_new_tokens}", field=field
         )
 
 

@@ -16,7 +16,9 @@ from playground.errors import PlaygroundError
 
 log = logging.getLogger("playground.server")
 
-_HTTP_ERROR_TYPES = {401: "authentication", 404: "not_found", 405: "method_not_allowed"}
+_HTTP_ERROR_TYPES = {401: "authentication", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+# FastAPI's answer when json.loads itself fails (not UTF-8, nested too deep, a huge integer literal).
+_BODY_PARSE_FAILED = "There was an error parsing the body"
 
 
 def error_body(message: str, error_type: str) -> dict[str, str]:
@@ -28,7 +30,7 @@ def error_response(status: int, message: str, error_type: str) -> JSONResponse:
     return JSONResponse(error_body(message, error_type), status_code=status)
 
 
-def _field_name(loc: Sequence[Any]) -> str:
+def field_name(loc: Sequence[Any]) -> str:
     """`("body", "parameters", "top_p")` -> `parameters.top_p`; list indices become `[i]`."""
     parts: list[str] = []
     for item in loc:
@@ -45,7 +47,7 @@ def _field_name(loc: Sequence[Any]) -> str:
 
 def _describe(error: dict[str, Any]) -> str:
     """A pydantic error as `field: message`, with pydantic's wording made plainer."""
-    field = _field_name(error.get("loc", ()))
+    field = field_name(error.get("loc", ()))
     kind = error.get("type", "")
     message = str(error.get("msg", "invalid value"))
     if kind == "extra_forbidden":
@@ -77,8 +79,23 @@ async def _request_validation_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(422, validation_message(exc.errors()), "validation")
 
 
+def _parse_failure(cause: BaseException | None) -> str:
+    """Why the body could not be read, in words a client can act on."""
+    if isinstance(cause, UnicodeDecodeError):
+        reason = "it is not valid UTF-8"
+    elif isinstance(cause, RecursionError):
+        reason = "it is nested too deeply"
+    elif isinstance(cause, ValueError):
+        reason = str(cause).split(";")[0]
+    else:
+        reason = "it is not valid JSON"
+    return f"request body could not be parsed: {reason}"
+
+
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and exc.detail == _BODY_PARSE_FAILED:
+        return error_response(422, _parse_failure(exc.__cause__), "validation")
     error_type = _HTTP_ERROR_TYPES.get(exc.status_code, "http")
     return JSONResponse(
         error_body(str(exc.detail), error_type), status_code=exc.status_code, headers=exc.headers

@@ -50,7 +50,7 @@ async def _choice_params(provider: Provider, model_id: str, req: chat.ChatReques
     seed = chat.base_seed(req)
     params = [chat.chat_parameters(req, seed + i) for i in range(req.n)]
     info = await run_in_threadpool(provider.info, model_id)
-    check_lengths(params[0], info)
+    check_lengths(params[0], info, field="max_completion_tokens" if req.max_completion_tokens else "max_tokens")
     if params[0].top_n_tokens and params[0].top_n_tokens > info.max_top_n_tokens:
         raise ParameterError(f"top_logprobs: must be <= {info.max_top_n_tokens}", field="top_logprobs")
     return params

@@ -12,6 +12,7 @@ from playground.processors import list_factories
 from playground.providers.registry import Registry
 from playground.ui import render, snippets
 from playground.ui.examples import EXAMPLES, PROCESSOR_PARAMS, find_example
+from playground.ui.handlers import error_message
 from playground.ui.state import ChatState, Form, UISettings, chat_inputs, export_session, import_session, params_of
 
 Progress = Callable[..., object]
@@ -20,13 +21,20 @@ Progress = Callable[..., object]
 # --- constraint editor ---------------------------------------------------------------------------
 
 
-def constraint_status(kind: str, text: str) -> str:
-    """The live check under the editor: the constraint's own error message, or that it is valid."""
+def constraint_status(kind: str, text: str | None) -> str:
+    """The live check under the editor: the constraint's own error message, or that it is valid.
+
+    It runs on every keystroke, so it never raises: whatever the checker trips over is the message.
+    """
     if kind in ("none", "processor"):
         return ""
-    if not text.strip():
+    if not (text or "").strip():
         return render.box("warn", f"✗ the {kind} is empty: type one or pick an example", elem_class="pg-constraint-bad")
-    return render.constraint_status(kind, check_constraint(kind, text))
+    try:
+        problem = check_constraint(kind, text or "")
+    except Exception as exc:  # noqa: BLE001 - a live check shows the problem instead of a Gradio error
+        problem = error_message(exc)
+    return render.constraint_status(kind, problem)
 
 
 def example_for(kind: str, title: str | None) -> tuple[str, str]:

@@ -1,0 +1,88 @@
+"""The API key, on the whole server: a Bearer header on API routes, a login (the key as password) on the UI."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+
+from fastapi import FastAPI, HTTPException, Request
+from starlette.requests import HTTPConnection
+from starlette.responses import JSONResponse
+from starlette.routing import Mount
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from playground.server.errors import error_body
+
+LOGIN_MESSAGE = "This server needs its API key: log in with any user name and the API key as the password."
+# Gradio's routes that run handlers, upload, stream or cancel all live under this prefix.
+GRADIO_API_PREFIX = "/gradio_api/"
+
+
+def key_matches(given: str, api_key: str) -> bool:
+    """Constant-time comparison that also accepts non-ASCII keys (compare_digest refuses non-ASCII str)."""
+    return secrets.compare_digest(given.encode(), api_key.encode())
+
+
+def api_key_guard(api_key: str | None):
+    """A dependency that demands `Authorization: Bearer KEY` when the server has a key."""
+
+    async def check(request: Request) -> None:
+        if api_key is None:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not key_matches(token.strip(), api_key):
+            raise HTTPException(
+                status_code=401,
+                detail="missing or wrong API key: send the header `Authorization: Bearer <key>`",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    return check
+
+
+def ui_login(api_key: str) -> Callable[[str, str], bool]:
+    """Gradio's `auth` callable: any user name, the API key as the password."""
+
+    def check(username: str, password: str) -> bool:
+        return key_matches(password or "", api_key)
+
+    return check
+
+
+def mounted_gradio(app: FastAPI) -> ASGIApp:
+    """The Gradio app that mount_gradio_app put under "/" (it holds the login tokens)."""
+    for route in app.routes:
+        if isinstance(route, Mount) and hasattr(route.app, "tokens") and hasattr(route.app, "cookie_id"):
+            return route.app
+    raise RuntimeError("no Gradio app is mounted on this FastAPI app")
+
+
+class GradioLoginGate:
+    """Refuse every /gradio_api/* request without Gradio's login cookie.
+
+    Gradio guards its handler routes itself, but not all of them (cancel, heartbeat, stream, reset);
+    this closes the rest, so nothing of the UI's backend answers before a login.
+    """
+
+    def __init__(self, app: ASGIApp, *, gradio_app: ASGIApp) -> None:
+        self.app = app
+        self.gradio_app = gradio_app
+
+    def logged_in(self, scope: Scope) -> bool:
+        """Whether the request carries a token Gradio issued at /login."""
+        cookies = HTTPConnection(scope).cookies
+        cookie_id = self.gradio_app.cookie_id  # type: ignore[attr-defined]
+        token = cookies.get(f"access-token-{cookie_id}") or cookies.get(f"access-token-unsecure-{cookie_id}")
+        return token is not None and token in self.gradio_app.tokens  # type: ignore[attr-defined]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        guarded = scope["type"] in ("http", "websocket") and scope["path"].startswith(GRADIO_API_PREFIX)
+        if not guarded or self.logged_in(scope):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        body = error_body("not logged in: log in to the UI at / (any user name, the API key as password)",
+                          "authentication")
+        await JSONResponse(body, status_code=401)(scope, receive, send)

@@ -1,0 +1,121 @@
+"""Checks at the HTTP edge for every API route: body size, valid Unicode, and the methods each path takes."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi.routing import APIRoute
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from playground.errors import ParameterError
+from playground.server.errors import error_body, field_name
+
+# Far above any prompt a model here takes (8k tokens) and any sane schema; a bigger body is refused
+# with 413 before anyone tokenizes megabytes of text.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+# Only a JSON escape can put a lone UTF-16 surrogate into a string (raw surrogate bytes are not UTF-8).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+
+def _is_invalid(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def invalid_unicode_field(data: Any) -> str | None:
+    """The first field (as `a.b[0]`) holding a string no UTF-8 codec, tokenizer or grammar compiler takes."""
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), data)]
+    while stack:  # iterative: bodies may nest as deep as the JSON parser allows
+        path, value = stack.pop()
+        if isinstance(value, str) and _is_invalid(value):
+            return field_name(path) or "request body"
+        if isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                if _is_invalid(key):
+                    return field_name((*path, key.encode("utf-8", "backslashreplace").decode()))
+                stack.append(((*path, key), item))
+        elif isinstance(value, list):
+            stack.extend(((*path, index), item) for index, item in reversed(list(enumerate(value))))
+    return None
+
+
+async def valid_unicode(request: Request) -> None:
+    """Refuse strings with lone surrogates (`"\\ud800"`), naming the field, before any provider sees them."""
+    body = await request.body()
+    if not _SURROGATE_ESCAPE.search(body):
+        return
+    try:
+        data = json.loads(body)
+    except ValueError:  # FastAPI has already answered a body that is not JSON
+        return
+    field = invalid_unicode_field(data)
+    if field is not None:
+        raise ParameterError(
+            f"{field}: contains invalid Unicode (a lone surrogate escape such as \\ud800); send valid UTF-8 text",
+            field=field,
+        )
+
+
+def api_methods(routers: Iterable[APIRouter]) -> dict[str, set[str]]:
+    """Every API path with the methods it takes."""
+    methods: dict[str, set[str]] = defaultdict(set)
+    for router in routers:
+        for route in router.routes:
+            if isinstance(route, APIRoute):
+                methods[route.path] |= route.methods
+    return methods
+
+
+def add_method_not_allowed(app: FastAPI, methods: dict[str, set[str]]) -> None:
+    """A wrong method on an API path answers 405 in our error shape (with the UI at "/" it fell through to 404).
+
+    "/" itself is left alone: the UI serves GET / there.
+    """
+    for path, allowed in methods.items():
+        others = _METHODS - allowed
+        if path != "/" and others:
+            app.add_api_route(path, _refuse(path, allowed), methods=sorted(others), include_in_schema=False)
+
+
+def _refuse(path: str, methods: set[str]):
+    allow = ", ".join(sorted(methods))
+
+    async def refuse(request: Request) -> None:
+        raise HTTPException(
+            status_code=405, detail=f"{request.method} is not allowed on {path}; use {allow}", headers={"Allow": allow}
+        )
+
+    return refuse
+
+
+class DeclaredBodyLimit:
+    """413 in our error shape for an API request whose Content-Length is over the limit, before it is read.
+
+    The routers' own max_body_size still stops chunked bodies as they arrive; with a declared length,
+    Starlette would replace our JSON answer with a plain-text one.
+    """
+
+    def __init__(self, app: ASGIApp, *, paths: set[str], max_bytes: int) -> None:
+        self.app = app
+        self.paths = paths
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in self.paths:
+            declared = Headers(scope=scope).get("content-length", "")
+            if declared.isdigit() and int(declared) > self.max_bytes:
+                message = f"request body is {int(declared)} bytes; this server takes at most {self.max_bytes}"
+                await JSONResponse(error_body(message, "request_too_large"), status_code=413)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

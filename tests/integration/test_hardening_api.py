@@ -1,0 +1,85 @@
+"""Odd requests against the live app (UI mounted, embedded model): every one answers 2xx or a 4xx in our
+error shape that names the problem; the cases here once answered 500 or Gradio's 404."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from playground.server.guards import MAX_BODY_BYTES
+
+CHAT = [{"role": "user", "content": "Hi"}]
+
+
+def post(url: str, path: str, body: Any = None, **kw: Any) -> httpx.Response:
+    return httpx.post(f"{url}{path}", json=body, timeout=120, **kw)
+
+
+def assert_error(response: httpx.Response, status: int, message: str) -> None:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error", "error_type"}
+    assert message in body["error"]
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_chat_length_errors_name_the_field_that_was_sent(server_url: str, field: str) -> None:
+    response = post(server_url, "/v1/chat/completions", {"messages": CHAT, field: 10**9})
+    assert_error(response, 422, f"{field}: must be < ")
+    assert "parameters.max_new_tokens" not in response.text
+
+
+def test_registering_a_model_with_invalid_unicode_is_422(server_url: str) -> None:
+    body = b'{"id": "\\ud800", "provider_id": "local"}'
+    response = httpx.post(f"{server_url}/v1/models", content=body, headers={"content-type": "application/json"}, timeout=60)
+    assert_error(response, 422, "id: contains invalid Unicode")
+
+
+def test_next_token_with_an_empty_chat_is_422(server_url: str) -> None:
+    assert_error(post(server_url, "/next_token", {"messages": []}), 422, "messages: List should have at least 1 item")
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/generate"), ("PUT", "/v1/chat/completions"), ("POST", "/info")])
+def test_a_wrong_method_is_405_although_the_ui_owns_slash(server_url: str, method: str, path: str) -> None:
+    assert_error(httpx.request(method, f"{server_url}{path}", timeout=30), 405, f"{method} is not allowed on {path}")
+
+
+def test_an_oversized_body_is_413(server_url: str) -> None:
+    body = {"inputs": "a" * (MAX_BODY_BYTES + 1)}
+    assert_error(post(server_url, "/generate", body), 413, f"this server takes at most {MAX_BODY_BYTES}")
+
+
+ODD_REQUESTS = [
+    ("/generate", {"inputs": "<script>alert(1)</script>", "parameters": {"max_new_tokens": 3, "stop": [""]}}, 200),
+    ("/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 2, "do_sample": True, "temperature": 1e-300}}, 200),
+    ("/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 3,
+                                                   "grammar": {"type": "choice", "value": ["<script>", "😀"]}}}, 200),
+    ("/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 2, "grammar": {"type": "json",
+                                                                                     "value": {"$ref": "file:///etc/passwd"}}}}, 422),
+    ("/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 2, "grammar": {"type": "grammar",
+                                                                                     "value": 'foo: "a"'}}}, 422),
+    ("/generate", {"inputs": "Hi", "parameters": {"logits_processors": [{"name": "nope", "params": ["1"]}]}}, 422),
+    ("/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 10**9}}, 422),
+    ("/generate_stream", {"inputs": "Hi", "parameters": {"best_of": 2, "do_sample": True}}, 422),
+    ("/v1/chat/completions", {"messages": CHAT, "n": 0}, 422),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "stop": ["", ""]}, 200),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 422),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "guided_regex": "(a)\\1"}, 422),
+    ("/tokenize", {"inputs": "<script>😀\u0000"}, 200),
+    ("/v1/models", {"id": "../../etc", "provider_id": "nope"}, 404),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status"), ODD_REQUESTS, ids=[f"{p}-{i}" for i, (p, _, _) in enumerate(ODD_REQUESTS)])
+def test_odd_requests_answer_without_a_500(server_url: str, path: str, body: dict[str, Any], status: int) -> None:
+    response = post(server_url, path, body)
+    assert response.status_code == status, response.text
+    if status >= 400:
+        assert set(response.json()) == {"error", "error_type"}
+        assert response.json()["error"]
+    elif path == "/tokenize":
+        assert [token["text"] for token in response.json()][:3] == ["<", "script", ">"]
+    else:
+        assert "generated_text" in response.text or "choices" in response.text
