@@ -29,8 +29,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--custom-modules", metavar="MOD[,MOD]", default="",
                         help="Python modules to import at start; they register logits processors")
     parser.add_argument("--api-key", metavar="KEY", default=os.environ.get("PLAYGROUND_API_KEY"),
-                        help="require `Authorization: Bearer KEY` on every API route except /health "
-                             "(default: $PLAYGROUND_API_KEY; the UI stays open, use --no-ui to serve the API alone)")
+                        help="require the key on the whole server except /health: API routes take "
+                             "`Authorization: Bearer KEY`, the UI asks for a login (any user name, KEY as the "
+                             "password) (default: $PLAYGROUND_API_KEY)")
     parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
     parser.add_argument("--dtype", default=None, help="torch dtype, e.g. bfloat16 or float32 (default: bf16 on CUDA, fp32 else)")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("PLAYGROUND_THREADS", "1")),

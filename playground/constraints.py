@@ -91,6 +91,8 @@ class Constraint:
         except jsonschema.SchemaError as exc:
             where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
             raise InvalidConstraintError(f"not a valid JSON Schema at {where}: {exc.message}") from None
+        except RecursionError:
+            raise InvalidConstraintError("the JSON schema is nested too deeply to check") from None
         remote = _remote_ref(schema)
         if remote:
             raise UnsupportedConstraintError(f"only local $ref (starting with '#') are supported, got {remote!r}")
@@ -169,6 +171,8 @@ def _load_json(text: str, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidConstraintError(f"invalid JSON in {what}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise InvalidConstraintError(f"the JSON in {what} is nested too deeply") from None
 
 
 def _remote_ref(node: Any) -> str | None:
@@ -232,6 +236,10 @@ def check_constraint(kind: str, text: str) -> str | None:
     Regexes and grammars are also checked by llguidance (no tokenizer needed): no engine takes
     look-around or backreferences, and llguidance is the one engine for Lark grammars.
     """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"the text contains invalid Unicode at position {exc.start}"
     try:
         constraint = Constraint.parse(kind, text)
     except ConstraintError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import random
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from playground import sampling
 from playground.compiler import CompiledConstraint, ConstraintCompiler
 from playground.constraints import Constraint
 from playground.decode import Decode, Row
-from playground.errors import InvalidConstraintError, ParameterError, PromptTooLongError
+from playground.errors import InvalidConstraintError, ParameterError, PromptTooLongError, first_line
 from playground.models import LoadedModel
 from playground.types import (
     ChatMessage,
@@ -193,7 +194,7 @@ class Engine:
             best_of_sequences=[s for i, s in enumerate(sequences) if i != best],
             constraint_kind=constraint.kind,
             constraint_engine=compiled.engine if compiled else None,
-            warnings=list(compiled.warnings) if compiled else [],
+            warnings=(list(compiled.warnings) if compiled else []) + _matcher_errors(rows),
             timings=Timings(
                 compile_s=compile_s,
                 prefill_s=decode.prefill_s,
@@ -352,3 +353,16 @@ def _check_unicode(text: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ParameterError(f"the text contains invalid Unicode at position {exc.start}: {exc.reason}", field="inputs") from None
+
+
+def _matcher_errors(rows: list[Row]) -> list[str]:
+    """llguidance stops a matcher that hits a limit (say, a grammar row too long) and only warns; report it."""
+    errors = []
+    for row in rows:
+        for processor in row.processors:
+            for matcher in getattr(processor, "ll_matchers", None) or []:
+                if matcher.is_error():
+                    text = matcher.get_error()
+                    found = re.search(r"(?:Parser )?Error: ([^\n]+)", text)
+                    errors.append(f"llguidance stopped the constraint: {found.group(1) if found else first_line(ValueError(text))}")
+    return list(dict.fromkeys(errors))

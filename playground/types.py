@@ -266,6 +266,8 @@ class ChatMessage(BaseModel):
             for part in value:
                 if part.get("type") != "text":
                     raise ValueError(f"only text content parts are supported, got {part.get('type')!r}")
+                if not isinstance(part.get("text", ""), str):
+                    raise ValueError(f"a text content part needs a string `text`, got {type(part.get('text')).__name__}")
         return value
 
     def text(self) -> str:

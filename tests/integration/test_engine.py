@@ -285,3 +285,10 @@ def test_remote_refs_are_refused_before_decoding(engine):
              "required": ["a"], "additionalProperties": False}
     result = engine.generate(ask("An object with a number a, as JSON."), GenerateParameters(max_new_tokens=20, grammar={"type": "json", "value": local}))
     assert result.best.validation.valid is True
+
+
+def test_a_matcher_that_gives_up_is_reported(engine):
+    grammar = "start: " + " | ".join(f'"w{i}"' for i in range(2500))
+    result = engine.generate(ask("Pick a word."), GenerateParameters(max_new_tokens=4, grammar={"type": "grammar", "value": grammar}))
+    assert result.best.validation.valid is False
+    assert any("llguidance stopped the constraint" in w and "max is 2000" in w for w in result.warnings), result.warnings

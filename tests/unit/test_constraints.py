@@ -61,3 +61,20 @@ def test_pydantic_model_and_schema_text_are_the_same_constraint():
     assert Constraint.json_schema(Point) == Constraint.json_schema(Point.model_json_schema())
     with pytest.raises(InvalidConstraintError, match="must be an object"):
         Constraint.json_schema("[1, 2]")
+
+
+def test_deeply_nested_schemas_and_bad_unicode_are_clear_errors():
+    deep = '{"type":"object","properties":{"a":' * 400 + '{"type":"string"}' + "}}" * 400
+    message = check_constraint("json_schema", deep)
+    assert message is not None and "nested too deeply" in message
+    assert "invalid Unicode" in check_constraint("regex", "a\ud800")
+
+
+def test_chat_text_parts_must_hold_strings():
+    from pydantic import ValidationError
+
+    from playground.types import ChatMessage
+
+    with pytest.raises(ValidationError, match="needs a string `text`"):
+        ChatMessage(role="user", content=[{"type": "text", "text": 5}])
+    assert ChatMessage(role="user", content=[{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]).text() == "ab"
