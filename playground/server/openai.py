@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from playground.errors import ParameterError
@@ -16,7 +16,7 @@ from playground.providers.config import register_model as register_model_at_run_
 from playground.server import chat
 from playground.server.convert import check_lengths
 from playground.server.errors import exception_event
-from playground.server.streaming import iterate_in_thread, started
+from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.server.tgi import registry_of, resolve, sse
 from playground.types import GenerateParameters, GenerationResult, Strict, TokenEvent
 
@@ -66,7 +66,10 @@ async def chat_completions(request: Request, body: chat.ChatRequest) -> Any:
         return StreamingResponse(_chunks(provider, model_id, body, params, first), media_type="text/event-stream")
     results = []
     for choice_params in params:
-        results.append(await run_in_threadpool(provider.generate, model_id, body.messages, choice_params))
+        result = await generate_while_connected(request, provider, model_id, body.messages, choice_params)
+        if result is None:  # the client hung up; stop before the next choice too
+            return Response(status_code=499)
+        results.append(result)
     return chat.completion_response(model_id, results, body)
 
 

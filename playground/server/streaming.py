@@ -7,6 +7,8 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
+from starlette.concurrency import run_in_threadpool
+
 T = TypeVar("T")
 _ITEM, _ERROR, _DONE = "item", "error", "done"
 
@@ -55,6 +57,25 @@ async def iterate_in_thread(make: Callable[[], Iterator[T]]) -> AsyncIterator[T]
                 return
     finally:
         stop.set()
+
+
+async def generate_while_connected(request: Any, provider: Any, model_id: str, inputs: Any, params: Any) -> Any:
+    """A non-streaming generation; a local one runs as a stream, so a client that hangs up frees the CPU.
+
+    Remote providers decode elsewhere (and may not stream best_of), so they get a plain generate call.
+    Returns the GenerationResult, or None when the client went away.
+    """
+    if not provider.provider_type.startswith("local"):
+        return await run_in_threadpool(provider.generate, model_id, inputs, params)
+    last = None
+    stream = iterate_in_thread(lambda: provider.stream(model_id, inputs, params))
+    try:
+        async for last in stream:
+            if await request.is_disconnected():
+                return None
+    finally:
+        await stream.aclose()
+    return last
 
 
 async def started(stream: AsyncIterator[T]) -> AsyncIterator[T]:

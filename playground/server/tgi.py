@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from playground.processors import list_factories
@@ -15,7 +15,7 @@ from playground.providers.base import Provider
 from playground.providers.registry import Registry
 from playground.server import convert
 from playground.server.errors import exception_event
-from playground.server.streaming import iterate_in_thread, started
+from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.types import GenerateParameters, GenerateRequest, GenerationResult, NextTokenDistribution, TokenEvent
 
 ModelQuery = Query(default=None, description="Served model to use; the default model when omitted.")
@@ -74,7 +74,9 @@ async def _stream_response(request: Request, body: GenerateRequest, model: str |
 
 async def _generate(request: Request, body: GenerateRequest, model: str | None) -> dict[str, Any]:
     provider, model_id = await _prepared(request, model, body.parameters, streaming=False)
-    result = await run_in_threadpool(provider.generate, model_id, body.inputs, body.parameters)
+    result = await generate_while_connected(request, provider, model_id, body.inputs, body.parameters)
+    if result is None:  # the client hung up; nobody reads this answer
+        return Response(status_code=499)
     return convert.generate_response(result, body.parameters)
 
 

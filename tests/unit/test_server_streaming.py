@@ -98,3 +98,47 @@ def test_an_error_mid_stream_becomes_the_last_event() -> None:
     assert [e["token"]["text"] for e in events[:2]] == ["a", "b"]
     assert events[2] == {"error": "processor 'boom' failed: ValueError: no", "error_type": "processor"}
     validate(events[2], "ErrorResponse")
+
+
+class HangsUp:
+    """A request whose client goes away after `after` checks."""
+
+    def __init__(self, after: int) -> None:
+        self.checks = 0
+        self.after = after
+
+    async def is_disconnected(self) -> bool:
+        self.checks += 1
+        return self.checks > self.after
+
+
+class CountingProvider:
+    def __init__(self, provider_type: str, counter: Counter) -> None:
+        self.provider_type = provider_type
+        self.counter = counter
+
+    def stream(self, model, inputs, params):
+        return self.counter()
+
+    def generate(self, model, inputs, params):
+        return list(self.counter())[-1]
+
+
+def test_a_local_generation_stops_when_the_client_hangs_up() -> None:
+    from playground.server.streaming import generate_while_connected
+
+    counter = Counter(10_000_000)
+    result = asyncio.run(generate_while_connected(HangsUp(after=3), CountingProvider("local::transformers", counter), "m", "p", None))
+    assert result is None
+    assert counter.closed.wait(timeout=30)
+    assert counter.produced < 10_000_000
+    finished = asyncio.run(generate_while_connected(HangsUp(after=100), CountingProvider("local::transformers", Counter(5)), "m", "p", None))
+    assert finished == 4
+
+
+def test_a_remote_generation_is_one_plain_call() -> None:
+    from playground.server.streaming import generate_while_connected
+
+    counter = Counter(5)
+    assert asyncio.run(generate_while_connected(HangsUp(after=0), CountingProvider("remote::tgi", counter), "m", "p", None)) == 4
+    assert counter.produced == 5
