@@ -120,6 +120,16 @@ class Constraint:
             raise InvalidConstraintError("a grammar constraint needs Lark grammar text with a `start` rule")
         return cls("grammar", text)
 
+    def to_grammar(self) -> GrammarType | None:
+        """The TGI `grammar` parameter that carries this constraint (None for kind 'none')."""
+        if self.kind == "none":
+            return None
+        if self.kind == "json_schema":
+            return GrammarType(type="json", value=self.schema)
+        if self.kind == "choice":
+            return GrammarType(type="choice", value=list(self.value))
+        return GrammarType(type=self.kind, value=self.value)
+
     @property
     def schema(self) -> dict:
         return self.value.data if isinstance(self.value, _Frozen) else {}

@@ -43,14 +43,7 @@ def local_provider(model: str = "embedded") -> tuple[Provider, str]:
 
 def grammar_for(kind: str, text: str) -> GrammarType | None:
     """The request's `grammar` for the editor's (kind, text); a bad constraint raises its typed error."""
-    constraint = Constraint.parse(kind, text)
-    if constraint.kind == "none":
-        return None
-    if constraint.kind == "json_schema":
-        return GrammarType(type="json", value=constraint.schema)
-    if constraint.kind == "choice":
-        return GrammarType(type="choice", value=list(constraint.value))
-    return GrammarType(type=constraint.kind, value=constraint.value)
+    return Constraint.parse(kind, text).to_grammar()
 
 
 def build_parameters(state: dict[str, Any]) -> GenerateParameters:

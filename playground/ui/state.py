@@ -116,12 +116,7 @@ def grammar_of(form: Form) -> GrammarType | None:
     """The TGI grammar for the form's constraint; raises the constraint's own error when invalid."""
     if form.kind in ("none", "processor"):
         return None
-    constraint = Constraint.parse(form.kind, form.constraint_text)
-    if constraint.kind == "json_schema":
-        return GrammarType(type="json", value=constraint.schema)
-    if constraint.kind == "choice":
-        return GrammarType(type="choice", value=list(constraint.value))
-    return GrammarType(type=constraint.kind, value=constraint.value)
+    return Constraint.parse(form.kind, form.constraint_text).to_grammar()
 
 
 def processors_of(form: Form) -> list[ProcessorSpec]:
