@@ -231,6 +231,10 @@ class Playground(anywidget.AnyWidget):
         tokens = self.result.best.tokens[: max(0, position)]
         try:
             self._show_distribution("".join(token.text for token in tokens))
+        except PlaygroundError as exc:
+            # e.g. a remote provider that can't give a constrained distribution: the answer itself is fine
+            self.distribution = None
+            self.next_token = {"unavailable": exc.message}
         except Exception as exc:  # noqa: BLE001 - the widget is an edge: every failure is shown in it
             self._fail(exc)
 

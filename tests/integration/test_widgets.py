@@ -130,3 +130,29 @@ def test_registry_models_and_shared_weights(embedded) -> None:
     assert pg.error.startswith("ModelError: no provider serves model 'nobody-serves-this'")
     pg.model = model_id
     assert pg.error == ""
+
+
+def test_a_provider_without_a_next_token_view_still_shows_the_answer(embedded) -> None:
+    from playground.errors import UnsupportedConstraintError
+
+    provider, model_id = embedded
+
+    class NoDistribution:
+        """The embedded model behind a provider that, like remote ones, can't give a constrained distribution."""
+
+        provider_id, provider_type = "remote-like", "remote::openai"
+
+        def list_models(self):
+            return [model_id]
+
+        def generate(self, model, inputs, params):
+            return provider.generate(model, inputs, params)
+
+        def next_token(self, model, inputs, params, *, prefix="", top_k=20):
+            raise UnsupportedConstraintError("provider 'remote-like' cannot give a constrained next-token distribution")
+
+    pg = Playground(provider=NoDistribution(), model=model_id, prompt="Yes or no?", max_new_tokens=3)
+    pg.constraint_kind, pg.constraint_text = "choice", "yes\nno"
+    result = pg.run()
+    assert result.generated_text in ("yes", "no") and pg.error == ""
+    assert "cannot give a constrained next-token distribution" in pg.next_token["unavailable"]

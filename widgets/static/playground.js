@@ -214,6 +214,10 @@ function parameterSection(model, offs) {
 
 function nextTokenChart(container, dist, position, tokens) {
   container.replaceChildren();
+  if (dist && dist.unavailable) {
+    container.append(h("div", "sp-chart-title", `next-token view unavailable: ${dist.unavailable}`));
+    return;
+  }
   if (!dist || !dist.candidates) return;
   const where = position < 0 || !tokens[position]
     ? "at the start of the answer"
