@@ -6,8 +6,10 @@ become an error box, never a traceback.
 
 from __future__ import annotations
 
+import html
 import json
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -66,23 +68,25 @@ def error_message(exc: BaseException) -> str:
 
 
 def display(content: str) -> str:
-    """Chat text for the chatbot: JSON answers shown as a code block, the rest as the model wrote it."""
+    """Chat text for the chatbot: JSON answers as a code block, the rest with HTML shown as text.
+
+    The chatbot renders Markdown and (sanitised) HTML; a playground must show `<b>` as the model wrote
+    it, not as bold, so tags are escaped outside code blocks, which Markdown already shows literally.
+    """
     stripped = content.strip()
     if stripped[:1] in ("{", "["):
         try:
             json.loads(stripped)
         except json.JSONDecodeError:
-            return content
-        return f"```json\n{stripped}\n```"
-    return content
+            return html.escape(content, quote=False)
+        fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", stripped)), default=0))
+        return f"{fence}json\n{stripped}\n{fence}"
+    return html.escape(content, quote=False)
 
 
 def chatbot_value(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     """The conversation in the chatbot's messages format."""
-    return [
-        {"role": m["role"], "content": display(m["content"]) if m["role"] == "assistant" else m["content"]}
-        for m in messages
-    ]
+    return [{"role": m["role"], "content": display(m["content"])} for m in messages]
 
 
 def result_panels(state: ChatState, result: GenerationResult) -> Panels:
