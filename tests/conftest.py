@@ -115,3 +115,15 @@ def page(browser):
     tab = context.new_page()
     yield tab
     context.close()
+
+
+@pytest.fixture
+def registered() -> Iterator[list[str]]:
+    """Logits-processor names a test registers; removed afterwards so tests stay independent."""
+    from playground import processors
+
+    names: list[str] = []
+    yield names
+    for name in names:
+        if name in {info.name for info in processors.list_factories()}:
+            processors.unregister_factory(name)

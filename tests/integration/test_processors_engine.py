@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,16 +34,6 @@ def texts(result) -> list[str]:
 
 def params(*specs: dict, **kwargs) -> GenerateParameters:
     return GenerateParameters(max_new_tokens=kwargs.pop("max_new_tokens", 24), logits_processors=list(specs), **kwargs)
-
-
-@pytest.fixture
-def registered() -> Iterator[list[str]]:
-    """Processor names a test registers, removed afterwards."""
-    names: list[str] = []
-    yield names
-    for name in names:
-        if name in {info.name for info in processors.list_factories()}:
-            processors.unregister_factory(name)
 
 
 @pytest.mark.parametrize(

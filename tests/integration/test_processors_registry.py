@@ -34,16 +34,6 @@ def vocab(tokenizer) -> int:
 
 
 @pytest.fixture
-def registered() -> Iterator[list[str]]:
-    """Names a test registers; removed afterwards so tests stay independent."""
-    names: list[str] = []
-    yield names
-    for name in names:
-        if name in {info.name for info in processors.list_factories()}:
-            processors.unregister_factory(name)
-
-
-@pytest.fixture
 def plugin_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """tests/plugins on sys.path, as if the example plugin were installed, and not yet imported."""
     monkeypatch.syspath_prepend(str(PLUGINS))
