@@ -54,15 +54,18 @@ class Form(BaseModel):
     best_of: int = 1
     top_n_tokens: int = 5
     stop: str = ""
+    truncate: int = 0
+    watermark: bool = False
+    adapter_id: str = ""
     constraint_engine: str = "auto"
 
     @classmethod
     def from_values(cls, values: list[Any] | tuple[Any, ...]) -> "Form":
         """From component values in FIELDS order; gr.Number gives floats, blank numbers give None."""
         data = dict(zip(FIELDS, values, strict=True))
-        for name in ("model", "constraint_text", "processor_params", "system_prompt", "stop"):
+        for name in ("model", "constraint_text", "processor_params", "system_prompt", "stop", "adapter_id"):
             data[name] = data[name] or ""  # hidden components send None
-        for name in ("max_new_tokens", "top_k", "best_of", "top_n_tokens"):
+        for name in ("max_new_tokens", "top_k", "best_of", "top_n_tokens", "truncate"):
             data[name] = int(data[name] or 0)
         data["seed"] = _seed(data["seed"])
         try:
@@ -145,6 +148,9 @@ def params_of(form: Form, *, constrained: bool = True) -> GenerateParameters:
         "best_of": form.best_of if form.best_of > 1 else None,
         "top_n_tokens": form.top_n_tokens or None,
         "stop": stops,
+        "truncate": form.truncate or None,
+        "watermark": form.watermark,
+        "adapter_id": form.adapter_id.strip() or None,
         "details": True,
         "constraint_engine": form.constraint_engine,
     }
