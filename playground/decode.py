@@ -31,6 +31,7 @@ class Row:
     ids: list[int] = field(default_factory=list)
     tokens: list[GeneratedToken] = field(default_factory=list)
     text: str = ""
+    emitted: str = ""
     finish_reason: str | None = None
     stop_sequence: str | None = None
 
@@ -113,10 +114,14 @@ class Decode:
             text_piece = ""
             row.finish_reason = "eos_token"
         else:
-            full = e.tokenizer.decode(row.ids, skip_special_tokens=True)
-            text_piece = full[len(row.text) :]
-            row.text = full
-            self._check_stop(row, text_piece)
+            before = len(row.text)
+            row.text = e.tokenizer.decode(row.ids, skip_special_tokens=True)
+            # A character split across tokens decodes as U+FFFD until its last byte arrives: hold it back,
+            # so the pieces streamed add up to the text.
+            stable = row.text.rstrip("\ufffd") if row.text.endswith("\ufffd") else row.text
+            text_piece = stable[len(row.emitted) :]
+            row.emitted = stable
+            self._check_stop(row, before)
         token = sampling.token_record(
             token_id, text_piece if token_id not in e.eos_ids else e.token_text(token_id), step, self.top_n, e.token_text, e.special_ids
         )
@@ -143,9 +148,10 @@ class Decode:
         masked[eos_allowed] = sampling.NEG_INF
         return masked
 
-    def _check_stop(self, row: Row, piece: str) -> None:
+    def _check_stop(self, row: Row, before: int) -> None:
+        """A stop sequence that ends in the text added since `before` (it may start earlier)."""
         for stop in self.params.stop:
-            if stop and stop in row.text[-(len(stop) + len(piece)) :]:
+            if stop and stop in row.text[max(0, before - len(stop) + 1) :]:
                 row.finish_reason = "stop_sequence"
                 row.stop_sequence = stop
                 return

@@ -292,3 +292,12 @@ def test_a_matcher_that_gives_up_is_reported(engine):
     result = engine.generate(ask("Pick a word."), GenerateParameters(max_new_tokens=4, grammar={"type": "grammar", "value": grammar}))
     assert result.best.validation.valid is False
     assert any("llguidance stopped the constraint" in w and "max is 2000" in w for w in result.warnings), result.warnings
+
+
+def test_streamed_pieces_add_up_when_characters_span_tokens(engine):
+    # emoji are several byte-level tokens; pieces must not carry half characters
+    events = list(engine.stream("Reply with three party emoji: 🎉🎉🎉. Again:", GenerateParameters(max_new_tokens=12)))
+    *tokens, final = events
+    text = "".join(e.token.text for e in tokens if not e.token.special)
+    assert "\ufffd" not in text
+    assert final.generated_text.startswith(text) and len(final.generated_text) - len(text) <= 1
