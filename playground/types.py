@@ -346,3 +346,53 @@ class ChatCompletionRequest(Strict):
     logits_processors: list[ProcessorSpec] = Field(default_factory=list)
     constraint_engine: EngineName = "auto"
     user: str | None = None
+
+
+class TopLogprob(Wire):
+    """OpenAI's TopLogprob."""
+
+    token: str
+    logprob: float | None
+    bytes: list[int] | None = None
+
+
+class TokenLogprob(TopLogprob):
+    """OpenAI's ChatCompletionTokenLogprob (our extras: raw_logprob, mass_kept)."""
+
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(Wire):
+    content: list[TokenLogprob] | None = None
+
+
+class AssistantMessage(Wire):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+
+
+class ChatChoice(Wire):
+    """One choice of a ChatCompletion (our extras: validation, seed, constraint_kind, constraint_engine)."""
+
+    index: int
+    message: AssistantMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: Literal["stop", "length"] | None = None
+
+
+class Usage(Wire):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatCompletion(Wire):
+    """OpenAI's ChatCompletion response."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    system_fingerprint: str | None = None
+    choices: list[ChatChoice]
+    usage: Usage | None = None

@@ -12,6 +12,7 @@ from pydantic import model_validator
 from playground.errors import ParameterError
 from playground.server.convert import VERSION, build_parameters
 from playground.types import (
+    ChatCompletion,
     ChatCompletionRequest,
     GenerateParameters,
     GeneratedToken,
@@ -213,7 +214,8 @@ def completion_response(model: str, results: list[GenerationResult], req: ChatCo
                 **choice_extras(result),
             }
         )
-    return {**envelope(model, "chat.completion"), "choices": choices, "usage": usage(results)}
+    body = {**envelope(model, "chat.completion"), "choices": choices, "usage": usage(results)}
+    return ChatCompletion.model_validate(body).model_dump(exclude_unset=True)
 
 
 def envelope(model: str, kind: str, completion_id: str | None = None) -> dict[str, Any]:

@@ -152,3 +152,15 @@ def test_results_carry_every_field_tgi_responses_require(spec_name: str) -> None
     carried = set(Sequence.model_fields) | set(GenerationResult.model_fields)
     assert set(SCHEMAS[spec_name]["required"]) - carried == set()
     assert SCHEMAS[spec_name]["properties"].keys() - carried <= {"details", "best_of_sequences", "top_tokens"}
+
+
+def test_chat_completion_types_use_the_openai_sdks_names() -> None:
+    from openai.types.chat import ChatCompletion as SDKCompletion
+    from openai.types.chat.chat_completion import Choice as SDKChoice
+    from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob as SDKTokenLogprob
+
+    from playground.types import ChatChoice, ChatCompletion, TokenLogprob
+
+    assert set(ChatCompletion.model_fields) <= set(SDKCompletion.model_fields)
+    assert set(ChatChoice.model_fields) <= set(SDKChoice.model_fields)
+    assert set(TokenLogprob.model_fields) == set(SDKTokenLogprob.model_fields)
