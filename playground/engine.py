@@ -258,22 +258,28 @@ class Engine:
         token_ids = self._encode(text, add_special_tokens=False)
         if compiled is None:
             return True, "no constraint"
-        processor = compiled.new_processor()
         eos = min(self.eos_ids)
-        ids = [eos]  # any first token: processors consume input_ids[-1] only from their second call on
+        # any first token: processors consume input_ids[-1] only from their second call on
         with torch.inference_mode():
-            for k, token_id in enumerate([*token_ids, eos]):
-                probe = sampling.apply_row_processors(
-                    [processor], torch.tensor([ids]), torch.zeros(1, self.vocab_size)
-                )
-                if not torch.isfinite(probe[0, token_id]):
-                    where = "end of text" if k == len(token_ids) else f"token {k} ({self.token_text(token_id)!r})"
-                    return False, f"{compiled.engine} masks the {where}"
-                ids.append(token_id)
+            k = self._first_masked([compiled.new_processor()], [eos], [*token_ids, eos])
+        if k is not None:
+            where = "end of text" if k == len(token_ids) else f"token {k} ({self.token_text(token_ids[k])!r})"
+            return False, f"{compiled.engine} masks the {where}"
         verdict = constraint.validate(text)
         if verdict.valid is False:
             return False, f"the final check refuses EOS: {verdict.message}"
         return True, f"accepted by {compiled.engine}"
+
+    def _first_masked(self, processors: list[Any], start_ids: list[int], token_ids: list[int]) -> int | None:
+        """Feed `token_ids` through the processors one by one after `start_ids`; the first one masked out."""
+        ids = list(start_ids)
+        for k, token_id in enumerate(token_ids):
+            scores = torch.zeros(1, self.vocab_size, device=self.device)
+            probe = sampling.apply_row_processors(processors, torch.tensor([ids], device=self.device), scores)
+            if not torch.isfinite(probe[0, token_id]):
+                return k
+            ids.append(token_id)
+        return None
 
     # --- next-token view -------------------------------------------------------------------
 
@@ -295,13 +301,11 @@ class Engine:
         if len(ids) > self.max_input_tokens:
             raise PromptTooLongError(f"prompt and prefix have {len(ids)} tokens; at most {self.max_input_tokens}")
         with self._busy, self._adapter(params.adapter_id), torch.inference_mode():
-            for k in range(len(prefix_ids)):
-                row_ids = torch.tensor([prompt_ids + list(prefix_ids[:k])], device=self.device)
-                probe = sampling.apply_row_processors(processors, row_ids, torch.zeros(1, self.vocab_size, device=self.device))
-                if not torch.isfinite(probe[0, prefix_ids[k]]):
-                    raise InvalidConstraintError(
-                        f"the prefix leaves the constraint at token {k} ({self.token_text(prefix_ids[k])!r})"
-                    )
+            k = self._first_masked(processors, prompt_ids, prefix_ids)
+            if k is not None:
+                raise InvalidConstraintError(
+                    f"the prefix leaves the constraint at token {k} ({self.token_text(prefix_ids[k])!r})"
+                )
             input_ids = torch.tensor([ids], device=self.device)
             logits = self.forward(input_ids)[0][0, -1].float()
             shared = sampling.shared_processors(params, self.vocab_size, self.device, len(prompt_ids))
