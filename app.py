@@ -21,25 +21,51 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Constrained-decoding playground: Gradio UI at / and TGI/OpenAI-compatible API on one port.",
     )
-    parser.add_argument("--model", default="embedded",
-                        help="default model: 'embedded' (SmolLM2-135M GGUF), a hub id, a local folder or a .gguf file (default: embedded)")
+    parser.add_argument(
+        "--model",
+        default="embedded",
+        help="default model: 'embedded' (SmolLM2-135M GGUF), a hub id, a local folder or a .gguf file (default: embedded)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind; 0.0.0.0 for all (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=7860, help="port for the UI and the API (default: 7860)")
     parser.add_argument("--providers", metavar="FILE", help="YAML file of remote providers and the models they serve")
-    parser.add_argument("--custom-modules", metavar="MOD[,MOD]", default="",
-                        help="Python modules to import at start; they register logits processors")
-    parser.add_argument("--api-key", metavar="KEY", default=os.environ.get("PLAYGROUND_API_KEY"),
-                        help="require the key on the whole server except /health: API routes take "
-                             "`Authorization: Bearer KEY`, the UI asks for a login (any user name, KEY as the "
-                             "password) (default: $PLAYGROUND_API_KEY)")
+    parser.add_argument(
+        "--custom-modules",
+        metavar="MOD[,MOD]",
+        default="",
+        help="Python modules to import at start; they register logits processors",
+    )
+    parser.add_argument(
+        "--api-key",
+        metavar="KEY",
+        default=os.environ.get("PLAYGROUND_API_KEY"),
+        help="require the key on the whole server except /health: API routes take "
+        "`Authorization: Bearer KEY`, the UI asks for a login (any user name, KEY as the "
+        "password) (default: $PLAYGROUND_API_KEY)",
+    )
     parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
-    parser.add_argument("--dtype", default=None, help="torch dtype, e.g. bfloat16 or float32 (default: bf16 on CUDA, fp32 else)")
-    parser.add_argument("--threads", type=int, default=int(os.environ.get("PLAYGROUND_THREADS", "1")),
-                        help="torch CPU threads (default: $PLAYGROUND_THREADS or 1)")
-    parser.add_argument("--trust-remote-code", action="store_true", help="allow hub models that ship their own code (default: off)")
-    parser.add_argument("--compile-timeout", type=float, default=10.0, metavar="SECONDS",
-                        help="time limit for compiling one constraint (default: 10)")
-    parser.add_argument("--max-new-tokens", type=int, default=256, help="max_new_tokens when a request leaves it unset (default: 256)")
+    parser.add_argument(
+        "--dtype", default=None, help="torch dtype, e.g. bfloat16 or float32 (default: bf16 on CUDA, fp32 else)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=int(os.environ.get("PLAYGROUND_THREADS", "1")),
+        help="torch CPU threads (default: $PLAYGROUND_THREADS or 1)",
+    )
+    parser.add_argument(
+        "--trust-remote-code", action="store_true", help="allow hub models that ship their own code (default: off)"
+    )
+    parser.add_argument(
+        "--compile-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="time limit for compiling one constraint (default: 10)",
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=256, help="max_new_tokens when a request leaves it unset (default: 256)"
+    )
     parser.add_argument("--no-ui", action="store_true", help="serve only the HTTP API")
     return parser.parse_args(argv)
 
@@ -75,8 +101,13 @@ def build_registry(args: argparse.Namespace) -> Registry:
     locals_made: list[tuple[LocalProvider, str]] = []
 
     def local_factory(config: LocalConfig) -> LocalProvider:
-        local = make_local(args, config.model, device=config.device or args.device,
-                           dtype=config.dtype or args.dtype, trust_remote_code=config.trust_remote_code)
+        local = make_local(
+            args,
+            config.model,
+            device=config.device or args.device,
+            dtype=config.dtype or args.dtype,
+            trust_remote_code=config.trust_remote_code,
+        )
         locals_made.append((local, config.model))
         return local
 
@@ -95,11 +126,19 @@ def make_local(args: argparse.Namespace, model: str, **load: Any) -> LocalProvid
     """A local provider serving `model` (also under the name it was loaded by, e.g. 'embedded')."""
     from playground.providers.local import LocalProvider
 
-    load_options = {"device": args.device, "dtype": args.dtype, "trust_remote_code": args.trust_remote_code,
-                    "threads": args.threads, **load}
+    load_options = {
+        "device": args.device,
+        "dtype": args.dtype,
+        "trust_remote_code": args.trust_remote_code,
+        "threads": args.threads,
+        **load,
+    }
     engine_options = {"compile_timeout_s": args.compile_timeout, "default_max_new_tokens": args.max_new_tokens}
-    local = LocalProvider(load_options=load_options, engine_options=engine_options,
-                          allow_local_paths=getattr(args, "allow_local_paths", True))
+    local = LocalProvider(
+        load_options=load_options,
+        engine_options=engine_options,
+        allow_local_paths=getattr(args, "allow_local_paths", True),
+    )
     local.load(model)
     return local
 
@@ -114,10 +153,15 @@ def ui_options(args: argparse.Namespace) -> dict[str, Any]:
     """What the UI may do here: on a Space no local paths and no loading of more models."""
     from playground.ui.state import UISettings
 
-    settings = UISettings(allow_local_paths=getattr(args, "allow_local_paths", True),
-                          allow_model_loading=getattr(args, "allow_model_loading", True),
-                          base_url=f"http://{args.host}:{args.port}", device=args.device, dtype=args.dtype,
-                          threads=args.threads, compile_timeout_s=args.compile_timeout)
+    settings = UISettings(
+        allow_local_paths=getattr(args, "allow_local_paths", True),
+        allow_model_loading=getattr(args, "allow_model_loading", True),
+        base_url=f"http://{args.host}:{args.port}",
+        device=args.device,
+        dtype=args.dtype,
+        threads=args.threads,
+        compile_timeout_s=args.compile_timeout,
+    )
     return {"settings": settings}
 
 

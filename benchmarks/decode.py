@@ -58,7 +58,9 @@ def _hf_generate(engine: Engine, prompt: str, tokens: int) -> float:
     input_ids = torch.tensor([ids], device=engine.device)
     start = _clock()
     with torch.inference_mode():
-        out = engine.model.generate(input_ids, max_new_tokens=tokens, do_sample=False, pad_token_id=engine.tokenizer.eos_token_id)
+        out = engine.model.generate(
+            input_ids, max_new_tokens=tokens, do_sample=False, pad_token_id=engine.tokenizer.eos_token_id
+        )
     _sync()
     return (out.shape[1] - len(ids)) / (_clock() - start)
 
@@ -72,7 +74,7 @@ def _engine(engine: Engine, prompt: str, tokens: int, grammar: dict | None = Non
     params = GenerateParameters(max_new_tokens=tokens, grammar=grammar, top_n_tokens=1)
     start = _clock()
     first = None
-    for event in engine.stream(_messages(prompt), params):
+    for event in engine.stream(_messages(prompt), params):  # noqa: B007 - the last event is the result
         if first is None:
             first = _clock()
     _sync()

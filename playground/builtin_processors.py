@@ -7,10 +7,10 @@ import itertools
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-
 
 # --- per-tokenizer tables ------------------------------------------------------------------------
 
@@ -77,7 +77,9 @@ class TokenTable:
 def _skipped_ids(tokenizer: Any) -> set[int]:
     """Tokens that decode(skip_special_tokens=True), and so the engine's output text, leaves out."""
     added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-    return set(getattr(tokenizer, "all_special_ids", [])) | {i for i, t in added.items() if getattr(t, "special", False)}
+    return set(getattr(tokenizer, "all_special_ids", [])) | {
+        i for i, t in added.items() if getattr(t, "special", False)
+    }
 
 
 def _whitespace_counts(text: str) -> tuple[int, int, int, bool]:

@@ -122,7 +122,9 @@ def _compile_with(engine: str, constraint: Constraint, tokenizer: Any) -> tuple[
     if engine == "llguidance":
         import llguidance
 
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(template.grammar, template.llg_tokenizer)
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
+            template.grammar, template.llg_tokenizer
+        )
         if is_error:
             kind = InvalidConstraintError if constraint.kind == "grammar" else UnsupportedConstraintError
             raise kind(f"llguidance refused the {constraint.kind}: {'; '.join(messages)}")
@@ -164,7 +166,9 @@ class ConstraintCompiler:
                 refusals.append(exc.message)
                 continue
             if refusals:
-                compiled.warnings.insert(0, "; ".join(refusals) + f" — fell back to {name}; the output is still validated")
+                compiled.warnings.insert(
+                    0, "; ".join(refusals) + f" — fell back to {name}; the output is still validated"
+                )
             with self._lock:
                 self._cache[key] = compiled
                 while len(self._cache) > self._cache_size:
@@ -176,7 +180,9 @@ class ConstraintCompiler:
         if engine == "auto":
             return AUTO_ORDER[constraint.kind]
         if engine not in ENGINES:
-            raise ConstraintError(f"unknown constraint engine {engine!r}; use auto, {', '.join(ENGINES)}", field="constraint_engine")
+            raise ConstraintError(
+                f"unknown constraint engine {engine!r}; use auto, {', '.join(ENGINES)}", field="constraint_engine"
+            )
         if constraint.kind not in SUPPORTS[engine]:
             raise UnsupportedConstraintError(f"{engine} does not support {constraint.kind} constraints")
         return (engine,)
@@ -192,5 +198,3 @@ class ConstraintCompiler:
                 f"compiling the {constraint.kind} with {engine} took longer than {self.timeout_s:g} s"
             ) from None
         return CompiledConstraint(constraint, engine, template, time.perf_counter() - start, warnings)
-
-

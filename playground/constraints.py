@@ -21,6 +21,7 @@ from playground.errors import (
 )
 from playground.types import ConstraintKind, GrammarType, Validation
 
+
 @dataclass(frozen=True)
 class Constraint:
     """A parsed, checked constraint: kind and canonical value (schema dict, pattern, choices, grammar)."""
@@ -29,11 +30,11 @@ class Constraint:
     value: Any = None
 
     @classmethod
-    def none(cls) -> "Constraint":
+    def none(cls) -> Constraint:
         return cls("none", None)
 
     @classmethod
-    def from_grammar(cls, grammar: GrammarType | dict | None) -> "Constraint":
+    def from_grammar(cls, grammar: GrammarType | dict | None) -> Constraint:
         """From TGI's `grammar` parameter (json, json_schema, regex) or ours (choice, grammar)."""
         if grammar is None:
             return cls.none()
@@ -57,7 +58,7 @@ class Constraint:
         return cls.grammar(grammar.value)
 
     @classmethod
-    def parse(cls, kind: str, text: str) -> "Constraint":
+    def parse(cls, kind: str, text: str) -> Constraint:
         """From the UI's (kind, text) pair; choice text is a JSON list or one choice per line."""
         if kind in ("none", "", None):
             return cls.none()
@@ -72,10 +73,12 @@ class Constraint:
             return cls.choice([line for line in text.splitlines() if line.strip()])
         if kind == "grammar":
             return cls.grammar(text)
-        raise InvalidConstraintError(f"unknown constraint kind {kind!r}; use none, json_schema, regex, choice or grammar")
+        raise InvalidConstraintError(
+            f"unknown constraint kind {kind!r}; use none, json_schema, regex, choice or grammar"
+        )
 
     @classmethod
-    def json_schema(cls, schema: Any) -> "Constraint":
+    def json_schema(cls, schema: Any) -> Constraint:
         """Accepts a dict, JSON text, or a pydantic model class."""
         if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
             schema = schema.model_json_schema()
@@ -99,7 +102,7 @@ class Constraint:
         return cls("json_schema", _Frozen(schema))
 
     @classmethod
-    def regex(cls, pattern: Any) -> "Constraint":
+    def regex(cls, pattern: Any) -> Constraint:
         if not isinstance(pattern, str) or not pattern:
             raise InvalidConstraintError("a regex constraint needs a non-empty pattern string")
         try:
@@ -109,13 +112,13 @@ class Constraint:
         return cls("regex", pattern)
 
     @classmethod
-    def choice(cls, choices: Any) -> "Constraint":
+    def choice(cls, choices: Any) -> Constraint:
         if not isinstance(choices, list) or not choices or not all(isinstance(c, str) and c for c in choices):
             raise InvalidConstraintError("a choice constraint needs a non-empty list of non-empty strings")
         return cls("choice", tuple(dict.fromkeys(choices)))
 
     @classmethod
-    def grammar(cls, text: Any) -> "Constraint":
+    def grammar(cls, text: Any) -> Constraint:
         if not isinstance(text, str) or not text.strip():
             raise InvalidConstraintError("a grammar constraint needs Lark grammar text with a `start` rule")
         return cls("grammar", text)
@@ -180,7 +183,9 @@ def _load_json(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidConstraintError(f"invalid JSON in {what}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise InvalidConstraintError(
+            f"invalid JSON in {what}: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     except RecursionError:
         raise InvalidConstraintError(f"the JSON in {what} is nested too deeply") from None
 

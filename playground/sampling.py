@@ -6,8 +6,9 @@ penalty (which transformers lacks) is written here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch._dynamo
@@ -22,7 +23,7 @@ from transformers.generation import (
 )
 
 from playground.errors import ParameterError, ProcessorError
-from playground.types import GenerateParameters, GeneratedToken, Token
+from playground.types import GeneratedToken, GenerateParameters, Token
 
 Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 NEG_INF = float("-inf")
@@ -45,7 +46,9 @@ class FrequencyPenalty:
         return scores - self.penalty * counts
 
 
-def shared_processors(params: GenerateParameters, vocab_size: int, device: Any, prompt_length: int) -> LogitsProcessorList:
+def shared_processors(
+    params: GenerateParameters, vocab_size: int, device: Any, prompt_length: int
+) -> LogitsProcessorList:
     """Stateless processors applied to the whole batch before the per-row masks (TGI's order)."""
     processors = LogitsProcessorList()
     if params.watermark:
@@ -105,7 +108,12 @@ class StepScores:
 
 
 def score_row(
-    raw_logits: torch.Tensor, masked: torch.Tensor, chain: LogitsProcessorList, input_ids: torch.Tensor, *, untouched: bool = False
+    raw_logits: torch.Tensor,
+    masked: torch.Tensor,
+    chain: LogitsProcessorList,
+    input_ids: torch.Tensor,
+    *,
+    untouched: bool = False,
 ) -> StepScores:
     """Raw and final distributions: the final one after penalties, masks and warpers, as TGI reports it.
 

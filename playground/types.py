@@ -267,7 +267,9 @@ class ChatMessage(BaseModel):
                 if part.get("type") != "text":
                     raise ValueError(f"only text content parts are supported, got {part.get('type')!r}")
                 if not isinstance(part.get("text", ""), str):
-                    raise ValueError(f"a text content part needs a string `text`, got {type(part.get('text')).__name__}")
+                    raise ValueError(
+                        f"a text content part needs a string `text`, got {type(part.get('text')).__name__}"
+                    )
         return value
 
     def text(self) -> str:
@@ -291,7 +293,7 @@ class ResponseFormat(Strict):
     json_schema: dict[str, Any] | None = None
 
     @model_validator(mode="after")
-    def _schema_present(self) -> "ResponseFormat":
+    def _schema_present(self) -> ResponseFormat:
         if self.type == "json_schema" and (not self.json_schema or "schema" not in self.json_schema):
             raise ValueError("response_format.json_schema.schema is required when type is 'json_schema'")
         return self
@@ -308,7 +310,7 @@ class StructuredOutputs(Strict):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "StructuredOutputs":
+    def _exactly_one(self) -> StructuredOutputs:
         given = [k for k in ("json_", "regex", "choice", "grammar") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError("structured_outputs needs exactly one of json, regex, choice, grammar")

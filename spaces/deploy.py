@@ -1,6 +1,6 @@
 """Assemble a self-contained Space folder from this repository, check its card, and upload it.
 
-    python spaces/deploy.py --repo-id OWNER/NAME [--dry-run] [--private] [--token TOKEN] [--output DIR]
+python spaces/deploy.py --repo-id OWNER/NAME [--dry-run] [--private] [--token TOKEN] [--output DIR]
 """
 
 from __future__ import annotations
@@ -22,8 +22,18 @@ CARD = Path(__file__).resolve().parent / "README.md"
 REQUIRED = ("app.py", "playground", "requirements.txt")
 OPTIONAL = ("widgets",)
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".pytest_cache", ".ipynb_checkpoints")
-CARD_KEYS = ("title", "emoji", "colorFrom", "colorTo", "sdk", "sdk_version", "app_file", "license",
-             "short_description", "models")
+CARD_KEYS = (
+    "title",
+    "emoji",
+    "colorFrom",
+    "colorTo",
+    "sdk",
+    "sdk_version",
+    "app_file",
+    "license",
+    "short_description",
+    "models",
+)
 COLORS = {"red", "yellow", "green", "blue", "indigo", "purple", "pink", "gray"}
 MAX_SHORT_DESCRIPTION = 60
 
@@ -74,8 +84,9 @@ def upload(folder: Path, repo_id: str, *, private: bool, token: str | None) -> s
     """Create the Space repo when needed and push the folder as one commit; returns the Space URL."""
     api = HfApi(token=token)
     url = api.create_repo(repo_id, repo_type="space", space_sdk="gradio", exist_ok=True, private=private)
-    api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type="space",
-                      commit_message="Deploy Structured Playground")
+    api.upload_folder(
+        repo_id=repo_id, folder_path=folder, repo_type="space", commit_message="Deploy Structured Playground"
+    )
     return str(url)
 
 
@@ -85,8 +96,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true", help="print the files and card metadata; no network")
     parser.add_argument("--private", action="store_true", help="create the Space as private")
     parser.add_argument("--token", default=None, help="Hugging Face token (default: HF_TOKEN or the saved login)")
-    parser.add_argument("--output", type=Path, default=None,
-                        help="assemble into this folder and keep it (default: a temporary folder)")
+    parser.add_argument(
+        "--output", type=Path, default=None, help="assemble into this folder and keep it (default: a temporary folder)"
+    )
     return parser.parse_args(argv)
 
 
@@ -99,8 +111,12 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     if "/" not in args.repo_id:
         raise DeployError(f"--repo-id {args.repo_id!r} needs an owner: OWNER/NAME")
     files = assemble(folder)
-    report: dict[str, Any] = {"repo_id": args.repo_id, "private": args.private, "files": files,
-                              "card": card_metadata(folder)}
+    report: dict[str, Any] = {
+        "repo_id": args.repo_id,
+        "private": args.private,
+        "files": files,
+        "card": card_metadata(folder),
+    }
     if not args.dry_run:
         try:
             report["url"] = upload(folder, args.repo_id, private=args.private, token=args.token)

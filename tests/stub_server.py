@@ -125,17 +125,31 @@ def _sse(events: list[Any]) -> Iterator[bytes]:
 # --- canned answers of an OpenAI-style server and of TGI that ignore any constraint ----------------
 
 
-def chat_completion(text: str, *, finish_reason: str = "stop", logprobs: list[tuple[str, float]] | None = None,
-                    n: int = 1) -> dict[str, Any]:
+def chat_completion(
+    text: str, *, finish_reason: str = "stop", logprobs: list[tuple[str, float]] | None = None, n: int = 1
+) -> dict[str, Any]:
     """An OpenAI chat completion with `n` identical choices and optional per-token logprobs."""
     content = None
     if logprobs is not None:
-        content = [{"token": t, "logprob": lp, "bytes": list(t.encode()),
-                    "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(t.encode())}]} for t, lp in logprobs]
-    choice = {"message": {"role": "assistant", "content": text}, "finish_reason": finish_reason,
-              "logprobs": {"content": content} if content is not None else None}
+        content = [
+            {
+                "token": t,
+                "logprob": lp,
+                "bytes": list(t.encode()),
+                "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(t.encode())}],
+            }
+            for t, lp in logprobs
+        ]
+    choice = {
+        "message": {"role": "assistant", "content": text},
+        "finish_reason": finish_reason,
+        "logprobs": {"content": content} if content is not None else None,
+    }
     return {
-        "id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": "stub-model",
+        "id": "chatcmpl-stub",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "stub-model",
         "choices": [{"index": i, **copy.deepcopy(choice)} for i in range(n)],
         "usage": {"prompt_tokens": 7, "completion_tokens": len(logprobs or []) or 3, "total_tokens": 10},
     }
@@ -144,12 +158,31 @@ def chat_completion(text: str, *, finish_reason: str = "stop", logprobs: list[tu
 def chat_chunks(pieces: list[str]) -> list[Any]:
     """An OpenAI chat stream of `pieces`, a usage chunk and [DONE]."""
     base = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": "stub-model"}
-    chunks: list[Any] = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
+    chunks: list[Any] = [
+        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+    ]
     for i, piece in enumerate(pieces):
         last = i == len(pieces) - 1
-        chunks.append({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": "stop" if last else None,
-                                            "logprobs": {"content": [{"token": piece, "logprob": -0.5, "top_logprobs": []}]}}]})
-    chunks.append({**base, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": len(pieces), "total_tokens": 5 + len(pieces)}})
+        chunks.append(
+            {
+                **base,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"content": piece},
+                        "finish_reason": "stop" if last else None,
+                        "logprobs": {"content": [{"token": piece, "logprob": -0.5, "top_logprobs": []}]},
+                    }
+                ],
+            }
+        )
+    chunks.append(
+        {
+            **base,
+            "choices": [],
+            "usage": {"prompt_tokens": 5, "completion_tokens": len(pieces), "total_tokens": 5 + len(pieces)},
+        }
+    )
     chunks.append("[DONE]")
     return chunks
 
@@ -157,8 +190,16 @@ def chat_chunks(pieces: list[str]) -> list[Any]:
 def tgi_generation(text: str, *, finish_reason: str = "eos_token") -> dict[str, Any]:
     """TGI's /generate answer with details, one token per character."""
     tokens = [{"id": 100 + i, "text": ch, "logprob": -0.25, "special": False} for i, ch in enumerate(text)]
-    return {"generated_text": text, "details": {"finish_reason": finish_reason, "generated_tokens": len(tokens),
-                                                 "seed": None, "prefill": [], "tokens": tokens}}
+    return {
+        "generated_text": text,
+        "details": {
+            "finish_reason": finish_reason,
+            "generated_tokens": len(tokens),
+            "seed": None,
+            "prefill": [],
+            "tokens": tokens,
+        },
+    }
 
 
 def models_list(*ids: str) -> dict[str, Any]:
@@ -166,9 +207,18 @@ def models_list(*ids: str) -> dict[str, Any]:
 
 
 def tgi_info(model_id: str = "stub/tgi-model") -> dict[str, Any]:
-    return {"model_id": model_id, "max_input_tokens": 1000, "max_total_tokens": 2048, "max_best_of": 2,
-            "max_stop_sequences": 4, "max_concurrent_requests": 8, "validation_workers": 1,
-            "max_client_batch_size": 4, "router": "text-generation-router", "version": "stub"}
+    return {
+        "model_id": model_id,
+        "max_input_tokens": 1000,
+        "max_total_tokens": 2048,
+        "max_best_of": 2,
+        "max_stop_sequences": 4,
+        "max_concurrent_requests": 8,
+        "validation_workers": 1,
+        "max_client_batch_size": 4,
+        "router": "text-generation-router",
+        "version": "stub",
+    }
 
 
 @pytest.fixture

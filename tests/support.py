@@ -57,8 +57,15 @@ def child_env(overrides: Mapping[str, str | None] | None = None) -> dict[str, st
 class LiveServer:
     """`python app.py ...` running in a subprocess, with its output kept for failure messages."""
 
-    def __init__(self, args: list[str], *, port: int, env: Mapping[str, str | None] | None = None,
-                 cwd: Path = REPO_ROOT, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        args: list[str],
+        *,
+        port: int,
+        env: Mapping[str, str | None] | None = None,
+        cwd: Path = REPO_ROOT,
+        host: str = "127.0.0.1",
+    ) -> None:
         self.url = f"http://{host}:{port}"
         self.port = port
         self.args = args
@@ -117,4 +124,3 @@ def start_app(*args: str, env: Mapping[str, str | None] | None = None, cwd: Path
     server = LiveServer(["--host", "127.0.0.1", "--port", str(port), *args], port=port, env=env, cwd=cwd)
     server.wait_healthy()
     return server
-

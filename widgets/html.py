@@ -126,7 +126,9 @@ def render_result(result: GenerationResult | dict[str, Any], colour_by: ColourBy
         f"{result.timings.tokens_per_s:.1f} tokens/s &middot; "
         f"<span class='sp-verdict' style='color:{tint}'>{html.escape(text)}</span></div>"
     )
-    legend = f"<div style='color:#555;font-size:smaller'>colour: {html.escape(colour_by)} probability; hover a token</div>"
+    legend = (
+        f"<div style='color:#555;font-size:smaller'>colour: {html.escape(colour_by)} probability; hover a token</div>"
+    )
     return f'<div class="sp-result">{summary}{legend}{render_tokens(result.best, colour_by)}{render_candidates(result)}</div>'
 
 

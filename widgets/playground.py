@@ -189,8 +189,18 @@ class Playground(anywidget.AnyWidget):
             self._distribution_at(change["new"])
 
     def _state(self) -> dict[str, Any]:
-        names = ("max_new_tokens", "do_sample", "temperature", "seed", "best_of", "top_n_tokens", "stop",
-                 "constraint_kind", "constraint_text", "logits_processors")
+        names = (
+            "max_new_tokens",
+            "do_sample",
+            "temperature",
+            "seed",
+            "best_of",
+            "top_n_tokens",
+            "stop",
+            "constraint_kind",
+            "constraint_text",
+            "logits_processors",
+        )
         return {name: getattr(self, name) for name in names}
 
     def run(self, *, raise_errors: bool = True) -> GenerationResult | None:
@@ -290,8 +300,10 @@ def _examples() -> dict[str, list[dict[str, str]]]:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
-    return {kind: [{"title": e.title, "text": e.text, "message": e.message} for e in items]
-            for kind, items in module.EXAMPLES.items()}
+    return {
+        kind: [{"title": e.title, "text": e.text, "message": e.message} for e in items]
+        for kind, items in module.EXAMPLES.items()
+    }
 
 
 def _processor_choices() -> list[list[str]]:

@@ -83,7 +83,9 @@ def read_providers_file(path: str | Path) -> tuple[ProvidersFile, list[BaseModel
     except yaml.YAMLError as exc:
         raise ProvidersFileError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(raw, dict):
-        raise ProvidersFileError(f"{path}: expected a mapping with `providers:` (and `models:`), got {type(raw).__name__}")
+        raise ProvidersFileError(
+            f"{path}: expected a mapping with `providers:` (and `models:`), got {type(raw).__name__}"
+        )
     parsed = _validated(path, ProvidersFile, raw, ())
     configs = [
         _validated(path, _config_class(entry), entry.config, ("providers", i, "config"))
@@ -158,7 +160,9 @@ def _config_class(entry: ProviderEntry) -> type[BaseModel]:
     return LocalConfig if entry.provider_type == LOCAL_TYPE else REMOTE_TYPES[entry.provider_type].config_class
 
 
-def _make_provider(entry: ProviderEntry, config: BaseModel, declared: list[str], local_factory: LocalFactory) -> Provider:
+def _make_provider(
+    entry: ProviderEntry, config: BaseModel, declared: list[str], local_factory: LocalFactory
+) -> Provider:
     if entry.provider_type == LOCAL_TYPE:
         assert isinstance(config, LocalConfig)
         provider = local_factory(config)

@@ -10,8 +10,8 @@ from typing import Any
 from playground.engine import Engine
 from playground.errors import ModelError
 from playground.models import load_model
-from playground.settings import gpu_decorator
 from playground.providers.base import Inputs, ModelInfo, SimpleToken
+from playground.settings import gpu_decorator
 from playground.types import GenerateParameters, GenerationResult, NextTokenDistribution, TokenEvent
 
 
@@ -99,7 +99,9 @@ class LocalProvider:
         result.provider_id = self.provider_id
         return result
 
-    def _stream_on_device(self, engine: Engine, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
+    def _stream_on_device(
+        self, engine: Engine, inputs: Inputs, params: GenerateParameters
+    ) -> Iterator[TokenEvent | GenerationResult]:
         for event in engine.stream(inputs, params):
             if isinstance(event, GenerationResult):
                 event.provider_id = self.provider_id

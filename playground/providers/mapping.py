@@ -64,8 +64,10 @@ def judge(constraint: Constraint, text: str, finish_reason: str) -> Validation:
 def openai_token(entry: dict[str, Any]) -> GeneratedToken:
     """One `logprobs.content[]` entry; its `top_logprobs` are the server's top alternatives."""
     text = entry["token"]
-    top = [Token(id=text_id(t["token"]), text=t["token"], logprob=_finite(t.get("logprob")))
-           for t in entry.get("top_logprobs") or []]
+    top = [
+        Token(id=text_id(t["token"]), text=t["token"], logprob=_finite(t.get("logprob")))
+        for t in entry.get("top_logprobs") or []
+    ]
     return GeneratedToken(id=text_id(text), text=text, logprob=_finite(entry.get("logprob")), top_tokens=top)
 
 
@@ -83,8 +85,15 @@ def openai_finish(reason: str | None, stop_reason: Any, stops: list[str], text: 
     return ("stop_sequence", ended) if ended else ("eos_token", None)
 
 
-def openai_sequence(choice: dict[str, Any], text: str, tokens: list[GeneratedToken], *, usage_tokens: int | None,
-                    params: GenerateParameters, constraint: Constraint) -> Sequence:
+def openai_sequence(
+    choice: dict[str, Any],
+    text: str,
+    tokens: list[GeneratedToken],
+    *,
+    usage_tokens: int | None,
+    params: GenerateParameters,
+    constraint: Constraint,
+) -> Sequence:
     """One chat choice (whole, or assembled from a stream) as a Sequence with its own verdict."""
     reason, stop = openai_finish(choice.get("finish_reason"), choice.get("stop_reason"), params.stop, text)
     count = len(tokens) if tokens else (usage_tokens or 0)
@@ -129,8 +138,14 @@ def tgi_tokens(details: dict[str, Any]) -> list[GeneratedToken]:
     return [tgi_token(t, tops[i] if i < len(tops) else None) for i, t in enumerate(details.get("tokens") or [])]
 
 
-def tgi_sequence(text: str, details: dict[str, Any], tokens: list[GeneratedToken], *, params: GenerateParameters,
-                 constraint: Constraint) -> Sequence:
+def tgi_sequence(
+    text: str,
+    details: dict[str, Any],
+    tokens: list[GeneratedToken],
+    *,
+    params: GenerateParameters,
+    constraint: Constraint,
+) -> Sequence:
     """TGI's Details, BestOfSequence or final StreamDetails as a Sequence."""
     reason = details["finish_reason"]
     stop = None
@@ -168,9 +183,20 @@ def pick_best(sequences: list[Sequence]) -> tuple[Sequence, list[Sequence]]:
     return best, [s for i, s in enumerate(sequences) if i != ranked]
 
 
-def result(*, model: str, provider_id: str, provider_type: str, inputs: Inputs, input_length: int,
-           sequences: list[Sequence], constraint: Constraint, total_s: float, first_token_s: float = 0.0,
-           prefill: list[PrefillToken] | None = None, server_ranked: bool = False) -> GenerationResult:
+def result(
+    *,
+    model: str,
+    provider_id: str,
+    provider_type: str,
+    inputs: Inputs,
+    input_length: int,
+    sequences: list[Sequence],
+    constraint: Constraint,
+    total_s: float,
+    first_token_s: float = 0.0,
+    prefill: list[PrefillToken] | None = None,
+    server_ranked: bool = False,
+) -> GenerationResult:
     """Assemble the result every surface renders; TGI has already put its best sequence first."""
     if not sequences:
         raise ValueError("no sequences in the answer")
@@ -203,8 +229,9 @@ def distribution(prefix: str, alternatives: list[Token]) -> NextTokenDistributio
     candidates = [
         NextTokenCandidate(id=t.id, text=t.text, raw_logprob=t.logprob, logprob=t.logprob, allowed=True) for t in ranked
     ]
-    return NextTokenDistribution(prefix=prefix, candidates=candidates, mass_kept=1.0, allowed_count=len(candidates),
-                                 vocab_size=0)
+    return NextTokenDistribution(
+        prefix=prefix, candidates=candidates, mass_kept=1.0, allowed_count=len(candidates), vocab_size=0
+    )
 
 
 def _finite(value: Any) -> float | None:

@@ -29,8 +29,16 @@ from playground.types import (
 
 # Parameters that OpenAI's chat API has no counterpart for.
 OPENAI_UNSUPPORTED = (
-    "top_k", "typical_p", "repetition_penalty", "watermark", "truncate", "adapter_id",
-    "decoder_input_details", "return_full_text", "logits_processors", "constraint_engine",
+    "top_k",
+    "typical_p",
+    "repetition_penalty",
+    "watermark",
+    "truncate",
+    "adapter_id",
+    "decoder_input_details",
+    "return_full_text",
+    "logits_processors",
+    "constraint_engine",
 )
 
 
@@ -108,13 +116,24 @@ class OpenAICompatProvider(RemoteProvider):
             usage = reply.data.get("usage") or {}
             single = usage.get("completion_tokens") if len(choices) == 1 else None
             sequences = [
-                mapping.openai_sequence(c, mapping.message_text(c), mapping.openai_tokens(c.get("logprobs")),
-                                        usage_tokens=single, params=params, constraint=constraint)
+                mapping.openai_sequence(
+                    c,
+                    mapping.message_text(c),
+                    mapping.openai_tokens(c.get("logprobs")),
+                    usage_tokens=single,
+                    params=params,
+                    constraint=constraint,
+                )
                 for c in choices
             ]
             return mapping.result(
-                model=model, provider_id=self.provider_id, provider_type=self.provider_type, inputs=inputs,
-                input_length=int(usage.get("prompt_tokens") or 0), sequences=sequences, constraint=constraint,
+                model=model,
+                provider_id=self.provider_id,
+                provider_type=self.provider_type,
+                inputs=inputs,
+                input_length=int(usage.get("prompt_tokens") or 0),
+                sequences=sequences,
+                constraint=constraint,
                 total_s=total,
             )
 
@@ -128,17 +147,30 @@ class OpenAICompatProvider(RemoteProvider):
         with self.client.malformed("stream"):
             sequences = state.sequences(self, params, constraint)
             yield mapping.result(
-                model=model, provider_id=self.provider_id, provider_type=self.provider_type, inputs=inputs,
-                input_length=int(state.usage.get("prompt_tokens") or 0), sequences=sequences, constraint=constraint,
-                total_s=time.perf_counter() - state.start, first_token_s=state.first_token_s,
+                model=model,
+                provider_id=self.provider_id,
+                provider_type=self.provider_type,
+                inputs=inputs,
+                input_length=int(state.usage.get("prompt_tokens") or 0),
+                sequences=sequences,
+                constraint=constraint,
+                total_s=time.perf_counter() - state.start,
+                first_token_s=state.first_token_s,
             )
 
-    def next_token(self, model: str, inputs: Inputs, params: GenerateParameters, *, prefix: str = "",
-                   top_k: int = 20) -> NextTokenDistribution:
+    def next_token(
+        self, model: str, inputs: Inputs, params: GenerateParameters, *, prefix: str = "", top_k: int = 20
+    ) -> NextTokenDistribution:
         """From a greedy 1-token request's top_logprobs: the raw distribution, so no constraint allowed."""
         refuse_constrained_view(self, params)
-        body = {"model": self.upstream(model), "max_tokens": 1, "temperature": 0.0, "logprobs": True,
-                "top_logprobs": self.top_n(top_k, clamp=True), **self.continuation(inputs, prefix)}
+        body = {
+            "model": self.upstream(model),
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "logprobs": True,
+            "top_logprobs": self.top_n(top_k, clamp=True),
+            **self.continuation(inputs, prefix),
+        }
         reply = self.client.post(self.chat_path, body)
         with self.client.malformed("chat completion with logprobs"):
             entry = reply.data["choices"][0]["logprobs"]["content"][0]
@@ -155,8 +187,9 @@ class OpenAICompatProvider(RemoteProvider):
 
     # --- request assembly -------------------------------------------------------------------------
 
-    def payload(self, model: str, inputs: Inputs, params: GenerateParameters, *,
-                stream: bool) -> tuple[dict[str, Any], Constraint]:
+    def payload(
+        self, model: str, inputs: Inputs, params: GenerateParameters, *, stream: bool
+    ) -> tuple[dict[str, Any], Constraint]:
         """The chat request for these parameters, with the constraint written in this server's field."""
         self.check_parameters(params)
         constraint = Constraint.from_grammar(params.grammar)
@@ -242,7 +275,13 @@ class _StreamState:
             raise provider.client.fail(f"the stream ended before choice {unfinished[0]} finished (no finish_reason)")
         single = self.usage.get("completion_tokens") if len(self.texts) == 1 else None
         return [
-            mapping.openai_sequence(self.finals[i], "".join(self.texts[i]), self.tokens[i], usage_tokens=single,
-                                    params=params, constraint=constraint)
+            mapping.openai_sequence(
+                self.finals[i],
+                "".join(self.texts[i]),
+                self.tokens[i],
+                usage_tokens=single,
+                params=params,
+                constraint=constraint,
+            )
             for i in sorted(self.texts)
         ]

@@ -21,10 +21,16 @@ class RemoteConfig(BaseModel):
     base_url: str
     api_key_env: str | None = Field(default=None, description="Name of the environment variable holding the API key.")
     timeout_s: float = Field(default=60.0, gt=0)
-    model: str | None = Field(default=None, description="A model this provider serves, registered like a `models:` entry.")
+    model: str | None = Field(
+        default=None, description="A model this provider serves, registered like a `models:` entry."
+    )
     model_prefix: str = Field(default="", description="Prepended to this provider's model names in the playground.")
-    discover_models: bool = Field(default=True, description="Ask the server which models it serves (else: declared only).")
-    max_total_tokens: int = Field(default=4096, gt=1, description="Context size to show when the server does not report it.")
+    discover_models: bool = Field(
+        default=True, description="Ask the server which models it serves (else: declared only)."
+    )
+    max_total_tokens: int = Field(
+        default=4096, gt=1, description="Context size to show when the server does not report it."
+    )
     max_top_n_tokens: int = Field(default=20, ge=0, description="Most alternatives per token the server returns.")
 
 
@@ -62,7 +68,7 @@ class RemoteProvider:
     def upstream(self, model: str) -> str:
         """The server's name for the playground's `model`."""
         prefix = self.config.model_prefix
-        return model[len(prefix):] if prefix and model.startswith(prefix) else model
+        return model[len(prefix) :] if prefix and model.startswith(prefix) else model
 
     def served_models(self) -> list[str]:
         """Ask the server which models it serves (its own names)."""
@@ -100,7 +106,9 @@ class RemoteProvider:
                     field=f"parameters.{name}",
                 )
         if (params.best_of or 1) > 1 and not params.sampling:
-            raise ParameterError("best_of > 1 needs sampling: set do_sample or a temperature", field="parameters.best_of")
+            raise ParameterError(
+                "best_of > 1 needs sampling: set do_sample or a temperature", field="parameters.best_of"
+            )
 
     def top_n(self, wanted: int, *, clamp: bool = False) -> int:
         """How many alternatives to ask for; beyond the server's limit is an error unless clamped."""

@@ -106,17 +106,27 @@ class TGIProvider(RemoteProvider):
         total = time.perf_counter() - start
         with self.client.malformed("/generate answer"):
             details = reply.data["details"]
-            best = mapping.tgi_sequence(reply.data["generated_text"], details, mapping.tgi_tokens(details),
-                                        params=params, constraint=constraint)
+            best = mapping.tgi_sequence(
+                reply.data["generated_text"], details, mapping.tgi_tokens(details), params=params, constraint=constraint
+            )
             others = [
-                mapping.tgi_sequence(s["generated_text"], s, mapping.tgi_tokens(s), params=params, constraint=constraint)
+                mapping.tgi_sequence(
+                    s["generated_text"], s, mapping.tgi_tokens(s), params=params, constraint=constraint
+                )
                 for s in details.get("best_of_sequences") or []
             ]
             prefill = mapping.prefill_tokens(details)
             return mapping.result(
-                model=model, provider_id=self.provider_id, provider_type=self.provider_type, inputs=inputs,
-                input_length=int(reply.headers.get("x-prompt-tokens") or len(prefill)), sequences=[best, *others],
-                constraint=constraint, total_s=total, prefill=prefill, server_ranked=True,
+                model=model,
+                provider_id=self.provider_id,
+                provider_type=self.provider_type,
+                inputs=inputs,
+                input_length=int(reply.headers.get("x-prompt-tokens") or len(prefill)),
+                sequences=[best, *others],
+                constraint=constraint,
+                total_s=total,
+                prefill=prefill,
+                server_ranked=True,
             )
 
     def stream(self, model: str, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
@@ -136,15 +146,25 @@ class TGIProvider(RemoteProvider):
             raise self.client.fail("the stream ended without its final details (finish reason)")
         with self.client.malformed("final stream event"):
             details = final["details"]
-            sequence = mapping.tgi_sequence(final["generated_text"], details, tokens, params=params, constraint=constraint)
+            sequence = mapping.tgi_sequence(
+                final["generated_text"], details, tokens, params=params, constraint=constraint
+            )
             yield mapping.result(
-                model=model, provider_id=self.provider_id, provider_type=self.provider_type, inputs=inputs,
-                input_length=int(details.get("input_length") or 0), sequences=[sequence], constraint=constraint,
-                total_s=time.perf_counter() - start, first_token_s=first, server_ranked=True,
+                model=model,
+                provider_id=self.provider_id,
+                provider_type=self.provider_type,
+                inputs=inputs,
+                input_length=int(details.get("input_length") or 0),
+                sequences=[sequence],
+                constraint=constraint,
+                total_s=time.perf_counter() - start,
+                first_token_s=first,
+                server_ranked=True,
             )
 
-    def next_token(self, model: str, inputs: Inputs, params: GenerateParameters, *, prefix: str = "",
-                   top_k: int = 20) -> NextTokenDistribution:
+    def next_token(
+        self, model: str, inputs: Inputs, params: GenerateParameters, *, prefix: str = "", top_k: int = 20
+    ) -> NextTokenDistribution:
         """A greedy 1-token /generate with top_n_tokens: TGI's real token ids, unconstrained."""
         if not isinstance(inputs, str):
             return self.chat.next_token(model, inputs, params, prefix=prefix, top_k=top_k)

@@ -83,6 +83,7 @@ class GradioLoginGate:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
-        body = error_body("not logged in: log in to the UI at / (any user name, the API key as password)",
-                          "authentication")
+        body = error_body(
+            "not logged in: log in to the UI at / (any user name, the API key as password)", "authentication"
+        )
         await JSONResponse(body, status_code=401)(scope, receive, send)

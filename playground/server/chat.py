@@ -14,8 +14,8 @@ from playground.server.convert import VERSION, build_parameters
 from playground.types import (
     ChatCompletion,
     ChatCompletionRequest,
-    GenerateParameters,
     GeneratedToken,
+    GenerateParameters,
     GenerationResult,
     Sequence,
     Strict,
@@ -35,8 +35,12 @@ class ChatResponseFormat(Strict):
     value: Any = None
 
     @model_validator(mode="after")
-    def _complete(self) -> "ChatResponseFormat":
-        if self.type == "json_schema" and not (self.json_schema and "schema" in self.json_schema) and self.value is None:
+    def _complete(self) -> ChatResponseFormat:
+        if (
+            self.type == "json_schema"
+            and not (self.json_schema and "schema" in self.json_schema)
+            and self.value is None
+        ):
             raise ValueError("type 'json_schema' needs json_schema: {name, schema}")
         if self.type in ("json", "regex") and self.value is None:
             raise ValueError(f"type {self.type!r} needs a value")
@@ -81,7 +85,12 @@ def constraint_of(req: ChatCompletionRequest) -> dict[str, Any] | None:
 
 
 _SO_FIELDS = (("json", "json_"), ("regex", "regex"), ("choice", "choice"), ("grammar", "grammar"))
-_GUIDED_FIELDS = (("guided_json", "json"), ("guided_regex", "regex"), ("guided_choice", "choice"), ("guided_grammar", "grammar"))
+_GUIDED_FIELDS = (
+    ("guided_json", "json"),
+    ("guided_regex", "regex"),
+    ("guided_choice", "choice"),
+    ("guided_grammar", "grammar"),
+)
 
 
 def _check_unsupported(req: ChatCompletionRequest) -> None:

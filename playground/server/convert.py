@@ -13,8 +13,8 @@ from playground.types import (
     BestOfSequence,
     ChatMessage,
     Details,
-    GenerateParameters,
     GeneratedToken,
+    GenerateParameters,
     GenerateResponse,
     GenerationResult,
     Sequence,
@@ -63,7 +63,9 @@ def check_tgi_rules(params: GenerateParameters, info: ModelInfo, *, streaming: b
     best_of = params.best_of or 1
     if best_of > 1:
         if streaming:
-            raise ParameterError("parameters.best_of: best_of > 1 is not supported when streaming", field="parameters.best_of")
+            raise ParameterError(
+                "parameters.best_of: best_of > 1 is not supported when streaming", field="parameters.best_of"
+            )
         if not params.sampling:  # TGI: identical greedy candidates would be pointless
             raise ParameterError(
                 "parameters.best_of: best_of > 1 needs sampling: set do_sample=true or a temperature, top_k, top_p or typical_p",
@@ -71,11 +73,13 @@ def check_tgi_rules(params: GenerateParameters, info: ModelInfo, *, streaming: b
             )
         if best_of > info.max_best_of:
             raise ParameterError(
-                f"parameters.best_of: must be <= {info.max_best_of} (max_best_of), got {best_of}", field="parameters.best_of"
+                f"parameters.best_of: must be <= {info.max_best_of} (max_best_of), got {best_of}",
+                field="parameters.best_of",
             )
     if streaming and params.decoder_input_details:
         raise ParameterError(
-            "parameters.decoder_input_details: not supported when streaming tokens", field="parameters.decoder_input_details"
+            "parameters.decoder_input_details: not supported when streaming tokens",
+            field="parameters.decoder_input_details",
         )
     if params.top_n_tokens is not None and params.top_n_tokens > info.max_top_n_tokens:
         raise ParameterError(
@@ -200,7 +204,10 @@ def generate_response(result: GenerationResult, params: GenerateParameters) -> d
         details = Details(**_sequence_details(result, result.best, params))
         if params.best_of and params.best_of > 1:
             details.best_of_sequences = [
-                BestOfSequence(generated_text=_full_text(result, seq.generated_text, params), **_sequence_details(result, seq, params))
+                BestOfSequence(
+                    generated_text=_full_text(result, seq.generated_text, params),
+                    **_sequence_details(result, seq, params),
+                )
                 for seq in result.best_of_sequences
             ]
     response = GenerateResponse(

@@ -97,9 +97,7 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 400 and exc.detail == _BODY_PARSE_FAILED:
         return error_response(422, _parse_failure(exc.__cause__), "validation")
     error_type = _HTTP_ERROR_TYPES.get(exc.status_code, "http")
-    return JSONResponse(
-        error_body(str(exc.detail), error_type), status_code=exc.status_code, headers=exc.headers
-    )
+    return JSONResponse(error_body(str(exc.detail), error_type), status_code=exc.status_code, headers=exc.headers)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:

@@ -70,7 +70,7 @@ async def generate_while_connected(request: Any, provider: Any, model_id: str, i
     last = None
     stream = iterate_in_thread(lambda: provider.stream(model_id, inputs, params))
     try:
-        async for last in stream:
+        async for last in stream:  # noqa: B007 - the last event is the result
             if await request.is_disconnected():
                 return None
     finally:

@@ -46,7 +46,9 @@ def sse(body: dict[str, Any]) -> str:
     return f"data: {json.dumps(body)}\n\n"
 
 
-async def _tgi_events(items: AsyncIterator[TokenEvent | GenerationResult], params: GenerateParameters) -> AsyncIterator[str]:
+async def _tgi_events(
+    items: AsyncIterator[TokenEvent | GenerationResult], params: GenerateParameters
+) -> AsyncIterator[str]:
     """TGI's stream: one event per token; the last token's event also carries generated_text and details."""
     pending: TokenEvent | None = None
     index = 0

@@ -39,13 +39,13 @@ class Panels:
     input_text: str | None = None
 
     @classmethod
-    def failed(cls, state: ChatState, exc: BaseException, input_text: str | None = None) -> "Panels":
+    def failed(cls, state: ChatState, exc: BaseException, input_text: str | None = None) -> Panels:
         """The conversation as it was, the error's message in the error box, the other panels untouched."""
         box = render.error_box(error_message(exc))
         return cls(state=state, chatbot=chatbot_value(state.messages), error=box, input_text=input_text)
 
     @classmethod
-    def empty(cls, state: ChatState, input_text: str | None = None) -> "Panels":
+    def empty(cls, state: ChatState, input_text: str | None = None) -> Panels:
         """Every insight panel cleared (a new turn starts, or the conversation was undone or cleared)."""
         return cls(
             state=state,

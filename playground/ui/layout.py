@@ -131,12 +131,18 @@ def _render_parameters(limits: Limits) -> dict[str, gr.Component]:
             ),
             "stop": gr.Textbox(label="stop (one sequence per line, at most 4)", lines=2, elem_id="param-stop"),
             "truncate": gr.Number(
-                value=0, precision=0, minimum=0, label="truncate (keep the last N prompt tokens; 0 = off)",
+                value=0,
+                precision=0,
+                minimum=0,
+                label="truncate (keep the last N prompt tokens; 0 = off)",
                 elem_id="param-truncate",
             ),
             "watermark": gr.Checkbox(value=False, label="watermark", elem_id="param-watermark"),
             "adapter_id": gr.Textbox(
-                value="", label="adapter_id (PEFT adapter; blank = none)", placeholder="none", elem_id="param-adapter-id"
+                value="",
+                label="adapter_id (PEFT adapter; blank = none)",
+                placeholder="none",
+                elem_id="param-adapter-id",
             ),
             "constraint_engine": gr.Dropdown(
                 choices=ENGINES, value="auto", label="constraint engine", elem_id="param-engine"

@@ -60,7 +60,7 @@ class Form(BaseModel):
     constraint_engine: str = "auto"
 
     @classmethod
-    def from_values(cls, values: list[Any] | tuple[Any, ...]) -> "Form":
+    def from_values(cls, values: list[Any] | tuple[Any, ...]) -> Form:
         """From component values in FIELDS order; gr.Number gives floats, blank numbers give None."""
         data = dict(zip(FIELDS, values, strict=True))
         for name in ("model", "constraint_text", "processor_params", "system_prompt", "stop", "adapter_id"):

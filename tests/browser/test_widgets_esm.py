@@ -48,7 +48,9 @@ def _mount(page, url: str, module: str, state: dict[str, Any]) -> None:
 
 def _css_colour(page, css: str) -> str:
     """How Chromium normalises a CSS colour, to compare with a token's inline background."""
-    return page.evaluate("c => { const d = document.createElement('div'); d.style.background = c; return d.style.backgroundColor; }", css)
+    return page.evaluate(
+        "c => { const d = document.createElement('div'); d.style.background = c; return d.style.backgroundColor; }", css
+    )
 
 
 def _token_view_state() -> dict[str, Any]:
@@ -124,7 +126,8 @@ def _playground_state() -> dict[str, Any]:
     return {
         **defaults,
         "_token_view_esm": (STATIC / "token_view.js").read_text(),
-        "models": ["tiny <model>"], "model": "tiny <model>",
+        "models": ["tiny <model>"],
+        "model": "tiny <model>",
         "examples": {"json_schema": [{"title": "Person", "text": '{"type": "object"}', "message": "Invent a person."}]},
         "processor_choices": [["ban_strings", "forbid strings"]],
     }
@@ -162,10 +165,16 @@ def test_playground_shows_errors_answers_and_next_token_chart(page, harness_url:
     assert error.evaluate("n => getComputedStyle(n).color") == "rgb(198, 40, 40)"
     page.evaluate("s => window.model.set('result_json', s)", result_payload(sample_result()))
     assert page.locator("#mount .sp-answer .sp-token").count() == 3
-    distribution = {"prefix": "", "mass_kept": 0.25, "allowed_count": 2, "vocab_size": 100, "candidates": [
-        {"id": 9, "text": SCRIPT, "raw_logprob": math.log(0.6), "logprob": None, "allowed": False},
-        {"id": 1, "text": "{", "raw_logprob": math.log(0.2), "logprob": math.log(0.8), "allowed": True},
-    ]}
+    distribution = {
+        "prefix": "",
+        "mass_kept": 0.25,
+        "allowed_count": 2,
+        "vocab_size": 100,
+        "candidates": [
+            {"id": 9, "text": SCRIPT, "raw_logprob": math.log(0.6), "logprob": None, "allowed": False},
+            {"id": 1, "text": "{", "raw_logprob": math.log(0.2), "logprob": math.log(0.8), "allowed": True},
+        ],
+    }
     page.evaluate("d => window.model.set('next_token', d)", distribution)
     chart = page.locator("#mount .sp-chart")
     assert "keeps 25.0% of the mass" in chart.inner_text() and "2 of 100 tokens allowed" in chart.inner_text()
@@ -180,7 +189,9 @@ def test_playground_shows_errors_answers_and_next_token_chart(page, harness_url:
 
 def test_playground_chat_history_and_clear(page, harness_url: str) -> None:
     _mount(page, harness_url, "playground", _playground_state())
-    page.evaluate("window.model.set('messages', [{role: 'user', content: 'hi <b>'}, {role: 'assistant', content: 'yo'}])")
+    page.evaluate(
+        "window.model.set('messages', [{role: 'user', content: 'hi <b>'}, {role: 'assistant', content: 'yo'}])"
+    )
     assert page.locator("#mount .sp-message").all_inner_texts() == ["user: hi <b>", "assistant: yo"]
     page.click("#mount button.sp-clear")
     assert page.evaluate("window.model.state.messages") == []

@@ -30,7 +30,11 @@ def _params(**params: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("body", "error_type", "message"),
     [
-        (_params(grammar={"type": "json", "value": {"type": "nonsense"}}), "constraint", "not a valid JSON Schema at type"),
+        (
+            _params(grammar={"type": "json", "value": {"type": "nonsense"}}),
+            "constraint",
+            "not a valid JSON Schema at type",
+        ),
         (_params(grammar={"type": "json", "value": "{not json"}), "constraint", "invalid JSON in JSON schema"),
         (_params(grammar={"type": "regex", "value": "(ab"}), "constraint", "invalid regex at position 0"),
         (_params(grammar={"type": "grammar", "value": "start: undefined_rule"}), "constraint", "undefined_rule"),
@@ -39,11 +43,26 @@ def _params(**params: Any) -> dict[str, Any]:
         (_params(max_tokens=3), "validation", "parameters.max_tokens: unknown field"),
         ({"inputs": "Hello", "options": {}}, "validation", "options: unknown field"),
         ({"inputs": "hi " * 9000}, "validation", "the prompt has 9001 tokens; this model takes at most"),
-        (_params(logits_processors=[{"name": "no_such_processor"}]), "processor", "unknown logits processor 'no_such_processor'"),
+        (
+            _params(logits_processors=[{"name": "no_such_processor"}]),
+            "processor",
+            "unknown logits processor 'no_such_processor'",
+        ),
         (_params(top_n_tokens=21), "validation", "parameters.top_n_tokens: must be <= 20"),
     ],
-    ids=["invalid-schema", "schema-not-json", "invalid-regex", "invalid-grammar", "best_of-greedy", "five-stops",
-         "unknown-parameter", "unknown-field", "prompt-too-long", "unknown-processor", "top_n_tokens"],
+    ids=[
+        "invalid-schema",
+        "schema-not-json",
+        "invalid-regex",
+        "invalid-grammar",
+        "best_of-greedy",
+        "five-stops",
+        "unknown-parameter",
+        "unknown-field",
+        "prompt-too-long",
+        "unknown-processor",
+        "top_n_tokens",
+    ],
 )
 def test_generate_rejects_with_422(server_url: str, body: dict[str, Any], error_type: str, message: str) -> None:
     response = httpx.post(f"{server_url}/generate", json=body, timeout=120)
@@ -81,12 +100,14 @@ def test_openai_sdk_gets_422_with_the_message(server_url: str) -> None:
     client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=60, max_retries=0)
     bad_schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 12}}}
     with pytest.raises(openai.UnprocessableEntityError) as caught:
-        client.chat.completions.create(model="embedded", messages=[{"role": "user", "content": "x"}],
-                                       response_format=bad_schema, max_tokens=3)
+        client.chat.completions.create(
+            model="embedded", messages=[{"role": "user", "content": "x"}], response_format=bad_schema, max_tokens=3
+        )
     assert "not a valid JSON Schema" in caught.value.body
     with pytest.raises(openai.UnprocessableEntityError) as caught:
-        client.chat.completions.create(model="embedded", messages=[{"role": "user", "content": "x"}],
-                                       logprobs=True, top_logprobs=30)
+        client.chat.completions.create(
+            model="embedded", messages=[{"role": "user", "content": "x"}], logprobs=True, top_logprobs=30
+        )
     assert "top_logprobs: Input should be less than or equal to 20" in caught.value.body
     with pytest.raises(openai.NotFoundError) as caught:
         client.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "x"}])
@@ -96,14 +117,21 @@ def test_openai_sdk_gets_422_with_the_message(server_url: str) -> None:
 def test_api_key_guards_every_api_route(start_server: Any) -> None:
     url = start_server("--no-ui", "--api-key", KEY)
     assert httpx.get(f"{url}/health", timeout=30).status_code == 200
-    for method, path in [("GET", "/info"), ("POST", "/generate"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models")]:
+    for method, path in [
+        ("GET", "/info"),
+        ("POST", "/generate"),
+        ("POST", "/v1/chat/completions"),
+        ("GET", "/v1/models"),
+    ]:
         response = httpx.request(method, f"{url}{path}", json=_params(), timeout=30)
         assert response.status_code == 401, path
         assert response.json()["error_type"] == "authentication"
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).models.list()
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, timeout=120, max_retries=0)
-    answer = client.chat.completions.create(model="embedded", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    answer = client.chat.completions.create(
+        model="embedded", messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+    )
     assert answer.choices[0].message.content
     tgi = InferenceClient(base_url=url, api_key=KEY, timeout=120)
     assert tgi.text_generation("Hi", max_new_tokens=2)

@@ -50,8 +50,12 @@ def test_json_schema_answers_validate_for_each_of_n_choices(client: openai.OpenA
 
 def test_logprobs_with_top_logprobs(client: openai.OpenAI) -> None:
     completion = client.chat.completions.create(
-        model="embedded", messages=[{"role": "user", "content": "Say hello."}], temperature=0, max_tokens=5,
-        logprobs=True, top_logprobs=3,
+        model="embedded",
+        messages=[{"role": "user", "content": "Say hello."}],
+        temperature=0,
+        max_tokens=5,
+        logprobs=True,
+        top_logprobs=3,
     )
     content = completion.choices[0].logprobs.content
     assert 0 < len(content) <= 5
@@ -65,7 +69,9 @@ def test_logprobs_with_top_logprobs(client: openai.OpenAI) -> None:
 
 
 def test_streaming_with_usage_matches_the_plain_answer(client: openai.OpenAI) -> None:
-    kwargs = dict(model="embedded", messages=[{"role": "user", "content": "Name three colors."}], temperature=0, max_tokens=8)
+    kwargs = dict(
+        model="embedded", messages=[{"role": "user", "content": "Name three colors."}], temperature=0, max_tokens=8
+    )
     chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
     plain = client.chat.completions.create(**kwargs)
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -82,11 +88,14 @@ def test_stop_sequence_is_trimmed_as_openai_does(client: openai.OpenAI) -> None:
     full = client.chat.completions.create(model="embedded", messages=messages, temperature=0, max_tokens=20)
     text = full.choices[0].message.content
     assert "4" in text, text
-    stopped = client.chat.completions.create(model="embedded", messages=messages, temperature=0, max_tokens=20, stop=["4"])
+    stopped = client.chat.completions.create(
+        model="embedded", messages=messages, temperature=0, max_tokens=20, stop=["4"]
+    )
     assert stopped.choices[0].message.content == text[: text.index("4")]
     assert stopped.choices[0].finish_reason == "stop"
-    streamed = client.chat.completions.create(model="embedded", messages=messages, temperature=0, max_tokens=20,
-                                              stop="4", stream=True)
+    streamed = client.chat.completions.create(
+        model="embedded", messages=messages, temperature=0, max_tokens=20, stop="4", stream=True
+    )
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == text[: text.index("4")]
 
 
@@ -97,7 +106,11 @@ def test_stop_sequence_is_trimmed_as_openai_does(client: openai.OpenAI) -> None:
 )
 def test_vllm_style_constraints(client: openai.OpenAI, extra_body: dict) -> None:
     completion = client.chat.completions.create(
-        model="embedded", messages=[{"role": "user", "content": "Is water wet?"}], max_tokens=5, seed=1, extra_body=extra_body
+        model="embedded",
+        messages=[{"role": "user", "content": "Is water wet?"}],
+        max_tokens=5,
+        seed=1,
+        extra_body=extra_body,
     )
     assert completion.choices[0].message.content in ("yes", "no")
     assert completion.choices[0].model_extra["validation"]["valid"] is True
@@ -107,8 +120,11 @@ def test_inference_client_chat_completion_with_response_format(server_url: str) 
     hf = InferenceClient(base_url=server_url, timeout=300)
     output = hf.chat_completion(ASK_PET, response_format=PET_FORMAT, max_tokens=40, seed=3)
     jsonschema.validate(json.loads(output.choices[0].message.content), PET_SCHEMA)
-    chunks = list(hf.chat_completion(ASK_PET, response_format={"type": "json_object", "value": PET_SCHEMA},
-                                     max_tokens=40, seed=3, stream=True))
+    chunks = list(
+        hf.chat_completion(
+            ASK_PET, response_format={"type": "json_object", "value": PET_SCHEMA}, max_tokens=40, seed=3, stream=True
+        )
+    )
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     jsonschema.validate(json.loads(streamed), PET_SCHEMA)
 

@@ -47,8 +47,13 @@ def test_info_matches_the_spec(server_url: str) -> None:
 def test_generate_json_schema_with_every_detail(server_url: str) -> None:
     body = {
         "inputs": "A pet as JSON: ",
-        "parameters": {"grammar": {"type": "json", "value": PET_SCHEMA}, "details": True,
-                       "decoder_input_details": True, "top_n_tokens": 3, "max_new_tokens": 40},
+        "parameters": {
+            "grammar": {"type": "json", "value": PET_SCHEMA},
+            "details": True,
+            "decoder_input_details": True,
+            "top_n_tokens": 3,
+            "max_new_tokens": 40,
+        },
     }
     response = post(server_url, "/generate", body)
     assert response.status_code == 200, response.text
@@ -81,7 +86,9 @@ def test_generate_json_schema_with_every_detail(server_url: str) -> None:
     ids=["json_schema", "regex", "choice", "grammar"],
 )
 def test_each_grammar_kind_is_enforced(server_url: str, grammar: dict[str, Any], pattern: str | None) -> None:
-    response = post(server_url, "/generate", {"inputs": "Answer: ", "parameters": {"grammar": grammar, "max_new_tokens": 30}})
+    response = post(
+        server_url, "/generate", {"inputs": "Answer: ", "parameters": {"grammar": grammar, "max_new_tokens": 30}}
+    )
     data = response.json()
     validate(data, "GenerateResponse")
     if pattern is None:
@@ -92,16 +99,24 @@ def test_each_grammar_kind_is_enforced(server_url: str, grammar: dict[str, Any],
 
 
 def test_generate_without_details_and_with_full_text(server_url: str) -> None:
-    data = post(server_url, "/generate", {"inputs": "1, 2, 3,", "parameters": {"max_new_tokens": 3, "return_full_text": True}}).json()
+    data = post(
+        server_url, "/generate", {"inputs": "1, 2, 3,", "parameters": {"max_new_tokens": 3, "return_full_text": True}}
+    ).json()
     validate(data, "GenerateResponse")
     assert data["details"] is None  # TGI answers with details only when asked
     assert data["generated_text"].startswith("1, 2, 3,") and len(data["generated_text"]) > len("1, 2, 3,")
 
 
 def test_finish_reasons_length_and_stop_sequence(server_url: str) -> None:
-    length = post(server_url, "/generate", {"inputs": "1, 2, 3, 4,", "parameters": {"max_new_tokens": 2, "details": True}}).json()
+    length = post(
+        server_url, "/generate", {"inputs": "1, 2, 3, 4,", "parameters": {"max_new_tokens": 2, "details": True}}
+    ).json()
     assert (length["details"]["finish_reason"], length["details"]["generated_tokens"]) == ("length", 2)
-    stop = post(server_url, "/generate", {"inputs": "1, 2, 3, 4,", "parameters": {"max_new_tokens": 12, "stop": [" 6"], "details": True}}).json()
+    stop = post(
+        server_url,
+        "/generate",
+        {"inputs": "1, 2, 3, 4,", "parameters": {"max_new_tokens": 12, "stop": [" 6"], "details": True}},
+    ).json()
     validate(stop, "GenerateResponse")
     assert stop["details"]["finish_reason"] == "stop_sequence"
     assert stop["details"]["stop_sequence"] == " 6"
@@ -109,8 +124,14 @@ def test_finish_reasons_length_and_stop_sequence(server_url: str) -> None:
 
 
 def test_best_of_returns_the_other_candidates(server_url: str) -> None:
-    params = {"best_of": 2, "do_sample": True, "seed": 7, "details": True, "max_new_tokens": 5,
-              "grammar": {"type": "choice", "value": ["red", "green", "blue"]}}
+    params = {
+        "best_of": 2,
+        "do_sample": True,
+        "seed": 7,
+        "details": True,
+        "max_new_tokens": 5,
+        "grammar": {"type": "choice", "value": ["red", "green", "blue"]},
+    }
     data = post(server_url, "/generate", {"inputs": "A color: ", "parameters": params}).json()
     validate(data, "GenerateResponse")
     others = data["details"]["best_of_sequences"]
@@ -141,8 +162,14 @@ def test_stream_events_follow_the_spec_and_match_generate(server_url: str) -> No
 
 def test_inference_client_text_generation_with_details(server_url: str) -> None:
     client = InferenceClient(base_url=server_url, timeout=300)
-    output = client.text_generation("My IP address is ", max_new_tokens=20, details=True, top_n_tokens=2,
-                                    decoder_input_details=True, grammar={"type": "regex", "value": IPV4})
+    output = client.text_generation(
+        "My IP address is ",
+        max_new_tokens=20,
+        details=True,
+        top_n_tokens=2,
+        decoder_input_details=True,
+        grammar={"type": "regex", "value": IPV4},
+    )
     assert re.fullmatch(IPV4, output.generated_text)
     assert output.details.finish_reason in ("eos_token", "length")
     assert len(output.details.prefill) > 0
@@ -168,12 +195,17 @@ def test_tokenize(server_url: str) -> None:
 
 
 def test_next_token_distribution_raw_and_constrained(server_url: str) -> None:
-    body = {"inputs": "The capital of France is", "top_k": 10,
-            "parameters": {"grammar": {"type": "choice", "value": [" Paris", " London"]}}}
+    body = {
+        "inputs": "The capital of France is",
+        "top_k": 10,
+        "parameters": {"grammar": {"type": "choice", "value": [" Paris", " London"]}},
+    }
     data = post(server_url, "/next_token", body).json()
     allowed = [c for c in data["candidates"] if c["allowed"]]
     assert allowed and all(" Paris".startswith(c["text"]) or " London".startswith(c["text"]) for c in allowed)
     assert all(c["logprob"] is None for c in data["candidates"] if not c["allowed"])
     assert 0 < data["mass_kept"] < 1
-    chat = post(server_url, "/next_token", {"messages": [{"role": "user", "content": "Hi"}], "top_k": 5, "prefix": "Hello"}).json()
+    chat = post(
+        server_url, "/next_token", {"messages": [{"role": "user", "content": "Hi"}], "top_k": 5, "prefix": "Hello"}
+    ).json()
     assert chat["prefix"] == "Hello" and len(chat["candidates"]) == 5 and chat["mass_kept"] > 0.99

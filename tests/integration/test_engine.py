@@ -90,7 +90,9 @@ def test_finish_reasons(engine):
 
 
 def test_best_of_three(engine):
-    params = GenerateParameters(max_new_tokens=12, best_of=3, do_sample=True, seed=7, grammar={"type": "json", "value": PERSON})
+    params = GenerateParameters(
+        max_new_tokens=12, best_of=3, do_sample=True, seed=7, grammar={"type": "json", "value": PERSON}
+    )
     result = engine.generate(ask("A person as JSON."), params)
     assert len(result.best_of_sequences) == 2
     seeds = {result.best.seed} | {s.seed for s in result.best_of_sequences}
@@ -102,7 +104,14 @@ def test_best_of_three(engine):
 
 def test_best_of_rows_finishing_at_different_lengths(engine):
     choices = ["no", "yes, certainly, without any doubt at all"]
-    params = GenerateParameters(max_new_tokens=20, best_of=3, do_sample=True, temperature=2.0, seed=5, grammar={"type": "choice", "value": choices})
+    params = GenerateParameters(
+        max_new_tokens=20,
+        best_of=3,
+        do_sample=True,
+        temperature=2.0,
+        seed=5,
+        grammar={"type": "choice", "value": choices},
+    )
     for seed in range(5, 9):
         result = engine.generate(ask("Do you agree?"), params.model_copy(update={"seed": seed}))
         sequences = [result.best, *result.best_of_sequences]
@@ -128,7 +137,10 @@ def test_top_n_tokens_everywhere(engine):
 
 
 def test_raw_and_constrained_logprobs_differ_where_the_mask_bit(engine):
-    result = engine.generate(ask("Say hello."), GenerateParameters(max_new_tokens=4, top_n_tokens=3, grammar={"type": "regex", "value": "[0-9]{3}"}))
+    result = engine.generate(
+        ask("Say hello."),
+        GenerateParameters(max_new_tokens=4, top_n_tokens=3, grammar={"type": "regex", "value": "[0-9]{3}"}),
+    )
     first = result.best.tokens[0]
     assert first.overridden  # the model wanted words, the regex wanted digits
     assert first.mass_kept < 0.5
@@ -150,8 +162,16 @@ def test_same_seed_same_text(engine):
 
 def test_warpers_and_penalties_run(engine):
     params = GenerateParameters(
-        max_new_tokens=8, do_sample=True, seed=3, top_k=20, top_p=0.9, typical_p=0.95,
-        repetition_penalty=1.3, frequency_penalty=0.5, watermark=True, top_n_tokens=25,
+        max_new_tokens=8,
+        do_sample=True,
+        seed=3,
+        top_k=20,
+        top_p=0.9,
+        typical_p=0.95,
+        repetition_penalty=1.3,
+        frequency_penalty=0.5,
+        watermark=True,
+        top_n_tokens=25,
     )
     with pytest.raises(ParameterError, match="top_n_tokens"):
         engine.generate(ask("hi"), params)
@@ -162,7 +182,9 @@ def test_warpers_and_penalties_run(engine):
 
 
 def test_decoder_input_details(engine):
-    result = engine.generate("The capital of France is", GenerateParameters(max_new_tokens=2, decoder_input_details=True))
+    result = engine.generate(
+        "The capital of France is", GenerateParameters(max_new_tokens=2, decoder_input_details=True)
+    )
     assert len(result.prefill) == result.input_length
     assert result.prefill[0].logprob is None
     assert all(p.logprob is not None and p.logprob <= 0 for p in result.prefill[1:])
@@ -193,7 +215,11 @@ def test_next_token_distribution(engine):
     ("grammar", "error", "words"),
     [
         ({"type": "json", "value": "{not json"}, InvalidConstraintError, "invalid JSON"),
-        ({"type": "json", "value": {"type": "object", "properties": {"a": {"type": "strin"}}}}, InvalidConstraintError, "not a valid JSON Schema"),
+        (
+            {"type": "json", "value": {"type": "object", "properties": {"a": {"type": "strin"}}}},
+            InvalidConstraintError,
+            "not a valid JSON Schema",
+        ),
         ({"type": "regex", "value": "(ab"}, InvalidConstraintError, "invalid regex"),
         ({"type": "regex", "value": r"(a)\1"}, UnsupportedConstraintError, "backreferences"),
         ({"type": "grammar", "value": "start: undefined_rule"}, InvalidConstraintError, "undefined_rule"),
@@ -207,11 +233,16 @@ def test_bad_constraints_raise_typed_errors(engine, grammar, error, words):
 
 def test_unsupported_keyword_named_when_engine_is_chosen(engine):
     schema = {"type": "object", "not": {"required": ["a"]}}
-    params = GenerateParameters(max_new_tokens=2, grammar={"type": "json", "value": schema}, constraint_engine="llguidance")
+    params = GenerateParameters(
+        max_new_tokens=2, grammar={"type": "json", "value": schema}, constraint_engine="llguidance"
+    )
     with pytest.raises(UnsupportedConstraintError, match="not"):
         engine.generate(ask("hi"), params)
     # auto falls back to an engine that compiles it, says so, and still validates the output
-    result = engine.generate(ask("An object without the key a, as JSON."), params.model_copy(update={"constraint_engine": "auto", "max_new_tokens": 20}))
+    result = engine.generate(
+        ask("An object without the key a, as JSON."),
+        params.model_copy(update={"constraint_engine": "auto", "max_new_tokens": 20}),
+    )
     assert result.constraint_engine == "xgrammar" and "fell back" in result.warnings[0]
 
 
@@ -219,8 +250,13 @@ def test_compile_time_limit(loaded_model):
     from playground.engine import Engine
 
     strict = Engine(loaded_model, compile_timeout_s=0.001)
-    schema = {"type": "object", "properties": {f"k{i}": {"type": "string", "pattern": "[a-z]{3,40}"} for i in range(40)}}
-    params = GenerateParameters(max_new_tokens=2, grammar={"type": "json", "value": schema}, constraint_engine="outlines_core")
+    schema = {
+        "type": "object",
+        "properties": {f"k{i}": {"type": "string", "pattern": "[a-z]{3,40}"} for i in range(40)},
+    }
+    params = GenerateParameters(
+        max_new_tokens=2, grammar={"type": "json", "value": schema}, constraint_engine="outlines_core"
+    )
     with pytest.raises(CompileTimeoutError, match="longer than"):
         strict.generate(ask("hi"), params)
 
@@ -233,7 +269,9 @@ def test_prompt_longer_than_context(engine):
 
 
 def test_truncate_keeps_the_last_tokens(engine):
-    result = engine.generate("one two three four five six", GenerateParameters(max_new_tokens=1, truncate=2, decoder_input_details=True))
+    result = engine.generate(
+        "one two three four five six", GenerateParameters(max_new_tokens=1, truncate=2, decoder_input_details=True)
+    )
     assert result.input_length == 2
     assert "".join(p.text for p in result.prefill).strip() == "five six"
 
@@ -250,7 +288,9 @@ def test_adapter_id_loads_a_peft_adapter(engine, tmp_path):
     peft.get_peft_model(base_model, config).save_pretrained(tmp_path / "lora")
     params = GenerateParameters(max_new_tokens=8)
     before = engine.generate("The capital of France is", params).generated_text
-    adapted = engine.generate("The capital of France is", params.model_copy(update={"adapter_id": str(tmp_path / "lora")}))
+    adapted = engine.generate(
+        "The capital of France is", params.model_copy(update={"adapter_id": str(tmp_path / "lora")})
+    )
     assert adapted.generated_text != before
     assert engine.generate("The capital of France is", params).generated_text == before
 
@@ -281,17 +321,29 @@ def test_remote_refs_are_refused_before_decoding(engine):
     schema = {"type": "object", "properties": {"a": {"$ref": "http://example.com/schema.json"}}}
     with pytest.raises(UnsupportedConstraintError, match="only local \\$ref"):
         engine.generate("hi", GenerateParameters(max_new_tokens=1, grammar={"type": "json", "value": schema}))
-    local = {"$defs": {"n": {"type": "integer"}}, "type": "object", "properties": {"a": {"$ref": "#/$defs/n"}},
-             "required": ["a"], "additionalProperties": False}
-    result = engine.generate(ask("An object with a number a, as JSON."), GenerateParameters(max_new_tokens=20, grammar={"type": "json", "value": local}))
+    local = {
+        "$defs": {"n": {"type": "integer"}},
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/n"}},
+        "required": ["a"],
+        "additionalProperties": False,
+    }
+    result = engine.generate(
+        ask("An object with a number a, as JSON."),
+        GenerateParameters(max_new_tokens=20, grammar={"type": "json", "value": local}),
+    )
     assert result.best.validation.valid is True
 
 
 def test_a_matcher_that_gives_up_is_reported(engine):
     grammar = "start: " + " | ".join(f'"w{i}"' for i in range(2500))
-    result = engine.generate(ask("Pick a word."), GenerateParameters(max_new_tokens=4, grammar={"type": "grammar", "value": grammar}))
+    result = engine.generate(
+        ask("Pick a word."), GenerateParameters(max_new_tokens=4, grammar={"type": "grammar", "value": grammar})
+    )
     assert result.best.validation.valid is False
-    assert any("llguidance stopped the constraint" in w and "max is 2000" in w for w in result.warnings), result.warnings
+    assert any("llguidance stopped the constraint" in w and "max is 2000" in w for w in result.warnings), (
+        result.warnings
+    )
 
 
 def test_streamed_pieces_add_up_when_characters_span_tokens(engine):

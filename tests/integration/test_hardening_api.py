@@ -33,7 +33,9 @@ def test_chat_length_errors_name_the_field_that_was_sent(server_url: str, field:
 
 def test_registering_a_model_with_invalid_unicode_is_422(server_url: str) -> None:
     body = b'{"id": "\\ud800", "provider_id": "local"}'
-    response = httpx.post(f"{server_url}/v1/models", content=body, headers={"content-type": "application/json"}, timeout=60)
+    response = httpx.post(
+        f"{server_url}/v1/models", content=body, headers={"content-type": "application/json"}, timeout=60
+    )
     assert_error(response, 422, "id: contains invalid Unicode")
 
 
@@ -54,12 +56,27 @@ def test_an_oversized_body_is_413(server_url: str) -> None:
 ODD_REQUESTS = [
     ("/generate", {"inputs": "<script>alert(1)</script>", "parameters": {"max_new_tokens": 3, "stop": [""]}}, 200),
     ("/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 2, "do_sample": True, "temperature": 1e-300}}, 200),
-    ("/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 3,
-                                                   "grammar": {"type": "choice", "value": ["<script>", "😀"]}}}, 200),
-    ("/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 2, "grammar": {"type": "json",
-                                                                                     "value": {"$ref": "file:///etc/passwd"}}}}, 422),
-    ("/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 2, "grammar": {"type": "grammar",
-                                                                                     "value": 'foo: "a"'}}}, 422),
+    (
+        "/generate",
+        {
+            "inputs": "Hi",
+            "parameters": {"max_new_tokens": 3, "grammar": {"type": "choice", "value": ["<script>", "😀"]}},
+        },
+        200,
+    ),
+    (
+        "/generate",
+        {
+            "inputs": "Hi",
+            "parameters": {"max_new_tokens": 2, "grammar": {"type": "json", "value": {"$ref": "file:///etc/passwd"}}},
+        },
+        422,
+    ),
+    (
+        "/generate",
+        {"inputs": "Hi", "parameters": {"max_new_tokens": 2, "grammar": {"type": "grammar", "value": 'foo: "a"'}}},
+        422,
+    ),
     ("/generate", {"inputs": "Hi", "parameters": {"logits_processors": [{"name": "nope", "params": ["1"]}]}}, 422),
     ("/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 10**9}}, 422),
     ("/generate_stream", {"inputs": "Hi", "parameters": {"best_of": 2, "do_sample": True}}, 422),
@@ -72,7 +89,9 @@ ODD_REQUESTS = [
 ]
 
 
-@pytest.mark.parametrize(("path", "body", "status"), ODD_REQUESTS, ids=[f"{p}-{i}" for i, (p, _, _) in enumerate(ODD_REQUESTS)])
+@pytest.mark.parametrize(
+    ("path", "body", "status"), ODD_REQUESTS, ids=[f"{p}-{i}" for i, (p, _, _) in enumerate(ODD_REQUESTS)]
+)
 def test_odd_requests_answer_without_a_500(server_url: str, path: str, body: dict[str, Any], status: int) -> None:
     response = post(server_url, path, body)
     assert response.status_code == status, response.text

@@ -20,8 +20,12 @@ def test_api_key_locks_the_ui_until_login(start_server: Any) -> None:
     assert httpx.get(f"{url}/config", timeout=30).status_code == 401
     refused = httpx.post(f"{url}/gradio_api/call/constraint_status", json={"data": ["regex", "a+"]}, timeout=30)
     assert refused.status_code == 401 and refused.json()["error_type"] == "authentication"
-    assert httpx.post(f"{url}/gradio_api/queue/join", json={"data": [], "fn_index": 0, "session_hash": "s"},
-                      timeout=30).status_code == 401
+    assert (
+        httpx.post(
+            f"{url}/gradio_api/queue/join", json={"data": [], "fn_index": 0, "session_hash": "s"}, timeout=30
+        ).status_code
+        == 401
+    )
     with pytest.raises(AuthenticationError):
         Client(f"{url}/", verbose=False)
     with httpx.Client(base_url=url, timeout=60) as browser:

@@ -98,7 +98,9 @@ def test_a_processor_that_raises_fails_only_its_request(engine, registered: list
 
     registered.append("explode")
     processors.register_factory("explode", explode_at_third_step, description="fails on its third call")
-    with pytest.raises(ProcessorError, match=r"processor 'explode' failed: RuntimeError: exploded at length \d+") as caught:
+    with pytest.raises(
+        ProcessorError, match=r"processor 'explode' failed: RuntimeError: exploded at length \d+"
+    ) as caught:
         engine.generate("Once upon a time", params({"name": "explode"}))
     assert caught.value.status == 422
     after = engine.generate("Once upon a time", params({"name": "ban_strings", "params": ["the"]}, max_new_tokens=12))

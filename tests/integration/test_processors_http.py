@@ -44,9 +44,14 @@ def test_chat_body_with_the_plugin_and_a_builtin(plugin_server):
 
 
 def test_bad_params_and_unknown_names_are_422(plugin_server):
-    bad = httpx.post(f"{plugin_server}/generate", json={"inputs": "hi", "parameters": {"logits_processors": [{"name": "no_digits", "params": ["x"]}]}})
+    bad = httpx.post(
+        f"{plugin_server}/generate",
+        json={"inputs": "hi", "parameters": {"logits_processors": [{"name": "no_digits", "params": ["x"]}]}},
+    )
     assert bad.status_code == 422 and "no_digits takes no parameters" in bad.json()["error"]
-    unknown = httpx.post(f"{plugin_server}/generate", json={"inputs": "hi", "parameters": {"logits_processors": [{"name": "nope"}]}})
+    unknown = httpx.post(
+        f"{plugin_server}/generate", json={"inputs": "hi", "parameters": {"logits_processors": [{"name": "nope"}]}}
+    )
     assert unknown.status_code == 422 and "nope" in unknown.json()["error"] and "no_digits" in unknown.json()["error"]
 
 

@@ -43,7 +43,9 @@ def plugin_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def _forget_plugin() -> None:
-    for module in [m for m in sys.modules if m.split(".")[0] in ("sp_example_plugin", "sp_callable_plugin", "sp_broken")]:
+    for module in [
+        m for m in sys.modules if m.split(".")[0] in ("sp_example_plugin", "sp_callable_plugin", "sp_broken")
+    ]:
         del sys.modules[module]
     for name in ("no_digits", "no_vowels"):
         if name in {info.name for info in processors.list_factories()}:
@@ -124,7 +126,9 @@ def test_bad_params_give_the_factorys_message(tokenizer, spec: dict, message: st
 
 
 def test_a_malformed_spec_is_a_processor_error(tokenizer) -> None:
-    with pytest.raises(ProcessorError, match=r"needs \{name, params: \[str\]\}: params: Input should be a valid list$") as caught:
+    with pytest.raises(
+        ProcessorError, match=r"needs \{name, params: \[str\]\}: params: Input should be a valid list$"
+    ) as caught:
         processors.build_processors([{"name": "ban_strings", "params": "banana"}], tokenizer)
     assert caught.value.field == "logits_processors"
 
@@ -176,7 +180,9 @@ def test_named_processor_turns_exceptions_into_processor_errors() -> None:
 
 def test_named_processor_refuses_a_wrong_return_value() -> None:
     wrapped = processors.NamedProcessor("lazy", lambda input_ids, scores: None)
-    with pytest.raises(ProcessorError, match=r"'lazy' failed: it returned NoneType instead of scores of shape \(1, 10\)"):
+    with pytest.raises(
+        ProcessorError, match=r"'lazy' failed: it returned NoneType instead of scores of shape \(1, 10\)"
+    ):
         wrapped(torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 10))
     halved = processors.NamedProcessor("half", lambda input_ids, scores: scores / 2)
     assert torch.equal(halved(torch.zeros(1, 3, dtype=torch.long), torch.full((1, 10), 4.0)), torch.full((1, 10), 2.0))
@@ -244,7 +250,9 @@ def _expected_ws(tokenizer, generated: list[int], limit: int, vocab: int) -> set
     ("generated_text", "limit"),
     [("", 0), ("", 2), ("hello", 1), ("hello ", 1), ("hello \n", 2), ("a\n\n", 3), ("x \t", 4), ("if x:\n", 4)],
 )
-def test_max_whitespace_masks_exactly_the_tokens_that_overrun(tokenizer, vocab: int, generated_text: str, limit: int) -> None:
+def test_max_whitespace_masks_exactly_the_tokens_that_overrun(
+    tokenizer, vocab: int, generated_text: str, limit: int
+) -> None:
     (proc,) = processors.build_processors([{"name": "max_whitespace", "params": [str(limit)]}], tokenizer)
     prompt = tokenizer.encode("Write code:\n\n\n\n\n")  # the prompt's own whitespace does not count
     generated = tokenizer.encode(generated_text) if generated_text else []
@@ -305,7 +313,9 @@ def _write_dist(root: Path, name: str, entry_points: str, modules: dict[str, str
         (root / f"{module}.py").write_text(textwrap.dedent(source))
 
 
-def test_entry_point_callable_gets_register_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plugin_path: None, tokenizer) -> None:
+def test_entry_point_callable_gets_register_factory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plugin_path: None, tokenizer
+) -> None:
     source = """
         def no_vowels(params, tokenizer):
             return lambda input_ids, scores: scores
@@ -324,13 +334,23 @@ def test_entry_point_callable_gets_register_factory(tmp_path: Path, monkeypatch:
 @pytest.mark.parametrize(
     ("source", "message"),
     [
-        ("raise RuntimeError('boom at import')", "cannot import custom module 'sp_broken': RuntimeError: boom at import"),
-        ("import not_installed_anywhere", "cannot import custom module 'sp_broken': ModuleNotFoundError: No module named 'not_installed_anywhere'"),
-        ("from playground.processors import register_factory\nregister_factory('ban_strings', print)",
-         "custom module 'sp_broken' failed while registering: a processor named 'ban_strings' is already registered"),
+        (
+            "raise RuntimeError('boom at import')",
+            "cannot import custom module 'sp_broken': RuntimeError: boom at import",
+        ),
+        (
+            "import not_installed_anywhere",
+            "cannot import custom module 'sp_broken': ModuleNotFoundError: No module named 'not_installed_anywhere'",
+        ),
+        (
+            "from playground.processors import register_factory\nregister_factory('ban_strings', print)",
+            "custom module 'sp_broken' failed while registering: a processor named 'ban_strings' is already registered",
+        ),
     ],
 )
-def test_a_module_that_fails_stops_loading_with_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plugin_path: None, source: str, message: str) -> None:
+def test_a_module_that_fails_stops_loading_with_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plugin_path: None, source: str, message: str
+) -> None:
     (tmp_path / "sp_broken.py").write_text(source + "\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(PluginLoadError, match=re.escape(message)):
@@ -339,7 +359,9 @@ def test_a_module_that_fails_stops_loading_with_a_clear_error(tmp_path: Path, mo
 
 
 def test_a_missing_module_names_itself() -> None:
-    with pytest.raises(PluginLoadError, match=r"cannot import custom module 'nowhere\.to_be\.found': ModuleNotFoundError"):
+    with pytest.raises(
+        PluginLoadError, match=r"cannot import custom module 'nowhere\.to_be\.found': ModuleNotFoundError"
+    ):
         processors.load_custom_modules(["nowhere.to_be.found"])
 
 
@@ -347,11 +369,18 @@ def test_a_missing_module_names_itself() -> None:
     ("value", "message"),
     [
         ("sp_missing_module_xyz", "failed to load: ModuleNotFoundError: No module named 'sp_missing_module_xyz'"),
-        ("sp_callable_plugin:NOT_CALLABLE", "failed to load: TypeError: it is a int, not a module or a register(register_factory) callable"),
+        (
+            "sp_callable_plugin:NOT_CALLABLE",
+            "failed to load: TypeError: it is a int, not a module or a register(register_factory) callable",
+        ),
     ],
 )
-def test_a_broken_entry_point_names_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plugin_path: None, value: str, message: str) -> None:
+def test_a_broken_entry_point_names_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plugin_path: None, value: str, message: str
+) -> None:
     _write_dist(tmp_path, "sp_callable_plugin", f"broken = {value}", {"sp_callable_plugin": "NOT_CALLABLE = 3\n"})
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(PluginLoadError, match=re.escape(f"entry point 'broken' ({value}) of {processors.ENTRY_POINT_GROUP} {message}")):
+    with pytest.raises(
+        PluginLoadError, match=re.escape(f"entry point 'broken' ({value}) of {processors.ENTRY_POINT_GROUP} {message}")
+    ):
         processors.load_entry_points()

@@ -10,21 +10,30 @@ import pytest
 from tests.stub_server import StubReply, StubServer, chat_completion, models_list
 from tests.support import free_port
 
-SCHEMA = {"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"age": {"type": "integer"}},
+    "required": ["age"],
+    "additionalProperties": False,
+}
 JSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
 
 
 @pytest.fixture(scope="module")
 def stubs():
     """One stub that ignores every constraint (answers 200 with prose), one that answers garbage."""
-    ignoring = StubServer({
-        "GET /v1/models": StubReply(json=models_list("stubborn")),
-        "POST /v1/chat/completions": StubReply(json=chat_completion("I'd rather not write JSON today.")),
-    })
-    garbage = StubServer({
-        "GET /info": StubReply(text="<html>maintenance</html>", content_type="text/html"),
-        "POST /v1/chat/completions": StubReply(text="<html>maintenance</html>", content_type="text/html"),
-    })
+    ignoring = StubServer(
+        {
+            "GET /v1/models": StubReply(json=models_list("stubborn")),
+            "POST /v1/chat/completions": StubReply(json=chat_completion("I'd rather not write JSON today.")),
+        }
+    )
+    garbage = StubServer(
+        {
+            "GET /info": StubReply(text="<html>maintenance</html>", content_type="text/html"),
+            "POST /v1/chat/completions": StubReply(text="<html>maintenance</html>", content_type="text/html"),
+        }
+    )
     yield ignoring, garbage
     ignoring.stop()
     garbage.stop()
@@ -50,8 +59,13 @@ models:
 
 
 def chat(url: str, model: str, **extra) -> httpx.Response:
-    body = {"model": model, "messages": [{"role": "user", "content": "Give me a JSON object with an age."}],
-            "max_tokens": 20, "temperature": 0, **extra}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Give me a JSON object with an age."}],
+        "max_tokens": 20,
+        "temperature": 0,
+        **extra,
+    }
     return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
 
 

@@ -14,7 +14,12 @@ from playground.providers.vllm import VLLMConfig, VLLMProvider
 from playground.types import ChatMessage, GenerateParameters, GenerationResult, TokenEvent
 
 MODEL = "embedded"
-SCHEMA = {"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"age": {"type": "integer"}},
+    "required": ["age"],
+    "additionalProperties": False,
+}
 IPV4 = r"(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){3}"
 ASK_JSON = [ChatMessage(role="user", content="Give me a JSON object with an age.")]
 
@@ -42,8 +47,9 @@ def test_each_provider_discovers_the_served_models(tgi, openai, vllm) -> None:
 
 
 def test_tgi_json_schema_with_details_and_top_tokens(tgi) -> None:
-    params = GenerateParameters(grammar={"type": "json", "value": SCHEMA}, max_new_tokens=20, top_n_tokens=3,
-                                decoder_input_details=True)
+    params = GenerateParameters(
+        grammar={"type": "json", "value": SCHEMA}, max_new_tokens=20, top_n_tokens=3, decoder_input_details=True
+    )
     result = tgi.generate(MODEL, "Give me a JSON object with an age:", params)
     assert result.best.validation.valid is True and result.best.validation.enforced is True
     assert json.loads(result.best.generated_text)["age"] >= 0
@@ -53,14 +59,24 @@ def test_tgi_json_schema_with_details_and_top_tokens(tgi) -> None:
     assert any(len(t.top_tokens) == 3 for t in tokens)
     assert "".join(t.text for t in tokens if not t.special) == result.best.generated_text
     assert result.prefill and result.input_length == len(result.prefill)
-    assert (result.provider_id, result.constraint_kind, result.constraint_engine) == ("our-tgi", "json_schema", "remote::tgi")
+    assert (result.provider_id, result.constraint_kind, result.constraint_engine) == (
+        "our-tgi",
+        "json_schema",
+        "remote::tgi",
+    )
 
 
 def test_tgi_regex_and_choice(tgi) -> None:
-    ip = tgi.generate(MODEL, "The server's IP address is ", GenerateParameters(grammar={"type": "regex", "value": IPV4}, max_new_tokens=20))
+    ip = tgi.generate(
+        MODEL,
+        "The server's IP address is ",
+        GenerateParameters(grammar={"type": "regex", "value": IPV4}, max_new_tokens=20),
+    )
     assert re.fullmatch(IPV4, ip.best.generated_text) and ip.best.validation.valid is True
     choices = ["red.", "green|blue", "(none)"]
-    pick = tgi.generate(MODEL, "Pick a colour:", GenerateParameters(grammar={"type": "choice", "value": choices}, max_new_tokens=10))
+    pick = tgi.generate(
+        MODEL, "Pick a colour:", GenerateParameters(grammar={"type": "choice", "value": choices}, max_new_tokens=10)
+    )
     assert pick.best.generated_text in choices and pick.best.validation.message == "one of the choices"
 
 
@@ -120,13 +136,17 @@ def test_openai_stream(openai) -> None:
         ({"type": "json", "value": SCHEMA}, lambda text: "age" in json.loads(text)),
         ({"type": "regex", "value": IPV4}, lambda text: re.fullmatch(IPV4, text)),
         ({"type": "choice", "value": ["yes", "no"]}, lambda text: text in ("yes", "no")),
-        ({"type": "grammar", "value": 'start: "ab" | "cd" NUMBER\n%import common.NUMBER'},
-         lambda text: text == "ab" or text.startswith("cd")),
+        (
+            {"type": "grammar", "value": 'start: "ab" | "cd" NUMBER\n%import common.NUMBER'},
+            lambda text: text == "ab" or text.startswith("cd"),
+        ),
     ],
     ids=["json", "regex", "choice", "grammar"],
 )
 def test_vllm_structured_outputs_every_kind(vllm, grammar: dict, check) -> None:
-    result = vllm.generate(MODEL, [ChatMessage(role="user", content="Answer.")], GenerateParameters(grammar=grammar, max_new_tokens=20))
+    result = vllm.generate(
+        MODEL, [ChatMessage(role="user", content="Answer.")], GenerateParameters(grammar=grammar, max_new_tokens=20)
+    )
     assert result.best.validation.valid is True, result.best
     assert check(result.best.generated_text)
 
@@ -136,5 +156,9 @@ def test_vllm_n_and_stream(vllm) -> None:
     result = vllm.generate(MODEL, "Is the sky blue?", params)
     assert len(result.best_of_sequences) == 2
     assert {s.generated_text for s in [result.best, *result.best_of_sequences]} <= {"yes", "no"}
-    items = list(vllm.stream(MODEL, "Digits:", GenerateParameters(grammar={"type": "regex", "value": "[0-9]{4}"}, max_new_tokens=8)))
+    items = list(
+        vllm.stream(
+            MODEL, "Digits:", GenerateParameters(grammar={"type": "regex", "value": "[0-9]{4}"}, max_new_tokens=8)
+        )
+    )
     assert re.fullmatch("[0-9]{4}", items[-1].best.generated_text) and items[-1].best.validation.valid is True

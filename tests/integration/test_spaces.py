@@ -16,9 +16,20 @@ FLAGS = ("--model", "--host", "--port", "--providers", "--custom-modules", "--ap
 
 def assemble_space(dest: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "spaces/deploy.py", "--repo-id", "someone/structured-playground", "--dry-run",
-         "--output", str(dest)],
-        cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "spaces/deploy.py",
+            "--repo-id",
+            "someone/structured-playground",
+            "--dry-run",
+            "--output",
+            str(dest),
+        ],
+        cwd=REPO_ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert not (dest / "tests").exists() and not (dest / "spaces").exists()
@@ -26,8 +37,14 @@ def assemble_space(dest: Path) -> None:
 
 def test_assembled_space_shows_its_help_alone(tmp_path: Path) -> None:
     assemble_space(tmp_path / "space")
-    done = subprocess.run([sys.executable, "app.py", "--help"], cwd=tmp_path / "space",
-                          env=child_env({"PYTHONPATH": None}), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "app.py", "--help"],
+        cwd=tmp_path / "space",
+        env=child_env({"PYTHONPATH": None}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert [flag for flag in FLAGS if flag not in done.stdout] == []
 
@@ -35,8 +52,12 @@ def test_assembled_space_shows_its_help_alone(tmp_path: Path) -> None:
 def test_assembled_space_serves_on_the_space_port_on_all_interfaces(tmp_path: Path) -> None:
     assemble_space(tmp_path / "space")
     port = free_port()
-    env = {"SPACE_ID": "someone/structured-playground", "PLAYGROUND_MODEL": "embedded", "PORT": str(port),
-           "PYTHONPATH": None}
+    env = {
+        "SPACE_ID": "someone/structured-playground",
+        "PLAYGROUND_MODEL": "embedded",
+        "PORT": str(port),
+        "PYTHONPATH": None,
+    }
     server = LiveServer([], port=port, env=env, cwd=tmp_path / "space")
     try:
         server.wait_healthy()

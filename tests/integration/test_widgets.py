@@ -69,9 +69,18 @@ def test_clicked_token_moves_the_next_token_view(embedded) -> None:
 
 
 def test_run_button_trait_with_best_of_and_regex(embedded) -> None:
-    pg = Playground(model="embedded", mode="prompt", prompt="My favourite number is", max_new_tokens=4,
-                    do_sample=True, temperature=0.8, seed=3, best_of=2, constraint_kind="regex",
-                    constraint_text=r" \d{1,3}")
+    pg = Playground(
+        model="embedded",
+        mode="prompt",
+        prompt="My favourite number is",
+        max_new_tokens=4,
+        do_sample=True,
+        temperature=0.8,
+        seed=3,
+        best_of=2,
+        constraint_kind="regex",
+        constraint_text=r" \d{1,3}",
+    )
     pg.run_requested += 1
     assert pg.error == ""
     result = pg.result
@@ -112,7 +121,9 @@ def test_bad_parameters_and_empty_prompt_are_shown(embedded) -> None:
 
 
 def test_unreachable_provider_fails_inside_the_widget() -> None:
-    config = TGIConfig(base_url=f"http://127.0.0.1:{free_port()}", model="remote-model", discover_models=False, timeout_s=5)
+    config = TGIConfig(
+        base_url=f"http://127.0.0.1:{free_port()}", model="remote-model", discover_models=False, timeout_s=5
+    )
     pg = Playground(provider=TGIProvider("down", config), prompt="Hi", max_new_tokens=3)
     assert pg.model == "remote-model"
     with pytest.raises(ProviderError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
+
 import nbformat
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
@@ -27,7 +28,9 @@ def test_example_notebook_executes_without_errors() -> None:
     for key, value in TEST_ENV.items():
         os.environ.setdefault(key, value)
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    )
     client.execute()
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
     assert all(out.output_type != "error" for cell in code for out in cell.outputs)

@@ -29,8 +29,14 @@ def test_live_check_names_the_problem(kind, text, words):
 
 @pytest.mark.parametrize(
     ("kind", "text"),
-    [("json_schema", '{"type": "object"}'), ("regex", "[0-9]{3}"), ("choice", "yes\nno"), ("choice", '["a", "b"]'),
-     ("grammar", 'start: "a" | "b"'), ("none", "")],
+    [
+        ("json_schema", '{"type": "object"}'),
+        ("regex", "[0-9]{3}"),
+        ("choice", "yes\nno"),
+        ("choice", '["a", "b"]'),
+        ("grammar", 'start: "a" | "b"'),
+        ("none", ""),
+    ],
 )
 def test_live_check_accepts_usable_constraints(kind, text):
     assert check_constraint(kind, text) is None
@@ -77,4 +83,6 @@ def test_chat_text_parts_must_hold_strings():
 
     with pytest.raises(ValidationError, match="needs a string `text`"):
         ChatMessage(role="user", content=[{"type": "text", "text": 5}])
-    assert ChatMessage(role="user", content=[{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]).text() == "ab"
+    assert (
+        ChatMessage(role="user", content=[{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]).text() == "ab"
+    )

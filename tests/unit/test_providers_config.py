@@ -56,22 +56,36 @@ def build(tmp_path: Path, text: str):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("providers:\n  - {provider_id: v, provider_type: remote::vllm, config: {base_ur: http://x}}\n",
-         "providers[0].config.base_ur: unknown field (allowed: base_url, api_key_env, timeout_s, model, model_prefix"),
-        ("providers:\n  - {provider_id: v, provider_type: remote::vllm, config: {}}\n",
-         "providers[0].config.base_url: field required"),
-        ("providers:\n  - {provider_id: v, provider_type: remote::llama, config: {}}\n",
-         "providers[0].provider_type: Input should be 'local::transformers', 'remote::openai', 'remote::vllm', 'remote::tgi' or 'remote::hf-inference'"),
-        ("providers:\n  - {provider_id: v, provider_type: remote::tgi, config: {base_url: http://x, timeout_s: 0}}\n",
-         "providers[0].config.timeout_s: Input should be greater than 0"),
-        ("providers:\n  - {provider_id: l, provider_type: local::transformers, config: {modle: x}}\n",
-         "providers[0].config.modle: unknown field (allowed: model, device, dtype, trust_remote_code)"),
+        (
+            "providers:\n  - {provider_id: v, provider_type: remote::vllm, config: {base_ur: http://x}}\n",
+            "providers[0].config.base_ur: unknown field (allowed: base_url, api_key_env, timeout_s, model, model_prefix",
+        ),
+        (
+            "providers:\n  - {provider_id: v, provider_type: remote::vllm, config: {}}\n",
+            "providers[0].config.base_url: field required",
+        ),
+        (
+            "providers:\n  - {provider_id: v, provider_type: remote::llama, config: {}}\n",
+            "providers[0].provider_type: Input should be 'local::transformers', 'remote::openai', 'remote::vllm', 'remote::tgi' or 'remote::hf-inference'",
+        ),
+        (
+            "providers:\n  - {provider_id: v, provider_type: remote::tgi, config: {base_url: http://x, timeout_s: 0}}\n",
+            "providers[0].config.timeout_s: Input should be greater than 0",
+        ),
+        (
+            "providers:\n  - {provider_id: l, provider_type: local::transformers, config: {modle: x}}\n",
+            "providers[0].config.modle: unknown field (allowed: model, device, dtype, trust_remote_code)",
+        ),
         ("provider:\n  - {provider_id: l, provider_type: local::transformers}\n", "provider: unknown field"),
         ("providers: []\n", "providers: List should have at least 1 item"),
-        ("providers:\n  - {provider_id: a, provider_type: local::transformers}\n  - {provider_id: a, provider_type: local::transformers}\n",
-         "provider_id 'a' is used by more than one provider"),
-        ("providers:\n  - {provider_id: a, provider_type: local::transformers}\nmodels:\n  - {model_id: m, provider_id: b}\n",
-         "models[0].provider_id: unknown provider 'b' (configured: a)"),
+        (
+            "providers:\n  - {provider_id: a, provider_type: local::transformers}\n  - {provider_id: a, provider_type: local::transformers}\n",
+            "provider_id 'a' is used by more than one provider",
+        ),
+        (
+            "providers:\n  - {provider_id: a, provider_type: local::transformers}\nmodels:\n  - {model_id: m, provider_id: b}\n",
+            "models[0].provider_id: unknown provider 'b' (configured: a)",
+        ),
         ("providers:\n  - {provider_id: a, provider_type: local::transformers\n", "not valid YAML"),
         ("- just a list\n", "expected a mapping with `providers:`"),
     ],
@@ -94,14 +108,26 @@ def test_yaml_errors_say_where_and_missing_files_say_so(tmp_path: Path) -> None:
 def test_the_example_file_is_valid() -> None:
     parsed, configs = read_providers_file(REPO_ROOT / "examples" / "providers.yaml")
     assert [p.provider_type for p in parsed.providers] == [
-        "local::transformers", "remote::vllm", "remote::tgi", "remote::openai", "remote::hf-inference"]
+        "local::transformers",
+        "remote::vllm",
+        "remote::tgi",
+        "remote::openai",
+        "remote::hf-inference",
+    ]
     assert configs[2].model_prefix == "tgi/"
     assert configs[4].base_url == "https://router.huggingface.co/v1"
 
 
 def test_discovery_prefixes_declared_models_and_the_local_factory(serve, tmp_path: Path) -> None:
-    stub = serve({"GET /v1/models": StubReply(json=models_list("qwen", "llama")), "GET /info": StubReply(json=tgi_info("t/model"))})
-    registry, problems = build(tmp_path, f"""
+    stub = serve(
+        {
+            "GET /v1/models": StubReply(json=models_list("qwen", "llama")),
+            "GET /info": StubReply(json=tgi_info("t/model")),
+        }
+    )
+    registry, problems = build(
+        tmp_path,
+        f"""
 providers:
   - {{provider_id: mine, provider_type: local::transformers, config: {{model: embedded, device: cpu}}}}
   - {{provider_id: v, provider_type: remote::vllm, config: {{base_url: "{stub.url}/v1"}}}}
@@ -109,10 +135,16 @@ providers:
 models:
   - {{model_id: llama, provider_id: v}}
   - {{model_id: t/model, provider_id: t}}
-""")
+""",
+    )
     assert problems == []
-    assert registry.models() == [("mine", "SmolLM2-embedded"), ("mine", "embedded"), ("t", "tgi/t/model"), ("v", "llama"),
-                                 ("v", "qwen")]
+    assert registry.models() == [
+        ("mine", "SmolLM2-embedded"),
+        ("mine", "embedded"),
+        ("t", "tgi/t/model"),
+        ("v", "llama"),
+        ("v", "qwen"),
+    ]
     local = registry.providers["mine"]
     assert (local.provider_id, local.config.model, local.config.device) == ("mine", "embedded", "cpu")
     provider, model = registry.resolve("tgi/t/model")
@@ -122,31 +154,44 @@ models:
 
 def test_a_declared_model_the_provider_does_not_serve_is_refused(serve, tmp_path: Path) -> None:
     stub = serve({"GET /v1/models": StubReply(json=models_list("qwen"))})
-    with pytest.raises(ProvidersFileError, match=r"models\[0\]: provider 'v' does not serve model 'gpt-9' \(it serves: qwen\)"):
-        build(tmp_path, f"""
+    with pytest.raises(
+        ProvidersFileError, match=r"models\[0\]: provider 'v' does not serve model 'gpt-9' \(it serves: qwen\)"
+    ):
+        build(
+            tmp_path,
+            f"""
 providers: [{{provider_id: v, provider_type: remote::vllm, config: {{base_url: "{stub.url}/v1"}}}}]
 models: [{{model_id: gpt-9, provider_id: v}}]
-""")
+""",
+        )
 
 
 def test_two_providers_claiming_one_name_must_use_a_prefix(serve, tmp_path: Path) -> None:
     stub = serve({"GET /v1/models": StubReply(json=models_list("qwen"))})
     with pytest.raises(ProvidersFileError, match="model 'qwen' is served by both 'a' and 'b'; set model_prefix"):
-        build(tmp_path, f"""
+        build(
+            tmp_path,
+            f"""
 providers:
   - {{provider_id: a, provider_type: remote::vllm, config: {{base_url: "{stub.url}/v1"}}}}
   - {{provider_id: b, provider_type: remote::openai, config: {{base_url: "{stub.url}/v1", api_key_env: null}}}}
-""")
+""",
+        )
 
 
 def test_a_local_load_name_claimed_by_a_remote_is_a_conflict(serve, tmp_path: Path) -> None:
     stub = serve({"GET /v1/models": StubReply(json=models_list("embedded"))})
-    with pytest.raises(ProvidersFileError, match="model 'embedded' is served by both 'local' and 'v'; set model_prefix"):
-        build(tmp_path, f"""
+    with pytest.raises(
+        ProvidersFileError, match="model 'embedded' is served by both 'local' and 'v'; set model_prefix"
+    ):
+        build(
+            tmp_path,
+            f"""
 providers:
   - {{provider_id: local, provider_type: local::transformers, config: {{model: embedded}}}}
   - {{provider_id: v, provider_type: remote::vllm, config: {{base_url: "{stub.url}/v1"}}}}
-""")
+""",
+        )
 
 
 def test_every_remote_provider_implements_the_protocol(serve) -> None:
@@ -167,8 +212,10 @@ models: [{{model_id: qwen, provider_id: down}}]
 default_model: qwen
 """
     registry, problems = build(tmp_path, text)
-    assert problems[0] == ("provider 'down': environment variable MISSING_KEY_FOR_TEST (api_key_env) is not set; "
-                           "requests go without an API key")
+    assert problems[0] == (
+        "provider 'down': environment variable MISSING_KEY_FOR_TEST (api_key_env) is not set; "
+        "requests go without an API key"
+    )
     assert problems[1].startswith(f"provider 'down' failed: cannot connect to {url}/v1/models")
     assert problems[1].endswith("the models the file declares for it are registered unchecked")
     assert ("down", "qwen") in registry.models() and registry.default_model == "qwen"
@@ -188,13 +235,16 @@ def test_default_model_must_be_served(tmp_path: Path) -> None:
 
 def test_register_model_at_run_time(serve, tmp_path: Path) -> None:
     stub = serve({"GET /v1/models": StubReply(json=models_list("qwen", "late"))})
-    registry, _ = build(tmp_path, f"""
+    registry, _ = build(
+        tmp_path,
+        f"""
 providers:
   - {{provider_id: local, provider_type: local::transformers}}
   - {{provider_id: v, provider_type: remote::vllm, config: {{base_url: "{stub.url}/v1", model_prefix: "v/"}}}}
   - {{provider_id: o, provider_type: remote::openai, config: {{base_url: "{stub.url}/v1", api_key_env: null,
       discover_models: false}}}}
-""")
+""",
+    )
     stub.routes["GET /v1/models"] = StubReply(json=models_list("qwen", "late", "newer"))
     assert register_model(registry, "newer", "v") == "v/newer"
     assert register_model(registry, "v/late", "v") == "v/late"

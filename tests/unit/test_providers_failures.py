@@ -51,23 +51,39 @@ def test_timeout_is_502_saying_so(serve) -> None:
     stub = serve({"POST /v1/chat/completions": slow})
     error = failure(lambda: vllm(stub.url, timeout_s=0.3).generate("m", "p", GenerateParameters()))
     assert error.status == 502
-    assert error.message == f"provider 'remote-a' failed: no answer from {stub.url}/v1/chat/completions within 0.3 s (timeout)"
+    assert (
+        error.message
+        == f"provider 'remote-a' failed: no answer from {stub.url}/v1/chat/completions within 0.3 s (timeout)"
+    )
 
 
 @pytest.mark.parametrize(
     ("status", "body", "shown"),
     [
-        (400, {"error": {"message": "maximum context length is 2048", "type": "BadRequestError"}}, "maximum context length is 2048"),
-        (422, {"error": "Input validation error: `top_n_tokens` must be <= 5", "error_type": "validation"},
-         "Input validation error: `top_n_tokens` must be <= 5"),
-        (404, {"object": "error", "message": "The model `x` does not exist.", "code": 404}, "The model `x` does not exist."),
+        (
+            400,
+            {"error": {"message": "maximum context length is 2048", "type": "BadRequestError"}},
+            "maximum context length is 2048",
+        ),
+        (
+            422,
+            {"error": "Input validation error: `top_n_tokens` must be <= 5", "error_type": "validation"},
+            "Input validation error: `top_n_tokens` must be <= 5",
+        ),
+        (
+            404,
+            {"object": "error", "message": "The model `x` does not exist.", "code": 404},
+            "The model `x` does not exist.",
+        ),
         (500, {"detail": "CUDA out of memory"}, "CUDA out of memory"),
     ],
 )
 def test_remote_error_answers_are_424_with_the_remote_message(serve, status: int, body: dict, shown: str) -> None:
     stub = serve({"POST /v1/chat/completions": StubReply(status, body), "POST /generate": StubReply(status, body)})
-    for call in (lambda: vllm(stub.url).generate("m", "p", GenerateParameters()),
-                 lambda: tgi(stub.url).generate("m", "p", GenerateParameters())):
+    for call in (
+        lambda: vllm(stub.url).generate("m", "p", GenerateParameters()),
+        lambda: tgi(stub.url).generate("m", "p", GenerateParameters()),
+    ):
         error = failure(call)
         assert error.status == 424
         assert f"answered HTTP {status}: {shown}" in error.message
@@ -93,19 +109,27 @@ def test_garbage_is_502_not_a_traceback(serve, reply: StubReply) -> None:
 
 def test_tgi_garbage_and_missing_details(serve) -> None:
     stub = serve({"POST /generate": StubReply(json={"generated_text": "x"}), "GET /info": StubReply(text="nope")})
-    assert "malformed /generate answer" in failure(lambda: tgi(stub.url).generate("m", "p", GenerateParameters())).message
+    assert (
+        "malformed /generate answer" in failure(lambda: tgi(stub.url).generate("m", "p", GenerateParameters())).message
+    )
     error = failure(lambda: tgi(stub.url).list_models())
     assert error.status == 502 and f"{stub.url}/info answered 200 with a body that is not JSON: 'nope'" in error.message
 
 
 def test_stream_errors(serve) -> None:
-    stub = serve({
-        "POST /v1/chat/completions": StubReply(events=[{"error": {"message": "overloaded"}}]),
-        "POST /generate_stream": StubReply(events=[{"index": 0, "token": {"id": 1, "text": "a", "logprob": -1.0, "special": False}}]),
-    })
+    stub = serve(
+        {
+            "POST /v1/chat/completions": StubReply(events=[{"error": {"message": "overloaded"}}]),
+            "POST /generate_stream": StubReply(
+                events=[{"index": 0, "token": {"id": 1, "text": "a", "logprob": -1.0, "special": False}}]
+            ),
+        }
+    )
     mid = failure(lambda: list(vllm(stub.url).stream("m", "p", GenerateParameters())))
     assert mid.status == 424 and "reported an error mid-stream: overloaded" in mid.message
-    stub.routes["POST /v1/chat/completions"] = StubReply(events=[{"object": "error", "message": "bad seed", "code": 400}])
+    stub.routes["POST /v1/chat/completions"] = StubReply(
+        events=[{"object": "error", "message": "bad seed", "code": 400}]
+    )
     old_vllm = failure(lambda: list(vllm(stub.url).stream("m", "p", GenerateParameters())))
     assert old_vllm.status == 424 and "reported an error mid-stream: bad seed" in old_vllm.message
     cut = failure(lambda: list(tgi(stub.url).stream("m", "p", GenerateParameters())))
@@ -124,12 +148,17 @@ def test_stream_of_non_json_events_and_unfinished_choices(serve) -> None:
 
 
 def test_a_provider_that_ignores_the_constraint_is_caught_by_the_verdict(serve) -> None:
-    stub = serve({
-        "POST /v1/chat/completions": StubReply(json=chat_completion("Sure! Here is a number: 7")),
-        "POST /generate": StubReply(json=tgi_generation("seven")),
-    })
-    for provider in (vllm(stub.url), tgi(stub.url),
-                     OpenAICompatProvider("plain", OpenAIConfig(base_url=stub.url + "/v1", api_key_env=None))):
+    stub = serve(
+        {
+            "POST /v1/chat/completions": StubReply(json=chat_completion("Sure! Here is a number: 7")),
+            "POST /generate": StubReply(json=tgi_generation("seven")),
+        }
+    )
+    for provider in (
+        vllm(stub.url),
+        tgi(stub.url),
+        OpenAICompatProvider("plain", OpenAIConfig(base_url=stub.url + "/v1", api_key_env=None)),
+    ):
         result = provider.generate("m", "give me json", JSON)
         verdict = result.best.validation
         assert (verdict.valid, verdict.enforced) == (False, False), provider

@@ -24,15 +24,20 @@ def _logprob_entry(token: str, logprob: float, alternatives: list[tuple[str, flo
 
 def test_openai_logprobs_and_top_alternatives_become_tokens(serve) -> None:
     answer = chat_completion("Hi!")
-    answer["choices"][0]["logprobs"] = {"content": [
-        _logprob_entry("Hi", -0.1, [("Hi", -0.1), ("Hello", -2.5)]),
-        _logprob_entry("!", -0.3, [("!", -0.3), (".", -1.4)]),
-    ]}
+    answer["choices"][0]["logprobs"] = {
+        "content": [
+            _logprob_entry("Hi", -0.1, [("Hi", -0.1), ("Hello", -2.5)]),
+            _logprob_entry("!", -0.3, [("!", -0.3), (".", -1.4)]),
+        ]
+    }
     stub = serve({"POST /v1/chat/completions": StubReply(json=answer)})
     result = vllm(stub.url).generate("m", "p", GenerateParameters(top_n_tokens=2))
     tokens = result.best.tokens
     assert [(t.text, t.logprob) for t in tokens] == [("Hi", -0.1), ("!", -0.3)]
-    assert [[(a.text, a.logprob) for a in t.top_tokens] for t in tokens] == [[("Hi", -0.1), ("Hello", -2.5)], [("!", -0.3), (".", -1.4)]]
+    assert [[(a.text, a.logprob) for a in t.top_tokens] for t in tokens] == [
+        [("Hi", -0.1), ("Hello", -2.5)],
+        [("!", -0.3), (".", -1.4)],
+    ]
     assert tokens[0].id == tokens[0].top_tokens[0].id == text_id("Hi") < 0
     assert result.best.total_logprob == -0.4
     assert (result.input_length, result.best.generated_tokens, result.provider_id) == (7, 2, "v")
@@ -71,13 +76,27 @@ def test_tgi_details_best_of_and_prefill(serve) -> None:
     details = answer["details"]
     details["seed"] = 42
     details["prefill"] = [{"id": 1, "text": "Q", "logprob": None}, {"id": 2, "text": ":", "logprob": -3.0}]
-    details["top_tokens"] = [[{"id": 100, "text": "a", "logprob": -0.25, "special": False},
-                              {"id": 7, "text": "z", "logprob": -2.0, "special": False}], []]
-    details["best_of_sequences"] = [{"generated_text": "zz", "finish_reason": "length", "generated_tokens": 1, "seed": 43,
-                                     "prefill": [], "tokens": [{"id": 7, "text": "zz", "logprob": -4.0, "special": False}]}]
+    details["top_tokens"] = [
+        [
+            {"id": 100, "text": "a", "logprob": -0.25, "special": False},
+            {"id": 7, "text": "z", "logprob": -2.0, "special": False},
+        ],
+        [],
+    ]
+    details["best_of_sequences"] = [
+        {
+            "generated_text": "zz",
+            "finish_reason": "length",
+            "generated_tokens": 1,
+            "seed": 43,
+            "prefill": [],
+            "tokens": [{"id": 7, "text": "zz", "logprob": -4.0, "special": False}],
+        }
+    ]
     stub = serve({"POST /generate": StubReply(json=answer)})
-    result = tgi(stub.url).generate("m", "Q:", GenerateParameters(best_of=2, do_sample=True, stop=["."], top_n_tokens=2,
-                                                                  decoder_input_details=True))
+    result = tgi(stub.url).generate(
+        "m", "Q:", GenerateParameters(best_of=2, do_sample=True, stop=["."], top_n_tokens=2, decoder_input_details=True)
+    )
     best = result.best
     assert (best.generated_text, best.finish_reason, best.stop_sequence, best.seed) == ("ab.", "stop_sequence", ".", 42)
     assert [(t.id, t.text) for t in best.tokens] == [(100, "a"), (101, "b")]
@@ -89,7 +108,9 @@ def test_tgi_details_best_of_and_prefill(serve) -> None:
 
 def test_tgi_keeps_a_playground_remotes_raw_fields(serve) -> None:
     answer = tgi_generation("a")
-    answer["details"]["tokens"][0].update(raw_logprob=-1.5, mass_kept=0.4, raw_top_tokens=[{"id": 9, "text": "b", "logprob": -0.3}])
+    answer["details"]["tokens"][0].update(
+        raw_logprob=-1.5, mass_kept=0.4, raw_top_tokens=[{"id": 9, "text": "b", "logprob": -0.3}]
+    )
     stub = serve({"POST /generate": StubReply(json=answer)})
     token = tgi(stub.url).generate("m", "p", GenerateParameters()).best.tokens[0]
     assert (token.raw_logprob, token.mass_kept, token.raw_top_tokens[0].id) == (-1.5, 0.4, 9)
@@ -111,10 +132,15 @@ def test_openai_stream_becomes_token_events_then_the_result(serve) -> None:
 
 def test_tgi_stream_becomes_token_events_then_the_result(serve) -> None:
     def event(i: int, text: str, last: bool) -> dict:
-        return {"index": i, "token": {"id": i, "text": text, "logprob": -0.5, "special": False},
-                "top_tokens": [{"id": i, "text": text, "logprob": -0.5, "special": False}],
-                "generated_text": "12" if last else None,
-                "details": {"finish_reason": "length", "generated_tokens": 2, "seed": None, "input_length": 4} if last else None}
+        return {
+            "index": i,
+            "token": {"id": i, "text": text, "logprob": -0.5, "special": False},
+            "top_tokens": [{"id": i, "text": text, "logprob": -0.5, "special": False}],
+            "generated_text": "12" if last else None,
+            "details": {"finish_reason": "length", "generated_tokens": 2, "seed": None, "input_length": 4}
+            if last
+            else None,
+        }
 
     stub = serve({"POST /generate_stream": StubReply(events=[event(1, "1", False), event(2, "2", True)])})
     params = GenerateParameters(grammar={"type": "regex", "value": "[0-9]+"}, top_n_tokens=1)
@@ -133,17 +159,36 @@ def test_openai_next_token_view(serve) -> None:
     stub = serve({"POST /v1/chat/completions": StubReply(json=answer)})
     provider = OpenAICompatProvider("o", OpenAIConfig(base_url=stub.url + "/v1", api_key_env=None))
     view = provider.next_token("m", "yes or no?", GenerateParameters(), top_k=2)
-    assert [(c.text, c.raw_logprob, c.logprob, c.allowed) for c in view.candidates] == [(" yes", -0.1, -0.1, True), (" no", -2.4, -2.4, True)]
+    assert [(c.text, c.raw_logprob, c.logprob, c.allowed) for c in view.candidates] == [
+        (" yes", -0.1, -0.1, True),
+        (" no", -2.4, -2.4, True),
+    ]
     assert stub.last("/v1/chat/completions").body["top_logprobs"] == 2
 
 
 def test_model_info_from_vllm_and_tgi(serve) -> None:
-    stub = serve({
-        "GET /v1/models": StubReply(json={"data": [{"id": "q", "max_model_len": 32768}]}),
-        "GET /info": StubReply(json={"model_id": "t", "max_input_tokens": 1000, "max_total_tokens": 2048, "max_best_of": 2,
-                                     "max_stop_sequences": 4, "model_sha": "abc"}),
-    })
+    stub = serve(
+        {
+            "GET /v1/models": StubReply(json={"data": [{"id": "q", "max_model_len": 32768}]}),
+            "GET /info": StubReply(
+                json={
+                    "model_id": "t",
+                    "max_input_tokens": 1000,
+                    "max_total_tokens": 2048,
+                    "max_best_of": 2,
+                    "max_stop_sequences": 4,
+                    "model_sha": "abc",
+                }
+            ),
+        }
+    )
     info = vllm(stub.url).info("q")
     assert (info.max_total_tokens, info.max_input_tokens, info.provider_type) == (32768, 32767, "remote::vllm")
     info = tgi(stub.url).info("t")
-    assert (info.max_total_tokens, info.max_input_tokens, info.max_best_of, info.model_sha, info.max_top_n_tokens) == (2048, 1000, 2, "abc", 5)
+    assert (info.max_total_tokens, info.max_input_tokens, info.max_best_of, info.model_sha, info.max_top_n_tokens) == (
+        2048,
+        1000,
+        2,
+        "abc",
+        5,
+    )

@@ -31,14 +31,28 @@ def tgi(url: str) -> TGIProvider:
 
 def test_openai_sends_response_format_json_schema_and_openai_names(serve) -> None:
     stub = serve(CHAT)
-    params = GenerateParameters(grammar={"type": "json", "value": SCHEMA}, max_new_tokens=12, temperature=0.7,
-                                top_p=0.9, seed=3, stop=["\n\n"], top_n_tokens=4, frequency_penalty=0.5)
+    params = GenerateParameters(
+        grammar={"type": "json", "value": SCHEMA},
+        max_new_tokens=12,
+        temperature=0.7,
+        top_p=0.9,
+        seed=3,
+        stop=["\n\n"],
+        top_n_tokens=4,
+        frequency_penalty=0.5,
+    )
     openai(stub.url).generate("gpt-x", MESSAGES, params)
     assert stub.last("/v1/chat/completions").body == {
         "model": "gpt-x",
         "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "count"}],
-        "max_tokens": 12, "temperature": 0.7, "top_p": 0.9, "seed": 3, "frequency_penalty": 0.5, "stop": ["\n\n"],
-        "logprobs": True, "top_logprobs": 4,
+        "max_tokens": 12,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "seed": 3,
+        "frequency_penalty": 0.5,
+        "stop": ["\n\n"],
+        "logprobs": True,
+        "top_logprobs": 4,
         "response_format": {"type": "json_schema", "json_schema": {"name": "output", "schema": SCHEMA, "strict": True}},
     }
 
@@ -48,14 +62,26 @@ def test_openai_greedy_is_temperature_zero_and_best_of_is_n(serve) -> None:
     provider = openai(stub.url, strict=False)
     provider.generate("m", "a plain prompt", GenerateParameters(details=False))
     assert stub.last("/v1/chat/completions").body == {
-        "model": "m", "messages": [{"role": "user", "content": "a plain prompt"}], "temperature": 0.0,
+        "model": "m",
+        "messages": [{"role": "user", "content": "a plain prompt"}],
+        "temperature": 0.0,
     }
     provider.generate("m", "p", GenerateParameters(best_of=3, do_sample=True, details=False))
-    assert stub.last("/v1/chat/completions").body == {"model": "m", "messages": [{"role": "user", "content": "p"}], "n": 3}
+    assert stub.last("/v1/chat/completions").body == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "p"}],
+        "n": 3,
+    }
 
 
-@pytest.mark.parametrize("grammar", [{"type": "regex", "value": "[0-9]+"}, {"type": "choice", "value": ["a", "b"]},
-                                     {"type": "grammar", "value": 'start: "x"'}])
+@pytest.mark.parametrize(
+    "grammar",
+    [
+        {"type": "regex", "value": "[0-9]+"},
+        {"type": "choice", "value": ["a", "b"]},
+        {"type": "grammar", "value": 'start: "x"'},
+    ],
+)
 def test_openai_refuses_what_it_cannot_enforce_before_sending(serve, grammar: dict) -> None:
     stub = serve(CHAT)
     with pytest.raises(UnsupportedConstraintError) as caught:
@@ -64,8 +90,16 @@ def test_openai_refuses_what_it_cannot_enforce_before_sending(serve, grammar: di
     assert stub.requests == []
 
 
-@pytest.mark.parametrize(("name", "value"), [("top_k", 5), ("repetition_penalty", 1.2), ("typical_p", 0.5),
-                                             ("watermark", True), ("decoder_input_details", True)])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("top_k", 5),
+        ("repetition_penalty", 1.2),
+        ("typical_p", 0.5),
+        ("watermark", True),
+        ("decoder_input_details", True),
+    ],
+)
 def test_openai_refuses_parameters_it_would_ignore(serve, name: str, value: object) -> None:
     stub = serve(CHAT)
     with pytest.raises(ParameterError) as caught:
@@ -86,7 +120,9 @@ def test_openai_refuses_parameters_it_would_ignore(serve, name: str, value: obje
 )
 def test_vllm_sends_structured_outputs_for_every_kind(serve, grammar: dict, field: str, value: object) -> None:
     stub = serve(CHAT)
-    vllm(stub.url).generate("qwen", "p", GenerateParameters(grammar=grammar, top_k=20, repetition_penalty=1.1, details=False))
+    vllm(stub.url).generate(
+        "qwen", "p", GenerateParameters(grammar=grammar, top_k=20, repetition_penalty=1.1, details=False)
+    )
     body = stub.last("/v1/chat/completions").body
     assert body["structured_outputs"] == {field: value}
     assert (body["top_k"], body["repetition_penalty"]) == (20, 1.1)
@@ -95,7 +131,9 @@ def test_vllm_sends_structured_outputs_for_every_kind(serve, grammar: dict, fiel
 
 def test_vllm_legacy_guided_fields(serve) -> None:
     stub = serve(CHAT)
-    vllm(stub.url, constraint_field="guided").generate("q", "p", GenerateParameters(grammar={"type": "choice", "value": ["x"]}))
+    vllm(stub.url, constraint_field="guided").generate(
+        "q", "p", GenerateParameters(grammar={"type": "choice", "value": ["x"]})
+    )
     body = stub.last("/v1/chat/completions").body
     assert body["guided_choice"] == ["x"]
     assert "structured_outputs" not in body
@@ -106,9 +144,14 @@ def test_vllm_next_token_at_a_prefix_continues_the_answer(serve) -> None:
     stub = serve({"POST /v1/chat/completions": StubReply(json=reply)})
     vllm(stub.url).next_token("q", "say a", GenerateParameters(), prefix='{"n": ', top_k=50)
     assert stub.last("/v1/chat/completions").body == {
-        "model": "q", "max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": 20,
+        "model": "q",
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "logprobs": True,
+        "top_logprobs": 20,
         "messages": [{"role": "user", "content": "say a"}, {"role": "assistant", "content": '{"n": '}],
-        "continue_final_message": True, "add_generation_prompt": False,
+        "continue_final_message": True,
+        "add_generation_prompt": False,
     }
 
 
@@ -123,13 +166,31 @@ def test_vllm_next_token_at_a_prefix_continues_the_answer(serve) -> None:
 )
 def test_tgi_generate_sends_tgi_parameters_and_grammar(serve, grammar: dict, expected: dict) -> None:
     stub = serve({"POST /generate": StubReply(json=tgi_generation("7"))})
-    params = GenerateParameters(grammar=grammar, max_new_tokens=9, top_n_tokens=2, seed=1, do_sample=True,
-                                stop=["."], decoder_input_details=True, top_k=4)
+    params = GenerateParameters(
+        grammar=grammar,
+        max_new_tokens=9,
+        top_n_tokens=2,
+        seed=1,
+        do_sample=True,
+        stop=["."],
+        decoder_input_details=True,
+        top_k=4,
+    )
     tgi(stub.url).generate("model", "prompt", params)
     assert stub.last("/generate").body == {
         "inputs": "prompt",
-        "parameters": {"decoder_input_details": True, "details": True, "do_sample": True, "max_new_tokens": 9,
-                       "seed": 1, "stop": ["."], "top_k": 4, "top_n_tokens": 2, "watermark": False, "grammar": expected},
+        "parameters": {
+            "decoder_input_details": True,
+            "details": True,
+            "do_sample": True,
+            "max_new_tokens": 9,
+            "seed": 1,
+            "stop": ["."],
+            "top_k": 4,
+            "top_n_tokens": 2,
+            "watermark": False,
+            "grammar": expected,
+        },
     }
 
 
@@ -145,7 +206,9 @@ def test_tgi_refuses_a_lark_grammar_and_custom_processors(serve) -> None:
     with pytest.raises(UnsupportedConstraintError, match="TGI's grammar parameter knows only json and regex"):
         tgi(stub.url).generate("m", "p", GenerateParameters(grammar={"type": "grammar", "value": 'start: "a"'}))
     with pytest.raises(ParameterError, match="logits_processors is not supported by provider 'tg'"):
-        tgi(stub.url).generate("m", "p", GenerateParameters(logits_processors=[{"name": "ban_strings", "params": ["x"]}]))
+        tgi(stub.url).generate(
+            "m", "p", GenerateParameters(logits_processors=[{"name": "ban_strings", "params": ["x"]}])
+        )
     with pytest.raises(ParameterError, match=r"top_n_tokens=6 exceeds the limit of provider 'tg' \(5\)"):
         tgi(stub.url).generate("m", "p", GenerateParameters(top_n_tokens=6))
     assert stub.requests == []
@@ -158,22 +221,38 @@ def test_tgi_messages_go_to_its_chat_route_with_tgi_response_format(serve) -> No
     body = stub.last("/v1/chat/completions").body
     assert body["response_format"] == {"type": "regex", "value": "[a-z]+"}
     assert (body["messages"], body["logprobs"], body["top_logprobs"]) == (
-        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "count"}], True, 5)
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "count"}],
+        True,
+        5,
+    )
     with pytest.raises(ParameterError, match="TGI's chat route returns one choice"):
         provider.generate("m", MESSAGES, GenerateParameters(best_of=2, do_sample=True))
 
 
 def test_tgi_tokenize_and_next_token_use_real_routes(serve) -> None:
-    top = [{"id": 5, "text": " yes", "logprob": -0.2, "special": False}, {"id": 9, "text": " no", "logprob": -1.9, "special": False}]
+    top = [
+        {"id": 5, "text": " yes", "logprob": -0.2, "special": False},
+        {"id": 9, "text": " no", "logprob": -1.9, "special": False},
+    ]
     answer = tgi_generation("y")
     answer["details"]["top_tokens"] = [top]
-    stub = serve({"POST /generate": StubReply(json=answer),
-                  "POST /tokenize": StubReply(json=[{"id": 1, "text": "hi", "start": 0, "stop": 2}])})
+    stub = serve(
+        {
+            "POST /generate": StubReply(json=answer),
+            "POST /tokenize": StubReply(json=[{"id": 1, "text": "hi", "start": 0, "stop": 2}]),
+        }
+    )
     provider = tgi(stub.url)
     assert [t.text for t in provider.tokenize("m", "hi")] == ["hi"]
     view = provider.next_token("m", "Q:", GenerateParameters(), prefix=" A:", top_k=3)
-    assert stub.last("/generate").body == {"inputs": "Q: A:", "parameters": {"max_new_tokens": 1, "details": True, "top_n_tokens": 3}}
-    assert [(c.id, c.text, c.raw_logprob, c.allowed) for c in view.candidates] == [(5, " yes", -0.2, True), (9, " no", -1.9, True)]
+    assert stub.last("/generate").body == {
+        "inputs": "Q: A:",
+        "parameters": {"max_new_tokens": 1, "details": True, "top_n_tokens": 3},
+    }
+    assert [(c.id, c.text, c.raw_logprob, c.allowed) for c in view.candidates] == [
+        (5, " yes", -0.2, True),
+        (9, " no", -1.9, True),
+    ]
     assert (view.prefix, view.mass_kept, view.allowed_count) == (" A:", 1.0, 2)
 
 
@@ -194,7 +273,9 @@ def test_hf_inference_uses_the_router_form_and_the_token_from_the_env(serve, mon
     provider = HFInferenceProvider("hf", HFInferenceConfig(base_url=stub.url + "/v1", api_key_env="HF_TOKEN_FOR_TEST"))
     assert HFInferenceConfig().base_url == "https://router.huggingface.co/v1"
     assert HFInferenceConfig().api_key_env == "HF_TOKEN"
-    provider.generate("meta-llama/Llama-3.1-8B-Instruct:novita", "p", GenerateParameters(grammar={"type": "json", "value": SCHEMA}))
+    provider.generate(
+        "meta-llama/Llama-3.1-8B-Instruct:novita", "p", GenerateParameters(grammar={"type": "json", "value": SCHEMA})
+    )
     sent = stub.last("/v1/chat/completions")
     assert sent.headers["Authorization"] == "Bearer hf_secret_value"
     assert sent.body["model"] == "meta-llama/Llama-3.1-8B-Instruct:novita"

@@ -20,8 +20,17 @@ def client() -> TestClient:
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("GET", "/info"), ("POST", "/generate"), ("POST", "/generate_stream"), ("POST", "/"), ("POST", "/tokenize"),
-     ("POST", "/next_token"), ("GET", "/v1/models"), ("POST", "/v1/models"), ("POST", "/v1/chat/completions")],
+    [
+        ("GET", "/info"),
+        ("POST", "/generate"),
+        ("POST", "/generate_stream"),
+        ("POST", "/"),
+        ("POST", "/tokenize"),
+        ("POST", "/next_token"),
+        ("GET", "/v1/models"),
+        ("POST", "/v1/models"),
+        ("POST", "/v1/chat/completions"),
+    ],
 )
 def test_every_api_route_needs_the_key(client: TestClient, method: str, path: str) -> None:
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
@@ -41,21 +50,34 @@ def test_health_and_docs_stay_open(client: TestClient) -> None:
 @pytest.mark.parametrize(
     ("path", "body", "message"),
     [
-        ("/generate", {"inputs": "x", "parameters": {"top_p": 3}},
-         "parameters.top_p: Input should be less than or equal to 1"),
-        ("/generate", {"inputs": "x", "parameters": {"max_tokens": 3}},
-         "parameters.max_tokens: unknown field"),
-        ("/generate", {"inputs": "x", "parameters": {"stop": ["a", "b", "c", "d", "e"]}},
-         "parameters.stop: List should have at most 4 items"),
-        ("/generate", {"inputs": "x", "parameters": {"grammar": {"type": "yaml", "value": "a"}}},
-         "parameters.grammar.type: Input should be 'json', 'json_schema', 'regex', 'choice' or 'grammar'"),
+        (
+            "/generate",
+            {"inputs": "x", "parameters": {"top_p": 3}},
+            "parameters.top_p: Input should be less than or equal to 1",
+        ),
+        ("/generate", {"inputs": "x", "parameters": {"max_tokens": 3}}, "parameters.max_tokens: unknown field"),
+        (
+            "/generate",
+            {"inputs": "x", "parameters": {"stop": ["a", "b", "c", "d", "e"]}},
+            "parameters.stop: List should have at most 4 items",
+        ),
+        (
+            "/generate",
+            {"inputs": "x", "parameters": {"grammar": {"type": "yaml", "value": "a"}}},
+            "parameters.grammar.type: Input should be 'json', 'json_schema', 'regex', 'choice' or 'grammar'",
+        ),
         ("/generate", {"parameters": {}}, "inputs: field required"),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 21},
-         "top_logprobs: Input should be less than or equal to 20"),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": []},
-         "tools: unknown field"),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
-         "messages[0].content: only text content parts are supported"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 21},
+            "top_logprobs: Input should be less than or equal to 20",
+        ),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": []}, "tools: unknown field"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            "messages[0].content: only text content parts are supported",
+        ),
         ("/v1/models", {"id": "m"}, "provider_id: field required"),
     ],
 )
@@ -73,8 +95,9 @@ def test_invalid_json_body(client: TestClient) -> None:
 
 
 def test_unknown_model_and_provider(client: TestClient) -> None:
-    response = client.post("/v1/chat/completions", headers=AUTH,
-                           json={"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})
+    response = client.post(
+        "/v1/chat/completions", headers=AUTH, json={"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}
+    )
     assert response.status_code == 404
     assert response.json() == {"error": "no provider serves model 'gpt-9' (served: none)", "error_type": "model"}
     response = client.post("/v1/models", headers=AUTH, json={"id": "m", "provider_id": "far"})

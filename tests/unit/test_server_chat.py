@@ -22,22 +22,31 @@ def _request(**fields: Any) -> chat.ChatRequest:
 @pytest.mark.parametrize(
     ("fields", "grammar"),
     [
-        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA, "strict": True}}},
-         {"type": "json", "value": SCHEMA}),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": SCHEMA, "strict": True},
+                }
+            },
+            {"type": "json", "value": SCHEMA},
+        ),
         ({"response_format": {"type": "json_object"}}, {"type": "json", "value": {"type": "object"}}),
         ({"response_format": {"type": "json_object", "value": SCHEMA}}, {"type": "json", "value": SCHEMA}),
-        ({"response_format": {"type": "json_schema", "value": {"name": "x", "schema": SCHEMA}}},
-         {"type": "json_schema", "value": {"name": "x", "schema": SCHEMA}}),
+        (
+            {"response_format": {"type": "json_schema", "value": {"name": "x", "schema": SCHEMA}}},
+            {"type": "json_schema", "value": {"name": "x", "schema": SCHEMA}},
+        ),
         ({"response_format": {"type": "regex", "value": "[0-9]+"}}, {"type": "regex", "value": "[0-9]+"}),
         ({"response_format": {"type": "text"}}, None),
         ({"structured_outputs": {"json": SCHEMA}}, {"type": "json", "value": SCHEMA}),
         ({"structured_outputs": {"regex": "a|b"}}, {"type": "regex", "value": "a|b"}),
         ({"structured_outputs": {"choice": ["x", "y"]}}, {"type": "choice", "value": ["x", "y"]}),
-        ({"structured_outputs": {"grammar": "start: \"a\""}}, {"type": "grammar", "value": "start: \"a\""}),
+        ({"structured_outputs": {"grammar": 'start: "a"'}}, {"type": "grammar", "value": 'start: "a"'}),
         ({"guided_json": SCHEMA}, {"type": "json", "value": SCHEMA}),
         ({"guided_regex": "a+"}, {"type": "regex", "value": "a+"}),
         ({"guided_choice": ["p", "q"]}, {"type": "choice", "value": ["p", "q"]}),
-        ({"guided_grammar": "start: \"b\""}, {"type": "grammar", "value": "start: \"b\""}),
+        ({"guided_grammar": 'start: "b"'}, {"type": "grammar", "value": 'start: "b"'}),
         ({}, None),
     ],
 )

@@ -10,13 +10,32 @@ import pytest
 import app
 from tests.support import REPO_ROOT, child_env
 
-FLAGS = ["--model", "--host", "--port", "--providers", "--custom-modules", "--api-key", "--device", "--dtype",
-         "--threads", "--trust-remote-code", "--compile-timeout", "--max-new-tokens", "--no-ui"]
+FLAGS = [
+    "--model",
+    "--host",
+    "--port",
+    "--providers",
+    "--custom-modules",
+    "--api-key",
+    "--device",
+    "--dtype",
+    "--threads",
+    "--trust-remote-code",
+    "--compile-timeout",
+    "--max-new-tokens",
+    "--no-ui",
+]
 
 
 def test_help_documents_every_flag() -> None:
-    out = subprocess.run([sys.executable, "app.py", "--help"], cwd=REPO_ROOT, env=child_env(),
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "app.py", "--help"],
+        cwd=REPO_ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0
     for flag in FLAGS:
         assert flag in out.stdout, flag
@@ -38,8 +57,14 @@ def test_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_custom_module_that_fails_stops_start_up_with_exit_2() -> None:
-    out = subprocess.run([sys.executable, "app.py", "--no-ui", "--custom-modules", "no_such_plugin_module"],
-                         cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "app.py", "--no-ui", "--custom-modules", "no_such_plugin_module"],
+        cwd=REPO_ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
     assert "cannot import custom module 'no_such_plugin_module'" in out.stderr
     assert "Traceback" not in out.stderr

@@ -19,29 +19,54 @@ from playground.types import (
 )
 from tests.spec import validate
 
-INFO = ModelInfo(model_id="m", provider_id="local", provider_type="local::transformers",
-                 max_input_tokens=100, max_total_tokens=128, max_best_of=2, max_top_n_tokens=5)
+INFO = ModelInfo(
+    model_id="m",
+    provider_id="local",
+    provider_type="local::transformers",
+    max_input_tokens=100,
+    max_total_tokens=128,
+    max_best_of=2,
+    max_top_n_tokens=5,
+)
 
 
 def _token(token_id: int, text: str, logprob: float) -> GeneratedToken:
     top = [Token(id=token_id, text=text, logprob=logprob), Token(id=9, text="x", logprob=-3.0)]
     raw = [Token(id=7, text="<b>", logprob=-0.1), Token(id=token_id, text=text, logprob=logprob - 1)]
-    return GeneratedToken(id=token_id, text=text, logprob=logprob, raw_logprob=logprob - 1, mass_kept=0.4,
-                          top_tokens=top, raw_top_tokens=raw)
+    return GeneratedToken(
+        id=token_id,
+        text=text,
+        logprob=logprob,
+        raw_logprob=logprob - 1,
+        mass_kept=0.4,
+        top_tokens=top,
+        raw_top_tokens=raw,
+    )
 
 
 def _sequence(text: str, seed: int) -> Sequence:
-    return Sequence(generated_text=text, finish_reason="stop_sequence", generated_tokens=2, seed=seed,
-                    tokens=[_token(1, text[:1], -0.5), _token(2, text[1:], -0.25)], stop_sequence="}",
-                    total_logprob=-0.75, validation=Validation(valid=True, message="ok"))
+    return Sequence(
+        generated_text=text,
+        finish_reason="stop_sequence",
+        generated_tokens=2,
+        seed=seed,
+        tokens=[_token(1, text[:1], -0.5), _token(2, text[1:], -0.25)],
+        stop_sequence="}",
+        total_logprob=-0.75,
+        validation=Validation(valid=True, message="ok"),
+    )
 
 
 def _result() -> GenerationResult:
     return GenerationResult(
-        model_id="m", prompt="P: ", input_length=2,
+        model_id="m",
+        prompt="P: ",
+        input_length=2,
         prefill=[PrefillToken(id=5, text="P", logprob=None), PrefillToken(id=6, text=": ", logprob=-2.0)],
-        best=_sequence("{}", 11), best_of_sequences=[_sequence("{ }", 12)],
-        constraint_kind="json_schema", constraint_engine="llguidance",
+        best=_sequence("{}", 11),
+        best_of_sequences=[_sequence("{ }", 12)],
+        constraint_kind="json_schema",
+        constraint_engine="llguidance",
     )
 
 
@@ -55,8 +80,9 @@ def test_generate_response_without_details_is_tgi_shaped_and_has_extras() -> Non
 
 
 def test_generate_response_with_every_detail() -> None:
-    params = GenerateParameters(details=True, decoder_input_details=True, top_n_tokens=2, best_of=2,
-                                do_sample=True, return_full_text=True)
+    params = GenerateParameters(
+        details=True, decoder_input_details=True, top_n_tokens=2, best_of=2, do_sample=True, return_full_text=True
+    )
     body = convert.generate_response(_result(), params)
     validate(body, "GenerateResponse")
     details = body["details"]

@@ -128,11 +128,17 @@ def test_a_local_generation_stops_when_the_client_hangs_up() -> None:
     from playground.server.streaming import generate_while_connected
 
     counter = Counter(10_000_000)
-    result = asyncio.run(generate_while_connected(HangsUp(after=3), CountingProvider("local::transformers", counter), "m", "p", None))
+    result = asyncio.run(
+        generate_while_connected(HangsUp(after=3), CountingProvider("local::transformers", counter), "m", "p", None)
+    )
     assert result is None
     assert counter.closed.wait(timeout=30)
     assert counter.produced < 10_000_000
-    finished = asyncio.run(generate_while_connected(HangsUp(after=100), CountingProvider("local::transformers", Counter(5)), "m", "p", None))
+    finished = asyncio.run(
+        generate_while_connected(
+            HangsUp(after=100), CountingProvider("local::transformers", Counter(5)), "m", "p", None
+        )
+    )
     assert finished == 4
 
 
@@ -140,5 +146,10 @@ def test_a_remote_generation_is_one_plain_call() -> None:
     from playground.server.streaming import generate_while_connected
 
     counter = Counter(5)
-    assert asyncio.run(generate_while_connected(HangsUp(after=0), CountingProvider("remote::tgi", counter), "m", "p", None)) == 4
+    assert (
+        asyncio.run(
+            generate_while_connected(HangsUp(after=0), CountingProvider("remote::tgi", counter), "m", "p", None)
+        )
+        == 4
+    )
     assert counter.produced == 5

@@ -57,9 +57,18 @@ def test_spaces_folder_is_not_a_package() -> None:
 
 def make_source_tree(root: Path) -> None:
     """A small repository with everything the Space needs and everything it must leave out."""
-    for rel in ("app.py", "requirements.txt", "playground/__init__.py", "playground/ui/render.py",
-                "playground/__pycache__/x.cpython-311.pyc", "widgets/static/view.js", "tests/test_x.py",
-                ".venv/bin/python", "Makefile", "benchmarks/decode.py"):
+    for rel in (
+        "app.py",
+        "requirements.txt",
+        "playground/__init__.py",
+        "playground/ui/render.py",
+        "playground/__pycache__/x.cpython-311.pyc",
+        "widgets/static/view.js",
+        "tests/test_x.py",
+        ".venv/bin/python",
+        "Makefile",
+        "benchmarks/decode.py",
+    ):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text("x = 1\n")
 
@@ -67,8 +76,14 @@ def make_source_tree(root: Path) -> None:
 def test_assemble_copies_what_the_space_runs_and_nothing_else(tmp_path: Path) -> None:
     make_source_tree(tmp_path / "src")
     files = load_deploy().assemble(tmp_path / "out", root=tmp_path / "src", card=CARD)
-    assert files == ["README.md", "app.py", "playground/__init__.py", "playground/ui/render.py",
-                     "requirements.txt", "widgets/static/view.js"]
+    assert files == [
+        "README.md",
+        "app.py",
+        "playground/__init__.py",
+        "playground/ui/render.py",
+        "requirements.txt",
+        "widgets/static/view.js",
+    ]
     assert (tmp_path / "out" / "README.md").read_text() == CARD.read_text()
 
 
@@ -81,8 +96,14 @@ def test_assemble_refuses_a_tree_without_app_py(tmp_path: Path) -> None:
 
 
 def run_deploy(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(DEPLOY), *args], cwd=REPO_ROOT, env=child_env(),
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(DEPLOY), *args],
+        cwd=REPO_ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_dry_run_prints_files_and_card_without_network() -> None:
@@ -97,10 +118,13 @@ def test_dry_run_prints_files_and_card_without_network() -> None:
     assert (report["repo_id"], report["private"]) == ("someone/structured-playground", False)
 
 
-@pytest.mark.parametrize("repo_id,message", [
-    ("bad id", "not a valid OWNER/NAME"),
-    ("no-owner", "needs an owner"),
-])
+@pytest.mark.parametrize(
+    "repo_id,message",
+    [
+        ("bad id", "not a valid OWNER/NAME"),
+        ("no-owner", "needs an owner"),
+    ],
+)
 def test_bad_repo_id_is_refused_clearly(repo_id: str, message: str) -> None:
     done = run_deploy("--repo-id", repo_id, "--dry-run")
     assert done.returncode == 1
@@ -131,8 +155,9 @@ class RecordingHfApi:
         self.calls.append(("upload_folder", (), {**kwargs, "files": files}))
 
 
-def test_upload_creates_the_space_and_uploads_the_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_upload_creates_the_space_and_uploads_the_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     deploy = load_deploy()
     make_source_tree(tmp_path)
     monkeypatch.setattr(deploy, "REPO_ROOT", tmp_path)
@@ -143,18 +168,30 @@ def test_upload_creates_the_space_and_uploads_the_folder(monkeypatch: pytest.Mon
     names = [name for name, _, _ in RecordingHfApi.calls]
     assert names == ["init", "create_repo", "upload_folder"]
     assert RecordingHfApi.calls[0][2] == {"token": "hf_test"}
-    assert RecordingHfApi.calls[1][1:] == (("me/pg",), {"repo_type": "space", "space_sdk": "gradio",
-                                                        "exist_ok": True, "private": True})
+    assert RecordingHfApi.calls[1][1:] == (
+        ("me/pg",),
+        {"repo_type": "space", "space_sdk": "gradio", "exist_ok": True, "private": True},
+    )
     upload = RecordingHfApi.calls[2][2]
     assert (upload["repo_id"], upload["repo_type"]) == ("me/pg", "space")
-    assert upload["files"] == report["files"] == ["README.md", "app.py", "playground/__init__.py",
-                                                  "playground/ui/render.py", "requirements.txt",
-                                                  "widgets/static/view.js"]
+    assert (
+        upload["files"]
+        == report["files"]
+        == [
+            "README.md",
+            "app.py",
+            "playground/__init__.py",
+            "playground/ui/render.py",
+            "requirements.txt",
+            "widgets/static/view.js",
+        ]
+    )
     assert report["url"] == "https://huggingface.co/spaces/me/pg"
 
 
-def test_upload_failure_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_upload_failure_is_one_clear_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     deploy = load_deploy()
     make_source_tree(tmp_path)
     monkeypatch.setattr(deploy, "REPO_ROOT", tmp_path)
@@ -172,20 +209,27 @@ def test_upload_failure_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_p
 # --- settings on a Space --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("env,expected", [
-    ({}, False),
-    ({"SPACE_ID": "me/pg"}, True),
-    ({"SYSTEM": "spaces"}, True),
-    ({"SYSTEM": "linux", "SPACE_ID": ""}, False),
-])
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        ({}, False),
+        ({"SPACE_ID": "me/pg"}, True),
+        ({"SYSTEM": "spaces"}, True),
+        ({"SYSTEM": "linux", "SPACE_ID": ""}, False),
+    ],
+)
 def test_on_space_reads_the_space_environment(env: dict[str, str], expected: bool) -> None:
     assert settings.on_space(env) is expected
 
 
 def test_space_overrides_defaults() -> None:
     assert settings.space_overrides({"SPACE_ID": "me/pg"}) == {
-        "host": "0.0.0.0", "port": 7860, "model": "HuggingFaceTB/SmolLM2-135M-Instruct",
-        "allow_custom_modules": False, "allow_local_paths": False, "allow_model_loading": False,
+        "host": "0.0.0.0",
+        "port": 7860,
+        "model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "allow_custom_modules": False,
+        "allow_local_paths": False,
+        "allow_model_loading": False,
     }
 
 
@@ -209,7 +253,11 @@ def test_apply_space_settings_only_on_a_space() -> None:
     assert settings.apply_space_settings(args, {}) is args
     applied = settings.apply_space_settings(args, {"SPACE_ID": "me/pg", "PORT": "9000"})
     assert (applied.host, applied.port, applied.model, applied.api_key) == (
-        "0.0.0.0", 9000, "HuggingFaceTB/SmolLM2-135M-Instruct", "k")
+        "0.0.0.0",
+        9000,
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "k",
+    )
     assert applied.allow_custom_modules is False and applied.allow_local_paths is False
     assert applied.allow_model_loading is False
 
@@ -266,8 +314,9 @@ def test_without_zero_gpu_hardware_the_decorator_is_identity(stand_in_spaces: Pa
     assert "spaces" not in sys.modules
 
 
-def test_zero_gpu_without_the_spaces_package_is_identity(monkeypatch: pytest.MonkeyPatch,
-                                                         fresh_spaces_import: None) -> None:
+def test_zero_gpu_without_the_spaces_package_is_identity(
+    monkeypatch: pytest.MonkeyPatch, fresh_spaces_import: None
+) -> None:
     monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p or ".").resolve() != REPO_ROOT])
     monkeypatch.chdir(REPO_ROOT.parent)
 
@@ -277,8 +326,9 @@ def test_zero_gpu_without_the_spaces_package_is_identity(monkeypatch: pytest.Mon
     assert settings.gpu_decorator({"SPACES_ZERO_GPU": "1"})(generate) is generate
 
 
-def test_our_spaces_folder_does_not_pass_for_huggingface_spaces(monkeypatch: pytest.MonkeyPatch,
-                                                                 fresh_spaces_import: None) -> None:
+def test_our_spaces_folder_does_not_pass_for_huggingface_spaces(
+    monkeypatch: pytest.MonkeyPatch, fresh_spaces_import: None
+) -> None:
     monkeypatch.syspath_prepend(str(REPO_ROOT))
 
     def generate() -> str:
@@ -288,7 +338,9 @@ def test_our_spaces_folder_does_not_pass_for_huggingface_spaces(monkeypatch: pyt
     assert getattr(sys.modules["spaces"], "__file__", None) is None
 
 
-def test_local_provider_runs_generation_under_spaces_gpu(stand_in_spaces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_provider_runs_generation_under_spaces_gpu(
+    stand_in_spaces: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from playground.providers.local import LocalProvider
     from playground.types import GenerateParameters, GenerationResult, Sequence
 

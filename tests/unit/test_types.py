@@ -53,13 +53,16 @@ def test_grammar_type_covers_huggingface_hub_and_tgi_kinds() -> None:
     assert ours == tgi_kinds | {"choice", "grammar"}
 
 
-@pytest.mark.parametrize("kind,value", [
-    ("json", {"type": "object"}),
-    ("json_schema", {"schema": {"type": "object"}}),
-    ("regex", r"\d+"),
-    ("choice", ["yes", "no"]),
-    ("grammar", 'start: "a"'),
-])
+@pytest.mark.parametrize(
+    "kind,value",
+    [
+        ("json", {"type": "object"}),
+        ("json_schema", {"schema": {"type": "object"}}),
+        ("regex", r"\d+"),
+        ("choice", ["yes", "no"]),
+        ("grammar", 'start: "a"'),
+    ],
+)
 def test_grammar_type_accepts_each_kind(kind: str, value: Any) -> None:
     grammar = GrammarType(type=kind, value=value)
     assert (grammar.type, grammar.value) == (kind, value)
@@ -85,20 +88,23 @@ def test_unknown_request_field_is_rejected_by_name() -> None:
     assert [e["loc"] for e in info.value.errors()] == [("paramters",)]
 
 
-@pytest.mark.parametrize("field,value", [
-    ("top_p", 0.0),
-    ("top_p", 1.5),
-    ("typical_p", 0.0),
-    ("temperature", 0.0),
-    ("top_k", 0),
-    ("best_of", 0),
-    ("top_n_tokens", 0),
-    ("repetition_penalty", 0.0),
-    ("frequency_penalty", -2.0),
-    ("max_new_tokens", -1),
-    ("truncate", -1),
-    ("stop", ["a", "b", "c", "d", "e"]),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("typical_p", 0.0),
+        ("temperature", 0.0),
+        ("top_k", 0),
+        ("best_of", 0),
+        ("top_n_tokens", 0),
+        ("repetition_penalty", 0.0),
+        ("frequency_penalty", -2.0),
+        ("max_new_tokens", -1),
+        ("truncate", -1),
+        ("stop", ["a", "b", "c", "d", "e"]),
+    ],
+)
 def test_out_of_range_parameter_is_rejected_naming_the_field(field: str, value: Any) -> None:
     with pytest.raises(ValidationError) as info:
         GenerateParameters.model_validate({field: value})
@@ -106,8 +112,16 @@ def test_out_of_range_parameter_is_rejected_naming_the_field(field: str, value: 
 
 
 def test_boundary_values_tgi_accepts_are_accepted() -> None:
-    params = GenerateParameters(top_p=1.0, typical_p=1.0, stop=["a", "b", "c", "d"], max_new_tokens=0,
-                                best_of=1, top_k=1, frequency_penalty=2.0, temperature=0.01)
+    params = GenerateParameters(
+        top_p=1.0,
+        typical_p=1.0,
+        stop=["a", "b", "c", "d"],
+        max_new_tokens=0,
+        best_of=1,
+        top_k=1,
+        frequency_penalty=2.0,
+        temperature=0.01,
+    )
     assert params.stop == ["a", "b", "c", "d"] and params.top_p == 1.0
 
 
@@ -119,8 +133,16 @@ def test_defaults_follow_tgi_spec() -> None:
 
 
 def test_valid_parameters_validate_against_tgi_schema() -> None:
-    params = GenerateParameters(max_new_tokens=20, top_p=0.9, stop=["\n"], grammar=GrammarType(type="regex", value="a+"),
-                                best_of=2, do_sample=True, seed=3, top_n_tokens=3)
+    params = GenerateParameters(
+        max_new_tokens=20,
+        top_p=0.9,
+        stop=["\n"],
+        grammar=GrammarType(type="regex", value="a+"),
+        best_of=2,
+        do_sample=True,
+        seed=3,
+        top_n_tokens=3,
+    )
     body = params.model_dump(exclude=OUR_EXTENSIONS)
     validate(body, "GenerateParameters")
 
@@ -129,10 +151,13 @@ def test_finish_reasons_equal_tgi() -> None:
     assert set(get_args(FinishReason)) == set(SCHEMAS["FinishReason"]["enum"])
 
 
-@pytest.mark.parametrize("ours,spec_name,hub", [
-    (Token, "Token", TextGenerationOutputToken),
-    (PrefillToken, "PrefillToken", TextGenerationOutputPrefillToken),
-])
+@pytest.mark.parametrize(
+    "ours,spec_name,hub",
+    [
+        (Token, "Token", TextGenerationOutputToken),
+        (PrefillToken, "PrefillToken", TextGenerationOutputPrefillToken),
+    ],
+)
 def test_token_shapes_match_spec_and_hub(ours: type, spec_name: str, hub: type) -> None:
     required = set(SCHEMAS[spec_name]["required"])
     assert required <= set(ours.model_fields)
@@ -141,8 +166,16 @@ def test_token_shapes_match_spec_and_hub(ours: type, spec_name: str, hub: type) 
 
 def test_generated_token_dump_is_a_valid_tgi_token() -> None:
     alt = Token(id=7, text="<b>", logprob=-0.5, special=False)
-    token = GeneratedToken(id=5, text="x", logprob=-0.1, special=False, raw_logprob=-0.2, mass_kept=0.9,
-                           top_tokens=[alt], raw_top_tokens=[alt])
+    token = GeneratedToken(
+        id=5,
+        text="x",
+        logprob=-0.1,
+        special=False,
+        raw_logprob=-0.2,
+        mass_kept=0.9,
+        top_tokens=[alt],
+        raw_top_tokens=[alt],
+    )
     validate(token.model_dump(), "Token")
     validate(PrefillToken(id=1, text="a", logprob=None).model_dump(), "PrefillToken")
 

@@ -204,7 +204,12 @@ def test_error_and_constraint_boxes_escape_their_message() -> None:
 def test_chat_text_shows_tags_as_text_and_json_as_code():
     from playground.ui.handlers import chatbot_value, display
 
-    assert display("<b>bold</b> & <img src=x onerror=alert(1)>") == "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;img src=x onerror=alert(1)&gt;"
+    assert (
+        display("<b>bold</b> & <img src=x onerror=alert(1)>")
+        == "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;img src=x onerror=alert(1)&gt;"
+    )
     assert display('{"a": "<b>"}') == '```json\n{"a": "<b>"}\n```'
     assert display('{"a": "```"}') == '````json\n{"a": "```"}\n````'
-    assert chatbot_value([{"role": "user", "content": "<i>hi</i>"}]) == [{"role": "user", "content": "&lt;i&gt;hi&lt;/i&gt;"}]
+    assert chatbot_value([{"role": "user", "content": "<i>hi</i>"}]) == [
+        {"role": "user", "content": "&lt;i&gt;hi&lt;/i&gt;"}
+    ]

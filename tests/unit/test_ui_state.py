@@ -161,7 +161,11 @@ def test_bad_session_files_are_named(text: str, message: str) -> None:
 
 
 def test_truncate_watermark_and_adapter_map_to_tgi_names() -> None:
-    assert (params_of(Form()).truncate, params_of(Form()).watermark, params_of(Form()).adapter_id) == (None, False, None)
+    assert (params_of(Form()).truncate, params_of(Form()).watermark, params_of(Form()).adapter_id) == (
+        None,
+        False,
+        None,
+    )
     raw = values(truncate=12.0, watermark=True, adapter_id="  me/lora  ")
     params = params_of(Form.from_values(raw))
     assert (params.truncate, params.watermark, params.adapter_id) == (12, True, "me/lora")

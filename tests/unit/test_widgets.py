@@ -34,37 +34,69 @@ def sample_result() -> GenerationResult:
     """A result with an overridden token, a masked alternative, hostile token text and best_of candidates."""
     tokens = [
         GeneratedToken(
-            id=1, text="{", logprob=-0.05, raw_logprob=-1.5, mass_kept=0.4,
+            id=1,
+            text="{",
+            logprob=-0.05,
+            raw_logprob=-1.5,
+            mass_kept=0.4,
             top_tokens=[_tok(1, "{", -0.05), _tok(9, "```", None)],
             raw_top_tokens=[_tok(9, "```", -0.3), _tok(1, "{", -1.5)],
         ),
         GeneratedToken(
-            id=2, text=SCRIPT, logprob=-0.7, raw_logprob=-0.6, mass_kept=0.95,
+            id=2,
+            text=SCRIPT,
+            logprob=-0.7,
+            raw_logprob=-0.6,
+            mass_kept=0.95,
             top_tokens=[_tok(2, SCRIPT, -0.7), _tok(3, IMG, -1.2)],
             raw_top_tokens=[_tok(2, SCRIPT, -0.6), _tok(3, IMG, -1.1)],
         ),
         GeneratedToken(
-            id=4, text="}\n", logprob=-0.01, raw_logprob=-2.5, mass_kept=0.1,
-            top_tokens=[_tok(4, "}\n", -0.01)], raw_top_tokens=[_tok(5, "ok", -0.2), _tok(4, "}\n", -2.5)],
+            id=4,
+            text="}\n",
+            logprob=-0.01,
+            raw_logprob=-2.5,
+            mass_kept=0.1,
+            top_tokens=[_tok(4, "}\n", -0.01)],
+            raw_top_tokens=[_tok(5, "ok", -0.2), _tok(4, "}\n", -2.5)],
         ),
     ]
     best = Sequence(
-        generated_text="{" + SCRIPT + "}\n", finish_reason="eos_token", generated_tokens=3, tokens=tokens,
-        seed=7, total_logprob=-0.76, validation=Validation(valid=False, message="Expecting value: line 1"),
+        generated_text="{" + SCRIPT + "}\n",
+        finish_reason="eos_token",
+        generated_tokens=3,
+        tokens=tokens,
+        seed=7,
+        total_logprob=-0.76,
+        validation=Validation(valid=False, message="Expecting value: line 1"),
     )
     other = Sequence(
-        generated_text=IMG, finish_reason="length", generated_tokens=1,
+        generated_text=IMG,
+        finish_reason="length",
+        generated_tokens=1,
         tokens=[GeneratedToken(id=3, text=IMG, logprob=-1.2, raw_logprob=-1.1, mass_kept=0.9)],
-        seed=8, total_logprob=-1.2, validation=Validation(valid=True, message="ok"),
+        seed=8,
+        total_logprob=-1.2,
+        validation=Validation(valid=True, message="ok"),
     )
     third = Sequence(
-        generated_text="no", finish_reason="stop_sequence", stop_sequence="\n\n", generated_tokens=1,
+        generated_text="no",
+        finish_reason="stop_sequence",
+        stop_sequence="\n\n",
+        generated_tokens=1,
         tokens=[GeneratedToken(id=6, text="no", logprob=-3.0, raw_logprob=-3.0, mass_kept=1.0)],
-        seed=9, total_logprob=-3.0, validation=Validation(valid=False, message="not enforced", enforced=False),
+        seed=9,
+        total_logprob=-3.0,
+        validation=Validation(valid=False, message="not enforced", enforced=False),
     )
     return GenerationResult(
-        model_id="tiny <model>", provider_id="local", prompt="p", input_length=4, best=best,
-        best_of_sequences=[other, third], constraint_kind="json_schema",
+        model_id="tiny <model>",
+        provider_id="local",
+        prompt="p",
+        input_length=4,
+        best=best,
+        best_of_sequences=[other, third],
+        constraint_kind="json_schema",
     )
 
 
@@ -113,7 +145,7 @@ def test_static_html_escapes_every_token_text() -> None:
     assert "<script" not in page and "<img" not in page
     assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in page
     assert "tiny &lt;model&gt;" in page
-    assert 'onerror=&quot;' in page  # inside title attributes quotes are escaped too
+    assert "onerror=&quot;" in page  # inside title attributes quotes are escaped too
 
 
 def test_static_html_shows_colours_overrides_verdicts_and_candidates() -> None:
@@ -174,8 +206,15 @@ def test_grammar_for_rejects_bad_constraints(kind: str, text: str, words: str) -
 
 def _state(**overrides) -> dict:
     state = {
-        "max_new_tokens": 20, "do_sample": False, "temperature": 0.7, "seed": None, "best_of": 1,
-        "top_n_tokens": 5, "stop": ["", "\n\n"], "constraint_kind": "regex", "constraint_text": "[ab]+",
+        "max_new_tokens": 20,
+        "do_sample": False,
+        "temperature": 0.7,
+        "seed": None,
+        "best_of": 1,
+        "top_n_tokens": 5,
+        "stop": ["", "\n\n"],
+        "constraint_kind": "regex",
+        "constraint_text": "[ab]+",
         "logits_processors": [{"name": "ban_strings", "params": ["the"]}],
     }
     return {**state, **overrides}
@@ -194,8 +233,12 @@ def test_build_parameters_maps_the_widget_state() -> None:
 
 @pytest.mark.parametrize(
     ("overrides", "field"),
-    [({"do_sample": True, "temperature": 0.0}, "temperature"), ({"max_new_tokens": -1}, "max_new_tokens"),
-     ({"seed": -3}, "seed"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop")],
+    [
+        ({"do_sample": True, "temperature": 0.0}, "temperature"),
+        ({"max_new_tokens": -1}, "max_new_tokens"),
+        ({"seed": -3}, "seed"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ],
 )
 def test_build_parameters_names_the_bad_field(overrides: dict, field: str) -> None:
     with pytest.raises(ParameterError) as info:
@@ -208,8 +251,10 @@ def test_build_inputs_prompt_and_chat() -> None:
     history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
     chat = build_inputs("chat", "c", "Be brief.", history)
     assert chat == [
-        ChatMessage(role="system", content="Be brief."), ChatMessage(role="user", content="a"),
-        ChatMessage(role="assistant", content="b"), ChatMessage(role="user", content="c"),
+        ChatMessage(role="system", content="Be brief."),
+        ChatMessage(role="user", content="a"),
+        ChatMessage(role="assistant", content="b"),
+        ChatMessage(role="user", content="c"),
     ]
     assert build_inputs("chat", "c", "  ", []) == [ChatMessage(role="user", content="c")]
     with pytest.raises(ParameterError, match="the prompt is empty"):
