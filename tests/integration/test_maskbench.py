@@ -9,7 +9,7 @@ from pathlib import Path
 from playground.errors import ConstraintError
 from playground.types import GenerateParameters
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "maskbench-dev"
+DATA = Path(__file__).resolve().parents[1] / "data" / "maskbench-dev"
 STRIDE = 8  # every 8th file: 67 schemas, ~200 instances, under a minute on one core
 
 
