@@ -65,11 +65,11 @@ def _mount_ui(app: FastAPI, registry: Registry, options: dict[str, Any], api_key
     """Gradio's Blocks under "/"; the API routes were added first, so they win. A key puts the UI behind a login."""
     import gradio as gr
 
-    from playground.ui import create_ui
+    from playground.ui import create_ui, page_assets
 
     blocks = create_ui(registry, **options)
     if api_key is None:
-        return gr.mount_gradio_app(app, blocks, path="/")
-    gr.mount_gradio_app(app, blocks, path="/", auth=ui_login(api_key), auth_message=LOGIN_MESSAGE)
+        return gr.mount_gradio_app(app, blocks, path="/", **page_assets())
+    gr.mount_gradio_app(app, blocks, path="/", auth=ui_login(api_key), auth_message=LOGIN_MESSAGE, **page_assets())
     app.add_middleware(GradioLoginGate, gradio_app=mounted_gradio(app))
     return app

@@ -12,9 +12,14 @@ from playground.ui import controls, handlers, layout, render
 from playground.ui.handlers import Panels
 from playground.ui.state import ChatState, Form, UISettings
 
-__all__ = ["create_ui", "UISettings"]
+__all__ = ["create_ui", "page_assets", "UISettings"]
 
 Comps = dict[str, Any]
+
+
+def page_assets() -> dict[str, str]:
+    """Page-wide CSS for gr.mount_gradio_app (the panels' own sheet is scoped to each panel)."""
+    return {"css": layout.PAGE_CSS}
 
 
 def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.Blocks:
@@ -169,7 +174,7 @@ def _setup_tab_events(registry: Registry, settings: UISettings, c: Comps) -> Non
             return box, box
 
     c["compare"].click(on_compare, [c["compare_input"], c["state"], *form], [c["compare_left"], c["compare_right"]])
-    code_outputs = [c[f"code_{key}"] for key, _ in layout.CODE_TABS]
+    code_outputs = [c[f"code_{key}"] for key, _, _ in layout.CODE_TABS]
 
     def on_code(state: ChatState, *values: Any) -> list[str]:
         try:
@@ -177,7 +182,7 @@ def _setup_tab_events(registry: Registry, settings: UISettings, c: Comps) -> Non
         except Exception as exc:  # noqa: BLE001
             message = f"# cannot build the request: {handlers.error_message(exc)}"
             return [message] * len(code_outputs)
-        return [code[key] for key, _ in layout.CODE_TABS]
+        return [code[key] for key, _, _ in layout.CODE_TABS]
 
     c["code_tab"].select(on_code, [c["state"], *form], code_outputs)
 

@@ -14,15 +14,17 @@ from playground.ui.render import tokens_html
 from playground.ui.state import Form
 
 CSS = (Path(__file__).parent / "static" / "ui.css").read_text(encoding="utf-8")
+PAGE_CSS = (Path(__file__).parent / "static" / "page.css").read_text(encoding="utf-8")
 # Clicking a token pins its popover and asks the server for the next-token chart at that position.
 TOKEN_CLICK_JS = (Path(__file__).parent / "static" / "tokens.js").read_text(encoding="utf-8")
 ENGINES = ["auto", "llguidance", "xgrammar", "outlines_core"]
+# (key, tab label, editor label) of each snippet in the Code tab.
 CODE_TABS = [
-    ("curl_generate", "curl: POST /generate (TGI)"),
-    ("curl_chat", "curl: POST /v1/chat/completions (OpenAI)"),
-    ("openai", "openai SDK"),
-    ("huggingface_hub", "huggingface_hub.InferenceClient"),
-    ("outlines", "Outlines"),
+    ("curl_generate", "curl /generate", "curl: POST /generate (TGI)"),
+    ("curl_chat", "curl /v1/chat", "curl: POST /v1/chat/completions (OpenAI)"),
+    ("openai", "openai", "openai SDK"),
+    ("huggingface_hub", "huggingface_hub", "huggingface_hub.InferenceClient"),
+    ("outlines", "Outlines", "Outlines"),
 ]
 
 
@@ -72,6 +74,7 @@ def _render_constraint() -> dict[str, gr.Component]:
         value="",
         language=None,
         lines=8,
+        wrap_lines=True,
         label="Constraint text",
         interactive=True,
         elem_id="constraint-text",
@@ -96,58 +99,94 @@ def _render_constraint() -> dict[str, gr.Component]:
     }
 
 
+# The parameter groups, in the order they appear; each is an accordion, the first two open.
+PARAMETER_GROUPS: list[tuple[str, str, bool]] = [
+    ("params-length", "Length and stops", True),
+    ("params-sampling", "Sampling", True),
+    ("params-details", "Details", False),
+    ("params-advanced", "Engine and advanced", False),
+]
+
+
+def _length_controls(limits: Limits) -> dict[str, gr.Component]:
+    return {
+        "max_new_tokens": gr.Slider(
+            1, limits.max_new_tokens, value=64, step=1, label="max_new_tokens", elem_id="param-max-new-tokens"
+        ),
+        "stop": gr.Textbox(label="stop (one sequence per line, at most 4)", lines=2, elem_id="param-stop"),
+        "truncate": gr.Number(
+            value=0,
+            precision=0,
+            minimum=0,
+            label="truncate (keep the last N prompt tokens; 0 = off)",
+            elem_id="param-truncate",
+        ),
+    }
+
+
+def _sampling_controls() -> dict[str, gr.Component]:
+    return {
+        "do_sample": gr.Checkbox(value=False, label="do_sample (off = greedy)", elem_id="param-do-sample"),
+        "temperature": gr.Slider(
+            0.05, 2.0, value=1.0, step=0.05, label="temperature (1 = off)", elem_id="param-temperature"
+        ),
+        "top_k": gr.Slider(0, 200, value=0, step=1, label="top_k (0 = off)", elem_id="param-top-k"),
+        "top_p": gr.Slider(0.05, 1.0, value=1.0, step=0.01, label="top_p (1 = off)", elem_id="param-top-p"),
+        "typical_p": gr.Slider(0.05, 1.0, value=1.0, step=0.01, label="typical_p (1 = off)", elem_id="param-typical-p"),
+        "repetition_penalty": gr.Slider(
+            0.5, 2.0, value=1.0, step=0.05, label="repetition_penalty (1 = off)", elem_id="param-repetition-penalty"
+        ),
+        "frequency_penalty": gr.Slider(
+            -1.95, 2.0, value=0.0, step=0.05, label="frequency_penalty (0 = off)", elem_id="param-frequency-penalty"
+        ),
+        "seed": gr.Textbox(value="", label="seed (blank = random)", placeholder="random", elem_id="param-seed"),
+    }
+
+
+def _details_controls(limits: Limits) -> dict[str, gr.Component]:
+    return {
+        "top_n_tokens": gr.Slider(
+            0,
+            limits.max_top_n_tokens,
+            value=5,
+            step=1,
+            label="top_n_tokens (alternatives per token)",
+            elem_id="param-top-n-tokens",
+        ),
+        "best_of": gr.Slider(
+            1, limits.max_best_of, value=1, step=1, label="best_of (needs sampling)", elem_id="param-best-of"
+        ),
+    }
+
+
+def _advanced_controls() -> dict[str, gr.Component]:
+    return {
+        "constraint_engine": gr.Dropdown(
+            choices=ENGINES, value="auto", label="constraint engine", elem_id="param-engine"
+        ),
+        "watermark": gr.Checkbox(value=False, label="watermark", elem_id="param-watermark"),
+        "adapter_id": gr.Textbox(
+            value="",
+            label="adapter_id (PEFT adapter; blank = none)",
+            placeholder="none",
+            elem_id="param-adapter-id",
+        ),
+    }
+
+
 def _render_parameters(limits: Limits) -> dict[str, gr.Component]:
+    """TGI's parameters in four groups, so the common ones are not buried under the rare ones."""
+    builders = [
+        lambda: _length_controls(limits),
+        _sampling_controls,
+        lambda: _details_controls(limits),
+        _advanced_controls,
+    ]
+    comps: dict[str, gr.Component] = {}
     with gr.Accordion("Parameters (TGI names)", open=False, elem_id="parameters"):
-        comps = {
-            "max_new_tokens": gr.Slider(
-                1, limits.max_new_tokens, value=64, step=1, label="max_new_tokens", elem_id="param-max-new-tokens"
-            ),
-            "do_sample": gr.Checkbox(value=False, label="do_sample", elem_id="param-do-sample"),
-            "temperature": gr.Slider(
-                0.05, 2.0, value=1.0, step=0.05, label="temperature (1 = off)", elem_id="param-temperature"
-            ),
-            "top_k": gr.Slider(0, 200, value=0, step=1, label="top_k (0 = off)", elem_id="param-top-k"),
-            "top_p": gr.Slider(0.05, 1.0, value=1.0, step=0.01, label="top_p (1 = off)", elem_id="param-top-p"),
-            "typical_p": gr.Slider(
-                0.05, 1.0, value=1.0, step=0.01, label="typical_p (1 = off)", elem_id="param-typical-p"
-            ),
-            "repetition_penalty": gr.Slider(
-                0.5, 2.0, value=1.0, step=0.05, label="repetition_penalty (1 = off)", elem_id="param-repetition-penalty"
-            ),
-            "frequency_penalty": gr.Slider(
-                -1.95, 2.0, value=0.0, step=0.05, label="frequency_penalty (0 = off)", elem_id="param-frequency-penalty"
-            ),
-            "seed": gr.Textbox(value="", label="seed (blank = random)", placeholder="random", elem_id="param-seed"),
-            "best_of": gr.Slider(
-                1, limits.max_best_of, value=1, step=1, label="best_of (needs sampling)", elem_id="param-best-of"
-            ),
-            "top_n_tokens": gr.Slider(
-                0,
-                limits.max_top_n_tokens,
-                value=5,
-                step=1,
-                label="top_n_tokens (alternatives per token)",
-                elem_id="param-top-n-tokens",
-            ),
-            "stop": gr.Textbox(label="stop (one sequence per line, at most 4)", lines=2, elem_id="param-stop"),
-            "truncate": gr.Number(
-                value=0,
-                precision=0,
-                minimum=0,
-                label="truncate (keep the last N prompt tokens; 0 = off)",
-                elem_id="param-truncate",
-            ),
-            "watermark": gr.Checkbox(value=False, label="watermark", elem_id="param-watermark"),
-            "adapter_id": gr.Textbox(
-                value="",
-                label="adapter_id (PEFT adapter; blank = none)",
-                placeholder="none",
-                elem_id="param-adapter-id",
-            ),
-            "constraint_engine": gr.Dropdown(
-                choices=ENGINES, value="auto", label="constraint engine", elem_id="param-engine"
-            ),
-        }
+        for (elem_id, label, is_open), build in zip(PARAMETER_GROUPS, builders, strict=True):
+            with gr.Accordion(label, open=is_open, elem_id=elem_id):
+                _merge(comps, build())
     return comps
 
 
@@ -189,16 +228,11 @@ def _render_chat_tab() -> dict[str, gr.Component]:
     error = html("chat-error")
     finish = html("finish-reason")
     verdict = html("validation-status")
-    with gr.Row():
-        with gr.Column(scale=3):
-            gr.Markdown("**Tokens** — hover for alternatives, click for the next-token chart")
-            mode = gr.Radio(
-                ["constrained", "raw"], value="constrained", label="Colour by probability", elem_id="token-mode"
-            )
-            tokens = html("token-panel", tokens_html([]), js_on_load=TOKEN_CLICK_JS)
-        with gr.Column(scale=2):
-            gr.Markdown("**Next token** — raw model against the constraint")
-            next_token = html("next-token-panel")
+    gr.Markdown("**Tokens** — hover or focus for alternatives; click or press Enter to pin one and chart its position")
+    mode = gr.Radio(["constrained", "raw"], value="constrained", label="Colour by probability", elem_id="token-mode")
+    tokens = html("token-panel", tokens_html([]), js_on_load=TOKEN_CLICK_JS)
+    gr.Markdown("**Next token** — raw model against the constraint")
+    next_token = html("next-token-panel")
     gr.Markdown("**Best-of candidates**")
     bestof = html("bestof-panel")
     return {
@@ -231,26 +265,29 @@ def _render_compare_tab() -> dict[str, gr.Component]:
 
 
 def _render_code_tab() -> dict[str, gr.Component]:
-    gr.Markdown("Reproduce the current request against this server: your settings, with the last turn's conversation.")
-    return {
-        f"code_{key}": gr.Code(
-            label=label,
-            language="shell" if key.startswith("curl") else "python",
-            interactive=False,
-            elem_id=f"code-{key.replace('_', '-')}",
-        )
-        for key, label in CODE_TABS
-    }
+    gr.Markdown("Reproduce the last turn against this server: your settings, with the last turn's conversation.")
+    comps: dict[str, gr.Component] = {}
+    with gr.Tabs(elem_id="code-tabs"):
+        for key, tab, label in CODE_TABS:
+            with gr.Tab(tab, id=f"code-{key}"):
+                comps[f"code_{key}"] = gr.Code(
+                    label=label,
+                    language="shell" if key.startswith("curl") else "python",
+                    interactive=False,
+                    wrap_lines=True,
+                    elem_id=f"code-{key.replace('_', '-')}",
+                )
+    return comps
 
 
 def render_all(registry: Registry) -> dict[str, gr.Component]:
     """Build every component inside the current Blocks; returns them by name (names never repeat)."""
     limits = limits_for(registry)
     comps: dict[str, gr.Component] = {}
-    with gr.Row():
-        with gr.Column(scale=2, min_width=320):
+    with gr.Row(elem_id="layout-row"):
+        with gr.Column(scale=2, min_width=320, elem_id="sidebar"):
             _merge(comps, _render_sidebar(registry, limits))
-        with gr.Column(scale=5):
+        with gr.Column(scale=5, elem_id="main-column"):
             with gr.Tabs():
                 with gr.Tab("Chat", id="chat"):
                     _merge(comps, _render_chat_tab())

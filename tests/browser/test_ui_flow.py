@@ -9,50 +9,7 @@ import jsonschema
 from playwright.sync_api import Page, expect
 
 from playground.ui.examples import PERSON_SCHEMA
-
-SLOW = 120_000  # ms; the model decodes on one shared CPU thread
-
-
-def open_app(page: Page, url: str) -> None:
-    page.goto(url)
-    expect(page.locator("#model-status .pg-box")).to_contain_text("provider local", timeout=SLOW)
-
-
-def pick_kind(page: Page, label: str) -> None:
-    page.locator("#constraint-kind").get_by_label(label, exact=True).check()
-    expect(page.locator("#constraint-text .cm-content")).to_be_visible()
-
-
-def paste_constraint(page: Page, text: str) -> None:
-    editor = page.locator("#constraint-text .cm-content")
-    editor.click()
-    page.keyboard.press("Control+A")
-    page.keyboard.press("Delete")
-    page.keyboard.insert_text(text)
-
-
-def set_parameter(page: Page, elem_id: str, value: str) -> None:
-    """Type a value into a parameter until the component holds it: an accordion that has just opened may
-    still be mounting its sliders and drop the first value typed."""
-    if not page.locator(f"#{elem_id}").is_visible():
-        page.get_by_text("Parameters (TGI names)").click()
-    slider = page.locator(f"#{elem_id} input[type=range]")
-    box = page.locator(f"#{elem_id} input[type=number], #{elem_id} textarea, #{elem_id} input[type=text]").first
-    held = slider if slider.count() else box
-    for _ in range(5):
-        box.fill(value)
-        box.press("Tab")
-        page.wait_for_timeout(300)
-        if held.input_value() == value:
-            return
-    expect(held).to_have_value(value)
-
-
-def send(page: Page, text: str | None = None) -> None:
-    if text is not None:
-        page.locator("#chat-input textarea").fill(text)
-    page.locator("#send-btn").click()
-    expect(page.locator("#validation-status .pg-verdict")).to_be_visible(timeout=SLOW)
+from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter
 
 
 def test_schema_chat_shows_valid_json_tokens_alternatives_and_next_token_chart(page: Page, server_url: str) -> None:

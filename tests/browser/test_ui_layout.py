@@ -1,0 +1,54 @@
+"""The page's layout: grouped parameters, one snippet at a time, the chat first on a phone, readable errors."""
+
+from __future__ import annotations
+
+from playwright.sync_api import Page, expect
+
+from tests.browser.ui_helpers import PARAMETER_GROUP, PHONE, open_app, paste_constraint, pick_kind, show_parameter
+
+
+def test_parameters_come_in_four_groups_with_the_rare_ones_folded(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    show_parameter(page, "param-max-new-tokens")
+    expect(page.locator("#param-seed")).to_be_visible()
+    expect(page.locator("#param-best-of")).to_be_hidden()
+    expect(page.locator("#param-engine")).to_be_hidden()
+    for elem_id, group in PARAMETER_GROUP.items():
+        show_parameter(page, elem_id)
+        expect(page.locator(f"#{group} #{elem_id}")).to_be_visible()
+
+
+def test_code_tab_shows_one_snippet_at_a_time(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    page.get_by_role("tab", name="Code").click()
+    editors = ["code-curl-generate", "code-curl-chat", "code-openai", "code-huggingface-hub", "code-outlines"]
+    expect(page.locator("#code-curl-generate .cm-content")).to_contain_text("/generate")
+    assert [page.locator(f"#{e}").is_visible() for e in editors] == [True, False, False, False, False]
+    page.locator("#code-tabs").get_by_role("tab", name="openai").click()
+    expect(page.locator("#code-openai .cm-content")).to_contain_text("from openai import OpenAI")
+    assert [page.locator(f"#{e}").is_visible() for e in editors] == [False, False, True, False, False]
+
+
+def test_phone_shows_the_chat_input_on_the_first_screen(browser, server_url: str) -> None:
+    context = browser.new_context(viewport=PHONE)
+    page = context.new_page()
+    try:
+        open_app(page, server_url)
+        chat_input = page.locator("#chat-input textarea").bounding_box()
+        picker = page.locator("#model-picker").bounding_box()
+        assert chat_input["y"] + chat_input["height"] <= PHONE["height"], chat_input
+        assert chat_input["y"] < picker["y"]
+    finally:
+        context.close()
+
+
+def test_constraint_errors_are_monospace_and_the_editor_wraps(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    pick_kind(page, "regex")
+    paste_constraint(page, "[0-9]{4}-(" + "a" * 200)
+    status = page.locator("#constraint-status .pg-bad")
+    expect(status).to_contain_text("regex")
+    assert "monospace" in status.evaluate("e => getComputedStyle(e).fontFamily")
+    expect(page.locator("#constraint-text .cm-content.cm-lineWrapping")).to_have_count(1)
+    editor = page.locator("#constraint-text .cm-scroller")
+    assert editor.evaluate("e => e.scrollWidth <= e.clientWidth + 1")

@@ -1,0 +1,81 @@
+"""Steps the browser tests share: open the app, pick a constraint, set a parameter, send a message."""
+
+from __future__ import annotations
+
+from playwright.sync_api import Page, expect
+
+SLOW = 120_000  # ms; the model decodes on one shared CPU thread
+PHONE = {"width": 390, "height": 844}
+
+# Which parameter group (an accordion inside "Parameters") holds each parameter.
+PARAMETER_GROUP = {
+    "param-max-new-tokens": "params-length",
+    "param-stop": "params-length",
+    "param-truncate": "params-length",
+    "param-do-sample": "params-sampling",
+    "param-temperature": "params-sampling",
+    "param-top-k": "params-sampling",
+    "param-top-p": "params-sampling",
+    "param-typical-p": "params-sampling",
+    "param-repetition-penalty": "params-sampling",
+    "param-frequency-penalty": "params-sampling",
+    "param-seed": "params-sampling",
+    "param-top-n-tokens": "params-details",
+    "param-best-of": "params-details",
+    "param-engine": "params-advanced",
+    "param-watermark": "params-advanced",
+    "param-adapter-id": "params-advanced",
+}
+
+
+def open_app(page: Page, url: str) -> None:
+    page.goto(url)
+    expect(page.locator("#model-status .pg-box")).to_contain_text("provider local", timeout=SLOW)
+
+
+def pick_kind(page: Page, label: str) -> None:
+    page.locator("#constraint-kind").get_by_label(label, exact=True).check()
+    expect(page.locator("#constraint-text .cm-content")).to_be_visible()
+
+
+def paste_constraint(page: Page, text: str) -> None:
+    editor = page.locator("#constraint-text .cm-content")
+    editor.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text(text)
+
+
+def show_parameter(page: Page, elem_id: str) -> None:
+    """Open the Parameters accordion and the group holding `elem_id`, unless it is already shown."""
+    if page.locator(f"#{elem_id}").is_visible():
+        return
+    if not page.locator("#params-length").is_visible():
+        page.locator("#parameters > button.label-wrap").click()
+    group = PARAMETER_GROUP[elem_id]
+    if not page.locator(f"#{elem_id}").is_visible():
+        page.locator(f"#{group} > button.label-wrap").click()
+    expect(page.locator(f"#{elem_id}")).to_be_visible()
+
+
+def set_parameter(page: Page, elem_id: str, value: str) -> None:
+    """Type a value into a parameter until the component holds it: an accordion that has just opened may
+    still be mounting its sliders and drop the first value typed."""
+    show_parameter(page, elem_id)
+    slider = page.locator(f"#{elem_id} input[type=range]")
+    box = page.locator(f"#{elem_id} input[type=number], #{elem_id} textarea, #{elem_id} input[type=text]").first
+    held = slider if slider.count() else box
+    for _ in range(5):
+        box.fill(value)
+        box.press("Tab")
+        page.wait_for_timeout(300)
+        if held.input_value() == value:
+            return
+    expect(held).to_have_value(value)
+
+
+def send(page: Page, text: str | None = None) -> None:
+    if text is not None:
+        page.locator("#chat-input textarea").fill(text)
+    page.locator("#send-btn").click()
+    expect(page.locator("#validation-status .pg-verdict")).to_be_visible(timeout=SLOW)
