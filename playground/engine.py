@@ -29,6 +29,7 @@ from playground.types import (
     Timings,
     TokenEvent,
 )
+from playground.wire import limits
 
 Inputs = str | list[ChatMessage]
 
@@ -123,14 +124,8 @@ class Engine:
 
     def _check(self, params: GenerateParameters, input_length: int) -> tuple[int, int]:
         best_of = params.best_of or 1
-        if best_of > 1 and not params.sampling:
-            raise ParameterError("best_of > 1 needs sampling: set do_sample or a sampling parameter", field="best_of")
-        if best_of > self.max_best_of:
-            raise ParameterError(f"best_of must be <= {self.max_best_of}, got {best_of}", field="best_of")
-        if (params.top_n_tokens or 0) > self.max_top_n_tokens:
-            raise ParameterError(
-                f"top_n_tokens must be <= {self.max_top_n_tokens}, got {params.top_n_tokens}", field="top_n_tokens"
-            )
+        limits.check_best_of(params, self.max_best_of)
+        limits.check_top_n(params, self.max_top_n_tokens)
         max_new = self.default_max_new_tokens if params.max_new_tokens is None else params.max_new_tokens
         if input_length + max_new > self.max_total_tokens:
             raise PromptTooLongError(

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from playground.builtin_processors import ban_strings_factory, max_whitespace_factory
 from playground.errors import PlaygroundError, ProcessorError
 from playground.types import ProcessorSpec
+from playground.wire.errors import validation_message
 
 Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 Factory = Callable[[list[str], Any], Processor]
@@ -131,7 +132,7 @@ def build_processors(specs: Iterable[ProcessorSpec | dict], tokenizer: Any) -> l
             try:
                 spec = ProcessorSpec.model_validate(spec)
             except ValidationError as exc:
-                problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors())
+                problems = validation_message(exc.errors(), whole="spec")
                 raise ProcessorError(
                     f"a logits processor needs {{name, params: [str]}}: {problems}", field=FIELD
                 ) from None

@@ -14,6 +14,7 @@ import torch
 import torch._dynamo
 from transformers.generation import (
     LogitsProcessorList,
+    MinPLogitsWarper,
     RepetitionPenaltyLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
@@ -72,6 +73,8 @@ def warpers(params: GenerateParameters) -> LogitsProcessorList:
         chain.append(TopKLogitsWarper(top_k=params.top_k))
     if params.top_p is not None and params.top_p < 1.0:
         chain.append(TopPLogitsWarper(top_p=params.top_p))
+    if params.min_p:
+        chain.append(MinPLogitsWarper(min_p=params.min_p))
     if params.typical_p is not None and params.typical_p < 1.0:
         chain.append(TypicalLogitsWarper(mass=params.typical_p))
     return chain

@@ -47,6 +47,7 @@ class GenerateParameters(Strict):
     frequency_penalty: float | None = Field(default=None, gt=-2.0, le=2.0)
     grammar: GrammarType | None = None
     max_new_tokens: int | None = Field(default=None, ge=0)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0, description="vLLM's and llama.cpp's min_p (extension).")
     repetition_penalty: float | None = Field(default=None, gt=0.0)
     return_full_text: bool | None = None
     seed: int | None = Field(default=None, ge=0)
@@ -70,6 +71,7 @@ class GenerateParameters(Strict):
             or self.top_k is not None
             or (self.top_p is not None and self.top_p < 1.0)
             or (self.typical_p is not None and self.typical_p < 1.0)
+            or bool(self.min_p)
         )
         return self.do_sample or warped
 
@@ -330,6 +332,7 @@ class ChatCompletionRequest(Strict):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     n: int = Field(default=1, ge=1)
     seed: int | None = Field(default=None, ge=0)
     stop: str | list[str] | None = None

@@ -12,14 +12,14 @@ from typing import Any
 
 import anywidget
 import traitlets
-from pydantic import ValidationError
 
 import playground
-from playground.constraints import Constraint, check_constraint
+from playground.constraints import check_constraint
 from playground.errors import ParameterError, PlaygroundError
 from playground.providers.base import Inputs, Provider
 from playground.providers.registry import Registry
-from playground.types import ChatMessage, GenerateParameters, GenerationResult, GrammarType, NextTokenDistribution
+from playground.types import ChatMessage, GenerateParameters, GenerationResult, NextTokenDistribution, ProcessorSpec
+from playground.wire import inbound
 from widgets import html as static_html
 from widgets.token_view import STATIC, result_payload
 
@@ -41,31 +41,11 @@ def local_provider(model: str = "embedded") -> tuple[Provider, str]:
         return _providers[model]
 
 
-def grammar_for(kind: str, text: str) -> GrammarType | None:
-    """The request's `grammar` for the editor's (kind, text); a bad constraint raises its typed error."""
-    return Constraint.parse(kind, text).to_grammar()
-
-
 def build_parameters(state: dict[str, Any]) -> GenerateParameters:
     """GenerateParameters from the widget's state; a value out of range names its field."""
-    sampling = bool(state["do_sample"])
-    fields = {
-        "max_new_tokens": state["max_new_tokens"],
-        "do_sample": sampling,
-        "temperature": state["temperature"] if sampling else None,
-        "seed": state["seed"],
-        "best_of": state["best_of"] if state["best_of"] > 1 else None,
-        "top_n_tokens": state["top_n_tokens"] or None,
-        "stop": [s for s in state["stop"] if s],
-        "grammar": grammar_for(state["constraint_kind"], state["constraint_text"]),
-        "logits_processors": state["logits_processors"],
-    }
-    try:
-        return GenerateParameters(**fields)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "parameters"
-        raise ParameterError(f"{where}: {first['msg']}", field=where) from None
+    grammar = inbound.grammar_for(state["constraint_kind"], state["constraint_text"])
+    processors = [ProcessorSpec.model_validate(p) for p in state["logits_processors"]]
+    return inbound.from_controls(state, grammar=grammar, processors=processors)
 
 
 def build_inputs(mode: str, prompt: str, system_prompt: str, messages: list[dict[str, Any]]) -> Inputs:

@@ -24,6 +24,7 @@ from playground.providers.registry import Registry
 from playground.providers.remote import RemoteProvider
 from playground.providers.tgi import TGIProvider
 from playground.providers.vllm import VLLMProvider
+from playground.wire.errors import describe
 
 log = logging.getLogger("playground.providers")
 
@@ -251,13 +252,8 @@ def _validated(path: Path, cls: type[BaseModel], data: Any, where: tuple[Any, ..
 
 
 def _describe(cls: type[BaseModel], where: tuple[Any, ...], error: Any) -> str:
-    loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in (*where, *error["loc"])).lstrip(".")
-    if error["type"] == "extra_forbidden":
-        allowed = f" (allowed: {', '.join(cls.model_fields)})" if len(error["loc"]) == 1 else ""
-        return f"{loc}: unknown field{allowed}"
-    if error["type"] == "missing":
-        return f"{loc}: field required"
-    return f"{loc or '(top level)'}: {error['msg']}"
+    hint = f"allowed: {', '.join(cls.model_fields)}" if len(error["loc"]) == 1 else ""
+    return describe({**error, "loc": (*where, *error["loc"])}, unknown_hint=hint, whole="(top level)")
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

@@ -30,6 +30,7 @@ from playground.types import (
 # Parameters that OpenAI's chat API has no counterpart for.
 OPENAI_UNSUPPORTED = (
     "top_k",
+    "min_p",
     "typical_p",
     "repetition_penalty",
     "watermark",

@@ -11,6 +11,7 @@ from playground.errors import ModelError, ParameterError
 from playground.providers.base import ModelInfo
 from playground.providers.http import RemoteClient
 from playground.types import GenerateParameters
+from playground.wire import limits
 
 
 class RemoteConfig(BaseModel):
@@ -105,10 +106,7 @@ class RemoteProvider:
                     f"{name} is not supported by provider {self.provider_id!r} ({self.provider_type})",
                     field=f"parameters.{name}",
                 )
-        if (params.best_of or 1) > 1 and not params.sampling:
-            raise ParameterError(
-                "best_of > 1 needs sampling: set do_sample or a temperature", field="parameters.best_of"
-            )
+        limits.check_best_of(params)
 
     def top_n(self, wanted: int, *, clamp: bool = False) -> int:
         """How many alternatives to ask for; beyond the server's limit is an error unless clamped."""

@@ -70,7 +70,7 @@ class TGIProvider(RemoteProvider):
 
     provider_type: ClassVar[str] = "remote::tgi"
     config_class: ClassVar[type[RemoteConfig]] = TGIConfig
-    unsupported: ClassVar[tuple[str, ...]] = ("logits_processors", "constraint_engine")
+    unsupported: ClassVar[tuple[str, ...]] = ("logits_processors", "constraint_engine", "min_p")
 
     def __init__(self, provider_id: str, config: RemoteConfig, *, declared: list[str] | None = None) -> None:
         super().__init__(provider_id, config, declared=declared)

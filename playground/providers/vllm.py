@@ -38,7 +38,7 @@ class VLLMProvider(OpenAICompatProvider):
     provider_type: ClassVar[str] = "remote::vllm"
     config_class: ClassVar[type[RemoteConfig]] = VLLMConfig
     unsupported: ClassVar[tuple[str, ...]] = tuple(
-        p for p in OPENAI_UNSUPPORTED if p not in ("top_k", "repetition_penalty")
+        p for p in OPENAI_UNSUPPORTED if p not in ("top_k", "min_p", "repetition_penalty")
     )
 
     def constraint_fields(self, constraint: Constraint) -> dict[str, Any]:
@@ -53,7 +53,7 @@ class VLLMProvider(OpenAICompatProvider):
         return {"structured_outputs": {STRUCTURED[constraint.kind]: value}}
 
     def extra_fields(self, params: GenerateParameters) -> dict[str, Any]:
-        optional = {"top_k": params.top_k, "repetition_penalty": params.repetition_penalty}
+        optional = {"top_k": params.top_k, "min_p": params.min_p, "repetition_penalty": params.repetition_penalty}
         return {k: v for k, v in optional.items() if v is not None}
 
     def continuation(self, inputs: Inputs, prefix: str) -> dict[str, Any]:

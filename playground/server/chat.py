@@ -1,131 +1,16 @@
-"""OpenAI chat completions <-> our types: constraints from response_format, structured_outputs or guided_*."""
+"""Our results -> OpenAI chat completions (the request side is playground.wire.inbound)."""
 
 from __future__ import annotations
 
-import random
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import model_validator
-
-from playground.errors import ParameterError
-from playground.server.convert import VERSION, build_parameters
-from playground.types import (
-    ChatCompletion,
-    ChatCompletionRequest,
-    GeneratedToken,
-    GenerateParameters,
-    GenerationResult,
-    Sequence,
-    Strict,
-)
+from playground.server.convert import VERSION
+from playground.types import ChatCompletion, ChatCompletionRequest, GeneratedToken, GenerationResult, Sequence
 
 FINISH_REASONS = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
-MAX_CHOICES = 8
 FINGERPRINT = f"structured-playground-{VERSION}"
-
-
-class ChatResponseFormat(Strict):
-    """OpenAI's response_format, and TGI's `{type: json|json_object|regex|json_schema, value}` that
-    huggingface_hub's InferenceClient sends."""
-
-    type: Literal["text", "json_object", "json_schema", "json", "regex"]
-    json_schema: dict[str, Any] | None = None
-    value: Any = None
-
-    @model_validator(mode="after")
-    def _complete(self) -> ChatResponseFormat:
-        if (
-            self.type == "json_schema"
-            and not (self.json_schema and "schema" in self.json_schema)
-            and self.value is None
-        ):
-            raise ValueError("type 'json_schema' needs json_schema: {name, schema}")
-        if self.type in ("json", "regex") and self.value is None:
-            raise ValueError(f"type {self.type!r} needs a value")
-        return self
-
-
-class ChatRequest(ChatCompletionRequest):
-    """The chat body we accept: OpenAI's, with vLLM's structured_outputs and TGI's response_format form."""
-
-    response_format: ChatResponseFormat | None = None  # type: ignore[assignment]
-
-
-def _response_format_grammar(fmt: ChatResponseFormat) -> dict[str, Any] | None:
-    if fmt.type == "text":
-        return None
-    if fmt.type == "regex":
-        return {"type": "regex", "value": fmt.value}
-    if fmt.type == "json_schema":
-        if fmt.json_schema is not None:
-            return {"type": "json", "value": fmt.json_schema["schema"]}
-        return {"type": "json_schema", "value": fmt.value}
-    return {"type": "json", "value": fmt.value if fmt.value is not None else {"type": "object"}}
-
-
-def constraint_of(req: ChatCompletionRequest) -> dict[str, Any] | None:
-    """The grammar a chat request asks for; asking in two places at once is an error naming both."""
-    found: list[tuple[str, dict[str, Any] | None]] = []
-    if req.response_format is not None and req.response_format.type != "text":
-        found.append(("response_format", _response_format_grammar(req.response_format)))  # type: ignore[arg-type]
-    so = req.structured_outputs
-    if so is not None:
-        kind, value = next((k, getattr(so, a)) for k, a in _SO_FIELDS if getattr(so, a) is not None)
-        found.append(("structured_outputs", {"type": kind, "value": value}))
-    for field, kind in _GUIDED_FIELDS:
-        value = getattr(req, field)
-        if value is not None:
-            found.append((field, {"type": kind, "value": value}))
-    if len(found) > 1:
-        names = ", ".join(name for name, _ in found)
-        raise ParameterError(f"{names}: give one constraint, not several", field=found[1][0])
-    return found[0][1] if found else None
-
-
-_SO_FIELDS = (("json", "json_"), ("regex", "regex"), ("choice", "choice"), ("grammar", "grammar"))
-_GUIDED_FIELDS = (
-    ("guided_json", "json"),
-    ("guided_regex", "regex"),
-    ("guided_choice", "choice"),
-    ("guided_grammar", "grammar"),
-)
-
-
-def _check_unsupported(req: ChatCompletionRequest) -> None:
-    if req.n > MAX_CHOICES:
-        raise ParameterError(f"n: at most {MAX_CHOICES} choices per request, got {req.n}", field="n")
-    if req.presence_penalty:
-        raise ParameterError("presence_penalty: not supported; use frequency_penalty", field="presence_penalty")
-    if req.top_logprobs and not req.logprobs:
-        raise ParameterError("top_logprobs: needs logprobs set to true", field="top_logprobs")
-
-
-def base_seed(req: ChatCompletionRequest) -> int:
-    """Choice i is sampled with seed base+i, so each choice is reproducible on its own."""
-    return req.seed if req.seed is not None else random.randrange(2**31)
-
-
-def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters:
-    """One choice's GenerateParameters; temperature 0 means greedy, unset means OpenAI's default 1."""
-    _check_unsupported(req)
-    greedy = req.temperature == 0
-    values: dict[str, Any] = {
-        "details": True,
-        "do_sample": not greedy,
-        "temperature": None if greedy else req.temperature,
-        "top_p": None if greedy else req.top_p,
-        "max_new_tokens": req.max_completion_tokens or req.max_tokens,
-        "stop": [req.stop] if isinstance(req.stop, str) else list(req.stop or []),
-        "seed": seed,
-        "frequency_penalty": req.frequency_penalty or None,
-        "top_n_tokens": req.top_logprobs if req.logprobs and req.top_logprobs else None,
-        "grammar": constraint_of(req),
-        "logits_processors": [spec.model_dump() for spec in req.logits_processors],
-        "constraint_engine": req.constraint_engine,
-    }
-    return build_parameters({k: v for k, v in values.items() if v is not None})
 
 
 def trim_stop(text: str, seq: Sequence) -> str:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from playground.errors import ParameterError
 from playground.providers.base import ModelInfo
-from playground.server.errors import validation_message
 from playground.types import (
     BestOfSequence,
     ChatMessage,
@@ -44,66 +43,6 @@ class NextTokenRequest(Strict):
         if (self.inputs is None) == (self.messages is None):
             raise ParameterError("give exactly one of `inputs` (a prompt) or `messages` (a chat)", field="inputs")
         return self.inputs if self.inputs is not None else list(self.messages or [])
-
-
-def build_parameters(values: dict[str, Any], *, prefix: str = "") -> GenerateParameters:
-    """GenerateParameters from mapped values; a range error names the request field, never a 500."""
-    try:
-        return GenerateParameters.model_validate(values)
-    except ValidationError as exc:
-        errors = [{**e, "loc": (prefix, *e["loc"]) if prefix else e["loc"]} for e in exc.errors()]
-        raise ParameterError(validation_message(errors)) from None
-
-
-# --- TGI rules -------------------------------------------------------------------------------------
-
-
-def check_tgi_rules(params: GenerateParameters, info: ModelInfo, *, streaming: bool) -> None:
-    """TGI's validation, with the limits /info reports, before any work starts."""
-    best_of = params.best_of or 1
-    if best_of > 1:
-        if streaming:
-            raise ParameterError(
-                "parameters.best_of: best_of > 1 is not supported when streaming", field="parameters.best_of"
-            )
-        if not params.sampling:  # TGI: identical greedy candidates would be pointless
-            raise ParameterError(
-                "parameters.best_of: best_of > 1 needs sampling: set do_sample=true or a temperature, top_k, top_p or typical_p",
-                field="parameters.best_of",
-            )
-        if best_of > info.max_best_of:
-            raise ParameterError(
-                f"parameters.best_of: must be <= {info.max_best_of} (max_best_of), got {best_of}",
-                field="parameters.best_of",
-            )
-    if streaming and params.decoder_input_details:
-        raise ParameterError(
-            "parameters.decoder_input_details: not supported when streaming tokens",
-            field="parameters.decoder_input_details",
-        )
-    if params.top_n_tokens is not None and params.top_n_tokens > info.max_top_n_tokens:
-        raise ParameterError(
-            f"parameters.top_n_tokens: must be <= {info.max_top_n_tokens}, got {params.top_n_tokens}",
-            field="parameters.top_n_tokens",
-        )
-    if len(params.stop) > info.max_stop_sequences:
-        raise ParameterError(
-            f"parameters.stop: at most {info.max_stop_sequences} stop sequences, got {len(params.stop)}",
-            field="parameters.stop",
-        )
-    check_lengths(params, info)
-
-
-def check_lengths(params: GenerateParameters, info: ModelInfo, field: str = "parameters.max_new_tokens") -> None:
-    """max_new_tokens must leave room for at least one prompt token; `field` is the name the caller sent it by."""
-    if params.max_new_tokens is None:
-        return
-    if params.max_new_tokens < 1:
-        raise ParameterError(f"{field}: must be at least 1", field=field)
-    if params.max_new_tokens >= info.max_total_tokens:
-        raise ParameterError(
-            f"{field}: must be < {info.max_total_tokens} (max_total_tokens), got {params.max_new_tokens}", field=field
-        )
 
 
 # --- responses ---------------------------------------------------------------------------------------

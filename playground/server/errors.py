@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -13,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from playground.errors import PlaygroundError
+from playground.wire.errors import validation_message
 
 log = logging.getLogger("playground.server")
 
@@ -28,45 +27,6 @@ def error_body(message: str, error_type: str) -> dict[str, str]:
 
 def error_response(status: int, message: str, error_type: str) -> JSONResponse:
     return JSONResponse(error_body(message, error_type), status_code=status)
-
-
-def field_name(loc: Sequence[Any]) -> str:
-    """`("body", "parameters", "top_p")` -> `parameters.top_p`; list indices become `[i]`."""
-    parts: list[str] = []
-    for item in loc:
-        if item == "body" and not parts:
-            continue
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        elif parts:
-            parts.append(f".{item}")
-        else:
-            parts.append(str(item))
-    return "".join(parts)
-
-
-def _describe(error: dict[str, Any]) -> str:
-    """A pydantic error as `field: message`, with pydantic's wording made plainer."""
-    field = field_name(error.get("loc", ()))
-    kind = error.get("type", "")
-    message = str(error.get("msg", "invalid value"))
-    if kind == "extra_forbidden":
-        message = "unknown field (not a parameter of this endpoint)"
-    elif kind == "json_invalid":
-        detail = (error.get("ctx") or {}).get("error", "")
-        message = f"request body is not valid JSON ({detail})" if detail else "request body is not valid JSON"
-        field = ""
-    elif kind == "missing":
-        message = "field required"
-    message = message.removeprefix("Value error, ")
-    if not field and kind != "json_invalid":
-        field = "request body"
-    return f"{field}: {message}" if field else message
-
-
-def validation_message(errors: Sequence[dict[str, Any]]) -> str:
-    """All validation errors of a request in one line, each naming its field."""
-    return "; ".join(_describe(error) for error in errors) or "invalid request"
 
 
 async def _playground_error(_: Request, exc: Exception) -> JSONResponse:

@@ -15,7 +15,8 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from playground.errors import ParameterError
-from playground.server.errors import error_body, field_name
+from playground.server.errors import error_body
+from playground.wire.errors import field_name
 
 # Far above any prompt a model here takes (8k tokens) and any sane schema; a bigger body is refused
 # with 413 before anyone tokenizes megabytes of text.

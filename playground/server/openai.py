@@ -10,15 +10,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from playground.errors import ParameterError
 from playground.providers.base import Provider
 from playground.providers.config import register_model as register_model_at_run_time
 from playground.server import chat
-from playground.server.convert import check_lengths
 from playground.server.errors import exception_event
 from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.server.tgi import registry_of, resolve, sse
 from playground.types import GenerateParameters, GenerationResult, Strict, TokenEvent
+from playground.wire import inbound, limits
+from playground.wire.inbound import ChatRequest
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 
@@ -45,19 +45,18 @@ async def register_model(request: Request, body: RegisterModel) -> dict[str, Any
     return _model_card(name, body.provider_id)
 
 
-async def _choice_params(provider: Provider, model_id: str, req: chat.ChatRequest) -> list[GenerateParameters]:
+async def _choice_params(provider: Provider, model_id: str, req: ChatRequest) -> list[GenerateParameters]:
     """One GenerateParameters per choice (seed base+i), checked against the model's limits."""
-    seed = chat.base_seed(req)
-    params = [chat.chat_parameters(req, seed + i) for i in range(req.n)]
+    seed = inbound.base_seed(req)
+    params = [inbound.chat_parameters(req, seed + i) for i in range(req.n)]
     info = await run_in_threadpool(provider.info, model_id)
-    check_lengths(params[0], info, field="max_completion_tokens" if req.max_completion_tokens else "max_tokens")
-    if params[0].top_n_tokens and params[0].top_n_tokens > info.max_top_n_tokens:
-        raise ParameterError(f"top_logprobs: must be <= {info.max_top_n_tokens}", field="top_logprobs")
+    limits.check_lengths(params[0], info, field="max_completion_tokens" if req.max_completion_tokens else "max_tokens")
+    limits.check_top_n(params[0], info.max_top_n_tokens, field="top_logprobs")
     return params
 
 
 @router.post("/chat/completions", summary="Chat completion with guided decoding (OpenAI, vLLM and TGI forms)")
-async def chat_completions(request: Request, body: chat.ChatRequest) -> Any:
+async def chat_completions(request: Request, body: ChatRequest) -> Any:
     """n choices are n independent samples with seeds seed, seed+1, ...; `validation` on each choice."""
     provider, model_id = resolve(request, body.model)
     params = await _choice_params(provider, model_id, body)
@@ -79,14 +78,14 @@ def _chunk(base: dict[str, Any], index: int, delta: dict[str, Any], **extra: Any
 
 
 def _events(
-    provider: Provider, model_id: str, req: chat.ChatRequest, params: GenerateParameters
+    provider: Provider, model_id: str, req: ChatRequest, params: GenerateParameters
 ) -> AsyncIterator[TokenEvent | GenerationResult]:
     return iterate_in_thread(lambda: provider.stream(model_id, req.messages, params))
 
 
 async def _choice_chunks(
     events: AsyncIterator[TokenEvent | GenerationResult],
-    req: chat.ChatRequest,
+    req: ChatRequest,
     params: GenerateParameters,
     index: int,
     base: dict[str, Any],
@@ -116,7 +115,7 @@ async def _choice_chunks(
 async def _chunks(
     provider: Provider,
     model_id: str,
-    req: chat.ChatRequest,
+    req: ChatRequest,
     params: list[GenerateParameters],
     first: AsyncIterator[TokenEvent | GenerationResult],
 ) -> AsyncIterator[str]:

@@ -17,6 +17,7 @@ from playground.server import convert
 from playground.server.errors import exception_event
 from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.types import GenerateParameters, GenerateRequest, GenerationResult, NextTokenDistribution, TokenEvent
+from playground.wire import limits
 
 ModelQuery = Query(default=None, description="Served model to use; the default model when omitted.")
 router = APIRouter(tags=["TGI-compatible"])
@@ -38,7 +39,7 @@ async def _prepared(
     """Resolve the model and apply TGI's rules with its limits, before any work starts."""
     provider, model_id = resolve(request, model)
     info = await run_in_threadpool(provider.info, model_id)
-    convert.check_tgi_rules(params, info, streaming=streaming)
+    limits.check_limits(params, info, streaming=streaming)
     return provider, model_id
 
 

@@ -8,10 +8,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from playground.constraints import Constraint
 from playground.errors import ParameterError, PlaygroundError
-from playground.types import ChatMessage, GenerateParameters, GenerationResult, GrammarType, ProcessorSpec
+from playground.types import ChatMessage, GenerateParameters, GenerationResult, ProcessorSpec
 from playground.ui.examples import SYSTEM_PROMPT
+from playground.wire import inbound
+from playground.wire.errors import parameter_error
 
 SESSION_FORMAT = "structured-playground-session"
 SESSION_VERSION = 1
@@ -71,7 +72,7 @@ class Form(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise _parameter_error(exc) from None
+            raise parameter_error(exc) from None
 
     def values(self) -> list[Any]:
         """Component values in FIELDS order (for importing a session back into the controls)."""
@@ -109,19 +110,6 @@ def _seed(value: Any) -> int | None:
         raise ParameterError(f"seed must be a whole number >= 0, got {text!r}", field="seed") from None
 
 
-def _parameter_error(exc: ValidationError) -> ParameterError:
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "parameters"
-    return ParameterError(f"{where}: {first['msg']}", field=where)
-
-
-def grammar_of(form: Form) -> GrammarType | None:
-    """The TGI grammar for the form's constraint; raises the constraint's own error when invalid."""
-    if form.kind in ("none", "processor"):
-        return None
-    return Constraint.parse(form.kind, form.constraint_text).to_grammar()
-
-
 def processors_of(form: Form) -> list[ProcessorSpec]:
     """The custom processor chosen in the form, with its params one per line."""
     if form.kind != "processor":
@@ -134,33 +122,12 @@ def processors_of(form: Form) -> list[ProcessorSpec]:
 
 def params_of(form: Form, *, constrained: bool = True) -> GenerateParameters:
     """TGI parameters from the form; neutral slider values (temperature 1, top_k 0, ...) mean unset."""
-    stops = [line for line in form.stop.splitlines() if line]
-    data: dict[str, Any] = {
-        "max_new_tokens": form.max_new_tokens,
-        "do_sample": form.do_sample,
-        "temperature": None if form.temperature == 1.0 else form.temperature,
-        "top_k": form.top_k or None,
-        "top_p": None if form.top_p >= 1.0 else form.top_p,
-        "typical_p": None if form.typical_p >= 1.0 else form.typical_p,
-        "repetition_penalty": None if form.repetition_penalty == 1.0 else form.repetition_penalty,
-        "frequency_penalty": form.frequency_penalty or None,
-        "seed": form.seed,
-        "best_of": form.best_of if form.best_of > 1 else None,
-        "top_n_tokens": form.top_n_tokens or None,
-        "stop": stops,
-        "truncate": form.truncate or None,
-        "watermark": form.watermark,
-        "adapter_id": form.adapter_id.strip() or None,
-        "details": True,
-        "constraint_engine": form.constraint_engine,
-    }
-    if constrained:
-        data["grammar"] = grammar_of(form)
-        data["logits_processors"] = processors_of(form)
-    try:
-        return GenerateParameters.model_validate(data)
-    except ValidationError as exc:
-        raise _parameter_error(exc) from None
+    values = {**form.model_dump(), "stop": form.stop.splitlines()}
+    if not constrained:
+        return inbound.from_controls(values)
+    return inbound.from_controls(
+        values, grammar=inbound.grammar_for(form.kind, form.constraint_text), processors=processors_of(form)
+    )
 
 
 def chat_inputs(system_prompt: str, messages: list[dict[str, str]], user_text: str | None = None) -> list[ChatMessage]:
@@ -194,7 +161,7 @@ def import_session(text: str) -> tuple[Form, list[dict[str, str]]]:
     try:
         form = Form.model_validate(data.get("settings", {}))
     except ValidationError as exc:
-        error = _parameter_error(exc)
+        error = parameter_error(exc)
         raise PlaygroundError(f"session settings: {error.message}") from None
     messages = data.get("messages", [])
     if not isinstance(messages, list) or not all(_is_message(m) for m in messages):

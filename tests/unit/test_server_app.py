@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 
 from playground.providers.registry import Registry
 from playground.server import create_app
-from playground.server.errors import validation_message
+from playground.wire.errors import validation_message
 
 KEY = "s3cret"
 AUTH = {"Authorization": f"Bearer {KEY}"}

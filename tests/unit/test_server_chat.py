@@ -10,13 +10,14 @@ from pydantic import ValidationError
 from playground.errors import ParameterError
 from playground.server import chat
 from playground.types import GeneratedToken, GenerationResult, Sequence, Token
+from playground.wire import inbound
 
 USER = [{"role": "user", "content": "hi"}]
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
 
 
-def _request(**fields: Any) -> chat.ChatRequest:
-    return chat.ChatRequest.model_validate({"messages": USER, **fields})
+def _request(**fields: Any) -> inbound.ChatRequest:
+    return inbound.ChatRequest.model_validate({"messages": USER, **fields})
 
 
 @pytest.mark.parametrize(
@@ -51,20 +52,20 @@ def _request(**fields: Any) -> chat.ChatRequest:
     ],
 )
 def test_each_way_of_asking_for_a_constraint(fields: dict[str, Any], grammar: dict[str, Any] | None) -> None:
-    params = chat.chat_parameters(_request(**fields), seed=1)
+    params = inbound.chat_parameters(_request(**fields), seed=1)
     assert (params.grammar.model_dump() if params.grammar else None) == grammar
 
 
 def test_two_constraints_at_once_are_refused_by_name() -> None:
     with pytest.raises(ParameterError, match="response_format, guided_regex: give one constraint"):
-        chat.chat_parameters(_request(response_format={"type": "json_object"}, guided_regex="a"), seed=1)
+        inbound.chat_parameters(_request(response_format={"type": "json_object"}, guided_regex="a"), seed=1)
 
 
 def test_sampling_mapping() -> None:
-    greedy = chat.chat_parameters(_request(temperature=0, top_p=0.5, max_tokens=7, stop="END"), seed=3)
+    greedy = inbound.chat_parameters(_request(temperature=0, top_p=0.5, max_tokens=7, stop="END"), seed=3)
     assert (greedy.do_sample, greedy.temperature, greedy.top_p, greedy.sampling) == (False, None, None, False)
     assert (greedy.max_new_tokens, greedy.stop, greedy.seed) == (7, ["END"], 3)
-    default = chat.chat_parameters(_request(logprobs=True, top_logprobs=3, max_completion_tokens=5), seed=4)
+    default = inbound.chat_parameters(_request(logprobs=True, top_logprobs=3, max_completion_tokens=5), seed=4)
     assert (default.do_sample, default.top_n_tokens, default.max_new_tokens, default.details) == (True, 3, 5, True)
 
 
@@ -79,7 +80,7 @@ def test_sampling_mapping() -> None:
 )
 def test_refused_parameters_name_the_field(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ParameterError, match=message):
-        chat.chat_parameters(_request(**fields), seed=0)
+        inbound.chat_parameters(_request(**fields), seed=0)
 
 
 def test_bad_response_format_is_a_validation_error() -> None:

@@ -17,6 +17,7 @@ from playground.types import (
     TokenEvent,
     Validation,
 )
+from playground.wire import inbound, limits
 from tests.spec import validate
 
 INFO = ModelInfo(
@@ -138,16 +139,16 @@ def test_info_is_tgi_shaped() -> None:
 )
 def test_tgi_rules(params: GenerateParameters, streaming: bool, message: str) -> None:
     with pytest.raises(ParameterError, match=message):
-        convert.check_tgi_rules(params, INFO, streaming=streaming)
+        limits.check_limits(params, INFO, streaming=streaming)
 
 
 def test_tgi_rules_accept_a_sampled_best_of() -> None:
-    convert.check_tgi_rules(GenerateParameters(best_of=2, temperature=0.7, max_new_tokens=10), INFO, streaming=False)
+    limits.check_limits(GenerateParameters(best_of=2, temperature=0.7, max_new_tokens=10), INFO, streaming=False)
 
 
 def test_build_parameters_names_the_field() -> None:
     with pytest.raises(ParameterError, match=r"^frequency_penalty: Input should be greater than -2"):
-        convert.build_parameters({"frequency_penalty": -2.0})
+        inbound.parameters({"frequency_penalty": -2.0})
 
 
 def test_next_token_request_needs_exactly_one_prompt() -> None:

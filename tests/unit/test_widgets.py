@@ -17,9 +17,10 @@ from playground.types import (
     Token,
     Validation,
 )
+from playground.wire.inbound import grammar_for
 from widgets import TokenView
 from widgets import html as static_html
-from widgets.playground import build_inputs, build_parameters, describe, grammar_for
+from widgets.playground import build_inputs, build_parameters, describe
 from widgets.token_view import result_payload
 
 SCRIPT = "<script>window.__pwned = 1</script>"
@@ -208,7 +209,8 @@ def _state(**overrides) -> dict:
     state = {
         "max_new_tokens": 20,
         "do_sample": False,
-        "temperature": 0.7,
+        "temperature": 1.0,
+        "min_p": 0.0,
         "seed": None,
         "best_of": 1,
         "top_n_tokens": 5,
@@ -227,8 +229,9 @@ def test_build_parameters_maps_the_widget_state() -> None:
     assert params.stop == ["\n\n"]
     assert params.grammar == GrammarType(type="regex", value="[ab]+")
     assert params.logits_processors[0].name == "ban_strings"
-    sampled = build_parameters(_state(do_sample=True, best_of=3, seed=5))
-    assert sampled.temperature == 0.7 and sampled.best_of == 3 and sampled.seed == 5
+    sampled = build_parameters(_state(temperature=0.7, min_p=0.1, best_of=3, seed=5))
+    assert sampled.temperature == 0.7 and sampled.min_p == 0.1 and sampled.best_of == 3 and sampled.seed == 5
+    assert sampled.sampling  # as in TGI, a warper that is set samples
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,65 @@
+"""Pydantic's validation errors -> one line that names each field, for every surface that validates."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from playground.errors import ParameterError
+
+
+def field_name(loc: Sequence[Any]) -> str:
+    """`("body", "parameters", "top_p")` -> `parameters.top_p`; list indices become `[i]`."""
+    parts: list[str] = []
+    for item in loc:
+        if item == "body" and not parts:
+            continue
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif parts:
+            parts.append(f".{item}")
+        else:
+            parts.append(str(item))
+    return "".join(parts)
+
+
+def describe(
+    error: dict[str, Any], *, unknown_hint: str = "not a parameter of this endpoint", whole: str = "request body"
+) -> str:
+    """A pydantic error as `field: message`, with pydantic's wording made plainer.
+
+    `unknown_hint` follows "unknown field" (a config file lists the allowed ones, where a typo is likely);
+    `whole` names the document when the error is about all of it.
+    """
+    field = field_name(error.get("loc", ()))
+    kind = error.get("type", "")
+    message = str(error.get("msg", "invalid value"))
+    if kind == "extra_forbidden":
+        message = f"unknown field ({unknown_hint})" if unknown_hint else "unknown field"
+    elif kind == "json_invalid":
+        detail = (error.get("ctx") or {}).get("error", "")
+        message = f"request body is not valid JSON ({detail})" if detail else "request body is not valid JSON"
+        field = ""
+    elif kind == "missing":
+        message = "field required"
+    message = message.removeprefix("Value error, ")
+    if not field and kind != "json_invalid":
+        field = whole
+    return f"{field}: {message}" if field else message
+
+
+def validation_message(
+    errors: Sequence[dict[str, Any]], *, prefix: Sequence[Any] = (), whole: str = "request body"
+) -> str:
+    """All validation errors in one line, each naming its field (under `prefix`, the caller's own name)."""
+    described = (describe({**e, "loc": (*prefix, *e.get("loc", ()))}, whole=whole) for e in errors)
+    return "; ".join(described) or "invalid request"
+
+
+def parameter_error(exc: ValidationError, *, prefix: Sequence[Any] = ()) -> ParameterError:
+    """A ParameterError for a validation failure; its `field` is the first field named."""
+    errors = exc.errors()
+    first = field_name((*prefix, *errors[0]["loc"])) if errors else ""
+    return ParameterError(validation_message(errors, prefix=prefix), field=first or None)

@@ -1,0 +1,169 @@
+"""Every request shape -> GenerateParameters: the TGI body, the OpenAI/vLLM chat body, the UI form, the widget.
+
+The TGI body is GenerateParameters itself; the others are mapped here, so a new parameter is added
+once (a row in `controls`) rather than once per surface.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import ValidationError, model_validator
+
+from playground.constraints import Constraint
+from playground.errors import ParameterError
+from playground.types import ChatCompletionRequest, GenerateParameters, GrammarType, ProcessorSpec, Strict
+from playground.wire.controls import BY_NAME, carried_by, sampling_values
+from playground.wire.errors import parameter_error
+
+MAX_CHOICES = 8
+
+
+def parameters(values: Mapping[str, Any], *, prefix: Sequence[Any] = ()) -> GenerateParameters:
+    """GenerateParameters from mapped values; a range error names the caller's field, never a 500."""
+    try:
+        return GenerateParameters.model_validate(dict(values))
+    except ValidationError as exc:
+        raise parameter_error(exc, prefix=prefix) from None
+
+
+def grammar_for(kind: str, text: str) -> GrammarType | None:
+    """The request's `grammar` for an editor's (kind, text); a bad constraint raises its typed error."""
+    if kind in ("none", "processor"):
+        return None
+    return Constraint.parse(kind, text).to_grammar()
+
+
+# --- the UI form and the widget -------------------------------------------------------------------
+
+
+def from_controls(
+    values: Mapping[str, Any], *, grammar: GrammarType | None = None, processors: Sequence[ProcessorSpec] = ()
+) -> GenerateParameters:
+    """Parameters from a form of controls (UI or widget): neutral values (temperature 1, top_k 0) mean unset.
+
+    As in TGI, a warper that is set samples even when do_sample is off.
+    """
+    data: dict[str, Any] = {
+        "max_new_tokens": values.get("max_new_tokens"),
+        "do_sample": bool(values.get("do_sample")),
+        "seed": values.get("seed"),
+        "best_of": values["best_of"] if (values.get("best_of") or 1) > 1 else None,
+        "top_n_tokens": values.get("top_n_tokens") or None,
+        "stop": [line for line in values.get("stop") or [] if line],
+        "truncate": values.get("truncate") or None,
+        "watermark": bool(values.get("watermark")),
+        "adapter_id": (values.get("adapter_id") or "").strip() or None,
+        "constraint_engine": values.get("constraint_engine") or "auto",
+        "details": True,
+        "grammar": grammar,
+        "logits_processors": list(processors),
+        **sampling_values(values),
+    }
+    return parameters({k: v for k, v in data.items() if v is not None})
+
+
+# --- the OpenAI / vLLM chat body ------------------------------------------------------------------
+
+
+class ChatResponseFormat(Strict):
+    """OpenAI's response_format, and TGI's `{type: json|json_object|regex|json_schema, value}` that
+    huggingface_hub's InferenceClient sends."""
+
+    type: Literal["text", "json_object", "json_schema", "json", "regex"]
+    json_schema: dict[str, Any] | None = None
+    value: Any = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> ChatResponseFormat:
+        if (
+            self.type == "json_schema"
+            and not (self.json_schema and "schema" in self.json_schema)
+            and self.value is None
+        ):
+            raise ValueError("type 'json_schema' needs json_schema: {name, schema}")
+        if self.type in ("json", "regex") and self.value is None:
+            raise ValueError(f"type {self.type!r} needs a value")
+        return self
+
+
+class ChatRequest(ChatCompletionRequest):
+    """The chat body we accept: OpenAI's, with vLLM's structured_outputs and TGI's response_format form."""
+
+    response_format: ChatResponseFormat | None = None  # type: ignore[assignment]
+
+
+def _response_format_grammar(fmt: ChatResponseFormat) -> dict[str, Any] | None:
+    if fmt.type == "text":
+        return None
+    if fmt.type == "regex":
+        return {"type": "regex", "value": fmt.value}
+    if fmt.type == "json_schema":
+        if fmt.json_schema is not None:
+            return {"type": "json", "value": fmt.json_schema["schema"]}
+        return {"type": "json_schema", "value": fmt.value}
+    return {"type": "json", "value": fmt.value if fmt.value is not None else {"type": "object"}}
+
+
+_SO_FIELDS = (("json", "json_"), ("regex", "regex"), ("choice", "choice"), ("grammar", "grammar"))
+_GUIDED_FIELDS = (
+    ("guided_json", "json"),
+    ("guided_regex", "regex"),
+    ("guided_choice", "choice"),
+    ("guided_grammar", "grammar"),
+)
+
+
+def constraint_of(req: ChatCompletionRequest) -> dict[str, Any] | None:
+    """The grammar a chat request asks for; asking in two places at once is an error naming both."""
+    found: list[tuple[str, dict[str, Any] | None]] = []
+    if req.response_format is not None and req.response_format.type != "text":
+        found.append(("response_format", _response_format_grammar(req.response_format)))  # type: ignore[arg-type]
+    so = req.structured_outputs
+    if so is not None:
+        kind, value = next((k, getattr(so, a)) for k, a in _SO_FIELDS if getattr(so, a) is not None)
+        found.append(("structured_outputs", {"type": kind, "value": value}))
+    for field, kind in _GUIDED_FIELDS:
+        value = getattr(req, field)
+        if value is not None:
+            found.append((field, {"type": kind, "value": value}))
+    if len(found) > 1:
+        names = ", ".join(name for name, _ in found)
+        raise ParameterError(f"{names}: give one constraint, not several", field=found[1][0])
+    return found[0][1] if found else None
+
+
+def _check_unsupported(req: ChatCompletionRequest) -> None:
+    if req.n > MAX_CHOICES:
+        raise ParameterError(f"n: at most {MAX_CHOICES} choices per request, got {req.n}", field="n")
+    if req.presence_penalty:
+        raise ParameterError("presence_penalty: not supported; use frequency_penalty", field="presence_penalty")
+    if req.top_logprobs and not req.logprobs:
+        raise ParameterError("top_logprobs: needs logprobs set to true", field="top_logprobs")
+
+
+def base_seed(req: ChatCompletionRequest) -> int:
+    """Choice i is sampled with seed base+i, so each choice is reproducible on its own."""
+    return req.seed if req.seed is not None else random.randrange(2**31)
+
+
+def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters:
+    """One choice's GenerateParameters; temperature 0 means greedy, unset means OpenAI's default 1."""
+    _check_unsupported(req)
+    greedy = req.temperature == 0
+    sampling = {name: getattr(req, name) for name in carried_by("chat") if not (greedy and BY_NAME[name].warper)}
+    values: dict[str, Any] = {
+        "details": True,
+        "do_sample": not greedy,
+        **{name: value for name, value in sampling.items() if value},
+        "max_new_tokens": req.max_completion_tokens or req.max_tokens,
+        "stop": [req.stop] if isinstance(req.stop, str) else list(req.stop or []),
+        "seed": seed,
+        "top_n_tokens": req.top_logprobs if req.logprobs and req.top_logprobs else None,
+        "grammar": constraint_of(req),
+        "logits_processors": [spec.model_dump() for spec in req.logits_processors],
+        "constraint_engine": req.constraint_engine,
+    }
+    return parameters({k: v for k, v in values.items() if v is not None})

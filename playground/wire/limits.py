@@ -1,0 +1,70 @@
+"""The checks every surface applies before any work starts, worded once.
+
+TGI's validation with the limits /info reports: best_of needs sampling and may not stream, top-n and
+stop sequences within the model's limits, max_new_tokens leaving room in the context.
+"""
+
+from __future__ import annotations
+
+from playground.errors import ParameterError
+from playground.providers.base import ModelInfo
+from playground.types import GenerateParameters
+
+
+def check_best_of(
+    params: GenerateParameters, max_best_of: int | None = None, *, field: str = "parameters.best_of"
+) -> None:
+    """best_of > 1 samples several candidates: identical greedy ones would be pointless (TGI refuses them).
+
+    `max_best_of` None: the limit is a remote server's to check.
+    """
+    best_of = params.best_of or 1
+    if best_of <= 1:
+        return
+    if not params.sampling:
+        raise ParameterError(
+            f"{field}: best_of > 1 needs sampling: set do_sample or a sampling parameter "
+            "(temperature, top_k, top_p, typical_p, min_p)",
+            field=field,
+        )
+    if max_best_of is not None and best_of > max_best_of:
+        raise ParameterError(f"{field}: must be <= {max_best_of} (max_best_of), got {best_of}", field=field)
+
+
+def check_top_n(params: GenerateParameters, limit: int, *, field: str = "parameters.top_n_tokens") -> None:
+    """More alternatives per token than the model reports is an error, not a silent cut."""
+    if params.top_n_tokens is not None and params.top_n_tokens > limit:
+        raise ParameterError(f"{field}: must be <= {limit}, got {params.top_n_tokens}", field=field)
+
+
+def check_lengths(params: GenerateParameters, info: ModelInfo, field: str = "parameters.max_new_tokens") -> None:
+    """max_new_tokens must leave room for at least one prompt token; `field` is the name the caller sent it by."""
+    if params.max_new_tokens is None:
+        return
+    if params.max_new_tokens < 1:
+        raise ParameterError(f"{field}: must be at least 1", field=field)
+    if params.max_new_tokens >= info.max_total_tokens:
+        raise ParameterError(
+            f"{field}: must be < {info.max_total_tokens} (max_total_tokens), got {params.max_new_tokens}", field=field
+        )
+
+
+def check_limits(params: GenerateParameters, info: ModelInfo, *, streaming: bool) -> None:
+    """TGI's validation, with the limits /info reports."""
+    if streaming and (params.best_of or 1) > 1:
+        raise ParameterError(
+            "parameters.best_of: best_of > 1 is not supported when streaming", field="parameters.best_of"
+        )
+    check_best_of(params, info.max_best_of)
+    if streaming and params.decoder_input_details:
+        raise ParameterError(
+            "parameters.decoder_input_details: not supported when streaming tokens",
+            field="parameters.decoder_input_details",
+        )
+    check_top_n(params, info.max_top_n_tokens)
+    if len(params.stop) > info.max_stop_sequences:
+        raise ParameterError(
+            f"parameters.stop: at most {info.max_stop_sequences} stop sequences, got {len(params.stop)}",
+            field="parameters.stop",
+        )
+    check_lengths(params, info)
