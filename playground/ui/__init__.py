@@ -9,6 +9,7 @@ import gradio as gr
 
 from playground.providers.registry import Registry
 from playground.ui import controls, handlers, layout, render
+from playground.ui.chat_view import chatbot_value
 from playground.ui.handlers import Panels
 from playground.ui.state import ChatState, Form, UISettings
 
@@ -156,6 +157,12 @@ def _setup_chat_events(registry: Registry, c: Comps) -> None:
         )
     c["mode"].change(handlers.set_mode, [c["state"], c["mode"]], [c["state"], c["tokens"]], show_progress="hidden")
 
+    def on_markdown(state: ChatState, markdown: bool) -> tuple:
+        state, view = handlers.set_markdown(state, markdown)
+        return state, gr.update(**view, elem_classes=[] if state.markdown else [layout.EXACT_CLASS])
+
+    c["markdown"].change(on_markdown, [c["state"], c["markdown"]], [c["state"], c["chatbot"]], show_progress="hidden")
+
     def on_token_click(state: ChatState, evt: gr.EventData) -> str:
         index = getattr(evt, "index", None)
         return handlers.next_token(registry, state, int(index) if isinstance(index, (int, float)) else None)
@@ -202,8 +209,9 @@ def _setup_session_events(c: Comps) -> None:
             loaded, fresh = controls.import_file(path, state.mode)
         except Exception as exc:  # noqa: BLE001
             return (*[gr.skip()] * len(form), gr.skip(), gr.skip(), render.error_box(handlers.error_message(exc)))
+        fresh.markdown = state.markdown
         note = render.box("ok", f"✓ imported {len(fresh.messages)} messages and the settings")
-        return (*loaded.values(), fresh, handlers.chatbot_value(fresh.messages), note)
+        return (*loaded.values(), fresh, chatbot_value(fresh.messages, state.markdown), note)
 
     c["session_export"].click(on_export, [c["state"], *form], [c["session_file"], c["session_status"]])
     c["session_import"].upload(

@@ -6,10 +6,7 @@ become an error box, never a traceback.
 
 from __future__ import annotations
 
-import html
-import json
 import logging
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -18,6 +15,7 @@ from playground.errors import ParameterError, PlaygroundError
 from playground.providers.registry import Registry
 from playground.types import GeneratedToken, GenerationResult, TokenEvent
 from playground.ui import render
+from playground.ui.chat_view import CONSTRAINT_KEY, chatbot_value
 from playground.ui.state import ChatState, Form, LastRequest, chat_inputs, params_of
 
 log = logging.getLogger(__name__)
@@ -42,14 +40,14 @@ class Panels:
     def failed(cls, state: ChatState, exc: BaseException, input_text: str | None = None) -> Panels:
         """The conversation as it was, the error's message in the error box, the other panels untouched."""
         box = render.error_box(error_message(exc))
-        return cls(state=state, chatbot=chatbot_value(state.messages), error=box, input_text=input_text)
+        return cls(state=state, chatbot=chatbot_value(state.messages, state.markdown), error=box, input_text=input_text)
 
     @classmethod
     def empty(cls, state: ChatState, input_text: str | None = None) -> Panels:
         """Every insight panel cleared (a new turn starts, or the conversation was undone or cleared)."""
         return cls(
             state=state,
-            chatbot=chatbot_value(state.messages),
+            chatbot=chatbot_value(state.messages, state.markdown),
             tokens=render.tokens_html([]),
             details="",
             verdict="",
@@ -67,28 +65,6 @@ def error_message(exc: BaseException) -> str:
     return f"unexpected error: {type(exc).__name__}: {exc}"
 
 
-def display(content: str) -> str:
-    """Chat text for the chatbot: JSON answers as a code block, the rest with HTML shown as text.
-
-    The chatbot renders Markdown and (sanitised) HTML; a playground must show `<b>` as the model wrote
-    it, not as bold, so tags are escaped outside code blocks, which Markdown already shows literally.
-    """
-    stripped = content.strip()
-    if stripped[:1] in ("{", "["):
-        try:
-            json.loads(stripped)
-        except json.JSONDecodeError:
-            return html.escape(content, quote=False)
-        fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", stripped)), default=0))
-        return f"{fence}json\n{stripped}\n{fence}"
-    return html.escape(content, quote=False)
-
-
-def chatbot_value(messages: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The conversation in the chatbot's messages format."""
-    return [{"role": m["role"], "content": display(m["content"])} for m in messages]
-
-
 def result_panels(state: ChatState, result: GenerationResult) -> Panels:
     """Every panel for a finished result."""
     details = render.details_html(result)
@@ -96,7 +72,7 @@ def result_panels(state: ChatState, result: GenerationResult) -> Panels:
         details += render.box("warn", "; ".join(result.warnings))
     return Panels(
         state=state,
-        chatbot=chatbot_value(state.messages),
+        chatbot=chatbot_value(state.messages, state.markdown),
         tokens=render.tokens_html(result.best.tokens, state.mode),
         details=details,
         verdict=render.validation_html(result.best, result.constraint_kind),
@@ -139,7 +115,7 @@ def _turn(
     registry: Registry, state: ChatState, request: LastRequest, user_text: str, history: list[dict[str, str]]
 ) -> Iterator[Panels]:
     before = list(state.messages)
-    answer = {"role": "assistant", "content": PENDING}
+    answer = {"role": "assistant", "content": PENDING, CONSTRAINT_KEY: _kind_of(request)}
     state.messages = list(history) + [{"role": "user", "content": user_text}, answer]
     yield Panels.empty(state, input_text="")
     tokens: list[GeneratedToken] = []
@@ -153,10 +129,17 @@ def _turn(
                 tokens.append(event.token)
                 answer["content"] = _answer_text(tokens) or PENDING
                 tokens_html = render.tokens_html(tokens, state.mode, popovers=False)
-                yield Panels(state=state, chatbot=chatbot_value(state.messages), tokens=tokens_html)
+                yield Panels(state=state, chatbot=chatbot_value(state.messages, state.markdown), tokens=tokens_html)
     except Exception as exc:  # noqa: BLE001 - the conversation is restored and the message shown
         state.messages = before
         yield Panels.failed(state, exc, input_text=user_text)
+
+
+def _kind_of(request: LastRequest) -> str:
+    """The constraint kind a request decodes under ("processor" for a custom processor, "none" without)."""
+    if request.params.grammar is not None:
+        return request.params.grammar.type
+    return "processor" if request.params.logits_processors else "none"
 
 
 def retry(registry: Registry, form: Form, state: ChatState) -> Iterator[Panels]:
@@ -183,7 +166,13 @@ def undo(state: ChatState) -> Panels:
 
 def clear(state: ChatState) -> Panels:
     """An empty conversation; the settings stay."""
-    return Panels.empty(ChatState(mode=state.mode), input_text="")
+    return Panels.empty(ChatState(mode=state.mode, markdown=state.markdown), input_text="")
+
+
+def set_markdown(state: ChatState, markdown: bool) -> tuple[ChatState, dict]:
+    """Render unconstrained answers as Markdown, or (the default) show every message exactly."""
+    state.markdown = bool(markdown)
+    return state, {"value": chatbot_value(state.messages, state.markdown), "render_markdown": state.markdown}
 
 
 def set_mode(state: ChatState, mode: str) -> tuple[ChatState, str]:

@@ -17,6 +17,8 @@ CSS = (Path(__file__).parent / "static" / "ui.css").read_text(encoding="utf-8")
 PAGE_CSS = (Path(__file__).parent / "static" / "page.css").read_text(encoding="utf-8")
 # Clicking a token pins its popover and asks the server for the next-token chart at that position.
 TOKEN_CLICK_JS = (Path(__file__).parent / "static" / "tokens.js").read_text(encoding="utf-8")
+# The chatbot's class while it shows messages exactly (no Markdown): page.css keeps their whitespace.
+EXACT_CLASS = "pg-exact"
 ENGINES = ["auto", "llguidance", "xgrammar", "outlines_core"]
 # (key, tab label, editor label) of each snippet in the Code tab.
 CODE_TABS = [
@@ -214,17 +216,27 @@ def _render_sidebar(registry: Registry, limits: Limits) -> dict[str, gr.Componen
 
 
 def _render_chat_tab() -> dict[str, gr.Component]:
-    chatbot = gr.Chatbot(label="Chat", height=360, elem_id="chatbot", buttons=["copy"])
+    chatbot = gr.Chatbot(
+        label="Chat",
+        height=360,
+        elem_id="chatbot",
+        buttons=["copy"],
+        render_markdown=False,
+        elem_classes=[EXACT_CLASS],
+    )
     with gr.Row(equal_height=True):
         chat_input = gr.Textbox(
             placeholder="Type a message and press Enter", show_label=False, scale=5, elem_id="chat-input"
         )
         send = gr.Button("Send", variant="primary", scale=1, elem_id="send-btn")
         stop = gr.Button("Stop", variant="stop", scale=1, elem_id="stop-btn")
-    with gr.Row():
+    with gr.Row(equal_height=True):
         retry = gr.Button("Retry", size="sm", elem_id="retry-btn")
         undo = gr.Button("Undo", size="sm", elem_id="undo-btn")
         clear = gr.Button("Clear", size="sm", elem_id="clear-btn")
+        markdown = gr.Checkbox(
+            value=False, label="Markdown for unconstrained answers", elem_id="chat-markdown", container=False
+        )
     error = html("chat-error")
     finish = html("finish-reason")
     verdict = html("validation-status")
@@ -243,6 +255,7 @@ def _render_chat_tab() -> dict[str, gr.Component]:
         "retry": retry,
         "undo": undo,
         "clear": clear,
+        "markdown": markdown,
         "error": error,
         "finish": finish,
         "verdict": verdict,

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from playground.errors import ParameterError, PlaygroundError
 from playground.types import ChatMessage, GenerateParameters, GenerationResult, ProcessorSpec
+from playground.ui.chat_view import CONSTRAINT_KEY
 from playground.ui.examples import SYSTEM_PROMPT
 from playground.wire import inbound
 from playground.wire.errors import parameter_error
@@ -97,6 +98,7 @@ class ChatState(BaseModel):
     result: GenerationResult | None = None
     request: LastRequest | None = None
     mode: str = "constrained"
+    markdown: bool = False
 
 
 def _seed(value: Any) -> int | None:
@@ -166,7 +168,15 @@ def import_session(text: str) -> tuple[Form, list[dict[str, str]]]:
     messages = data.get("messages", [])
     if not isinstance(messages, list) or not all(_is_message(m) for m in messages):
         raise PlaygroundError('session messages must be a list of {"role": "user"|"assistant", "content": str}')
-    return form, [{"role": m["role"], "content": m["content"]} for m in messages]
+    return form, [_message(m) for m in messages]
+
+
+def _message(item: dict[str, Any]) -> dict[str, str]:
+    """A stored message: role and content, and the constraint kind an answer was generated under."""
+    message = {"role": item["role"], "content": item["content"]}
+    if isinstance(item.get(CONSTRAINT_KEY), str):
+        message[CONSTRAINT_KEY] = item[CONSTRAINT_KEY]
+    return message
 
 
 def _is_message(item: Any) -> bool:

@@ -201,15 +201,19 @@ def test_error_and_constraint_boxes_escape_their_message() -> None:
     assert render.constraint_status("none", None) == ""
 
 
-def test_chat_text_shows_tags_as_text_and_json_as_code():
-    from playground.ui.handlers import chatbot_value, display
+def test_chat_shows_every_message_exactly_unless_markdown_is_asked_for():
+    from playground.ui.chat_view import chatbot_value
 
-    assert (
-        display("<b>bold</b> & <img src=x onerror=alert(1)>")
-        == "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;img src=x onerror=alert(1)&gt;"
-    )
-    assert display('{"a": "<b>"}') == '```json\n{"a": "<b>"}\n```'
-    assert display('{"a": "```"}') == '````json\n{"a": "```"}\n````'
-    assert chatbot_value([{"role": "user", "content": "<i>hi</i>"}]) == [
-        {"role": "user", "content": "&lt;i&gt;hi&lt;/i&gt;"}
+    user = {"role": "user", "content": "# x *a* <b>b</b> & ```"}
+    free = {"role": "assistant", "content": "**bold** <i>", "constraint": "none"}
+    bound = {"role": "assistant", "content": "12*12*12*1 <b>", "constraint": "grammar"}
+    assert [m["content"] for m in chatbot_value([user, free, bound])] == [
+        "# x *a* &lt;b&gt;b&lt;/b&gt; &amp; ```",
+        "**bold** &lt;i&gt;",
+        '<pre class="pg-answer"><code>12*12*12*1 &lt;b&gt;</code></pre>',
+    ]
+    assert [m["content"] for m in chatbot_value([user, free, bound], markdown=True)] == [
+        "````\n# x *a* <b>b</b> & ```\n````",
+        "**bold** &lt;i&gt;",
+        "```\n12*12*12*1 <b>\n```",
     ]
