@@ -66,8 +66,46 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-new-tokens", type=int, default=256, help="max_new_tokens when a request leaves it unset (default: 256)"
     )
+    parser.add_argument(
+        "--max-concurrent",
+        type=_positive,
+        default=2,
+        metavar="N",
+        help="API requests that work at once; more wait in the queue (default: 2)",
+    )
+    parser.add_argument(
+        "--max-queue",
+        type=_non_negative,
+        default=16,
+        metavar="N",
+        help="API requests that may wait for a turn; past that the server answers 429 with Retry-After (default: 16)",
+    )
+    parser.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="/health answers 503 while running work has made no progress for this long (default: 60)",
+    )
     parser.add_argument("--no-ui", action="store_true", help="serve only the HTTP API")
     return parser.parse_args(argv)
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
 
 
 def load_plugins(args: argparse.Namespace) -> None:
@@ -185,9 +223,17 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from playground.server import create_app
+    from playground.server.admission import AdmissionLimits
 
     ui = not args.no_ui
-    app = create_app(registry, api_key=args.api_key or None, ui=ui, ui_options=ui_options(args) if ui else None)
+    app = create_app(
+        registry,
+        api_key=args.api_key or None,
+        ui=ui,
+        ui_options=ui_options(args) if ui else None,
+        admission=AdmissionLimits(max_running=args.max_concurrent, max_queue=args.max_queue),
+        stall_timeout_s=args.stall_timeout,
+    )
     log.info("ready in %.1f s: http://%s:%d (API docs at /docs)", time.perf_counter() - started, args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
 

@@ -7,19 +7,34 @@ validation verdict) is added as extra fields, which TGI's schemas allow.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from playground.limits import (
+    MAX_INPUT_CHARS,
+    MAX_MESSAGES,
+    MAX_NAME_CHARS,
+    MAX_PROCESSOR_PARAM_CHARS,
+    MAX_PROCESSOR_PARAMS,
+    MAX_PROCESSORS,
+    MAX_STOP_CHARS,
+)
 
 FinishReason = Literal["length", "eos_token", "stop_sequence"]
 ConstraintKind = Literal["none", "json_schema", "regex", "choice", "grammar"]
 EngineName = Literal["auto", "llguidance", "xgrammar", "outlines_core"]
+InputText = Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+StopText = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
+ParamText = Annotated[str, Field(max_length=MAX_PROCESSOR_PARAM_CHARS)]
 
 
 class Strict(BaseModel):
-    """Requests reject unknown fields, so a typo is an error rather than a silent no-op."""
+    """Requests reject unknown fields (a typo is an error, not a silent no-op) and take JSON's types as
+    they are: `true` or `"3"` is not a number, and numbers are finite (no `Infinity`, no `NaN`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class GrammarType(Strict):
@@ -32,14 +47,14 @@ class GrammarType(Strict):
 class ProcessorSpec(Strict):
     """A registered logits processor chosen by name, with string parameters."""
 
-    name: str
-    params: list[str] = Field(default_factory=list)
+    name: Name
+    params: list[ParamText] = Field(default_factory=list, max_length=MAX_PROCESSOR_PARAMS)
 
 
 class GenerateParameters(Strict):
     """TGI's GenerateParameters: same names, same ranges, same defaults."""
 
-    adapter_id: str | None = None
+    adapter_id: Name | None = None
     best_of: int | None = Field(default=None, gt=0)
     decoder_input_details: bool = False
     details: bool = True
@@ -51,7 +66,7 @@ class GenerateParameters(Strict):
     repetition_penalty: float | None = Field(default=None, gt=0.0)
     return_full_text: bool | None = None
     seed: int | None = Field(default=None, ge=0)
-    stop: list[str] = Field(default_factory=list, max_length=4)
+    stop: list[StopText] = Field(default_factory=list, max_length=4)
     temperature: float | None = Field(default=None, gt=0.0)
     top_k: int | None = Field(default=None, gt=0)
     top_n_tokens: int | None = Field(default=None, gt=0)
@@ -60,7 +75,7 @@ class GenerateParameters(Strict):
     typical_p: float | None = Field(default=None, gt=0.0, le=1.0)
     watermark: bool = False
     # Extensions, ignored by TGI clients that don't send them.
-    logits_processors: list[ProcessorSpec] = Field(default_factory=list)
+    logits_processors: list[ProcessorSpec] = Field(default_factory=list, max_length=MAX_PROCESSORS)
     constraint_engine: EngineName = "auto"
 
     @property
@@ -280,10 +295,18 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
+def check_messages_size(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """All messages together are a prompt: the same character limit as `inputs`."""
+    total = sum(len(m.text()) for m in messages)
+    if total > MAX_INPUT_CHARS:
+        raise ValueError(f"{total} characters in all messages; at most {MAX_INPUT_CHARS}")
+    return messages
+
+
 class GenerateRequest(Strict):
     """TGI's GenerateRequest."""
 
-    inputs: str
+    inputs: InputText
     parameters: GenerateParameters = Field(default_factory=GenerateParameters)
     stream: bool = False
 
@@ -326,8 +349,8 @@ class StreamOptions(Strict):
 class ChatCompletionRequest(Strict):
     """OpenAI's chat completion request, with vLLM's structured_outputs and our processors."""
 
-    messages: list[ChatMessage] = Field(min_length=1)
-    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    model: Name | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
@@ -335,7 +358,7 @@ class ChatCompletionRequest(Strict):
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     n: int = Field(default=1, ge=1)
     seed: int | None = Field(default=None, ge=0)
-    stop: str | list[str] | None = None
+    stop: StopText | list[StopText] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     logprobs: bool = False
@@ -348,9 +371,14 @@ class ChatCompletionRequest(Strict):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
-    logits_processors: list[ProcessorSpec] = Field(default_factory=list)
+    logits_processors: list[ProcessorSpec] = Field(default_factory=list, max_length=MAX_PROCESSORS)
     constraint_engine: EngineName = "auto"
-    user: str | None = None
+    user: Name | None = None
+
+    @field_validator("messages")
+    @classmethod
+    def _total_size(cls, messages: list[ChatMessage]) -> list[ChatMessage]:
+        return check_messages_size(messages)
 
 
 class TopLogprob(Wire):

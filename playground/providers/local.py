@@ -9,6 +9,7 @@ from typing import Any
 
 from playground.engine import Engine
 from playground.errors import ModelError
+from playground.heartbeat import Heartbeat
 from playground.models import load_model
 from playground.providers.base import Inputs, ModelInfo, SimpleToken
 from playground.settings import gpu_decorator
@@ -38,6 +39,7 @@ class LocalProvider:
         self._engines: dict[str, Engine] = {e.model_id: e for e in engines or []}
         self._aliases: dict[str, str] = {}
         self._lock = threading.Lock()
+        self.heartbeat = Heartbeat()
         # On a ZeroGPU Space the GPU is attached only inside spaces.GPU-decorated calls; elsewhere identity.
         gpu = gpu_decorator()
         self._generate = gpu(self._generate_on_device)
@@ -95,22 +97,27 @@ class LocalProvider:
         return self._next_token(self.engine(model), inputs, params, prefix, top_k)
 
     def _generate_on_device(self, engine: Engine, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
-        result = engine.generate(inputs, params)
-        result.provider_id = self.provider_id
+        result = None
+        for event in self._stream_on_device(engine, inputs, params):
+            result = event
+        assert isinstance(result, GenerationResult)
         return result
 
     def _stream_on_device(
         self, engine: Engine, inputs: Inputs, params: GenerateParameters
     ) -> Iterator[TokenEvent | GenerationResult]:
-        for event in engine.stream(inputs, params):
-            if isinstance(event, GenerationResult):
-                event.provider_id = self.provider_id
-            yield event
+        with self.heartbeat.working() as beat:
+            for event in engine.stream(inputs, params):
+                beat()
+                if isinstance(event, GenerationResult):
+                    event.provider_id = self.provider_id
+                yield event
 
     def _next_token_on_device(
         self, engine: Engine, inputs: Inputs, params: GenerateParameters, prefix: str, top_k: int
     ) -> NextTokenDistribution:
-        return engine.next_token_distribution(inputs, params, prefix=prefix, top_k=top_k)
+        with self.heartbeat.working():
+            return engine.next_token_distribution(inputs, params, prefix=prefix, top_k=top_k)
 
     def tokenize(self, model: str, text: str) -> list[SimpleToken]:
         return [SimpleToken(**t) for t in self.engine(model).tokenize(text)]

@@ -9,10 +9,12 @@ from fastapi.responses import RedirectResponse
 
 from playground.providers.registry import Registry
 from playground.server import openai, tgi
+from playground.server.admission import Admission, AdmissionGate, AdmissionLimits
 from playground.server.auth import (
     LOGIN_MESSAGE,
     GradioLoginGate,
     api_key_guard,
+    has_api_key,
     mounted_gradio,
     ui_login,
 )
@@ -39,10 +41,14 @@ def create_app(
     api_key: str | None = None,
     ui: bool = True,
     ui_options: dict[str, Any] | None = None,
+    admission: AdmissionLimits | None = None,
+    stall_timeout_s: float = 60.0,
 ) -> FastAPI:
     """The API on every route it names, and the UI (when asked) on everything else under "/"."""
     app = FastAPI(title="Structured Playground", version=VERSION, description=DESCRIPTION)
     app.state.registry = registry
+    app.state.admission = Admission(admission or AdmissionLimits())
+    app.state.stall_timeout_s = stall_timeout_s
     install_error_handlers(app)
     checks = [Depends(api_key_guard(api_key)), Depends(valid_unicode)]
     app.include_router(tgi.open_router)
@@ -50,6 +56,14 @@ def create_app(
     app.include_router(openai.router, dependencies=checks, max_body_size=MAX_BODY_BYTES)
     methods = api_methods([tgi.open_router, tgi.router, openai.router])
     add_method_not_allowed(app, methods)
+    work = {path for path, allowed in methods.items() if "POST" in allowed}
+    app.add_middleware(
+        AdmissionGate,
+        admission=app.state.admission,
+        paths=work,
+        max_body_bytes=MAX_BODY_BYTES,
+        refused_anyway=lambda scope: not has_api_key(scope, api_key),
+    )
     app.add_middleware(DeclaredBodyLimit, paths=set(methods), max_bytes=MAX_BODY_BYTES)
     if ui:
         return _mount_ui(app, registry, ui_options or {}, api_key)

@@ -6,6 +6,7 @@ import secrets
 from collections.abc import Callable
 
 from fastapi import FastAPI, HTTPException, Request
+from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 from starlette.routing import Mount
@@ -23,14 +24,19 @@ def key_matches(given: str, api_key: str) -> bool:
     return secrets.compare_digest(given.encode(), api_key.encode())
 
 
+def has_api_key(scope: Scope, api_key: str | None) -> bool:
+    """Whether a request carries `Authorization: Bearer KEY` (always true on a server without a key)."""
+    if api_key is None:
+        return True
+    scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and key_matches(token.strip(), api_key)
+
+
 def api_key_guard(api_key: str | None):
     """A dependency that demands `Authorization: Bearer KEY` when the server has a key."""
 
     async def check(request: Request) -> None:
-        if api_key is None:
-            return
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not key_matches(token.strip(), api_key):
+        if not has_api_key(request.scope, api_key):
             raise HTTPException(
                 status_code=401,
                 detail="missing or wrong API key: send the header `Authorization: Bearer <key>`",

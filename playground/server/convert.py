@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from playground.errors import ParameterError
+from playground.limits import MAX_MESSAGES, MAX_PREFIX_CHARS
 from playground.providers.base import ModelInfo
 from playground.types import (
     BestOfSequence,
@@ -16,12 +17,15 @@ from playground.types import (
     GenerateParameters,
     GenerateResponse,
     GenerationResult,
+    InputText,
+    Name,
     Sequence,
     StreamDetails,
     StreamResponse,
     Strict,
     Token,
     TokenEvent,
+    check_messages_size,
 )
 
 VERSION = "0.1.0"
@@ -31,12 +35,17 @@ ROUTER = "structured-playground"
 class NextTokenRequest(Strict):
     """Body of POST /next_token: a prompt or messages, optional constraint/processors, a prefix, top_k."""
 
-    inputs: str | None = None
-    messages: list[ChatMessage] | None = Field(default=None, min_length=1)
+    inputs: InputText | None = None
+    messages: list[ChatMessage] | None = Field(default=None, min_length=1, max_length=MAX_MESSAGES)
     parameters: GenerateParameters = Field(default_factory=GenerateParameters)
-    prefix: str = ""
+    prefix: str = Field(default="", max_length=MAX_PREFIX_CHARS)
     top_k: int = Field(default=20, ge=1, le=200)
-    model: str | None = None
+    model: Name | None = None
+
+    @field_validator("messages")
+    @classmethod
+    def _messages_size(cls, messages: list[ChatMessage] | None) -> list[ChatMessage] | None:
+        return messages and check_messages_size(messages)
 
     def prompt(self) -> str | list[ChatMessage]:
         """Exactly one of inputs or messages."""
@@ -48,13 +57,15 @@ class NextTokenRequest(Strict):
 # --- responses ---------------------------------------------------------------------------------------
 
 
-def tgi_info(info: ModelInfo, *, processors: list[dict[str, Any]], models: list[dict[str, str]]) -> dict[str, Any]:
+def tgi_info(
+    info: ModelInfo, *, processors: list[dict[str, Any]], models: list[dict[str, str]], max_concurrent_requests: int
+) -> dict[str, Any]:
     """TGI's Info, plus our limits and registries as extra keys."""
     return {
         "model_id": info.model_id,
         "model_sha": info.model_sha,
         "model_pipeline_tag": "text-generation",
-        "max_concurrent_requests": 8,  # more wait for the engine's slot; none is refused
+        "max_concurrent_requests": max_concurrent_requests,  # in flight (working + queued); more get 429
         "max_best_of": info.max_best_of,
         "max_stop_sequences": info.max_stop_sequences,
         "max_input_tokens": info.max_input_tokens,

@@ -18,11 +18,20 @@ log = logging.getLogger("playground.server")
 _HTTP_ERROR_TYPES = {401: "authentication", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 # FastAPI's answer when json.loads itself fails (not UTF-8, nested too deep, a huge integer literal).
 _BODY_PARSE_FAILED = "There was an error parsing the body"
+# An error names what was wrong; it never echoes a huge value (a field name, a schema, a string) back.
+MAX_ERROR_CHARS = 2000
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text`, cut to `limit` characters with a note of how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
 
 
 def error_body(message: str, error_type: str) -> dict[str, str]:
     """The one error shape, TGI's ErrorResponse."""
-    return {"error": message, "error_type": error_type}
+    return {"error": shorten(message, MAX_ERROR_CHARS), "error_type": error_type}
 
 
 def error_response(status: int, message: str, error_type: str) -> JSONResponse:

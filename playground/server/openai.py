@@ -16,7 +16,7 @@ from playground.server import chat
 from playground.server.errors import exception_event
 from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.server.tgi import registry_of, resolve, sse
-from playground.types import GenerateParameters, GenerationResult, Strict, TokenEvent
+from playground.types import GenerateParameters, GenerationResult, Name, Strict, TokenEvent
 from playground.wire import inbound, limits
 from playground.wire.inbound import ChatRequest
 
@@ -26,8 +26,8 @@ router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 class RegisterModel(Strict):
     """Body of POST /v1/models: serve `id` through the configured provider `provider_id` (a local one loads it)."""
 
-    id: str
-    provider_id: str
+    id: Name
+    provider_id: Name
 
 
 def _model_card(model: str, provider_id: str) -> dict[str, Any]:

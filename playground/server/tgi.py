@@ -7,14 +7,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from playground.limits import limits_info
 from playground.processors import list_factories
 from playground.providers.base import Provider
 from playground.providers.registry import Registry
 from playground.server import convert
-from playground.server.errors import exception_event
+from playground.server.errors import error_body, exception_event
 from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.types import GenerateParameters, GenerateRequest, GenerationResult, NextTokenDistribution, TokenEvent
 from playground.wire import limits
@@ -110,12 +111,33 @@ async def info(request: Request, model: str | None = ModelQuery) -> dict[str, An
     model_info = await run_in_threadpool(provider.info, model_id)
     processors = [{"name": f.name, "description": f.description, "builtin": f.builtin} for f in list_factories()]
     models = [{"id": m, "provider_id": pid} for pid, m in registry_of(request).models()]
-    return convert.tgi_info(model_info, processors=processors, models=models)
+    admission = request.app.state.admission.info()
+    body = convert.tgi_info(
+        model_info, processors=processors, models=models, max_concurrent_requests=admission["max_concurrent_requests"]
+    )
+    return {**body, **admission, **limits_info()}
 
 
-@open_router.get("/health", summary="Health check (never needs the API key)")
-async def health(request: Request) -> dict[str, Any]:
-    return {"status": "ok", "models": len(registry_of(request).models())}
+@open_router.get("/health", summary="Health check (never needs the API key); 503 while an engine is stuck")
+async def health(request: Request) -> Any:
+    """ok with the requests running and waiting; 503 when running work has not moved for --stall-timeout."""
+    registry = registry_of(request)
+    limit = request.app.state.stall_timeout_s
+    for provider_id, provider in registry.providers.items():
+        heartbeat = getattr(provider, "heartbeat", None)
+        stalled = heartbeat.stalled_s() if heartbeat is not None else 0.0
+        if stalled > limit:
+            message = (
+                f"provider {provider_id!r}: the engine has made no progress for {stalled:.0f} s (limit {limit:g} s)"
+            )
+            return JSONResponse(error_body(message, "unhealthy"), status_code=503)
+    admission = request.app.state.admission
+    return {
+        "status": "ok",
+        "models": len(registry.models()),
+        "running": admission.running,
+        "waiting": admission.waiting,
+    }
 
 
 @router.post("/tokenize", summary="Tokenize inputs (TGI)")

@@ -41,7 +41,7 @@ def test_every_api_route_needs_the_key(client: TestClient, method: str, path: st
 
 
 def test_health_and_docs_stay_open(client: TestClient) -> None:
-    assert client.get("/health").json() == {"status": "ok", "models": 0}
+    assert client.get("/health").json() == {"status": "ok", "models": 0, "running": 0, "waiting": 0}
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/generate", "/generate_stream", "/info", "/tokenize", "/next_token", "/v1/chat/completions"} <= set(paths)
     assert "swagger" in client.get("/docs").text.lower()

@@ -119,7 +119,12 @@ def test_stream_final_event_omits_details_unless_asked() -> None:
 
 
 def test_info_is_tgi_shaped() -> None:
-    body = convert.tgi_info(INFO, processors=[{"name": "ban_strings"}], models=[{"id": "m", "provider_id": "local"}])
+    body = convert.tgi_info(
+        INFO,
+        processors=[{"name": "ban_strings"}],
+        models=[{"id": "m", "provider_id": "local"}],
+        max_concurrent_requests=9,
+    )
     validate(body, "Info")
     assert body["max_top_n_tokens"] == 5
     assert body["processors"] == [{"name": "ban_strings"}]

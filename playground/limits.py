@@ -1,0 +1,36 @@
+"""Size limits on what one request may send: every one is a clear 422 naming it, and /info lists them.
+
+Each bounds work done before the model's own limits can apply (tokenizing, stop-string matching, the
+next-token prefix walk), so no request can spend seconds of CPU or gigabytes before it is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# A prompt (TGI `inputs`, the text of /tokenize) or all chat messages together. Far above what fits an
+# 8k-token context; tokenizing this much takes about a second on one core.
+MAX_INPUT_CHARS = 131_072
+MAX_MESSAGES = 512
+# The /next_token prefix is walked token by token through the constraint under the engine's lock.
+MAX_PREFIX_CHARS = 4_096
+MAX_STOP_CHARS = 256
+MAX_PROCESSORS = 8
+MAX_PROCESSOR_PARAMS = 64
+MAX_PROCESSOR_PARAM_CHARS = 4_096
+# Model, provider and adapter names, user ids.
+MAX_NAME_CHARS = 512
+
+
+def limits_info() -> dict[str, Any]:
+    """The request size limits, as /info reports them."""
+    return {
+        "max_input_chars": MAX_INPUT_CHARS,
+        "max_messages": MAX_MESSAGES,
+        "max_prefix_chars": MAX_PREFIX_CHARS,
+        "max_stop_chars": MAX_STOP_CHARS,
+        "max_processors": MAX_PROCESSORS,
+        "max_processor_params": MAX_PROCESSOR_PARAMS,
+        "max_processor_param_chars": MAX_PROCESSOR_PARAM_CHARS,
+        "max_name_chars": MAX_NAME_CHARS,
+    }

@@ -1,0 +1,202 @@
+"""Admission control: at most `max_running` requests work at once, at most `max_queue` wait, the rest get 429.
+
+Waiting costs no thread: a queued request is a future on the event loop. A client that leaves while
+queued is noticed (its `http.disconnect` arrives) and never reaches the model. Whatever runs the
+admitted requests (one decode at a time today, a continuous batcher later) sits behind this gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from playground.server.errors import error_body
+
+# How long a request is assumed to take before any has finished (seconds), for Retry-After.
+FIRST_GUESS_S = 5.0
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    """The operator's limits (--max-concurrent, --max-queue)."""
+
+    max_running: int = 2
+    max_queue: int = 16
+
+    @property
+    def max_in_flight(self) -> int:
+        """TGI's max_concurrent_requests: running plus waiting; one more is refused."""
+        return self.max_running + self.max_queue
+
+
+class Admission:
+    """Slots for running requests and a bounded FIFO of waiters; lives on one event loop (no locks)."""
+
+    def __init__(self, limits: AdmissionLimits) -> None:
+        self.limits = limits
+        self.running = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._mean_s = FIRST_GUESS_S
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for waiter in self._waiters if not waiter.done())
+
+    def try_acquire(self) -> bool:
+        """A slot now, when one is free and nobody waits before us."""
+        if self.running < self.limits.max_running and not self.waiting:
+            self.running += 1
+            return True
+        return False
+
+    def queue_full(self) -> bool:
+        return self.waiting >= self.limits.max_queue
+
+    async def acquire(self) -> None:
+        """Wait for a slot; cancelling the wait gives up the place (or the slot, if it was just handed over)."""
+        if self.try_acquire():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # the slot arrived as we were cancelled: pass it on
+                self.release()
+            raise
+
+    def release(self, took_s: float | None = None) -> None:
+        """Hand the slot to the first live waiter, or free it."""
+        if took_s is not None:
+            self._mean_s = 0.8 * self._mean_s + 0.2 * took_s
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.running -= 1
+
+    def retry_after_s(self) -> int:
+        """About when a place in the queue may be free: the mean request time, per running slot."""
+        per_slot = self._mean_s * (self.waiting + 1) / max(1, self.limits.max_running)
+        return max(1, min(60, math.ceil(per_slot)))
+
+    def info(self) -> dict[str, Any]:
+        """The limits as /info reports them (TGI's max_concurrent_requests counts running plus waiting)."""
+        return {
+            "max_concurrent_requests": self.limits.max_in_flight,
+            "max_running_requests": self.limits.max_running,
+            "max_queue": self.limits.max_queue,
+        }
+
+
+class AdmissionGate:
+    """ASGI middleware: POST requests to `paths` pass only with a slot; past the queue's limit, 429."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        admission: Admission,
+        paths: set[str],
+        max_body_bytes: int,
+        refused_anyway: Callable[[Scope], bool] = lambda scope: False,
+    ) -> None:
+        self.app = app
+        self.admission = admission
+        self.paths = paths
+        self.max_body_bytes = max_body_bytes
+        self.refused_anyway = refused_anyway  # e.g. no API key: answered at once, never queued
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gated = scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self.paths
+        if not gated or self.refused_anyway(scope):
+            await self.app(scope, receive, send)
+            return
+        if self.admission.try_acquire():
+            await self._run(scope, receive, send)
+            return
+        if self.admission.queue_full():
+            await self._refuse(scope, receive, send)
+            return
+        buffered = await self._queued(receive)
+        if buffered is None:  # the client left while waiting: nothing runs, nobody to answer
+            return
+        await self._run(scope, _replay(buffered, receive), send)
+
+    async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.monotonic()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.admission.release(time.monotonic() - started)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        limits = self.admission.limits
+        message = (
+            f"the server is busy: {limits.max_running} requests running and {limits.max_queue} waiting "
+            f"(max_queue); retry later"
+        )
+        headers = {"Retry-After": str(self.admission.retry_after_s())}
+        await JSONResponse(error_body(message, "overloaded"), status_code=429, headers=headers)(scope, receive, send)
+
+    async def _queued(self, receive: Receive) -> list[Message] | None:
+        """Wait for a slot while reading the body, so a disconnect is seen; None when the client left."""
+        slot = asyncio.ensure_future(self.admission.acquire())
+        try:
+            messages = await self._read_until(slot, receive)
+        except BaseException:
+            _give_up(slot, self.admission)
+            raise
+        if messages is None:
+            _give_up(slot, self.admission)
+            return None
+        await slot
+        return messages
+
+    async def _read_until(self, slot: asyncio.Future[None], receive: Receive) -> list[Message] | None:
+        """The messages that arrive before `slot` does; None at a disconnect."""
+        messages: list[Message] = []
+        size = 0
+        while not slot.done() and size <= self.max_body_bytes:  # past the limit the app refuses the body
+            incoming = asyncio.ensure_future(receive())
+            await asyncio.wait({slot, incoming}, return_when=asyncio.FIRST_COMPLETED)
+            if not incoming.done():
+                incoming.cancel()
+                await asyncio.wait({incoming})
+            if incoming.cancelled():
+                break
+            message = incoming.result()
+            if message["type"] == "http.disconnect":
+                return None
+            messages.append(message)
+            size += len(message.get("body", b""))
+        return messages
+
+
+def _give_up(slot: asyncio.Future[None], admission: Admission) -> None:
+    """Leave the queue; a slot that was already granted goes to the next waiter."""
+    if not slot.done():
+        slot.cancel()
+    elif not slot.cancelled() and slot.exception() is None:
+        admission.release()
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """A receive that gives the messages read while queued first, then the client's own."""
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
