@@ -26,21 +26,7 @@ from playground.types import (
     Sequence,
     TokenEvent,
 )
-
-# Parameters that OpenAI's chat API has no counterpart for.
-OPENAI_UNSUPPORTED = (
-    "top_k",
-    "min_p",
-    "typical_p",
-    "repetition_penalty",
-    "watermark",
-    "truncate",
-    "adapter_id",
-    "decoder_input_details",
-    "return_full_text",
-    "logits_processors",
-    "constraint_engine",
-)
+from playground.wire import outbound
 
 
 class OpenAIConfig(RemoteConfig):
@@ -56,7 +42,6 @@ class OpenAICompatProvider(RemoteProvider):
 
     provider_type: ClassVar[str] = "remote::openai"
     config_class: ClassVar[type[RemoteConfig]] = OpenAIConfig
-    unsupported: ClassVar[tuple[str, ...]] = OPENAI_UNSUPPORTED
     chat_path: ClassVar[str] = "chat/completions"
     models_path: ClassVar[str] = "models"
 
@@ -64,33 +49,17 @@ class OpenAICompatProvider(RemoteProvider):
 
     def constraint_fields(self, constraint: Constraint) -> dict[str, Any]:
         """OpenAI's response_format; subclasses write their own server's field."""
-        if constraint.kind == "none":
-            return {}
-        if constraint.kind != "json_schema":
-            raise self.cannot_enforce(constraint, "only json_schema (response_format) is enforced by the OpenAI API")
-        strict = getattr(self.config, "strict", True)
-        schema = {"name": "output", "schema": constraint.schema, "strict": strict}
-        return {"response_format": {"type": "json_schema", "json_schema": schema}}
-
-    def extra_fields(self, params: GenerateParameters) -> dict[str, Any]:
-        """Server-specific sampling parameters beyond OpenAI's."""
-        return {}
+        return outbound.openai_response_format(constraint, self.who, strict=getattr(self.config, "strict", True))
 
     def continuation(self, inputs: Inputs, prefix: str) -> dict[str, Any]:
         """Messages that end where the next token is wanted; plain chat APIs can't resume an answer."""
         if prefix:
             raise ParameterError(
-                f"provider {self.provider_id!r} ({self.provider_type}) cannot continue a partial answer, so the "
+                f"{self.who} cannot continue a partial answer, so the "
                 "next-token view is only available at the end of the prompt",
                 field="prefix",
             )
         return {"messages": mapping.messages_json(inputs)}
-
-    def cannot_enforce(self, constraint: Constraint, why: str) -> UnsupportedConstraintError:
-        return UnsupportedConstraintError(
-            f"provider {self.provider_id!r} ({self.provider_type}) cannot enforce a {constraint.kind} constraint: {why}",
-            field="grammar",
-        )
 
     # --- Provider protocol ------------------------------------------------------------------------
 
@@ -181,8 +150,7 @@ class OpenAICompatProvider(RemoteProvider):
 
     def tokenize(self, model: str, text: str) -> list[SimpleToken]:
         raise ParameterError(
-            f"tokenize is not available on provider {self.provider_id!r} ({self.provider_type}): "
-            "OpenAI-compatible chat servers expose no tokenizer",
+            f"tokenize is not available on {self.who}: OpenAI-compatible chat servers expose no tokenizer",
             field="model",
         )
 
@@ -194,36 +162,20 @@ class OpenAICompatProvider(RemoteProvider):
         """The chat request for these parameters, with the constraint written in this server's field."""
         self.check_parameters(params)
         constraint = Constraint.from_grammar(params.grammar)
-        body: dict[str, Any] = {"model": self.upstream(model), "messages": mapping.messages_json(inputs)}
-        body.update(sampling_fields(params))
+        top_n = self.top_n(params.top_n_tokens) if params.top_n_tokens else None
+        body: dict[str, Any] = {
+            "model": self.upstream(model),
+            "messages": mapping.messages_json(inputs),
+            **outbound.sampling_fields(params, self.dialect),
+            **outbound.logprob_fields(params, top_n),
+        }
         if (params.best_of or 1) > 1:
             body["n"] = params.best_of
-        if params.details or params.top_n_tokens:
-            body["logprobs"] = True
-        if params.top_n_tokens:
-            body["top_logprobs"] = self.top_n(params.top_n_tokens)
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        body.update(self.extra_fields(params))
         body.update(self.constraint_fields(constraint))
         return body, constraint
-
-
-def sampling_fields(params: GenerateParameters) -> dict[str, Any]:
-    """TGI's parameter names -> OpenAI's; greedy is temperature 0, as OpenAI-style servers read it."""
-    fields: dict[str, Any] = {}
-    if params.max_new_tokens is not None:
-        fields["max_tokens"] = params.max_new_tokens
-    if not params.sampling:
-        fields["temperature"] = 0.0
-    elif params.temperature is not None:
-        fields["temperature"] = params.temperature
-    optional = {"top_p": params.top_p, "seed": params.seed, "frequency_penalty": params.frequency_penalty}
-    fields.update({k: v for k, v in optional.items() if v is not None})
-    if params.stop:
-        fields["stop"] = list(params.stop)
-    return fields
 
 
 def refuse_constrained_view(provider: RemoteProvider, params: GenerateParameters) -> None:
@@ -231,9 +183,9 @@ def refuse_constrained_view(provider: RemoteProvider, params: GenerateParameters
     constraint = Constraint.from_grammar(params.grammar)
     if constraint.kind != "none":
         raise UnsupportedConstraintError(
-            f"provider {provider.provider_id!r} ({provider.provider_type}) reports only the model's top "
-            f"alternatives, not which ones a {constraint.kind} constraint allows: clear the constraint to see the "
-            "unconstrained next-token distribution, or use a local model",
+            f"{provider.who} reports only the model's top alternatives, not which ones a {constraint.kind} "
+            "constraint allows: clear the constraint to see the unconstrained next-token distribution, "
+            "or use a local model",
             field="grammar",
         )
 

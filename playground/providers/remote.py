@@ -11,7 +11,7 @@ from playground.errors import ModelError, ParameterError
 from playground.providers.base import ModelInfo
 from playground.providers.http import RemoteClient
 from playground.types import GenerateParameters
-from playground.wire import limits
+from playground.wire import limits, outbound
 
 
 class RemoteConfig(BaseModel):
@@ -40,8 +40,8 @@ class RemoteProvider:
 
     provider_type: ClassVar[str] = "remote"
     config_class: ClassVar[type[RemoteConfig]] = RemoteConfig
-    # GenerateParameters fields the server cannot honour; a non-default value is refused, never dropped.
-    unsupported: ClassVar[tuple[str, ...]] = ()
+    # The wire dialect of the server's body: fields it cannot carry are refused, never dropped.
+    dialect: ClassVar[str] = "openai"
 
     def __init__(self, provider_id: str, config: RemoteConfig, *, declared: list[str] | None = None) -> None:
         self.provider_id = provider_id
@@ -56,6 +56,11 @@ class RemoteProvider:
         names = [config.model, *(declared or [])]
         self.declared: list[str] = list(dict.fromkeys(n for n in names if n))
         self._info: dict[str, ModelInfo] = {}
+
+    @property
+    def who(self) -> str:
+        """How errors name this provider."""
+        return f"provider {self.provider_id!r} ({self.provider_type})"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.provider_id!r}, {self.config.base_url!r})"
@@ -99,11 +104,11 @@ class RemoteProvider:
 
     def check_parameters(self, params: GenerateParameters) -> None:
         """Refuse, by name, any parameter this server would silently ignore."""
-        for name in self.unsupported:
+        for name in outbound.unsupported(self.dialect):
             value = getattr(params, name)
             if value != GenerateParameters.model_fields[name].get_default(call_default_factory=True):
                 raise ParameterError(
-                    f"{name} is not supported by provider {self.provider_id!r} ({self.provider_type})",
+                    f"{name} is not supported by {self.who}",
                     field=f"parameters.{name}",
                 )
         limits.check_best_of(params)

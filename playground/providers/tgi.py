@@ -14,14 +14,13 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from playground.constraints import Constraint
-from playground.errors import ParameterError, UnsupportedConstraintError
+from playground.errors import ParameterError
 from playground.providers import mapping
 from playground.providers.base import Inputs, ModelInfo, SimpleToken
-from playground.providers.openai_compat import OPENAI_UNSUPPORTED, OpenAICompatProvider, refuse_constrained_view
+from playground.providers.openai_compat import OpenAICompatProvider, refuse_constrained_view
 from playground.providers.remote import RemoteConfig, RemoteProvider
 from playground.types import GenerateParameters, GenerationResult, NextTokenDistribution, Token, TokenEvent
-
-_NOT_TGI = {"grammar", "logits_processors", "constraint_engine"}
+from playground.wire import outbound
 
 
 class TGIConfig(RemoteConfig):
@@ -30,29 +29,13 @@ class TGIConfig(RemoteConfig):
     max_top_n_tokens: int = Field(default=5, ge=0, description="TGI's --max-top-n-tokens (default 5).")
 
 
-def tgi_grammar(provider: RemoteProvider, constraint: Constraint) -> dict[str, Any] | None:
-    """TGI's GrammarType for a constraint, or None when there is none."""
-    if constraint.kind == "none":
-        return None
-    if constraint.kind == "json_schema":
-        return {"type": "json", "value": constraint.schema}
-    if constraint.kind in ("regex", "choice"):
-        return {"type": "regex", "value": constraint.engine_input()}
-    raise UnsupportedConstraintError(
-        f"provider {provider.provider_id!r} (remote::tgi) cannot enforce a grammar constraint: TGI's grammar "
-        "parameter knows only json and regex",
-        field="grammar",
-    )
-
-
 class TGIChat(OpenAICompatProvider):
     """TGI's /v1/chat/completions: `response_format` is TGI's GrammarType; one choice only."""
 
     provider_type: ClassVar[str] = "remote::tgi"
-    unsupported: ClassVar[tuple[str, ...]] = OPENAI_UNSUPPORTED
 
     def constraint_fields(self, constraint: Constraint) -> dict[str, Any]:
-        grammar = tgi_grammar(self, constraint)
+        grammar = outbound.tgi_grammar(constraint, self.who)
         return {"response_format": grammar} if grammar else {}
 
     def check_parameters(self, params: GenerateParameters) -> None:
@@ -70,7 +53,7 @@ class TGIProvider(RemoteProvider):
 
     provider_type: ClassVar[str] = "remote::tgi"
     config_class: ClassVar[type[RemoteConfig]] = TGIConfig
-    unsupported: ClassVar[tuple[str, ...]] = ("logits_processors", "constraint_engine", "min_p")
+    dialect: ClassVar[str] = "tgi"
 
     def __init__(self, provider_id: str, config: RemoteConfig, *, declared: list[str] | None = None) -> None:
         super().__init__(provider_id, config, declared=declared)
@@ -187,18 +170,9 @@ class TGIProvider(RemoteProvider):
         """TGI's GenerateRequest: our parameters are TGI's, plus the constraint as `grammar`."""
         self.check_parameters(params)
         constraint = Constraint.from_grammar(params.grammar)
-        parameters = params.model_dump(exclude=_NOT_TGI, exclude_none=True)
-        parameters["details"] = True
-        if not parameters.get("stop"):
-            parameters.pop("stop", None)
-        if (params.best_of or 1) > 1:
-            # TGI refuses a seed with best_of > 1; each candidate's own seed comes back in its details.
-            parameters.pop("seed", None)
         if params.top_n_tokens:
             self.top_n(params.top_n_tokens)
-        grammar = tgi_grammar(self, constraint)
-        if grammar:
-            parameters["grammar"] = grammar
+        parameters = outbound.tgi_parameters(params, outbound.tgi_grammar(constraint, self.who))
         return {"inputs": prompt, "parameters": parameters}, constraint
 
     def close(self) -> None:

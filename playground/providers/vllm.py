@@ -16,12 +16,9 @@ from pydantic import Field
 from playground.constraints import Constraint
 from playground.providers import mapping
 from playground.providers.base import Inputs
-from playground.providers.openai_compat import OPENAI_UNSUPPORTED, OpenAICompatProvider
+from playground.providers.openai_compat import OpenAICompatProvider
 from playground.providers.remote import RemoteConfig
-from playground.types import GenerateParameters
-
-GUIDED = {"json_schema": "guided_json", "regex": "guided_regex", "choice": "guided_choice", "grammar": "guided_grammar"}
-STRUCTURED = {"json_schema": "json", "regex": "regex", "choice": "choice", "grammar": "grammar"}
+from playground.wire import outbound
 
 
 class VLLMConfig(RemoteConfig):
@@ -37,24 +34,12 @@ class VLLMProvider(OpenAICompatProvider):
 
     provider_type: ClassVar[str] = "remote::vllm"
     config_class: ClassVar[type[RemoteConfig]] = VLLMConfig
-    unsupported: ClassVar[tuple[str, ...]] = tuple(
-        p for p in OPENAI_UNSUPPORTED if p not in ("top_k", "min_p", "repetition_penalty")
-    )
+    dialect: ClassVar[str] = "vllm"
 
     def constraint_fields(self, constraint: Constraint) -> dict[str, Any]:
         """The grammar kind is sent as text; vLLM's backend (xgrammar or guidance) must accept its syntax."""
-        if constraint.kind == "none":
-            return {}
-        value: Any = constraint.schema if constraint.kind == "json_schema" else constraint.value
-        if constraint.kind == "choice":
-            value = list(value)
-        if getattr(self.config, "constraint_field", "structured_outputs") == "guided":
-            return {GUIDED[constraint.kind]: value}
-        return {"structured_outputs": {STRUCTURED[constraint.kind]: value}}
-
-    def extra_fields(self, params: GenerateParameters) -> dict[str, Any]:
-        optional = {"top_k": params.top_k, "min_p": params.min_p, "repetition_penalty": params.repetition_penalty}
-        return {k: v for k, v in optional.items() if v is not None}
+        guided = getattr(self.config, "constraint_field", "structured_outputs") == "guided"
+        return outbound.vllm_structured(constraint, guided=guided)
 
     def continuation(self, inputs: Inputs, prefix: str) -> dict[str, Any]:
         """vLLM can resume a partial assistant answer (continue_final_message), so any prefix works."""

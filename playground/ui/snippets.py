@@ -7,6 +7,8 @@ import shlex
 from typing import Any
 
 from playground.types import ChatMessage, GenerateParameters, GrammarType
+from playground.wire import outbound
+from playground.wire.controls import carried_by
 
 LANGUAGES = {
     "curl_generate": "shell",
@@ -30,45 +32,22 @@ def py(value: Any, indent: int = 0) -> str:
     return "[\n" + ",\n".join(items) + ",\n" + " " * indent + "]"
 
 
-def tgi_parameters(params: GenerateParameters) -> dict[str, Any]:
-    """The request's TGI `parameters`, without defaults, so the body shows only what was chosen."""
-    data = params.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
-    data["details"] = True
-    return data
-
-
 def chat_messages(inputs: list[ChatMessage]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.text()} for m in inputs]
 
 
-def _structured(grammar: GrammarType | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """OpenAI body fields for a constraint: (response_format fields, structured_outputs fields)."""
-    if grammar is None:
-        return {}, {}
-    if grammar.type == "json":
-        schema = {"type": "json_schema", "json_schema": {"name": "answer", "schema": grammar.value, "strict": True}}
-        return {"response_format": schema}, {}
-    key = "grammar" if grammar.type == "grammar" else grammar.type
-    return {}, {"structured_outputs": {key: grammar.value}}
-
-
 def chat_body(model: str, inputs: list[ChatMessage], params: GenerateParameters) -> dict[str, Any]:
-    """The /v1/chat/completions body equivalent to the request (OpenAI names, our extensions)."""
-    body: dict[str, Any] = {"model": model, "messages": chat_messages(inputs), "max_tokens": params.max_new_tokens}
-    for name in ("temperature", "top_p", "seed", "frequency_penalty"):
-        if getattr(params, name) is not None:
-            body[name] = getattr(params, name)
-    if params.stop:
-        body["stop"] = params.stop
-    if params.top_n_tokens:
-        body["logprobs"] = True
-        body["top_logprobs"] = params.top_n_tokens
-    response_format, extra = _structured(params.grammar)
-    body.update(response_format)
-    body.update(extra)
-    if params.logits_processors:
-        body["logits_processors"] = [spec.model_dump() for spec in params.logits_processors]
-    return body
+    """The /v1/chat/completions body equivalent to the request, as the wire layer writes it."""
+    return outbound.playground_chat_body(model, chat_messages(inputs), params)
+
+
+# Chat body keys the openai SDK has no argument for: they travel in extra_body.
+_EXTRA_BODY = {
+    "structured_outputs",
+    "logits_processors",
+    "constraint_engine",
+    *(set(carried_by("chat")) - set(carried_by("openai"))),
+}
 
 
 def curl(url: str, body: dict[str, Any]) -> str:
@@ -77,8 +56,8 @@ def curl(url: str, body: dict[str, Any]) -> str:
 
 
 def openai_snippet(base_url: str, body: dict[str, Any]) -> str:
-    standard = {k: v for k, v in body.items() if k not in ("structured_outputs", "logits_processors")}
-    extra = {k: v for k, v in body.items() if k in ("structured_outputs", "logits_processors")}
+    standard = {k: v for k, v in body.items() if k not in _EXTRA_BODY}
+    extra = {k: v for k, v in body.items() if k in _EXTRA_BODY}
     args = ",\n".join(f"    {k}={py(v, 4)}" for k, v in standard.items())
     if extra:
         args += f",\n    extra_body={py(extra, 4)}"
@@ -91,13 +70,12 @@ def openai_snippet(base_url: str, body: dict[str, Any]) -> str:
 
 
 def hf_snippet(base_url: str, prompt: str, params: GenerateParameters) -> str:
-    data = tgi_parameters(params)
-    processors = data.pop("logits_processors", None)
-    data.pop("constraint_engine", None)
+    data = outbound.playground_tgi_parameters(params)
+    extensions = [name for name in outbound.unsupported("tgi") if data.pop(name, None) is not None]
     args = ",\n".join(f"    {k}={py(v, 4)}" for k, v in data.items())
     note = (
-        "# logits_processors are not a text_generation argument: use the curl or openai snippet for them\n"
-        if processors
+        f"# {', '.join(extensions)}: not a text_generation argument; use the curl or openai snippet for them\n"
+        if extensions
         else ""
     )
     return (
@@ -128,9 +106,10 @@ _NOT_OUTLINES_KWARGS = {"model", "messages", "response_format", "structured_outp
 
 def outlines_snippet(base_url: str, body: dict[str, Any], grammar: GrammarType | None) -> str:
     imports, output_type = _output_type(grammar)
-    kwargs = {k: v for k, v in body.items() if k not in _NOT_OUTLINES_KWARGS and k != "logits_processors"}
-    if "logits_processors" in body:
-        kwargs["extra_body"] = {"logits_processors": body["logits_processors"]}
+    kwargs = {k: v for k, v in body.items() if k not in _NOT_OUTLINES_KWARGS and k not in _EXTRA_BODY}
+    extra = {k: v for k, v in body.items() if k in _EXTRA_BODY and k != "structured_outputs"}
+    if extra:
+        kwargs["extra_body"] = extra
     args = "".join(f"    {k}={py(v, 4)},\n" for k, v in kwargs.items())
     return (
         "import openai\nimport outlines\nfrom outlines.inputs import Chat\n"
@@ -149,7 +128,7 @@ def snippets(
     """Every snippet for one request; `prompt` is the templated text /generate takes."""
     base = base_url.rstrip("/")
     body = chat_body(model, inputs, params)
-    tgi_body = {"inputs": prompt, "parameters": tgi_parameters(params)}
+    tgi_body = {"inputs": prompt, "parameters": outbound.playground_tgi_parameters(params)}
     return {
         "curl_generate": curl(f"{base}/generate", tgi_body),
         "curl_chat": curl(f"{base}/v1/chat/completions", body),

@@ -94,6 +94,7 @@ def test_openai_refuses_what_it_cannot_enforce_before_sending(serve, grammar: di
     ("name", "value"),
     [
         ("top_k", 5),
+        ("min_p", 0.1),
         ("repetition_penalty", 1.2),
         ("typical_p", 0.5),
         ("watermark", True),
@@ -121,11 +122,11 @@ def test_openai_refuses_parameters_it_would_ignore(serve, name: str, value: obje
 def test_vllm_sends_structured_outputs_for_every_kind(serve, grammar: dict, field: str, value: object) -> None:
     stub = serve(CHAT)
     vllm(stub.url).generate(
-        "qwen", "p", GenerateParameters(grammar=grammar, top_k=20, repetition_penalty=1.1, details=False)
+        "qwen", "p", GenerateParameters(grammar=grammar, top_k=20, min_p=0.05, repetition_penalty=1.1, details=False)
     )
     body = stub.last("/v1/chat/completions").body
     assert body["structured_outputs"] == {field: value}
-    assert (body["top_k"], body["repetition_penalty"]) == (20, 1.1)
+    assert (body["top_k"], body["min_p"], body["repetition_penalty"]) == (20, 0.05, 1.1)
     assert not any(key.startswith("guided_") for key in body)
 
 
@@ -209,6 +210,8 @@ def test_tgi_refuses_a_lark_grammar_and_custom_processors(serve) -> None:
         tgi(stub.url).generate(
             "m", "p", GenerateParameters(logits_processors=[{"name": "ban_strings", "params": ["x"]}])
         )
+    with pytest.raises(ParameterError, match="min_p is not supported by provider 'tg' .remote::tgi."):
+        tgi(stub.url).generate("m", "p", GenerateParameters(min_p=0.1))
     with pytest.raises(ParameterError, match=r"top_n_tokens=6 exceeds the limit of provider 'tg' \(5\)"):
         tgi(stub.url).generate("m", "p", GenerateParameters(top_n_tokens=6))
     assert stub.requests == []

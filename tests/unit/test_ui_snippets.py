@@ -75,7 +75,7 @@ def test_processors_travel_in_the_body_and_extra_body() -> None:
     code = snippets.snippets(BASE, "m", INPUTS, "p", p)
     assert curl_body(code["curl_chat"])[1]["logits_processors"] == [{"name": "ban_strings", "params": ["x"]}]
     assert "extra_body={'logits_processors': [{'name': 'ban_strings', 'params': ['x']}]}" in code["openai"]
-    assert "logits_processors are not a text_generation argument" in code["huggingface_hub"]
+    assert "logits_processors: not a text_generation argument" in code["huggingface_hub"]
 
 
 def test_python_snippets_compile_and_name_the_constraint() -> None:
@@ -110,3 +110,19 @@ def test_openai_snippet_arguments_evaluate_to_the_body() -> None:
 def test_long_literals_wrap_one_item_per_line() -> None:
     text = snippets.py({"a": "x" * 50, "b": ["y" * 40, "z" * 40]})
     assert text.splitlines()[0] == "{" and ast.literal_eval(text) == {"a": "x" * 50, "b": ["y" * 40, "z" * 40]}
+
+
+def test_min_p_travels_where_each_client_takes_it() -> None:
+    code = snippets.snippets(BASE, "m", INPUTS, "p", params(min_p=0.1, temperature=0.7))
+    assert curl_body(code["curl_chat"])[1]["min_p"] == 0.1
+    assert curl_body(code["curl_generate"])[1]["parameters"]["min_p"] == 0.1
+    assert "extra_body={'min_p': 0.1}" in code["openai"] and "temperature=0.7" in code["openai"]
+    assert "min_p: not a text_generation argument" in code["huggingface_hub"]
+    assert "extra_body={'min_p': 0.1}" in code["outlines"]
+    for name in ("openai", "huggingface_hub", "outlines"):
+        ast.parse(code[name])
+
+
+def test_greedy_snippets_ask_for_temperature_zero() -> None:
+    body = snippets.chat_body("m", INPUTS, params())
+    assert body["temperature"] == 0.0  # our chat route, like OpenAI's, samples at temperature 1 when unset

@@ -1,0 +1,157 @@
+"""GenerateParameters -> each server's request body: OpenAI and vLLM chat, TGI /generate, and our own API.
+
+The providers send these bodies and the Code tab prints them, so a snippet is exactly what a provider
+would send. A parameter a dialect cannot carry is listed by `unsupported`, and a provider refuses it
+by name rather than dropping it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playground.constraints import Constraint
+from playground.errors import UnsupportedConstraintError
+from playground.types import GenerateParameters
+from playground.wire.controls import SAMPLING, Dialect, carried_by
+
+# Non-sampling GenerateParameters fields each dialect has no field for.
+_NOT_CARRIED: dict[Dialect, tuple[str, ...]] = {
+    "openai": (
+        "watermark",
+        "truncate",
+        "adapter_id",
+        "decoder_input_details",
+        "return_full_text",
+        "logits_processors",
+        "constraint_engine",
+    ),
+    "tgi": ("logits_processors", "constraint_engine"),
+    "chat": ("watermark", "truncate", "adapter_id", "decoder_input_details", "return_full_text"),
+}
+_NOT_CARRIED["vllm"] = _NOT_CARRIED["openai"]
+
+
+def unsupported(dialect: Dialect) -> tuple[str, ...]:
+    """GenerateParameters fields a dialect's body cannot carry."""
+    return (*_NOT_CARRIED[dialect], *(c.name for c in SAMPLING if dialect not in c.dialects))
+
+
+def sampling_fields(params: GenerateParameters, dialect: Dialect) -> dict[str, Any]:
+    """TGI's parameter names -> OpenAI's; greedy is temperature 0, as OpenAI-style servers read it."""
+    fields: dict[str, Any] = {}
+    if params.max_new_tokens is not None:
+        fields["max_tokens"] = params.max_new_tokens
+    if not params.sampling:
+        fields["temperature"] = 0.0
+    for name in carried_by(dialect):
+        value = getattr(params, name)
+        if value is not None and not (name == "temperature" and not params.sampling):
+            fields[name] = value
+    if params.seed is not None:
+        fields["seed"] = params.seed
+    if params.stop:
+        fields["stop"] = list(params.stop)
+    return fields
+
+
+def logprob_fields(params: GenerateParameters, top_n: int | None = None) -> dict[str, Any]:
+    """Ask for logprobs when details or alternatives are wanted (`top_n`: the count after a server's limit)."""
+    fields: dict[str, Any] = {}
+    if params.details or params.top_n_tokens:
+        fields["logprobs"] = True
+    if params.top_n_tokens:
+        fields["top_logprobs"] = top_n if top_n is not None else params.top_n_tokens
+    return fields
+
+
+# --- constraints ------------------------------------------------------------------------------------
+
+_STRUCTURED = {"json_schema": "json", "regex": "regex", "choice": "choice", "grammar": "grammar"}
+_GUIDED = {
+    "json_schema": "guided_json",
+    "regex": "guided_regex",
+    "choice": "guided_choice",
+    "grammar": "guided_grammar",
+}
+
+
+def refuse(who: str, constraint: Constraint, why: str) -> UnsupportedConstraintError:
+    """The error for a constraint a server cannot enforce; `who` names the provider."""
+    return UnsupportedConstraintError(f"{who} cannot enforce a {constraint.kind} constraint: {why}", field="grammar")
+
+
+def openai_response_format(constraint: Constraint, who: str, *, name: str = "output", strict: bool = True) -> dict:
+    """OpenAI's response_format: JSON schemas only (a choice would need an object at the root)."""
+    if constraint.kind == "none":
+        return {}
+    if constraint.kind != "json_schema":
+        raise refuse(who, constraint, "only json_schema (response_format) is enforced by the OpenAI API")
+    schema = {"name": name, "schema": constraint.schema, "strict": strict}
+    return {"response_format": {"type": "json_schema", "json_schema": schema}}
+
+
+def tgi_grammar(constraint: Constraint, who: str) -> dict[str, Any] | None:
+    """TGI's GrammarType: json, or regex (a choice list becomes an alternation of the escaped choices)."""
+    if constraint.kind == "none":
+        return None
+    if constraint.kind == "json_schema":
+        return {"type": "json", "value": constraint.schema}
+    if constraint.kind in ("regex", "choice"):
+        return {"type": "regex", "value": constraint.engine_input()}
+    raise refuse(who, constraint, "TGI's grammar parameter knows only json and regex")
+
+
+def vllm_structured(constraint: Constraint, *, guided: bool = False) -> dict[str, Any]:
+    """vLLM's structured_outputs (>= 0.10.2) or the older guided_* fields; every kind, sent as text."""
+    if constraint.kind == "none":
+        return {}
+    value: Any = constraint.schema if constraint.kind == "json_schema" else constraint.value
+    if constraint.kind == "choice":
+        value = list(value)
+    if guided:
+        return {_GUIDED[constraint.kind]: value}
+    return {"structured_outputs": {_STRUCTURED[constraint.kind]: value}}
+
+
+def playground_constraint(constraint: Constraint) -> dict[str, Any]:
+    """Our chat route: OpenAI's response_format for a schema (any SDK sends it), vLLM's field for the rest."""
+    if constraint.kind == "json_schema":
+        return openai_response_format(constraint, "", name="answer")
+    return vllm_structured(constraint)
+
+
+# --- whole bodies ----------------------------------------------------------------------------------
+
+
+def playground_chat_body(model: str, messages: list[dict[str, Any]], params: GenerateParameters) -> dict[str, Any]:
+    """The /v1/chat/completions body of this playground for the request (OpenAI names, our extensions)."""
+    body: dict[str, Any] = {"model": model, "messages": messages, **sampling_fields(params, "chat")}
+    if params.top_n_tokens:
+        body.update(logprob_fields(params))
+    body.update(playground_constraint(Constraint.from_grammar(params.grammar)))
+    if params.logits_processors:
+        body["logits_processors"] = [spec.model_dump() for spec in params.logits_processors]
+    if params.constraint_engine != "auto":
+        body["constraint_engine"] = params.constraint_engine
+    return body
+
+
+def playground_tgi_parameters(params: GenerateParameters) -> dict[str, Any]:
+    """This playground's /generate `parameters`, without defaults, so the body shows only what was chosen."""
+    data = params.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    data["details"] = True
+    return data
+
+
+def tgi_parameters(params: GenerateParameters, grammar: dict[str, Any] | None) -> dict[str, Any]:
+    """A TGI server's GenerateParameters: ours without the extensions, `details` on (the finish reason needs it)."""
+    parameters = params.model_dump(exclude={"grammar", *unsupported("tgi")}, exclude_none=True)
+    parameters["details"] = True
+    if not parameters.get("stop"):
+        parameters.pop("stop", None)
+    if (params.best_of or 1) > 1:
+        # TGI refuses a seed with best_of > 1; each candidate's own seed comes back in its details.
+        parameters.pop("seed", None)
+    if grammar:
+        parameters["grammar"] = grammar
+    return parameters
