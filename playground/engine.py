@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 import random
 import re
 import threading
@@ -14,11 +12,15 @@ from typing import Any
 import torch
 
 from playground import sampling
+from playground.adapters import Adapters
+from playground.chooser import TokenChooser, first_refused
 from playground.compiler import CompiledConstraint, ConstraintCompiler
 from playground.constraints import Constraint
 from playground.decode import Decode, Row
 from playground.errors import InvalidConstraintError, ParameterError, PromptTooLongError, first_line
 from playground.models import LoadedModel
+from playground.runner import ModelRunner
+from playground.stopping import StopCriteria
 from playground.types import (
     ChatMessage,
     GenerateParameters,
@@ -47,33 +49,23 @@ class Engine:
         max_top_n_tokens: int = 20,
     ) -> None:
         self.loaded = loaded
+        self.runner = ModelRunner(loaded)
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.model_id = loaded.model_id
+        self.device = self.runner.device
+        self.vocab_size = self.runner.vocab_size
         self.compiler = ConstraintCompiler(self.tokenizer, timeout_s=compile_timeout_s)
         self.default_max_new_tokens = default_max_new_tokens
         self.max_best_of = max_best_of
         self.max_top_n_tokens = max_top_n_tokens
         self.max_total_tokens = loaded.context_length
         self.max_input_tokens = self.max_total_tokens - 1
-        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
-        self.device = torch.device(loaded.device)
-        self.eos_ids = _eos_ids(self.model, self.tokenizer)
-        self.special_ids = set(self.tokenizer.all_special_ids)
         # One decode at a time per model: on CPU a second one only halves both, and adapters switch
         # the shared weights.
         self._busy = threading.Lock()
-        self._peft: Any = None
-        self._token_text: dict[int, str] = {}
-        # transformers 5 renamed the KV cache argument and output from past_key_values to cache.
+        self.adapters = Adapters(self.model)
         threading.Thread(target=self.compiler.warm, daemon=True, name="warm-constraints").start()
-        self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-
-    def forward(self, input_ids: torch.Tensor, cache: Any = None, keep: int = 1) -> tuple[torch.Tensor, Any]:
-        """One forward pass: logits of the last `keep` positions (0 = all) and the updated KV cache."""
-        kwargs = {self._cache_arg: cache} if cache is not None else {}
-        out = self.model(input_ids=input_ids, use_cache=True, logits_to_keep=keep, **kwargs)
-        return out.logits, out[self._cache_arg]
 
     # --- prompts ---------------------------------------------------------------------------
 
@@ -105,11 +97,7 @@ class Engine:
 
     def token_text(self, token_id: int) -> str:
         """A token's text in isolation, for alternatives lists."""
-        text = self._token_text.get(token_id)
-        if text is None:
-            text = self.tokenizer.decode([token_id])
-            self._token_text[token_id] = text
-        return text
+        return self.runner.token_text(token_id)
 
     def tokenize(self, text: str) -> list[dict]:
         """TGI's /tokenize: ids with their character offsets."""
@@ -166,9 +154,10 @@ class Engine:
         constraint, compiled = self.compile(params)
         compile_s = time.perf_counter() - compile_start
         base_seed = params.seed if params.seed is not None else (random.randrange(2**63) if params.sampling else None)
-        rows = [self._new_row(base_seed, i, compiled, params) for i in range(best_of)]
-        with self._busy, self._adapter(params.adapter_id), torch.inference_mode():
-            decode = Decode(self, params, rows, prompt_ids, constraint, max_new)
+        rows = [self._new_row(base_seed, i, compiled, constraint, params, len(prompt_ids)) for i in range(best_of)]
+        stopping = StopCriteria(params.stop, max_new, self.runner.eos_ids)
+        with self._busy, self.adapters.use(params.adapter_id), torch.inference_mode():
+            decode = Decode(self.runner, rows, prompt_ids, stopping, prefill_details=params.decoder_input_details)
             prefill = decode.prefill()
             first_token_at = None
             for event in decode.steps():
@@ -201,45 +190,34 @@ class Engine:
             ),
         )
 
-    @contextlib.contextmanager
-    def _adapter(self, adapter_id: str | None) -> Iterator[None]:
-        """Decode with a PEFT adapter switched on (loaded once, then kept), and off again after."""
-        if not adapter_id:
-            yield
-            return
-        try:
-            import peft
-        except ImportError:
-            raise ParameterError(
-                f"adapter_id {adapter_id!r} needs the `peft` package, which is not installed on this server",
-                field="adapter_id",
-            ) from None
-        try:
-            if self._peft is None:
-                # Injects LoRA layers into the shared model in place; they are switched off between requests.
-                self._peft = peft.PeftModel.from_pretrained(self.model, adapter_id, adapter_name=adapter_id)
-            elif adapter_id not in self._peft.peft_config:
-                self._peft.load_adapter(adapter_id, adapter_name=adapter_id)
-        except (OSError, ValueError, KeyError) as exc:
-            raise ParameterError(
-                f"cannot load adapter {adapter_id!r}: {str(exc).splitlines()[0]}", field="adapter_id"
-            ) from None
-        self._peft.base_model.enable_adapter_layers()
-        self._peft.set_adapter(adapter_id)
-        try:
-            yield
-        finally:
-            self._peft.base_model.disable_adapter_layers()
-
     def _new_row(
-        self, base_seed: int | None, index: int, compiled: CompiledConstraint | None, params: GenerateParameters
+        self,
+        base_seed: int | None,
+        index: int,
+        compiled: CompiledConstraint | None,
+        constraint: Constraint,
+        params: GenerateParameters,
+        prompt_length: int,
     ) -> Row:
         generator = None
         seed = None
         if params.sampling:
             seed = (base_seed + index) % 2**63
             generator = torch.Generator(device=self.device).manual_seed(seed)
-        return Row(seed=seed, generator=generator, processors=self._row_processors(compiled, params))
+        chooser = self.chooser(params, compiled, constraint, prompt_length, generator)
+        return Row(seed=seed, chooser=chooser)
+
+    def chooser(
+        self,
+        params: GenerateParameters,
+        compiled: CompiledConstraint | None,
+        constraint: Constraint,
+        prompt_length: int,
+        generator: torch.Generator | None = None,
+    ) -> TokenChooser:
+        """A fresh per-row token pipeline: the request's processors and a new copy of its constraint."""
+        processors = self._row_processors(compiled, params)
+        return TokenChooser(self.runner, params, processors, constraint, prompt_length, generator)
 
     def _sequence(self, row: Row, constraint: Constraint) -> Sequence:
         return Sequence(
@@ -259,10 +237,10 @@ class Engine:
         token_ids = self._encode(text, add_special_tokens=False)
         if compiled is None:
             return True, "no constraint"
-        eos = min(self.eos_ids)
+        eos = min(self.runner.eos_ids)
         # any first token: processors consume input_ids[-1] only from their second call on
         with torch.inference_mode():
-            k = self._first_masked([compiled.new_processor()], [eos], [*token_ids, eos])
+            k = first_refused([compiled.new_processor()], [eos], [*token_ids, eos], self.runner)
         if k is not None:
             where = "end of text" if k == len(token_ids) else f"token {k} ({self.token_text(token_ids[k])!r})"
             return False, f"{compiled.engine} masks the {where}"
@@ -270,17 +248,6 @@ class Engine:
         if verdict.valid is False:
             return False, f"the final check refuses EOS: {verdict.message}"
         return True, f"accepted by {compiled.engine}"
-
-    def _first_masked(self, processors: list[Any], start_ids: list[int], token_ids: list[int]) -> int | None:
-        """Feed `token_ids` through the processors one by one after `start_ids`; the first one masked out."""
-        ids = list(start_ids)
-        for k, token_id in enumerate(token_ids):
-            scores = torch.zeros(1, self.vocab_size, device=self.device)
-            probe = sampling.apply_row_processors(processors, torch.tensor([ids], device=self.device), scores)
-            if not torch.isfinite(probe[0, token_id]):
-                return k
-            ids.append(token_id)
-        return None
 
     # --- next-token view -------------------------------------------------------------------
 
@@ -297,22 +264,21 @@ class Engine:
         _, prompt_ids = self.encode_prompt(inputs, params.truncate)
         prefix_ids = self._encode(prefix, add_special_tokens=False) if prefix else []
         constraint, compiled = self.compile(params)
-        processors = self._row_processors(compiled, params)
         ids = prompt_ids + list(prefix_ids)
         if len(ids) > self.max_input_tokens:
             raise PromptTooLongError(f"prompt and prefix have {len(ids)} tokens; at most {self.max_input_tokens}")
-        with self._busy, self._adapter(params.adapter_id), torch.inference_mode():
-            k = self._first_masked(processors, prompt_ids, prefix_ids)
+        chooser = self.chooser(params, compiled, constraint, len(prompt_ids))
+        with self._busy, self.adapters.use(params.adapter_id), torch.inference_mode():
+            k = chooser.first_refused(prompt_ids, prefix_ids)
             if k is not None:
                 raise InvalidConstraintError(
                     f"the prefix leaves the constraint at token {k} ({self.token_text(prefix_ids[k])!r})"
                 )
-            input_ids = torch.tensor([ids], device=self.device)
-            logits = self.forward(input_ids)[0][0, -1].float()
-            shared = sampling.shared_processors(params, self.vocab_size, self.device, len(prompt_ids))
-            scores = shared(input_ids, logits.unsqueeze(0)) if len(shared) else logits.unsqueeze(0)
-            masked = sampling.apply_row_processors(processors, input_ids, scores.clone())[0]
-            step = sampling.score_row(logits, masked, sampling.LogitsProcessorList(), input_ids)
+            input_ids = self.runner.ids(ids)
+            logits = self.runner.forward(input_ids)[0][0, -1].float()
+            text = self.tokenizer.decode(prefix_ids, skip_special_tokens=True)
+            # the distribution decoding draws from at this point, before the sampling warpers
+            step = chooser.step(input_ids, logits, text, warp=False)
         return self._distribution(step, ids, prompt_ids, top_k)
 
     def _distribution(
@@ -342,18 +308,6 @@ class Engine:
         )
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    ids = set()
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(configured, int):
-        ids.add(configured)
-    elif configured:
-        ids.update(configured)
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    return ids
-
-
 def _check_unicode(text: str) -> None:
     """Lone surrogates (possible in JSON's \\uD800) cannot be tokenized; say so instead of crashing."""
     try:
@@ -368,7 +322,7 @@ def _matcher_errors(rows: list[Row]) -> list[str]:
     """llguidance stops a matcher that hits a limit (say, a grammar row too long) and only warns; report it."""
     errors = []
     for row in rows:
-        for processor in row.processors:
+        for processor in row.chooser.processors:
             for matcher in getattr(processor, "ll_matchers", None) or []:
                 if matcher.is_error():
                     text = matcher.get_error()

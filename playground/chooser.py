@@ -1,0 +1,100 @@
+"""One row's per-step pipeline (TGI's NextTokenChooser): shared processors, the row's own processors and
+constraint, the JSON EOS gate, warpers, the choice, and the token record.
+
+Decoding and the next-token view both score through a TokenChooser, so the chart shows exactly what
+decoding would allow. A step is `scores = chooser.step(ids, logits, text)`, then `chooser.choose(scores)`
+and `chooser.record(token_id, piece, scores)`; the chooser keeps the row's processor state between steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from playground import sampling
+from playground.constraints import Constraint
+from playground.runner import ModelRunner
+from playground.types import GeneratedToken, GenerateParameters
+
+
+class TokenChooser:
+    """Scores, picks and records one row's next token; stateful (the constraint walks with the row)."""
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        params: GenerateParameters,
+        processors: list[Any],
+        constraint: Constraint,
+        prompt_length: int,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        self.runner = runner
+        self.processors = processors
+        self.constraint = constraint
+        self.sampling = params.sampling
+        self.generator = generator
+        self.top_n = max(params.top_n_tokens or 0, 1)
+        self.shared = sampling.shared_processors(params, runner.vocab_size, runner.device, prompt_length)
+        self.warpers = sampling.warpers(params)
+
+    def step(self, ids: torch.Tensor, logits: torch.Tensor, text: str, *, warp: bool = True) -> sampling.StepScores:
+        """The row's distributions for the next token: `ids` is the row so far (1 x L), `text` its text."""
+        scores = self.shared(ids, logits.unsqueeze(0).clone())[0] if len(self.shared) else logits
+        masked = self.gate_eos(self.mask(ids, scores), text)
+        chain = self.warpers if warp else sampling.LogitsProcessorList()
+        # nothing touched the logits (each stage returns its input unchanged): one softmax serves both
+        untouched = masked is logits and not len(chain)
+        return sampling.score_row(logits, masked, chain, ids, untouched=untouched)
+
+    def mask(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """The row's own processors (custom ones, then the constraint); advances their state by one token."""
+        if not self.processors:
+            return scores
+        return sampling.apply_row_processors(self.processors, ids, scores.unsqueeze(0).clone())[0]
+
+    def gate_eos(self, masked: torch.Tensor, text: str) -> torch.Tensor:
+        """Allow EOS only when the text so far passes the final check, unless EOS is all that's left.
+
+        Only JSON schemas need it: engines may skip schema keywords they can't enforce, while their
+        regex, choice and grammar masks are exact.
+        """
+        if self.constraint.kind != "json_schema":
+            return masked
+        eos_allowed = [t for t in self.runner.eos_ids if t < masked.shape[0] and torch.isfinite(masked[t])]
+        if not eos_allowed:
+            return masked
+        if self.constraint.validate(text).valid is not False:
+            return masked
+        others = torch.isfinite(masked).sum() - len(eos_allowed)
+        if others <= 0:
+            return masked
+        masked = masked.clone()
+        masked[eos_allowed] = sampling.NEG_INF
+        return masked
+
+    def choose(self, step: sampling.StepScores) -> int:
+        """Greedy argmax or a draw from the row's seeded generator."""
+        return sampling.choose(step, self.sampling, self.generator)
+
+    def record(self, token_id: int, text: str, step: sampling.StepScores) -> GeneratedToken:
+        """What the panels show for the chosen token."""
+        r = self.runner
+        return sampling.token_record(token_id, text, step, self.top_n, r.token_text, r.special_ids)
+
+    def first_refused(self, start_ids: list[int], token_ids: list[int]) -> int | None:
+        """Walk `token_ids` through the row's processors after `start_ids`; the index of the first refused."""
+        return first_refused(self.processors, start_ids, token_ids, self.runner)
+
+
+def first_refused(processors: list[Any], start_ids: list[int], token_ids: list[int], runner: ModelRunner) -> int | None:
+    """Feed `token_ids` through the processors one by one after `start_ids`; the first one masked out."""
+    ids = list(start_ids)
+    for k, token_id in enumerate(token_ids):
+        scores = torch.zeros(1, runner.vocab_size, device=runner.device)
+        probe = sampling.apply_row_processors(processors, runner.ids(ids), scores)
+        if not torch.isfinite(probe[0, token_id]):
+            return k
+        ids.append(token_id)
+    return None

@@ -1,0 +1,60 @@
+"""The loaded model as the decoders see it: forward passes, token texts, special ids.
+
+Decoding, the next-token view and the prefix cache share it; it knows nothing of requests.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from playground.models import LoadedModel
+
+
+class ModelRunner:
+    """Forward passes and token facts of one loaded model."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.device = torch.device(loaded.device)
+        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        self.special_ids = set(self.tokenizer.all_special_ids)
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else min(self.eos_ids)
+        self._token_text: dict[int, str] = {}
+        # transformers 5 renamed the KV cache argument and output from past_key_values to cache.
+        self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+
+    def forward(self, input_ids: torch.Tensor, cache: Any = None, keep: int = 1) -> tuple[torch.Tensor, Any]:
+        """One forward pass: logits of the last `keep` positions (0 = all) and the updated KV cache."""
+        kwargs = {self._cache_arg: cache} if cache is not None else {}
+        out = self.model(input_ids=input_ids, use_cache=True, logits_to_keep=keep, **kwargs)
+        return out.logits, out[self._cache_arg]
+
+    def token_text(self, token_id: int) -> str:
+        """A token's text in isolation, for alternatives lists."""
+        text = self._token_text.get(token_id)
+        if text is None:
+            text = self.tokenizer.decode([token_id])
+            self._token_text[token_id] = text
+        return text
+
+    def ids(self, token_ids: list[int]) -> torch.Tensor:
+        """A one-row batch of ids on the model's device."""
+        return torch.tensor([token_ids], device=self.device)
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids = set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(configured)
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids

@@ -1,0 +1,99 @@
+"""The per-step token pipeline on hand-made logits: each penalty and warper changes what it should."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from playground.chooser import TokenChooser
+from playground.constraints import Constraint
+from playground.types import GenerateParameters
+
+VOCAB = 8
+LOGITS = torch.tensor([4.0, 3.0, 2.0, 1.0, 0.0, -1.0, -2.0, -3.0])
+PROMPT = [5, 6]
+EOS = 7
+
+
+def runner() -> SimpleNamespace:
+    """What the chooser reads of a model: vocabulary size, device, special ids, token texts."""
+    return SimpleNamespace(
+        vocab_size=VOCAB,
+        device=torch.device("cpu"),
+        eos_ids={EOS},
+        special_ids={EOS},
+        token_text=lambda i: f"t{i}",
+        ids=lambda ids: torch.tensor([ids]),
+    )
+
+
+def step(ids: list[int] | None = None, processors: list | None = None, constraint: Constraint | None = None, **params):
+    chooser = TokenChooser(
+        runner(), GenerateParameters(**params), processors or [], constraint or Constraint("none"), len(PROMPT)
+    )
+    return chooser.step(torch.tensor([ids or PROMPT]), LOGITS.clone(), text="")
+
+
+def finite(scores: torch.Tensor) -> list[int]:
+    return torch.isfinite(scores).nonzero().flatten().tolist()
+
+
+def test_greedy_untouched_is_the_raw_distribution():
+    scores = step()
+    assert torch.allclose(scores.logprobs, torch.log_softmax(LOGITS, -1))
+    assert scores.mass_kept == 1.0
+
+
+def test_temperature_scales_the_logits():
+    scores = step(temperature=0.5)
+    assert torch.allclose(scores.logprobs, torch.log_softmax(LOGITS / 0.5, -1))
+
+
+def test_top_k_keeps_k_tokens():
+    assert finite(step(top_k=3).final_scores) == [0, 1, 2]
+
+
+def test_top_p_keeps_the_nucleus():
+    # softmax(LOGITS): 0.64, 0.23, 0.09, ...: 0.8 of the mass needs the first two
+    assert finite(step(top_p=0.8).final_scores) == [0, 1]
+
+
+def test_typical_p_drops_tokens():
+    assert 0 < len(finite(step(typical_p=0.5).final_scores)) < VOCAB
+
+
+def test_repetition_penalty_lowers_tokens_already_seen():
+    scores = step(ids=[*PROMPT, 0], repetition_penalty=2.0)
+    assert scores.final_scores[0] == pytest.approx(2.0)  # 4.0 / 2 for a positive logit
+    assert scores.final_scores[1] == pytest.approx(3.0)
+
+
+def test_frequency_penalty_counts_generated_tokens_only():
+    scores = step(ids=[*PROMPT, 1, 1], frequency_penalty=0.5)
+    assert scores.final_scores[1] == pytest.approx(3.0 - 2 * 0.5)
+    assert scores.final_scores[5] == pytest.approx(-1.0)  # in the prompt: not penalised
+
+
+def test_watermark_biases_a_green_list():
+    scores = step(watermark=True)
+    assert not torch.allclose(scores.final_scores, LOGITS)
+
+
+def test_row_processors_mask_and_mass_kept_follows():
+    def only_two(_ids: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        s[:, [0, 1, 3, 4, 5, 6, 7]] = -math.inf
+        return s
+
+    scores = step(processors=[only_two])
+    assert finite(scores.final_scores) == [2]
+    assert scores.mass_kept == pytest.approx(float(torch.softmax(LOGITS, -1)[2]))
+
+
+def test_eos_gate_refuses_end_while_the_json_is_invalid():
+    constraint = Constraint.from_grammar({"type": "json", "value": {"type": "integer", "minimum": 10}})
+    chooser = TokenChooser(runner(), GenerateParameters(), [], constraint, len(PROMPT))
+    assert EOS not in finite(chooser.step(torch.tensor([PROMPT]), LOGITS.clone(), text="5").final_scores)
+    assert EOS in finite(chooser.step(torch.tensor([PROMPT]), LOGITS.clone(), text="50").final_scores)
