@@ -5,14 +5,12 @@ A Constraint is a kind plus its canonical value; playground.compiler turns it in
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
-
+from playground import matching, schema_check
 from playground.errors import (
     ConstraintError,
     InvalidConstraintError,
@@ -88,27 +86,17 @@ class Constraint:
             schema = {} if schema else {"not": {}}
         if not isinstance(schema, dict):
             raise InvalidConstraintError(f"a JSON schema must be an object, got {type(schema).__name__}")
-        validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        try:
-            validator.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-            raise InvalidConstraintError(f"not a valid JSON Schema at {where}: {exc.message}") from None
-        except RecursionError:
-            raise InvalidConstraintError("the JSON schema is nested too deeply to check") from None
-        remote = _remote_ref(schema)
-        if remote:
-            raise UnsupportedConstraintError(f"only local $ref (starting with '#') are supported, got {remote!r}")
+        schema_check.check_schema(schema)
         return cls("json_schema", _Frozen(schema))
 
     @classmethod
     def regex(cls, pattern: Any) -> Constraint:
         if not isinstance(pattern, str) or not pattern:
             raise InvalidConstraintError("a regex constraint needs a non-empty pattern string")
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise InvalidConstraintError(f"invalid regex at position {exc.pos}: {exc.msg}") from None
+        problem = matching.syntax_error("regex", pattern)
+        if problem:
+            error = UnsupportedConstraintError if "not supported" in problem else InvalidConstraintError
+            raise error(f"invalid regex {problem} (the engines read Rust regex syntax)")
         return cls("regex", pattern)
 
     @classmethod
@@ -120,7 +108,13 @@ class Constraint:
     @classmethod
     def grammar(cls, text: Any) -> Constraint:
         if not isinstance(text, str) or not text.strip():
-            raise InvalidConstraintError("a grammar constraint needs Lark grammar text with a `start` rule")
+            raise InvalidConstraintError(
+                "a grammar constraint needs Lark grammar text with a `start` rule, or GBNF with a `root` rule"
+            )
+        text = matching.normal_grammar(text)
+        problem = matching.syntax_error("grammar", text)
+        if problem:
+            raise InvalidConstraintError(f"invalid grammar (Lark or GBNF, as llguidance reads it): {problem}")
         return cls("grammar", text)
 
     def to_grammar(self) -> GrammarType | None:
@@ -150,14 +144,11 @@ class Constraint:
         if self.kind == "none":
             return Validation(valid=None, message="no constraint")
         if self.kind == "json_schema":
-            return _validate_json(self.schema, text)
-        if self.kind == "regex":
-            ok = re.fullmatch(self.value, text) is not None
-            return Validation(valid=ok, message="full match" if ok else f"does not fully match /{self.value}/")
+            return schema_check.validate(self.schema, text)
         if self.kind == "choice":
             ok = text in self.value
             return Validation(valid=ok, message="one of the choices" if ok else "not one of the choices")
-        return _validate_lark(self.value, text)
+        return _validate_match(self.kind, self.value, text)
 
 
 class _Frozen:
@@ -188,18 +179,8 @@ def _load_json(text: str, what: str) -> Any:
         ) from None
     except RecursionError:
         raise InvalidConstraintError(f"the JSON in {what} is nested too deeply") from None
-
-
-def _remote_ref(node: Any) -> str | None:
-    """The first $ref that points outside the schema: nothing here may fetch it."""
-    if isinstance(node, dict):
-        ref = node.get("$ref")
-        if isinstance(ref, str) and not ref.startswith("#"):
-            return ref
-        return next((r for r in map(_remote_ref, node.values()) if r), None)
-    if isinstance(node, list):
-        return next((r for r in map(_remote_ref, node) if r), None)
-    return None
+    except ValueError as exc:  # an integer longer than Python's digit limit, say
+        raise InvalidConstraintError(f"invalid JSON in {what}: {first_line(exc)}") from None
 
 
 def _escape_rust_regex(text: str) -> str:
@@ -207,63 +188,25 @@ def _escape_rust_regex(text: str) -> str:
     return re.sub(r"([\\.+*?()|\[\]{}^$#&\-~])", r"\\\1", text)
 
 
-def _validate_json(schema: dict, text: str) -> Validation:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return Validation(valid=False, message=f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
-    validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        errors = sorted(validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER).iter_errors(data), key=str)
-    except (jsonschema.exceptions.JsonSchemaException, LookupError, ValueError) as exc:
-        return Validation(valid=None, message=f"could not check with jsonschema: {first_line(exc)}")
-    if not errors:
-        return Validation(valid=True, message="valid against the schema")
-    first = errors[0]
-    where = "/".join(str(p) for p in first.absolute_path) or "(root)"
-    return Validation(valid=False, message=f"schema violation at {where}: {first.message}")
-
-
-def _validate_lark(grammar: str, text: str) -> Validation:
-    import lark
-
-    try:
-        parser = _lark_parser(grammar)
-    except lark.exceptions.LarkError as exc:
-        return Validation(valid=None, message=f"could not check with lark: {str(exc).splitlines()[0]}")
-    try:
-        parser.parse(text)
-    except lark.exceptions.LarkError as exc:
-        return Validation(valid=False, message=f"does not parse: {str(exc).splitlines()[0]}")
-    return Validation(valid=True, message="parses with the grammar")
-
-
-@functools.lru_cache(maxsize=32)
-def _lark_parser(grammar: str) -> Any:
-    import lark
-
-    return lark.Lark(grammar, start="start", parser="earley")
+def _validate_match(kind: str, value: str, text: str) -> Validation:
+    """Regex and grammar verdicts, read as the engines read them (see playground.matching)."""
+    outcome = matching.full_match(kind, value, text)
+    if outcome.ok:
+        return Validation(valid=True, message="full match" if kind == "regex" else "parses with the grammar")
+    if outcome.ok is None:
+        return Validation(valid=None, message=f"could not check: {outcome.message}")
+    what = f"does not fully match /{value}/" if kind == "regex" else "does not parse with the grammar"
+    return Validation(valid=False, message=f"{what}: {outcome.message}")
 
 
 def check_constraint(kind: str, text: str) -> str | None:
-    """For live checks in the UI: an error message, or None when the text is a usable constraint.
-
-    Regexes and grammars are also checked by llguidance (no tokenizer needed): no engine takes
-    look-around or backreferences, and llguidance is the one engine for Lark grammars.
-    """
+    """For live checks in the UI: an error message, or None when the text is a usable constraint."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         return f"the text contains invalid Unicode at position {exc.start}"
     try:
-        constraint = Constraint.parse(kind, text)
+        Constraint.parse(kind, text)
     except ConstraintError as exc:
         return exc.message
-    if constraint.kind in ("regex", "grammar"):
-        import llguidance
-
-        spec = llguidance.grammar_from("lark" if constraint.kind == "grammar" else "regex", constraint.value)
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(spec, None)
-        if is_error:
-            return f"{constraint.kind}: " + "; ".join(m.strip() for m in messages)
     return None

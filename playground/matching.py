@@ -1,0 +1,176 @@
+"""Checks in the engines' own dialect, in time linear in the text: llguidance matchers fed bytes.
+
+Python's `re` backtracks (`(a+)+b` takes exponential time, holding the GIL) and reads a regex
+differently from the engines (no `\\p{L}`; `\\d` means other things). llguidance is the default
+engine's mask: its regexes are Rust `regex` syntax run by a lazily built automaton (constant work per
+byte, bounded by its lexer fuel), its grammars are Lark or llama.cpp GBNF read by a bounded Earley
+parser. Feeding it the text one byte token at a time gives the verdict the mask would give, and a
+deadline between small chunks keeps any one check from holding the GIL or the decode for long.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+# One verdict may spend at most this long; a grammar ambiguous enough to exceed it gets valid=None.
+CHECK_BUDGET_S = 2.0
+_EOS = 256
+
+
+class DialectError(ValueError):
+    """The text is not a regex or grammar the engines can read; the message says why."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A check's answer: True/False, or None when it hit a limit (the message says which)."""
+
+    ok: bool | None
+    message: str = ""
+
+
+class _ByteTokens:
+    """A tokenizer whose tokens are the 256 bytes (plus EOS), so a matcher reads text byte by byte."""
+
+    eos_token_id = _EOS
+    bos_token_id = None
+    tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
+    special_token_ids = [_EOS]
+
+    def __call__(self, text: str | bytes) -> list[int]:
+        return list(text.encode("utf-8") if isinstance(text, str) else text)
+
+
+@functools.cache
+def _tokenizer() -> Any:
+    import llguidance
+
+    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokens()), slices=[])
+
+
+def _condense(message: str) -> str:
+    """llguidance's multi-line error in one line: the `error:` line, at the regex position it marks."""
+    lines = message.strip().splitlines()
+    detail = next((line[len("error:") :].strip() for line in lines if line.startswith("error:")), None)
+    if detail is None:
+        return next((line.strip() for line in lines if line.strip()), "invalid")
+    carets = [line for line in lines[:-2] if line.strip().startswith("^") and line.startswith("    ")]
+    return f"at position {carets[0].index('^') - 4}: {detail}" if carets else detail
+
+
+def normal_grammar(text: str) -> str:
+    """The grammar without whitespace-only lines, which mean nothing in Lark or GBNF.
+
+    llguidance tells Lark from GBNF with `(?m)^\\s*(...)`, which backtracks over runs of blank lines
+    (40,000 of them: 28 s); without them each line start scans only its own indentation.
+    """
+    return "\n".join(line for line in text.splitlines() if line.strip())
+
+
+def grammar_spec(kind: str, text: str) -> str:
+    """The llguidance grammar for a regex, a Lark/GBNF grammar or a JSON schema, as the mask builds it."""
+    import llguidance
+
+    if kind == "regex":
+        return llguidance.grammar_from("regex", text)
+    if kind == "json_schema":
+        return llguidance.grammar_from("json_schema", text)
+    text = normal_grammar(text)
+    try:  # outlines' llguidance backend reads grammars this way: GBNF converted, else Lark as is
+        return llguidance.grammar_from("grammar", text)
+    except (ValueError, RecursionError):
+        return llguidance.grammar_from("lark", text)
+
+
+@functools.lru_cache(maxsize=256)
+def _template(kind: str, text: str) -> Any:
+    """A fresh matcher for the grammar, kept to copy (copies are cheap); DialectError if unreadable."""
+    import llguidance
+
+    matcher = llguidance.LLMatcher(_tokenizer(), grammar_spec(kind, text), log_level=0)
+    if matcher.is_error():
+        raise DialectError(_condense(matcher.get_error()))
+    return matcher
+
+
+def _matcher(kind: str, text: str) -> Any:
+    """A matcher of its own for one check (templates are shared; a copy costs microseconds)."""
+    return _template(kind, text).deep_copy()
+
+
+def syntax_error(kind: str, text: str) -> str | None:
+    """Why the engines cannot read this regex or grammar, or None when they can."""
+    try:
+        _matcher(kind, text)
+    except DialectError as exc:
+        return _gbnf_problem(text) or str(exc) if kind == "grammar" else str(exc)
+    except (ValueError, RecursionError) as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
+
+
+def _gbnf_problem(text: str) -> str | None:
+    """For text that is not Lark: why it is not GBNF either (the Lark error would mislead)."""
+    from llguidance.gbnf_to_lark import gbnf_to_lark, is_lark_syntax
+
+    if is_lark_syntax(text):
+        return None
+    try:
+        gbnf_to_lark(text)
+    except Exception as exc:  # the converter raises its own error type
+        return f"not GBNF: {str(exc).splitlines()[0]}"
+    return None
+
+
+def _feed(matcher: Any, data: bytes, deadline: float) -> Outcome | None:
+    """Consume `data` in chunks sized so each holds the GIL briefly; an Outcome when it stops early."""
+    pos, step = 0, 1
+    while pos < len(data):
+        started = time.monotonic()
+        chunk = list(data[pos : pos + step])
+        taken = matcher.try_consume_tokens(chunk)
+        if matcher.is_error():
+            return Outcome(None, f"too complex to check: {_condense(matcher.get_error())}")
+        if taken < len(chunk):
+            return Outcome(False, f"refused at byte {pos + taken}")
+        pos += step
+        now = time.monotonic()
+        if now > deadline and pos < len(data):
+            return Outcome(None, f"too costly to check within {CHECK_BUDGET_S:g} s (stopped at byte {pos})")
+        step = min(step * 2, 4096) if now - started < 0.001 else max(step // 2, 1)
+    return None
+
+
+def full_match(kind: str, value: str, text: str) -> Outcome:
+    """Does the whole text match the regex (kind 'regex') or parse with the grammar (kind 'grammar')?"""
+    try:
+        matcher = _matcher(kind, value)
+    except (DialectError, ValueError, RecursionError) as exc:
+        return Outcome(None, f"the engines cannot read it: {exc}")
+    data = text.encode("utf-8", errors="surrogatepass")
+    stopped = _feed(matcher, data, time.monotonic() + CHECK_BUDGET_S)
+    if stopped is not None:
+        return stopped
+    if matcher.is_accepting():
+        return Outcome(True)
+    return Outcome(False, "ends too early")
+
+
+def pattern_search(pattern: str, text: str) -> bool | None:
+    """JSON Schema `pattern` (a search, anchors honoured) as llguidance's JSON mask reads it.
+
+    The pattern is checked inside a JSON string, exactly as the mask enforces it; None when it
+    cannot be read or checked within the limits.
+    """
+    schema = json.dumps({"type": "string", "pattern": pattern})
+    outcome = full_match("json_schema", schema, json.dumps(text, ensure_ascii=False))
+    return outcome.ok
+
+
+def pattern_error(pattern: str) -> str | None:
+    """Why the engines cannot read a JSON Schema `pattern`, or None."""
+    return syntax_error("json_schema", json.dumps({"type": "string", "pattern": pattern}))

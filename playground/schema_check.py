@@ -1,0 +1,151 @@
+"""JSON Schema checking that never reads outside the request and never backtracks.
+
+Every jsonschema validator here gets REGISTRY: the meta-schemas jsonschema ships, and a retrieve that
+refuses everything (jsonschema's default opens any URL or file a `$ref`, `$dynamicRef` or `$id` names).
+References are resolved once at parse time so an unresolvable one is a clear error, not a 500 later.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import referencing
+import referencing.exceptions
+import referencing.jsonschema
+from jsonschema_specifications import REGISTRY as SPECIFICATIONS
+
+from playground import schema_keywords
+from playground.errors import InvalidConstraintError, UnsupportedConstraintError, first_line
+from playground.types import Validation
+
+_REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+
+
+def _refuse(uri: str) -> referencing.Resource:
+    """Nothing outside the request is ever read: no URL, no file."""
+    raise referencing.exceptions.NoSuchResource(ref=uri)
+
+
+REGISTRY: referencing.Registry = SPECIFICATIONS.combine(referencing.Registry(retrieve=_refuse))
+
+
+@functools.cache
+def _linear(base: type) -> type:
+    """`base` with the regex keywords and the `regex` format read in linear time, in the engines' dialect."""
+    keywords = {k: v for k, v in schema_keywords.KEYWORDS.items() if k in base.VALIDATORS}
+    return jsonschema.validators.extend(base, keywords)
+
+
+def validator_class(schema: dict) -> type:
+    """The validator for the schema's dialect (`$schema`, default 2020-12)."""
+    dialect = schema.get("$schema")
+    if dialect is not None and not isinstance(dialect, str):
+        raise InvalidConstraintError(f"$schema must be a string (a dialect URI), got {type(dialect).__name__}")
+    return _linear(jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator))
+
+
+def _validator(cls: type, schema: Any) -> Any:
+    return cls(schema, registry=REGISTRY, format_checker=schema_keywords.format_checker(cls.FORMAT_CHECKER))
+
+
+def check_schema(schema: dict) -> None:
+    """A valid schema whose references all resolve inside it; otherwise a ConstraintError saying where."""
+    cls = validator_class(schema)
+    meta = _linear(jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls))
+    try:
+        error = next(_validator(meta, cls.META_SCHEMA).iter_errors(schema), None)
+    except RecursionError:
+        raise InvalidConstraintError("the JSON schema is nested too deeply to check") from None
+    except (referencing.exceptions.Unresolvable, schema_keywords.UncheckedPattern) as exc:
+        raise InvalidConstraintError(f"the JSON schema could not be checked: {first_line(exc)}") from None
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+        cause = f" ({first_line(error.cause)})" if error.cause else ""
+        if error.validator == "format" and error.validator_value == "regex":
+            cause = f": the engines read Rust regex syntax and {_pattern_problem(error.instance)}"
+        raise InvalidConstraintError(f"not a valid JSON Schema at {where}: {error.message}{cause}")
+    _check_refs(cls, schema)
+
+
+def _pattern_problem(pattern: Any) -> str:
+    from playground.matching import pattern_error
+
+    return f"say: {pattern_error(pattern)}" if isinstance(pattern, str) else "need a string"
+
+
+def _check_refs(cls: type, schema: dict) -> None:
+    """Resolve every reference in the schema against the schema alone (no retrieval)."""
+    spec = referencing.jsonschema.specification_with(
+        cls.ID_OF(cls.META_SCHEMA) or "", default=referencing.jsonschema.DRAFT202012
+    )
+    try:
+        resource = spec.create_resource(schema)
+        for keyword, ref, resolver in _refs(REGISTRY.resolver_with_root(resource), resource):
+            _resolve(resolver, keyword, ref)
+    except RecursionError:
+        raise InvalidConstraintError("the JSON schema is nested too deeply to check") from None
+    except (ValueError, TypeError, LookupError) as exc:
+        raise InvalidConstraintError(f"the JSON schema's $id or references are malformed: {first_line(exc)}") from None
+
+
+def _refs(resolver: Any, resource: Any) -> Iterator[tuple[str, str, Any]]:
+    """Every (keyword, reference, resolver in scope) in the resource and its subschemas."""
+    contents = resource.contents
+    if isinstance(contents, dict):
+        for keyword in _REF_KEYWORDS:
+            if isinstance(contents.get(keyword), str):
+                yield keyword, contents[keyword], resolver
+    for sub in resource.subresources():
+        yield from _refs(resolver.in_subresource(sub), sub)
+
+
+def _resolve(resolver: Any, keyword: str, ref: str) -> None:
+    try:
+        resolver.lookup(ref)
+    except referencing.exceptions.PointerToNowhere:
+        raise InvalidConstraintError(f"{keyword} {ref!r} points to nothing in the schema") from None
+    except referencing.exceptions.Unresolvable:
+        raise UnsupportedConstraintError(
+            f"{keyword} {ref!r} does not resolve inside the schema; references to other documents "
+            "(URLs, files) are never fetched"
+        ) from None
+
+
+def validate(schema: dict, text: str) -> Validation:
+    """The verdict for a finished output: JSON that the schema accepts."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return Validation(valid=False, message=f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except ValueError as exc:  # an integer longer than Python's digit limit
+        return Validation(valid=None, message=f"could not read the JSON: {first_line(exc)}")
+    except RecursionError:
+        return Validation(valid=None, message="could not read the JSON: nested too deeply")
+    try:
+        error = _first_error(schema, data)
+    except schema_keywords.UncheckedPattern as exc:
+        return Validation(valid=None, message=str(exc))
+    except (
+        referencing.exceptions.Unresolvable,
+        jsonschema.exceptions.UnknownType,
+        jsonschema.exceptions.UndefinedTypeCheck,
+        LookupError,
+        TypeError,
+        ValueError,
+    ) as exc:
+        return Validation(valid=None, message=f"could not check with jsonschema: {first_line(exc)}")
+    except RecursionError:
+        return Validation(valid=None, message="could not check with jsonschema: nested too deeply")
+    if error is None:
+        return Validation(valid=True, message="valid against the schema")
+    where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+    return Validation(valid=False, message=f"schema violation at {where}: {error.message}")
+
+
+def _first_error(schema: dict, data: Any) -> Any:
+    errors = list(_validator(validator_class(schema), schema).iter_errors(data))
+    return min(errors, key=str) if errors else None

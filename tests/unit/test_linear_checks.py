@@ -1,0 +1,98 @@
+"""Every check reads regexes and grammars as the engines do, and finishes in time linear in the text."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from playground.constraints import Constraint, check_constraint
+from playground.errors import InvalidConstraintError
+
+# A liveness bound, not a speed assert: backtracking would take hours (each extra character doubles it).
+FINISHES_WITHIN_S = 60
+
+
+def finishes(call: Callable[[], Any]) -> Any:
+    """The call's result; fails the test when the call is still running after FINISHES_WITHIN_S."""
+    result: list[Any] = []
+    worker = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    worker.start()
+    worker.join(FINISHES_WITHIN_S)
+    assert result, f"still running after {FINISHES_WITHIN_S} s: the check is not linear in the text"
+    return result[0]
+
+
+def test_a_backtracking_regex_gets_its_verdict_at_once():
+    verdict = finishes(lambda: Constraint.regex("(a+)+b").validate("a" * 5000))
+    assert verdict.valid is False
+    assert finishes(lambda: Constraint.regex("(a+)+b").validate("a" * 5000 + "b")).valid is True
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "pattern": "^(a+)+$"},
+        {"type": "object", "patternProperties": {"^(a+)+$": {}}, "additionalProperties": False},
+        {"type": "object", "patternProperties": {"^(a+)+$": {}}, "unevaluatedProperties": False},
+        {"type": "object", "additionalProperties": {"type": "string", "pattern": "(x+x+)+y"}},
+    ],
+)
+def test_backtracking_json_patterns_get_their_verdict_at_once(schema):
+    evil = "a" * 3000 + "!"
+    instance = evil if schema.get("type") == "string" else {evil: 1, "k": "x" * 3000}
+    verdict = finishes(lambda: Constraint.json_schema(schema).validate(json.dumps(instance)))
+    assert verdict.valid is False
+
+
+def test_rust_regex_syntax_is_accepted_and_the_verdict_agrees():
+    letters = Constraint.regex(r"\p{L}{3,6}")
+    assert letters.validate("héllo").valid is True
+    assert letters.validate("hé").valid is False
+    assert check_constraint("regex", r"\p{L}{3,6}") is None
+    schema = Constraint.json_schema({"type": "string", "pattern": r"^\p{Lu}\p{Ll}+$"})
+    assert schema.validate('"Émile"').valid is True
+    assert schema.validate('"émile"').valid is False
+
+
+def test_json_patterns_search_with_anchors_as_json_schema_says():
+    assert Constraint.json_schema({"type": "string", "pattern": "b+"}).validate('"abba"').valid is True
+    anchored = Constraint.json_schema({"type": "string", "pattern": "^a|b$"})
+    assert anchored.validate('"ax"').valid is True
+    assert anchored.validate('"xb"').valid is True
+    assert anchored.validate('"xbx"').valid is False
+
+
+def test_patterns_the_engines_cannot_read_are_refused_at_parse_time():
+    with pytest.raises(InvalidConstraintError, match="look-around"):
+        Constraint.json_schema({"type": "string", "pattern": "^(?!admin).*$"})
+    with pytest.raises(InvalidConstraintError, match="patternProperties"):
+        Constraint.json_schema({"patternProperties": {"(a)\\1": {}}})
+
+
+def test_the_regex_format_is_read_in_the_engines_dialect():
+    regexes = Constraint.json_schema({"type": "string", "format": "regex"})
+    assert regexes.validate(json.dumps(r"\p{L}+")).valid is True
+    assert regexes.validate(json.dumps("(?=a)")).valid is False
+
+
+def test_gbnf_grammars_are_accepted_and_get_a_verdict():
+    yes_no = Constraint.grammar('root ::= "yes" | "no"')
+    assert yes_no.validate("yes").valid is True
+    assert yes_no.validate("maybe").valid is False
+    assert "not GBNF" in check_constraint("grammar", "root ::= [")
+
+
+def test_an_ambiguous_grammar_gets_a_bounded_verdict():
+    ambiguous = Constraint.grammar('start: x\nx: x x | x x x | "a"')
+    assert finishes(lambda: ambiguous.validate("a" * 150)).valid is True
+    verdict = finishes(lambda: ambiguous.validate("a" * 5000))
+    assert verdict.valid is None and "could not check" in verdict.message
+
+
+def test_blank_lines_in_a_grammar_cost_nothing():
+    grammar = finishes(lambda: Constraint.grammar("\n" * 40000 + 'start: "a"\n' + " \n" * 40000))
+    assert grammar.validate("a").valid is True

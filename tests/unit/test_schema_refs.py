@@ -1,0 +1,123 @@
+"""No schema may read outside the request: every reference resolves inside it or is a clear error."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from playground import schema_check
+from playground.constraints import Constraint
+from playground.errors import ConstraintError, InvalidConstraintError, UnsupportedConstraintError
+
+
+class Listener:
+    """A TCP listener that records every connection; a schema must never make one."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            self.connections += 1
+            conn.sendall(b'HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{"type": "string"}')
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    server = Listener()
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("keyword", ["$ref", "$dynamicRef"])
+def test_a_reference_to_a_url_is_refused_and_never_fetched(listener, keyword):
+    with pytest.raises(UnsupportedConstraintError, match="never fetched") as caught:
+        Constraint.json_schema({keyword: f"{listener.url}/dyn.json"})
+    assert keyword in caught.value.message
+    assert listener.connections == 0
+
+
+def test_an_id_relative_reference_is_refused_and_never_fetched(listener):
+    schema = {"$id": f"{listener.url}/root.json", "properties": {"a": {"$ref": "other.json"}}}
+    with pytest.raises(UnsupportedConstraintError, match="'other.json'"):
+        Constraint.json_schema(schema)
+    assert listener.connections == 0
+
+
+def test_the_verdict_never_fetches_even_for_a_schema_that_skipped_the_parse_check(listener):
+    verdict = schema_check.validate({"$dynamicRef": f"{listener.url}/dyn.json"}, '"text"')
+    assert verdict.valid is None and "could not check" in verdict.message
+    assert listener.connections == 0
+
+
+def test_a_file_reference_never_leaks_the_file(tmp_path):
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"const": "TOP-SECRET-VALUE"}')
+    with pytest.raises(UnsupportedConstraintError):
+        Constraint.json_schema({"$ref": secret.as_uri()})
+    with pytest.raises(UnsupportedConstraintError):
+        Constraint.json_schema({"$id": tmp_path.as_uri() + "/", "$dynamicRef": "secret.json"})
+    verdict = schema_check.validate({"$ref": secret.as_uri()}, '"guess"')
+    assert verdict.valid is None and "TOP-SECRET-VALUE" not in verdict.message
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [{"$dynamicRef": "#/$defs/nope"}, {"$ref": "#/definitions/missing"}, {"items": {"$ref": "#/$defs/a/b"}}],
+)
+def test_a_pointer_to_nothing_is_a_clear_error_not_a_500(schema):
+    with pytest.raises(InvalidConstraintError, match="points to nothing"):
+        Constraint.json_schema(schema)
+
+
+def test_references_inside_the_schema_still_work():
+    anchored = {"$defs": {"n": {"$anchor": "num", "type": "integer"}}, "properties": {"a": {"$ref": "#num"}}}
+    by_id = {
+        "$id": "http://example.invalid/root.json",
+        "$defs": {"n": {"$id": "n.json", "type": "integer"}},
+        "properties": {"a": {"$ref": "n.json"}},
+    }
+    recursive = {"type": "object", "properties": {"child": {"$ref": "#"}}, "additionalProperties": False}
+    for schema in (anchored, by_id):
+        constraint = Constraint.json_schema(schema)
+        assert constraint.validate('{"a": 1}').valid is True
+        assert constraint.validate('{"a": "x"}').valid is False
+    assert Constraint.json_schema(recursive).validate('{"child": {"child": {}}}').valid is True
+    meta = Constraint.json_schema({"$ref": "https://json-schema.org/draft/2020-12/schema"})
+    assert meta.validate('{"type": "string"}').valid is True
+
+
+@pytest.mark.parametrize(
+    ("schema", "words"),
+    [
+        ({"$schema": []}, "$schema must be a string"),
+        ('{"maxLength": ' + "9" * 5000 + "}", "invalid JSON"),
+    ],
+)
+def test_odd_schemas_are_clear_errors(schema, words):
+    with pytest.raises(ConstraintError, match="^" + words.replace("$", r"\$")):
+        Constraint.json_schema(schema)
+
+
+def test_an_integer_past_pythons_digit_limit_gets_a_verdict_not_a_crash():
+    verdict = Constraint.json_schema({"type": "integer"}).validate("1" * 5000)
+    assert verdict.valid is None and "digits" in verdict.message
