@@ -18,6 +18,8 @@ from typing import Any
 
 # One verdict may spend at most this long; a grammar ambiguous enough to exceed it gets valid=None.
 CHECK_BUDGET_S = 2.0
+# Earley items one input position may hold (llguidance's mask: 2,000); bounded by the budget above.
+VERDICT_ROW_ITEMS = 100_000
 _EOS = 256
 
 
@@ -86,12 +88,21 @@ def grammar_spec(kind: str, text: str) -> str:
         return llguidance.grammar_from("lark", text)
 
 
+@functools.cache
+def _limits() -> Any:
+    """The mask's limits, but a wider Earley row (a grammar of 2,500 words needs one): the deadline
+    bounds the cost, and a verdict should not give up where a cheap answer exists."""
+    import llguidance
+
+    return llguidance.LLParserLimits(max_items_in_row=VERDICT_ROW_ITEMS)
+
+
 @functools.lru_cache(maxsize=256)
 def _template(kind: str, text: str) -> Any:
     """A fresh matcher for the grammar, kept to copy (copies are cheap); DialectError if unreadable."""
     import llguidance
 
-    matcher = llguidance.LLMatcher(_tokenizer(), grammar_spec(kind, text), log_level=0)
+    matcher = llguidance.LLMatcher(_tokenizer(), grammar_spec(kind, text), log_level=0, limits=_limits())
     if matcher.is_error():
         raise DialectError(_condense(matcher.get_error()))
     return matcher
