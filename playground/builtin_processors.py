@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from playground.banned_automaton import BannedAutomaton
+
 # --- per-tokenizer tables ------------------------------------------------------------------------
 
 
@@ -24,6 +26,7 @@ class TokenTable:
         info = xgrammar.TokenizerInfo.from_huggingface(tokenizer)
         special = _skipped_ids(tokenizer)
         self.pieces: list[bytes] = [b"" if i in special else bytes(p) for i, p in enumerate(info.decoded_vocab)]
+        self.longest = max(map(len, self.pieces), default=1)
         order = sorted(range(len(self.pieces)), key=self.pieces.__getitem__)
         self._sorted = [self.pieces[i] for i in order]
         self._sorted_ids = torch.tensor(order, dtype=torch.long)
@@ -113,45 +116,49 @@ def _pad(values: torch.Tensor, size: int, fill: Any) -> torch.Tensor:
 # --- built-in processors -------------------------------------------------------------------------
 
 
+# Sizes ban_strings accepts: the automaton holds one state per banned byte.
+BAN_MAX_STRINGS = 256
+BAN_MAX_BYTES = 1024
+
+
 class BanStrings:
     """Masks every token that would complete a banned string in the generated text, even across tokens.
 
     The prompt length is taken from the first call (its input_ids are the prompt), so only generated text
-    is checked. Matching is on the exact bytes each token adds, so it is case-sensitive.
+    is checked. Matching is on the exact bytes each token adds, so it is case-sensitive. Each row's
+    automaton state advances by the new tokens only, so a step costs the same whatever the strings' length.
     """
 
     def __init__(self, banned: list[bytes], table: TokenTable) -> None:
-        self.banned = banned
         self.table = table
-        self.keep = max(len(b) for b in banned) - 1
-        self.inside = torch.unique(torch.cat([table.containing(b) for b in banned]))
+        self.automaton = BannedAutomaton(banned, table.longest, table.starting_with)
+        fits = [b for b in banned if len(b) <= table.longest]
+        self.inside = torch.unique(torch.cat([table.containing(b) for b in fits] or [torch.zeros(0, dtype=torch.long)]))
         self.prompt_len: int | None = None
+        self.states: list[int] = []
+        self.seen = 0
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.prompt_len is None:
             self.prompt_len = input_ids.shape[1]
+        self._advance(input_ids)
         mask = torch.zeros(scores.shape, dtype=torch.bool)
-        for row in range(input_ids.shape[0]):
-            ids = self._banned_after(self._tail(input_ids[row]))
+        for row, state in enumerate(self.states):
+            ids = torch.cat([self.inside, self.automaton.bans(state)])
             mask[row, ids[ids < scores.shape[1]]] = True
         return scores.masked_fill(mask.to(scores.device), float("-inf"))
 
-    def _tail(self, row: torch.Tensor) -> bytes:
-        """The last bytes generated, enough to hold all but the last byte of the longest banned string."""
-        if self.keep == 0:
-            return b""
-        start = max(self.prompt_len or 0, row.shape[0] - self.keep - 8)
+    def _advance(self, input_ids: torch.Tensor) -> None:
+        """Move each row's state over the tokens generated since the last call (from scratch if rows changed)."""
+        generated = input_ids.shape[1] - self.prompt_len
+        if len(self.states) != input_ids.shape[0] or generated < self.seen:
+            self.states, self.seen = [0] * input_ids.shape[0], 0
         pieces = self.table.pieces
-        tail = b"".join(pieces[i] if i < len(pieces) else b"" for i in row[start:].tolist())
-        return tail[-self.keep :]
-
-    def _banned_after(self, tail: bytes) -> torch.Tensor:
-        parts = [self.inside]
-        for banned in self.banned:
-            for cut in range(1, len(banned)):
-                if tail.endswith(banned[:cut]):
-                    parts.append(self.table.starting_with(banned[cut:]))
-        return torch.cat(parts) if len(parts) > 1 else self.inside
+        new = input_ids[:, self.prompt_len + self.seen :].tolist()
+        for row, ids in enumerate(new):
+            data = b"".join(pieces[i] if 0 <= i < len(pieces) else b"" for i in ids)
+            self.states[row] = self.automaton.step(self.states[row], data)
+        self.seen = generated
 
 
 def ban_strings_factory(params: list[str], tokenizer: Any) -> BanStrings:
@@ -160,7 +167,13 @@ def ban_strings_factory(params: list[str], tokenizer: Any) -> BanStrings:
         raise ValueError("ban_strings needs at least one string to ban")
     if any(not isinstance(p, str) or p == "" for p in params):
         raise ValueError("ban_strings cannot ban an empty string")
-    return BanStrings([p.encode("utf-8") for p in dict.fromkeys(params)], token_table(tokenizer))
+    if len(params) > BAN_MAX_STRINGS:
+        raise ValueError(f"ban_strings takes at most {BAN_MAX_STRINGS} strings, got {len(params)}")
+    banned = [p.encode("utf-8") for p in dict.fromkeys(params)]
+    longest = max(len(b) for b in banned)
+    if longest > BAN_MAX_BYTES:
+        raise ValueError(f"ban_strings takes strings of at most {BAN_MAX_BYTES} bytes (UTF-8), got one of {longest}")
+    return BanStrings(banned, token_table(tokenizer))
 
 
 class MaxWhitespace:
