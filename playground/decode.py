@@ -30,6 +30,7 @@ class Row:
     emitted: str = ""
     finish_reason: str | None = None
     stop_sequence: str | None = None
+    prefix: str = ""  # the answer this row continues (continue_from), forced through the constraint
 
 
 class Decode:
@@ -113,7 +114,7 @@ class Decode:
             stable = row.text.rstrip("\ufffd") if row.text.endswith("\ufffd") else row.text
             piece = stable[len(row.emitted) :]
             row.emitted = stable
-        stop = self.stopping.check(token_id, row.text, before, len(row.ids))
+        stop = self.stopping.check(token_id, row.text, before, len(row.tokens) + 1)
         if stop is not None:
             row.finish_reason, row.stop_sequence = stop.reason, stop.sequence
         return piece

@@ -16,6 +16,8 @@ from playground.adapters import Adapters
 from playground.chooser import TokenChooser, first_refused
 from playground.compiler import CompiledConstraint, ConstraintCompiler
 from playground.constraints import Constraint
+from playground.debug import continuation
+from playground.debug.fields import field_confidence
 from playground.decode import Decode, Row
 from playground.errors import InvalidConstraintError, ParameterError, PromptTooLongError, first_line
 from playground.models import LoadedModel
@@ -149,15 +151,19 @@ class Engine:
         """Token events as they are decoded, then the GenerationResult."""
         start = time.perf_counter()
         prompt, prompt_ids = self.encode_prompt(inputs, params.truncate)
-        best_of, max_new = self._check(params, len(prompt_ids))
+        prefix_ids = continuation.prefix_ids(self, params.continue_from, len(prompt_ids))
+        best_of, max_new = self._check(params, len(prompt_ids) + len(prefix_ids))
         compile_start = time.perf_counter()
         constraint, compiled = self.compile(params)
         compile_s = time.perf_counter() - compile_start
+        continuation.check_prefix(self, constraint, compiled, prefix_ids)
         base_seed = params.seed if params.seed is not None else (random.randrange(2**63) if params.sampling else None)
         rows = [self._new_row(base_seed, i, compiled, constraint, params, len(prompt_ids)) for i in range(best_of)]
+        continuation.start_rows(self, rows, prompt_ids, prefix_ids)
         stopping = StopCriteria(params.stop, max_new, self.runner.eos_ids)
         with self._busy, self.adapters.use(params.adapter_id), torch.inference_mode():
-            decode = Decode(self.runner, rows, prompt_ids, stopping, prefill_details=params.decoder_input_details)
+            ids = prompt_ids + prefix_ids
+            decode = Decode(self.runner, rows, ids, stopping, prefill_details=params.decoder_input_details)
             prefill = decode.prefill()
             first_token_at = None
             for event in decode.steps():
@@ -221,7 +227,7 @@ class Engine:
 
     def _sequence(self, row: Row, constraint: Constraint) -> Sequence:
         return Sequence(
-            generated_text=row.text,
+            generated_text=row.text[len(row.prefix) :],
             finish_reason=row.finish_reason or "length",
             generated_tokens=len(row.tokens),
             tokens=row.tokens,
@@ -229,6 +235,10 @@ class Engine:
             stop_sequence=row.stop_sequence,
             total_logprob=sum(t.logprob for t in row.tokens if t.logprob is not None),
             validation=constraint.validate(row.text),
+            continued_from=row.prefix or None,
+            fields=field_confidence(row.text, row.tokens, len(row.prefix))
+            if constraint.kind == "json_schema"
+            else None,
         )
 
     def accepts(self, text: str, params: GenerateParameters) -> tuple[bool, str]:

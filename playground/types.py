@@ -77,6 +77,10 @@ class GenerateParameters(Strict):
     # Extensions, ignored by TGI clients that don't send them.
     logits_processors: list[ProcessorSpec] = Field(default_factory=list, max_length=MAX_PROCESSORS)
     constraint_engine: EngineName = "auto"
+    continue_from: str | None = Field(
+        default=None,
+        description="The answer so far: forced through the constraint, then continued (only new text is returned).",
+    )
 
     @property
     def sampling(self) -> bool:
@@ -186,6 +190,19 @@ class GeneratedToken(Token):
         return self.raw_top_tokens[0].id not in {t.id for t in self.top_tokens if t.logprob is not None}
 
 
+class FieldConfidence(BaseModel):
+    """One leaf value of a JSON answer and how sure the model was of it."""
+
+    path: str = Field(description="JSON path: `address.city`, `tags[0]`; `(root)` for a scalar answer.")
+    value: Any
+    tokens: int
+    prob_min: float = Field(description="Lowest model (raw) probability among the value's tokens.")
+    prob_product: float = Field(description="Model (raw) probability of the whole value: product over its tokens.")
+    mass_kept_min: float | None = Field(description="Least share of the model's mass the constraint kept.")
+    overridden: bool = Field(description="The constraint overrode the model's first choice inside this value.")
+    forced: int = Field(description="Tokens the constraint forced (fast-forwarded).")
+
+
 class Validation(BaseModel):
     """The verdict on a finished output against its constraint."""
 
@@ -205,6 +222,10 @@ class Sequence(BaseModel):
     stop_sequence: str | None = None
     total_logprob: float = 0.0
     validation: Validation = Field(default_factory=Validation)
+    continued_from: str | None = Field(
+        default=None, description="The prefix this sequence continues (validated with it)."
+    )
+    fields: list[FieldConfidence] | None = Field(default=None, description="JSON answers: confidence per field.")
 
 
 class Timings(BaseModel):
@@ -374,6 +395,9 @@ class ChatCompletionRequest(Strict):
     logits_processors: list[ProcessorSpec] = Field(default_factory=list, max_length=MAX_PROCESSORS)
     constraint_engine: EngineName = "auto"
     user: Name | None = None
+    continue_final_message: bool = Field(
+        default=False, description="vLLM's: continue the final assistant message, forced through the constraint."
+    )
 
     @field_validator("messages")
     @classmethod

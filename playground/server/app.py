@@ -8,7 +8,7 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import RedirectResponse
 
 from playground.providers.registry import Registry
-from playground.server import openai, tgi
+from playground.server import debug, openai, tgi
 from playground.server.admission import Admission, AdmissionGate, AdmissionLimits
 from playground.server.auth import (
     LOGIN_MESSAGE,
@@ -54,7 +54,8 @@ def create_app(
     app.include_router(tgi.open_router)
     app.include_router(tgi.router, dependencies=checks, max_body_size=MAX_BODY_BYTES)
     app.include_router(openai.router, dependencies=checks, max_body_size=MAX_BODY_BYTES)
-    methods = api_methods([tgi.open_router, tgi.router, openai.router])
+    app.include_router(debug.router, dependencies=checks, max_body_size=MAX_BODY_BYTES)
+    methods = api_methods([tgi.open_router, tgi.router, openai.router, debug.router])
     add_method_not_allowed(app, methods)
     work = {path for path, allowed in methods.items() if "POST" in allowed}
     app.add_middleware(

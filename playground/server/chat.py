@@ -6,7 +6,7 @@ import time
 import uuid
 from typing import Any
 
-from playground.server.convert import VERSION
+from playground.server.convert import VERSION, debugger_extras
 from playground.types import ChatCompletion, ChatCompletionRequest, GeneratedToken, GenerationResult, Sequence
 
 FINISH_REASONS = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
@@ -91,6 +91,7 @@ def choice_extras(result: GenerationResult) -> dict[str, Any]:
         "seed": seq.seed,
         "constraint_kind": result.constraint_kind,
         "constraint_engine": result.constraint_engine,
+        **debugger_extras(seq),
     }
 
 

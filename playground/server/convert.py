@@ -144,7 +144,18 @@ def result_extras(result: GenerationResult) -> dict[str, Any]:
         "model_id": result.model_id,
         "provider_id": result.provider_id,
         "timings": result.timings.model_dump(),
+        **debugger_extras(result.best),
     }
+
+
+def debugger_extras(seq: Sequence) -> dict[str, Any]:
+    """Confidence per JSON field and the prefix a continuation started from, when there are any."""
+    extras: dict[str, Any] = {}
+    if seq.fields is not None:
+        extras["fields"] = [f.model_dump() for f in seq.fields]
+    if seq.continued_from is not None:
+        extras["continued_from"] = seq.continued_from
+    return extras
 
 
 def generate_response(result: GenerationResult, params: GenerateParameters) -> dict[str, Any]:

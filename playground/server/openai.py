@@ -65,7 +65,9 @@ async def chat_completions(request: Request, body: ChatRequest) -> Any:
         return StreamingResponse(_chunks(provider, model_id, body, params, first), media_type="text/event-stream")
     results = []
     for choice_params in params:
-        result = await generate_while_connected(request, provider, model_id, body.messages, choice_params)
+        result = await generate_while_connected(
+            request, provider, model_id, inbound.prompt_messages(body), choice_params
+        )
         if result is None:  # the client hung up; stop before the next choice too
             return Response(status_code=499)
         results.append(result)
@@ -80,7 +82,7 @@ def _chunk(base: dict[str, Any], index: int, delta: dict[str, Any], **extra: Any
 def _events(
     provider: Provider, model_id: str, req: ChatRequest, params: GenerateParameters
 ) -> AsyncIterator[TokenEvent | GenerationResult]:
-    return iterate_in_thread(lambda: provider.stream(model_id, req.messages, params))
+    return iterate_in_thread(lambda: provider.stream(model_id, inbound.prompt_messages(req), params))
 
 
 async def _choice_chunks(

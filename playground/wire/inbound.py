@@ -14,7 +14,7 @@ from pydantic import ValidationError, model_validator
 
 from playground.constraints import Constraint
 from playground.errors import ParameterError
-from playground.types import ChatCompletionRequest, GenerateParameters, GrammarType, ProcessorSpec, Strict
+from playground.types import ChatCompletionRequest, ChatMessage, GenerateParameters, GrammarType, ProcessorSpec, Strict
 from playground.wire.controls import BY_NAME, carried_by, sampling_values
 from playground.wire.errors import parameter_error
 
@@ -149,6 +149,24 @@ def base_seed(req: ChatCompletionRequest) -> int:
     return req.seed if req.seed is not None else random.randrange(2**31)
 
 
+def final_message(req: ChatCompletionRequest) -> str | None:
+    """With continue_final_message, the final assistant message the answer continues (vLLM's semantics)."""
+    if not req.continue_final_message:
+        return None
+    last = req.messages[-1]
+    if last.role != "assistant":
+        raise ParameterError(
+            f"continue_final_message: the final message must be the assistant's, got {last.role!r}",
+            field="continue_final_message",
+        )
+    return last.text()
+
+
+def prompt_messages(req: ChatCompletionRequest) -> list[ChatMessage]:
+    """The messages the chat template renders: without the final one when the answer continues it."""
+    return req.messages[:-1] if req.continue_final_message else req.messages
+
+
 def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters:
     """One choice's GenerateParameters; temperature 0 means greedy, unset means OpenAI's default 1."""
     _check_unsupported(req)
@@ -165,5 +183,6 @@ def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters
         "grammar": constraint_of(req),
         "logits_processors": [spec.model_dump() for spec in req.logits_processors],
         "constraint_engine": req.constraint_engine,
+        "continue_from": final_message(req),
     }
     return parameters({k: v for k, v in values.items() if v is not None})

@@ -24,8 +24,9 @@ _NOT_CARRIED: dict[Dialect, tuple[str, ...]] = {
         "return_full_text",
         "logits_processors",
         "constraint_engine",
+        "continue_from",
     ),
-    "tgi": ("logits_processors", "constraint_engine"),
+    "tgi": ("logits_processors", "constraint_engine", "continue_from"),
     "chat": ("watermark", "truncate", "adapter_id", "decoder_input_details", "return_full_text"),
 }
 _NOT_CARRIED["vllm"] = _NOT_CARRIED["openai"]

@@ -1,0 +1,55 @@
+"""Branch from any token: decoding resumes after a given answer prefix, forced through the constraint.
+
+The prefix is tokenized as the model would write it and fed to every row's processors, exactly as if
+the model had sampled it; a prefix the constraint refuses is a 422 naming its first refused token.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from playground.compiler import CompiledConstraint
+from playground.constraints import Constraint
+from playground.debug.check import first_refused
+from playground.errors import InvalidConstraintError, PromptTooLongError
+
+if TYPE_CHECKING:
+    from playground.decode import Row
+    from playground.engine import Engine
+
+
+def prefix_ids(engine: Engine, text: str | None, prompt_length: int) -> list[int]:
+    """The prefix as the model's tokens; it must leave room for at least one new token."""
+    if not text:
+        return []
+    ids = engine._encode(text, add_special_tokens=False)
+    if prompt_length + len(ids) > engine.max_input_tokens:
+        raise PromptTooLongError(
+            f"prompt and continue_from have {prompt_length + len(ids)} tokens; at most {engine.max_input_tokens}",
+            field="continue_from",
+        )
+    return ids
+
+
+def check_prefix(engine: Engine, constraint: Constraint, compiled: CompiledConstraint | None, ids: list[int]) -> None:
+    """A 422 naming the first token of the prefix that the constraint refuses, and why."""
+    if compiled is None or not ids:
+        return
+    refused = first_refused(engine, constraint, compiled, ids, with_eos=False)
+    if refused is not None:
+        raise InvalidConstraintError(
+            f"continue_from: the constraint refuses token {refused.position} ({refused.text!r}, "
+            f"at character {refused.offset}): {refused.reason}",
+            field="continue_from",
+        )
+
+
+def start_rows(engine: Engine, rows: list[Row], prompt_ids: list[int], ids: list[int]) -> None:
+    """Put every row after the prefix: its processors have consumed it and its text begins with it."""
+    if not ids:
+        return
+    text = engine.tokenizer.decode(ids, skip_special_tokens=True)
+    for row in rows:
+        # one processor call per prefix token; the decode loop's first call consumes the last one
+        row.chooser.first_refused(prompt_ids, ids)
+        row.ids, row.text, row.emitted, row.prefix = list(ids), text, text, text

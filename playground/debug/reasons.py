@@ -1,0 +1,275 @@
+"""Why a token is not allowed here, in words, from the constraint's state after the answer so far.
+
+Each reason names what the constraint wants instead: the schema's remaining keys (each one tried
+against llguidance), a maxLength reached, the bytes a regex forces, the required key that keeps the end
+of text out (the EOS gate's jsonschema error).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from playground.constraints import Constraint
+from playground.debug import jsonstate
+from playground.debug.state import State, first_chars
+
+if TYPE_CHECKING:
+    from playground.engine import Engine
+
+_NOUNS = {"json_schema": "schema", "regex": "regex", "choice": "choices", "grammar": "grammar"}
+_STARTS = {
+    "string": '`"`',
+    "integer": "a digit or `-`",
+    "number": "a digit or `-`",
+    "boolean": "`true` or `false`",
+    "object": "`{`",
+    "array": "`[`",
+    "null": "`null`",
+}
+_ARTICLES = {"integer": "an integer", "array": "an array", "object": "an object", "null": "null"}
+
+
+def code(text: str) -> str:
+    """Inline text as `code`, with invisible characters shown."""
+    shown = text.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+    return f"`{shown}`" if shown.strip() else f"`{shown}` (whitespace)" if shown else "``"
+
+
+def listing(items: list[str], limit: int = 12) -> str:
+    shown = ", ".join(code(i) for i in items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def explain(engine: Engine, constraint: Constraint, state: State, token_id: int) -> str:
+    """One plain sentence: allowed, or why not."""
+    if state.allowed is not None and bool(state.allowed[token_id]):
+        return "allowed by the constraint here"
+    if token_id in engine.runner.eos_ids:
+        return "end of text not allowed: " + _eos_reason(engine, constraint, state)
+    token = engine.token_text(token_id)
+    if token_id in engine.runner.special_ids:
+        return f"the special token {code(token)} is not text the constraint can match"
+    reason = None
+    if constraint.kind == "json_schema":
+        reason = _json_reason(engine, constraint, state, token)
+    elif constraint.kind == "choice":
+        reason = _choice_reason(constraint, state)
+    return reason or _generic_reason(engine, constraint, state, token)
+
+
+# --- end of text -------------------------------------------------------------------------------------
+
+
+def humanize(message: str) -> str:
+    """jsonschema's wording made plainer: `'age' is a required property` -> required key `age` missing."""
+    found = re.search(r"'([^']*)' is a required property", message)
+    if found:
+        return f"required key `{found.group(1)}` missing"
+    return re.sub(r"^schema violation at ", "at ", message)
+
+
+def _eos_reason(engine: Engine, constraint: Constraint, state: State) -> str:
+    if constraint.kind == "json_schema":
+        parsed = jsonstate.scan(state.text)
+        missing = _missing_required(constraint, parsed) if parsed else []
+        if missing:
+            return f"required key{'s' if len(missing) > 1 else ''} {listing(missing)} missing"
+        verdict = constraint.validate(state.text)
+        if verdict.valid is False and not verdict.message.startswith("not JSON"):
+            return humanize(verdict.message)
+        forced = state.forced()
+        return "the JSON is not finished" + (f" (next: {code(forced)})" if forced else "")
+    if constraint.kind == "choice":
+        return f"{code(state.text)} is not one of the choices yet"
+    forced = state.forced()
+    noun = _NOUNS[constraint.kind]
+    if forced:
+        return f"the {noun} needs {code(forced)} next"
+    chars = first_chars(engine, state.allowed)
+    if chars and len(chars) <= 12:
+        return f"the {noun} needs more: one of {listing(sorted(chars))} next"
+    return f"the text does not match the {noun} yet"
+
+
+# --- JSON ----------------------------------------------------------------------------------------------
+
+
+def _json_reason(engine: Engine, constraint: Constraint, state: State, token: str) -> str | None:
+    fits = _longest_fit(engine, state, token)
+    if fits:  # a token like `"}` : the quote fits, the brace is what the schema refuses
+        state, token = state.advanced(engine, token[:fits]), token[fits:]
+    parsed = jsonstate.scan(state.text)
+    if parsed is None:
+        return None
+    char = token.lstrip(" \t\n\r")[:1]
+    top = parsed.top
+    if parsed.done:
+        return "the JSON value is complete: only the end of text may follow"
+    if parsed.in_string and parsed.string_is_key:
+        keys = [k for k in allowed_keys(engine, constraint, state, parsed) if k.startswith(parsed.string)]
+        return f"the schema allows only the keys {listing(keys)} here" if keys else None
+    if parsed.in_string:
+        return _string_reason(constraint, parsed, char)
+    if parsed.scalar:
+        return _scalar_reason(engine, constraint, state, parsed, char)
+    if top is not None and top.kind == "object" and top.expect in ("key_or_end", "key", "comma_or_end"):
+        return _object_reason(engine, constraint, state, parsed, char)
+    if top is not None and top.kind == "array" and top.expect == "comma_or_end":
+        return _array_reason(constraint, parsed, char)
+    return _value_reason(constraint, parsed)
+
+
+def allowed_keys(engine: Engine, constraint: Constraint, state: State, parsed: jsonstate.JsonState) -> list[str]:
+    """The object's keys not written yet that the constraint accepts next (each tried through llguidance)."""
+    top = parsed.top
+    if top is None or top.kind != "object":
+        return []
+    schema = jsonstate.subschema(constraint.schema, parsed.container_path) or {}
+    written = set(top.keys) - ({parsed.string} if parsed.string_is_key else set())
+    keys = [k for k in schema.get("properties") or {} if k not in written]
+    if parsed.string_is_key:
+        return [k for k in keys if k.startswith(parsed.string) and state.accepts(engine, k[len(parsed.string) :] + '"')]
+    lead = "" if top.expect in ("key_or_end", "key") else ", "
+    return [k for k in keys if state.accepts(engine, f'{lead}"{k}"')]
+
+
+def _missing_required(constraint: Constraint, parsed: jsonstate.JsonState) -> list[str]:
+    top = parsed.top
+    if top is None or top.kind != "object":
+        return []
+    schema = jsonstate.subschema(constraint.schema, parsed.container_path) or {}
+    return [k for k in schema.get("required") or [] if k not in top.keys]
+
+
+def _object_reason(
+    engine: Engine, constraint: Constraint, state: State, parsed: jsonstate.JsonState, char: str
+) -> str | None:
+    top = parsed.top
+    assert top is not None
+    missing = _missing_required(constraint, parsed)
+    keys = allowed_keys(engine, constraint, state, parsed)
+    where = jsonstate.path_text(parsed.container_path)
+    if char == "}" and missing:
+        return f"`}}` not allowed: required key{'s' if len(missing) > 1 else ''} {listing(missing)} missing in {where}"
+    if top.expect == "comma_or_end":
+        if char == "," and not keys:
+            return f"every key the schema allows in {where} is already there: only `}}` can close it"
+        return "after a value only `,` or `}` may follow" if char not in ",}" else None
+    if keys:
+        return f"the schema allows only the keys {listing(keys)} here"
+    return None
+
+
+def _array_reason(constraint: Constraint, parsed: jsonstate.JsonState, char: str) -> str | None:
+    top = parsed.top
+    assert top is not None
+    schema = jsonstate.subschema(constraint.schema, parsed.container_path) or {}
+    where = jsonstate.path_text(parsed.container_path)
+    if char == "," and isinstance(schema.get("maxItems"), int) and top.index + 1 >= schema["maxItems"]:
+        return f"{where} reached maxItems {schema['maxItems']}"
+    if char == "]" and isinstance(schema.get("minItems"), int) and top.index + 1 < schema["minItems"]:
+        return f"{where} needs at least {schema['minItems']} items"
+    return "after an item only `,` or `]` may follow" if char not in ",]" else None
+
+
+def _string_reason(constraint: Constraint, parsed: jsonstate.JsonState, char: str) -> str | None:
+    schema = jsonstate.subschema(constraint.schema, parsed.path) or {}
+    where = jsonstate.path_text(parsed.path)
+    if "enum" in schema or "const" in schema:
+        values = [v for v in schema.get("enum", [schema.get("const")]) if isinstance(v, str)]
+        fitting = [v for v in values if v.startswith(parsed.string)]
+        return f"{where} must be one of {listing(values)}" + (
+            f"; only {listing(fitting)} start with {code(parsed.string)}" if parsed.string and fitting else ""
+        )
+    limit = schema.get("maxLength")
+    if isinstance(limit, int) and len(parsed.string) >= limit and char != '"':
+        return f'string {where} reached maxLength {limit}: only the closing `"` may follow'
+    minimum = schema.get("minLength")
+    if char == '"' and isinstance(minimum, int) and len(parsed.string) < minimum:
+        return f"string {where} has {len(parsed.string)} characters; minLength is {minimum}"
+    if "pattern" in schema:
+        return f"string {where} must match the pattern /{schema['pattern']}/"
+    if "format" in schema:
+        return f"string {where} must be in {schema['format']} format"
+    if char and ord(char) < 0x20:
+        return "a JSON string cannot hold a raw control character: it must be escaped"
+    return None
+
+
+def _scalar_reason(
+    engine: Engine, constraint: Constraint, state: State, parsed: jsonstate.JsonState, char: str
+) -> str | None:
+    schema = jsonstate.subschema(constraint.schema, parsed.path) or {}
+    where = jsonstate.path_text(parsed.path)
+    for literal in ("true", "false", "null"):
+        if literal.startswith(parsed.scalar) and parsed.scalar != literal:
+            return f"expected {code(literal[len(parsed.scalar) :])} to finish {code(literal)}"
+    if schema.get("type") == "integer" and char in (".", "e", "E"):
+        return f"{where} is an integer: no fraction or exponent"
+    keywords = ("multipleOf", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+    bounds = [f"{k} {schema[k]}" for k in keywords if k in schema]
+    if bounds:
+        return f"{where} = {parsed.scalar}{char if char.isdigit() else ''} would break {', '.join(bounds)}"
+    chars = first_chars(engine, state.allowed)
+    if chars and all(c.isdigit() for c in chars):
+        return "expected a digit"
+    return None
+
+
+def _value_reason(constraint: Constraint, parsed: jsonstate.JsonState) -> str | None:
+    schema = jsonstate.subschema(constraint.schema, parsed.path) or {}
+    where = jsonstate.path_text(parsed.path)
+    if "enum" in schema or "const" in schema:
+        values = [repr_json(v) for v in schema.get("enum", [schema.get("const")])]
+        return f"{where} must be one of {listing(values)}"
+    kind = schema.get("type")
+    if isinstance(kind, str) and kind in _STARTS:
+        article = _ARTICLES.get(kind, f"a {kind}")
+        return f"{where} must be {article}, which starts with {_STARTS[kind]}"
+    return None
+
+
+def repr_json(value: object) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+# --- choices, regexes, grammars -------------------------------------------------------------------------
+
+
+def _choice_reason(constraint: Constraint, state: State) -> str | None:
+    fitting = [c for c in constraint.value if c.startswith(state.text) and c != state.text]
+    if not state.text:
+        return f"the answer must be one of the choices {listing(list(constraint.value))}"
+    if not fitting:
+        return f"{code(state.text)} is a complete choice: only the end of text may follow"
+    nexts = sorted({c[len(state.text)] for c in fitting})
+    return f"only the choices {listing(fitting)} start with {code(state.text)}; the next character is one of {listing(nexts)}"
+
+
+def _generic_reason(engine: Engine, constraint: Constraint, state: State, token: str) -> str:
+    noun = _NOUNS.get(constraint.kind, "constraint")
+    forced = state.forced()
+    if forced and not forced.startswith(token) and not token.startswith(forced):
+        return f"the {noun} needs {code(forced)} here"
+    fits = _longest_fit(engine, state, token)
+    if fits:
+        return f"the {noun} accepts {code(token[:fits])} here but not {code(token[fits:])} after it"
+    chars = first_chars(engine, state.allowed)
+    if chars and all(c.isdigit() for c in chars):
+        return f"the {noun} expects a digit here"
+    if chars and len(chars) <= 8:
+        return f"the {noun} allows only {listing(sorted(chars))} here"
+    return f"the {noun} does not allow {code(token)} here"
+
+
+def _longest_fit(engine: Engine, state: State, token: str) -> int:
+    """How many characters of `token` llguidance would accept here (0 when none, or no llguidance)."""
+    if state.matcher is None:
+        return 0
+    for size in range(len(token) - 1, 0, -1):
+        if state.accepts(engine, token[:size]):
+            return size
+    return 0

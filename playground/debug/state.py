@@ -1,0 +1,122 @@
+"""The constraint's state after an answer prefix: the engine's own mask, the EOS gate, llguidance's view.
+
+The mask comes from the engine that decodes (the truth about what was allowed); llguidance, when it can
+compile the constraint, adds what only a parser knows: the bytes it forces next and trial continuations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from playground.compiler import CompiledConstraint
+from playground.constraints import Constraint
+from playground.errors import ConstraintError
+from playground.types import GenerateParameters
+
+if TYPE_CHECKING:
+    from playground.engine import Engine
+
+# Listing the first characters of every allowed token costs a decode per token; past this many
+# allowed tokens the list would be too long to be a reason anyway.
+MAX_LISTED_TOKENS = 4000
+
+
+@dataclass
+class State:
+    """What the constraint allows after `text` (the decoded answer prefix)."""
+
+    text: str
+    allowed: torch.Tensor | None
+    eos_gated: bool
+    engine: str
+    matcher: Any | None
+
+    def forced(self) -> str:
+        """The text the constraint forces next ("" when there is a choice), as llguidance computes it."""
+        if self.matcher is None:
+            return ""
+        return self.matcher.compute_ff_bytes().decode("utf-8", "replace").rstrip("\ufffd")
+
+    def accepts(self, engine: Engine, continuation: str) -> bool:
+        """Would llguidance accept `continuation` from here (any tokenization of it)? True without llguidance."""
+        if self.matcher is None:
+            return True
+        ids = engine.tokenizer(continuation, add_special_tokens=False)["input_ids"]
+        trial = self.matcher.deep_copy()
+        return trial.try_consume_tokens(ids) == len(ids)
+
+    def advanced(self, engine: Engine, piece: str) -> State:
+        """The state after `piece` more text, seen by llguidance alone (no engine mask)."""
+        matcher = None
+        if self.matcher is not None:
+            matcher = self.matcher.deep_copy()
+            matcher.try_consume_tokens(engine.tokenizer(piece, add_special_tokens=False)["input_ids"])
+        return State(self.text + piece, None, False, self.engine, matcher)
+
+
+def masks(
+    engine: Engine, constraint: Constraint, compiled: CompiledConstraint, token_ids: list[int]
+) -> Iterator[tuple[torch.Tensor, bool]]:
+    """Before each of `token_ids` and after the last: the allowed tokens and whether the EOS gate took EOS.
+
+    Scored through the engine's own TokenChooser (its mask and its JSON EOS gate), as decoding does.
+    """
+    chooser = engine.chooser(GenerateParameters(), compiled, constraint, 0)
+    runner = engine.runner
+    # The processors consume input_ids[-1] from their second call on: any token can start the row.
+    ids = [min(runner.eos_ids)]
+    for k in range(len(token_ids) + 1):
+        with torch.inference_mode():
+            scores = torch.zeros(runner.vocab_size, device=runner.device)
+            masked = chooser.mask(runner.ids(ids), scores)
+            eos_open = any(bool(torch.isfinite(masked[t])) for t in runner.eos_ids if t < masked.shape[0])
+            text = engine.tokenizer.decode(token_ids[:k], skip_special_tokens=True) if eos_open else ""
+            gated = chooser.gate_eos(masked, text) if eos_open else masked
+        yield torch.isfinite(gated).cpu(), gated is not masked
+        if k < len(token_ids):
+            ids.append(token_ids[k])
+
+
+def llguidance_matcher(engine: Engine, constraint: Constraint, token_ids: list[int]) -> Any | None:
+    """An llguidance matcher advanced through `token_ids`; None when llguidance can't take the constraint."""
+    import llguidance
+
+    try:
+        compiled = engine.compiler.compile(constraint, "llguidance")
+    except ConstraintError:
+        return None
+    if compiled is None:
+        return None
+    template = compiled.template
+    matcher = llguidance.LLMatcher(template.llg_tokenizer, template.grammar)
+    if token_ids and not matcher.consume_tokens(token_ids):
+        return None
+    return matcher
+
+
+def state_after(engine: Engine, constraint: Constraint, compiled: CompiledConstraint, token_ids: list[int]) -> State:
+    """The state after an answer prefix given as token ids (which the constraint must allow)."""
+    *_, (allowed, gated) = masks(engine, constraint, compiled, token_ids)
+    text = engine.tokenizer.decode(token_ids, skip_special_tokens=True)
+    return State(text, allowed, gated, compiled.engine, llguidance_matcher(engine, constraint, token_ids))
+
+
+def first_chars(engine: Engine, allowed: torch.Tensor | None) -> set[str] | None:
+    """The first characters of the allowed (non-special) tokens; None when too many tokens are allowed."""
+    if allowed is None:
+        return None
+    ids = allowed.nonzero().flatten().tolist()
+    if len(ids) > MAX_LISTED_TOKENS:
+        return None
+    chars = set()
+    for token_id in ids:
+        if token_id in engine.runner.special_ids or token_id in engine.runner.eos_ids:
+            continue
+        text = engine.token_text(token_id)
+        if text and text[0] != "\ufffd":  # a byte of a longer character (non-ASCII digits, say)
+            chars.add(text[0])
+    return chars

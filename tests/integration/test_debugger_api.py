@@ -1,0 +1,140 @@
+"""The debugger over HTTP: /check, /reason, continuing a prefix (/generate, chat) and fields in results."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import httpx
+import openai
+
+PET = {
+    "type": "object",
+    "properties": {
+        "kind": {"enum": ["cat", "dog"]},
+        "name": {"type": "string", "maxLength": 8},
+        "age": {"type": "integer"},
+    },
+    "required": ["kind", "name", "age"],
+    "additionalProperties": False,
+}
+JSON = {"type": "json", "value": PET}
+
+
+def post(url: str, path: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{url}{path}", json=body, timeout=300)
+
+
+def test_check_accepts_a_valid_instance(server_url: str) -> None:
+    data = post(server_url, "/check", {"grammar": JSON, "text": '{"kind": "cat", "name": "Tom", "age": 3}'}).json()
+    assert data["accepted"] is True and data["first_refused"] is None
+    assert data["validation"] == {"valid": True, "message": "valid against the schema", "enforced": True}
+    assert data["agree"] is True and data["constraint_engine"] == "llguidance"
+    assert "".join(data["tokens"]) == '{"kind": "cat", "name": "Tom", "age": 3}'
+
+
+def test_check_names_the_first_refused_token(server_url: str) -> None:
+    text = '{"kind": "cat", "name": "Tom"}'
+    data = post(server_url, "/check", {"grammar": JSON, "text": text}).json()
+    refused = data["first_refused"]
+    assert data["accepted"] is False
+    assert text[refused["offset"] :].startswith(refused["text"])
+    assert refused["reason"] == "`}` not allowed: required key `age` missing in (root)"
+    assert data["validation"]["valid"] is False and data["agree"] is True
+
+
+def test_check_limits_and_bad_input(server_url: str) -> None:
+    too_long = post(server_url, "/check", {"grammar": JSON, "text": "x" * 20_001})
+    assert too_long.status_code == 422 and "text" in too_long.json()["error"]
+    bad = post(server_url, "/check", {"grammar": {"type": "regex", "value": "("}, "text": "a"})
+    assert bad.status_code == 422 and bad.json()["error_type"] == "constraint"
+
+
+def test_reason_lists_the_keys_left(server_url: str) -> None:
+    tokens = httpx.post(f"{server_url}/tokenize", json={"inputs": "zz"}, timeout=60).json()
+    body = {"grammar": JSON, "prefix": '{"kind": "dog", ', "tokens": [tokens[-1]["id"]]}
+    data = post(server_url, "/reason", body).json()
+    assert data["reasons"][0]["allowed"] is False
+    # llguidance keeps the schema's key order and `name` is required: it is the one key that may come next
+    assert data["reasons"][0]["reason"] == "the schema allows only the keys `name` here"
+    refused = post(server_url, "/reason", {**body, "prefix": '{"size": '})
+    assert refused.status_code == 422 and "prefix" in refused.json()["error"]
+
+
+def test_generate_continues_a_prefix_under_the_constraint(server_url: str) -> None:
+    prefix = '{"kind": "dog", "name": "Rex", "age": '
+    body = {
+        "inputs": "A pet as JSON: ",
+        "parameters": {"grammar": JSON, "continue_from": prefix, "max_new_tokens": 10, "details": True},
+    }
+    data = post(server_url, "/generate", body).json()
+    assert data["continued_from"] == prefix
+    assert not data["generated_text"].startswith("{")
+    assert json.loads(prefix + data["generated_text"])["name"] == "Rex"
+    assert data["validation"]["valid"] is True
+    assert "".join(t["text"] for t in data["details"]["tokens"] if not t["special"]) == data["generated_text"]
+
+
+def test_generate_refuses_a_prefix_the_constraint_refuses(server_url: str) -> None:
+    body = {"inputs": "A pet: ", "parameters": {"grammar": JSON, "continue_from": '{"kind": "cow"'}}
+    response = post(server_url, "/generate", body)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert (
+        error.startswith("continue_from: the constraint refuses token") and "kind must be one of `cat`, `dog`" in error
+    )
+
+
+def test_chat_continues_the_final_assistant_message(server_url: str) -> None:
+    client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=300, max_retries=0)
+    prefix = '{"kind": "cat", "name": "'
+    completion = client.chat.completions.create(
+        model="embedded",
+        messages=[{"role": "user", "content": "A pet as JSON."}, {"role": "assistant", "content": prefix}],
+        response_format={"type": "json_schema", "json_schema": {"name": "pet", "schema": PET}},
+        max_tokens=30,
+        temperature=0,
+        extra_body={"continue_final_message": True},
+    )
+    choice = completion.choices[0]
+    assert json.loads(prefix + choice.message.content)["kind"] == "cat"
+    assert choice.model_extra["validation"]["valid"] is True
+    assert choice.model_extra["continued_from"] == prefix
+    stream = client.chat.completions.create(
+        model="embedded",
+        messages=[{"role": "user", "content": "A pet as JSON."}, {"role": "assistant", "content": prefix}],
+        response_format={"type": "json_schema", "json_schema": {"name": "pet", "schema": PET}},
+        max_tokens=30,
+        temperature=0,
+        stream=True,
+        extra_body={"continue_final_message": True},
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == choice.message.content
+
+
+def test_continue_final_message_needs_an_assistant_message(server_url: str) -> None:
+    body = {"messages": [{"role": "user", "content": "hi"}], "continue_final_message": True}
+    response = post(server_url, "/v1/chat/completions", body)
+    assert response.status_code == 422 and "continue_final_message" in response.json()["error"]
+
+
+def test_fields_roll_tokens_up_by_json_path(server_url: str) -> None:
+    body = {"inputs": "A pet as JSON: ", "parameters": {"grammar": JSON, "max_new_tokens": 40, "details": True}}
+    data = post(server_url, "/generate", body).json()
+    answer = json.loads(data["generated_text"])
+    fields = {f["path"]: f for f in data["fields"]}
+    assert set(fields) == set(answer) and {f["value"] for f in fields.values()} == set(answer.values())
+    tokens = data["details"]["tokens"]
+    kind = fields["kind"]
+    # the value "cat"/"dog" with its quotes: the tokens that wrote it, in order
+    start = data["generated_text"].index('"', data["generated_text"].index(":"))
+    at, inside = 0, []
+    for token in tokens:
+        if not token["special"] and at < start + len(json.dumps(answer["kind"])) and at + len(token["text"]) > start:
+            inside.append(token)
+        at += 0 if token["special"] else len(token["text"])
+    assert kind["tokens"] == len(inside)
+    assert math.isclose(kind["prob_product"], math.exp(sum(t["raw_logprob"] for t in inside)), rel_tol=1e-6)
+    assert math.isclose(kind["prob_min"], min(math.exp(t["raw_logprob"]) for t in inside), rel_tol=1e-6)
+    assert kind["mass_kept_min"] == min(t["mass_kept"] for t in inside)

@@ -1,0 +1,120 @@
+"""Why a token is refused: each reason checked against what the constraint really accepts."""
+
+from __future__ import annotations
+
+import pytest
+
+from playground.debug.check import check_text
+from playground.debug.why import reasons_at
+from playground.types import GrammarType
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 5},
+        "city": {"type": "string"},
+        "sky": {"enum": ["clear", "cloudy"]},
+        "age": {"type": "integer"},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+JSON = GrammarType(type="json", value=PERSON)
+PHONE = GrammarType(type="regex", value=r"\d{3}-\d{4}")
+
+
+def tokens(engine, text: str) -> list[int]:
+    return engine.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_listed_keys_are_exactly_the_remaining_keys_the_constraint_accepts(engine) -> None:
+    prefix = '{"name": "Ada", '
+    bad = tokens(engine, '"zz')[0:1]  # `"` opens a key: allowed; use a token that is no key at all
+    wrong = tokens(engine, "zz")[0]
+    result = reasons_at(engine, JSON, prefix, [wrong, *bad])
+    reason = result.reasons[0]
+    assert not reason.allowed
+    assert reason.reason == "the schema allows only the keys `city`, `sky`, `age` here"
+    for key in ("city", "sky", "age"):  # each listed key passes the masks...
+        assert check_text(engine, JSON, prefix + f'"{key}"').first_refused.position > len(tokens(engine, prefix))
+    for key in ("name", "zz"):  # ...and a key not listed is refused right there
+        refused = check_text(engine, JSON, prefix + f'"{key}": 1}}').first_refused
+        assert refused.offset <= len(prefix) + 1 + len(key)
+
+
+def test_max_length_reached(engine) -> None:
+    refused = check_text(engine, JSON, '{"name": "Adaxyz", "age": 3}').first_refused
+    assert refused.reason == 'string name reached maxLength 5: only the closing `"` may follow'
+    assert refused.offset == len('{"name": "Adaxy') - len(refused.text) + len(refused.text)  # right at char 5
+
+
+def test_enum_and_integer_reasons(engine) -> None:
+    assert check_text(engine, JSON, '{"name": "A", "sky": "rainy", "age": 1}').first_refused.reason == (
+        "sky must be one of `clear`, `cloudy`"
+    )
+    assert check_text(engine, JSON, '{"name": "A", "age": 3.5}').first_refused.reason == (
+        "age is an integer: no fraction or exponent"
+    )
+
+
+def test_end_of_text_names_the_missing_required_key(engine) -> None:
+    result = check_text(engine, JSON, '{"name": "Ada"')
+    refused = result.first_refused
+    assert refused.position == len(result.tokens)  # every token passed; the end of text did not
+    assert refused.reason == "end of text not allowed: required key `age` missing"
+    assert refused.token in engine.runner.eos_ids
+    assert result.validation.valid is False
+
+
+def test_closing_brace_names_the_missing_required_key(engine) -> None:
+    refused = check_text(engine, JSON, '{"name": "Ada"}').first_refused
+    assert refused.reason == "`}` not allowed: required key `age` missing in (root)"
+
+
+def test_regex_needs_a_dash_and_a_digit(engine) -> None:
+    assert check_text(engine, PHONE, "1234567").first_refused.reason == "the regex needs `-` here"
+    refused = check_text(engine, PHONE, "12x").first_refused
+    assert refused.reason == "the regex expects a digit here"
+    digits_only = reasons_at(engine, PHONE, "123-", [tokens(engine, "5")[0], tokens(engine, "a")[0]])
+    assert [r.allowed for r in digits_only.reasons] == [True, False]
+    assert check_text(engine, PHONE, "123").first_refused.reason == "end of text not allowed: the regex needs `-` next"
+
+
+def test_choices_left_after_a_prefix(engine) -> None:
+    choices = GrammarType(type="choice", value=["yes", "no", "maybe"])
+    assert check_text(engine, choices, "yesno").first_refused.reason == (
+        "`yes` is a complete choice: only the end of text may follow"
+    )
+    assert check_text(engine, choices, "nah").first_refused.reason == (
+        "the answer must be one of the choices `yes`, `no`, `maybe`"
+    )
+
+
+def test_number_keywords_are_named(engine) -> None:
+    schema = GrammarType(
+        type="json", value={"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}
+    )
+    assert check_text(engine, schema, '{"n": 4}').first_refused.reason == "n = 4 would break multipleOf 3"
+
+
+def test_eos_gate_reason_when_the_engine_cannot_enforce_a_keyword(engine) -> None:
+    """outlines_core ignores multipleOf; the EOS gate holds the end back with jsonschema's own words."""
+    schema = GrammarType(type="json", value={"type": "integer", "multipleOf": 3})
+    result = reasons_at(engine, schema, "4", sorted(engine.runner.eos_ids), "outlines_core")
+    assert result.eos_gated
+    assert {r.reason for r in result.reasons} == {"end of text not allowed: at (root): 4 is not a multiple of 3"}
+
+
+def test_mask_and_verdict_disagree(engine) -> None:
+    """llguidance does not enforce uniqueItems: the masks accept what the final check refuses."""
+    schema = GrammarType(type="json", value={"type": "array", "items": {"type": "integer"}, "uniqueItems": True})
+    result = check_text(engine, schema, "[1, 1]")
+    assert (result.accepted, result.validation.valid, result.agree) == (True, False, False)
+
+
+@pytest.mark.parametrize("engine_name", ["xgrammar", "outlines_core"])
+def test_other_engines_are_walked_with_their_own_masks(engine, engine_name: str) -> None:
+    result = check_text(engine, PHONE, "123-45x7", engine_name)
+    assert result.constraint_engine == engine_name
+    assert result.first_refused.offset == 6
+    assert result.first_refused.reason == "the regex expects a digit here"
