@@ -39,13 +39,35 @@ def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.B
 
 
 def _panel_outputs(c: Comps) -> list[Any]:
-    return [c["state"], c["chatbot"], c["tokens"], c["finish"], c["verdict"], c["bestof"], c["error"], c["chat_input"]]
+    return [
+        c["state"],
+        c["chatbot"],
+        c["tokens"],
+        c["finish"],
+        c["verdict"],
+        c["bestof"],
+        c["error"],
+        c["chat_input"],
+        c["stop_btn"],
+    ]
+
+
+def _stop_button(running: bool | None) -> Any:
+    """Stop is live (and red) only while a turn runs."""
+    if running is None:
+        return gr.skip()
+    return gr.update(interactive=running, variant="stop" if running else "secondary")
 
 
 def _panel_values(panels: Panels) -> tuple:
     """Panels as output values; a None field leaves its component as it is."""
     values = (panels.tokens, panels.details, panels.verdict, panels.bestof, panels.error, panels.input_text)
-    return (panels.state, panels.chatbot, *(gr.skip() if value is None else value for value in values))
+    return (
+        panels.state,
+        panels.chatbot,
+        *(gr.skip() if value is None else value for value in values),
+        _stop_button(panels.running),
+    )
 
 
 def _form(values: tuple) -> Form:
@@ -137,16 +159,14 @@ def _setup_chat_events(registry: Registry, c: Comps) -> None:
     form = layout.form_inputs(c)
     outputs = _panel_outputs(c)
     next_token = lambda state: handlers.next_token(registry, state)  # noqa: E731
-    running = []
     for trigger in (c["chat_input"].submit, c["send"].click):
         event = trigger(_chat_fn(registry), [c["chat_input"], c["state"], *form], outputs, show_progress="minimal")
         event.then(next_token, c["state"], c["next_token"], show_progress="hidden")
-        running.append(event)
     for trigger in (c["retry"].click, c["chatbot"].retry):
         event = trigger(_retry_fn(registry), [c["state"], *form], outputs, show_progress="minimal")
         event.then(next_token, c["state"], c["next_token"], show_progress="hidden")
-        running.append(event)
-    c["stop_btn"].click(lambda: render.box("warn", "■ stopped by the user"), None, c["finish"], cancels=running)
+    # Not `cancels=`: killing the handler mid-step would leave the stored turn out of step with the screen.
+    c["stop_btn"].click(handlers.request_stop, c["state"], None, show_progress="hidden", queue=False)
     for trigger in (c["undo"].click, c["chatbot"].undo):
         trigger(lambda state: _panel_values(handlers.undo(state)), c["state"], outputs).then(
             lambda: "", None, c["next_token"]

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from playground.constraints import Constraint
 from playground.errors import ParameterError, PlaygroundError
 from playground.providers.registry import Registry
-from playground.types import GeneratedToken, GenerationResult, TokenEvent
-from playground.ui import render
+from playground.types import GenerationResult, TokenEvent
+from playground.ui import render, stopped
 from playground.ui.chat_view import CONSTRAINT_KEY, chatbot_value
 from playground.ui.state import ChatState, Form, LastRequest, chat_inputs, params_of
 
@@ -35,15 +35,17 @@ class Panels:
     bestof: str | None = None
     error: str | None = None
     input_text: str | None = None
+    running: bool | None = None
 
     @classmethod
     def failed(cls, state: ChatState, exc: BaseException, input_text: str | None = None) -> Panels:
         """The conversation as it was, the error's message in the error box, the other panels untouched."""
         box = render.error_box(error_message(exc))
-        return cls(state=state, chatbot=chatbot_value(state.messages, state.markdown), error=box, input_text=input_text)
+        chatbot = chatbot_value(state.messages, state.markdown)
+        return cls(state=state, chatbot=chatbot, error=box, input_text=input_text, running=False)
 
     @classmethod
-    def empty(cls, state: ChatState, input_text: str | None = None) -> Panels:
+    def empty(cls, state: ChatState, input_text: str | None = None, running: bool | None = None) -> Panels:
         """Every insight panel cleared (a new turn starts, or the conversation was undone or cleared)."""
         return cls(
             state=state,
@@ -54,6 +56,7 @@ class Panels:
             bestof="",
             error="",
             input_text=input_text,
+            running=running,
         )
 
 
@@ -78,11 +81,8 @@ def result_panels(state: ChatState, result: GenerationResult) -> Panels:
         verdict=render.validation_html(result.best, result.constraint_kind),
         bestof=render.bestof_html(result),
         error="",
+        running=False,
     )
-
-
-def _answer_text(tokens: list[GeneratedToken]) -> str:
-    return "".join(token.text for token in tokens if not token.special)
 
 
 def _run(registry: Registry, request: LastRequest) -> Iterator[TokenEvent | GenerationResult]:
@@ -114,25 +114,60 @@ def chat(
 def _turn(
     registry: Registry, state: ChatState, request: LastRequest, user_text: str, history: list[dict[str, str]]
 ) -> Iterator[Panels]:
-    before = list(state.messages)
+    """Stream one answer; Stop (state.stop_requested) ends it after the token on screen, never one later."""
+    before = (list(state.messages), state.result, state.request, state.tokens)
     answer = {"role": "assistant", "content": PENDING, CONSTRAINT_KEY: _kind_of(request)}
     state.messages = list(history) + [{"role": "user", "content": user_text}, answer]
-    yield Panels.empty(state, input_text="")
-    tokens: list[GeneratedToken] = []
+    state.result, state.request, state.tokens = None, request, []
+    state.stop_requested, state.running = False, True
+    yield Panels.empty(state, input_text="", running=True)
     try:
-        for event in _run(registry, request):
+        yield from _stream_answer(registry, state, request, answer)
+    except Exception as exc:  # noqa: BLE001 - the conversation is restored and the message shown
+        state.messages, state.result, state.request, state.tokens = before
+        yield Panels.failed(state, exc, input_text=user_text)
+    finally:
+        state.running = state.stop_requested = False
+
+
+def _stream_answer(registry: Registry, state: ChatState, request: LastRequest, answer: dict) -> Iterator[Panels]:
+    events = _run(registry, request)
+    try:
+        for event in events:
+            if state.stop_requested and not isinstance(event, GenerationResult):
+                yield _stopped_panels(state, request)
+                return
             if isinstance(event, GenerationResult):
                 answer["content"] = event.generated_text
-                state.result, state.request = event, request
+                state.result, state.tokens = event, event.best.tokens
                 yield result_panels(state, event)
             elif event.index == 0:
-                tokens.append(event.token)
-                answer["content"] = _answer_text(tokens) or PENDING
-                tokens_html = render.tokens_html(tokens, state.mode, popovers=False)
+                state.tokens.append(event.token)
+                answer["content"] = stopped.answer_text(state.tokens) or PENDING
+                tokens_html = render.tokens_html(state.tokens, state.mode, popovers=False)
                 yield Panels(state=state, chatbot=chatbot_value(state.messages, state.markdown), tokens=tokens_html)
-    except Exception as exc:  # noqa: BLE001 - the conversation is restored and the message shown
-        state.messages = before
-        yield Panels.failed(state, exc, input_text=user_text)
+    finally:
+        events.close()
+
+
+def _stopped_panels(state: ChatState, request: LastRequest) -> Panels:
+    """The answer as far as the screen showed it, with popovers, details and a verdict on the partial text."""
+    return Panels(
+        state=state,
+        chatbot=chatbot_value(state.messages, state.markdown),
+        tokens=render.tokens_html(state.tokens, state.mode),
+        details=stopped.details_html(request.model, state.tokens),
+        verdict=stopped.verdict_html(request.params, state.tokens),
+        bestof="",
+        error="",
+        running=False,
+    )
+
+
+def request_stop(state: ChatState) -> None:
+    """Ask the running turn to end after the token on screen; when nothing runs there is nothing to stop."""
+    if state.running:
+        state.stop_requested = True
 
 
 def _kind_of(request: LastRequest) -> str:
@@ -160,7 +195,7 @@ def undo(state: ChatState) -> Panels:
     while messages and messages[-1]["role"] == "assistant":
         messages.pop()
     restored = messages.pop()["content"] if messages else ""
-    state.messages, state.result, state.request = messages, None, None
+    state.messages, state.result, state.request, state.tokens = messages, None, None, []
     return Panels.empty(state, input_text=restored)
 
 
@@ -178,22 +213,21 @@ def set_markdown(state: ChatState, markdown: bool) -> tuple[ChatState, dict]:
 def set_mode(state: ChatState, mode: str) -> tuple[ChatState, str]:
     """Recolour the token panel by raw or constrained probability."""
     state.mode = "raw" if mode == "raw" else "constrained"
-    tokens = state.result.best.tokens if state.result else []
-    return state, render.tokens_html(tokens, state.mode)
+    return state, render.tokens_html(state.tokens, state.mode)
 
 
 def next_token(registry: Registry, state: ChatState, index: int | None = None, top_k: int = 20) -> str:
     """The next-token chart at the end of the prompt (index None) or just before answer token `index`."""
-    if state.request is None or state.result is None:
+    if state.request is None:
         return '<div class="pg-chart pg-empty">Send a message to see the next-token distribution.</div>'
-    tokens = state.result.best.tokens
+    tokens = state.tokens
     try:
         if index is None:
             prefix, where = "", "at the end of the prompt (the answer's first token)"
         else:
             if not 0 <= index < len(tokens):
                 raise ParameterError(f"token index {index} is out of range (the answer has {len(tokens)} tokens)")
-            prefix = _answer_text(tokens[:index])
+            prefix = stopped.answer_text(tokens[:index])
             where = f"at token #{index} ({tokens[index].text!r})"
         provider, model_id = registry.resolve(state.request.model)
         params = state.request.params.model_copy(update={"best_of": None})

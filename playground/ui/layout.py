@@ -229,7 +229,7 @@ def _render_chat_tab() -> dict[str, gr.Component]:
             placeholder="Type a message and press Enter", show_label=False, scale=5, elem_id="chat-input"
         )
         send = gr.Button("Send", variant="primary", scale=1, elem_id="send-btn")
-        stop = gr.Button("Stop", variant="stop", scale=1, elem_id="stop-btn")
+        stop = gr.Button("Stop", variant="secondary", scale=0, min_width=80, interactive=False, elem_id="stop-btn")
     with gr.Row(equal_height=True):
         retry = gr.Button("Retry", size="sm", elem_id="retry-btn")
         undo = gr.Button("Undo", size="sm", elem_id="undo-btn")

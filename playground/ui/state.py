@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from playground.errors import ParameterError, PlaygroundError
-from playground.types import ChatMessage, GenerateParameters, GenerationResult, ProcessorSpec
+from playground.types import ChatMessage, GeneratedToken, GenerateParameters, GenerationResult, ProcessorSpec
 from playground.ui.chat_view import CONSTRAINT_KEY
 from playground.ui.examples import SYSTEM_PROMPT
 from playground.wire import inbound
@@ -99,6 +99,9 @@ class ChatState(BaseModel):
     request: LastRequest | None = None
     mode: str = "constrained"
     markdown: bool = False
+    tokens: list[GeneratedToken] = Field(default_factory=list, description="The answer's tokens on screen.")
+    running: bool = False
+    stop_requested: bool = False
 
 
 def _seed(value: Any) -> int | None:

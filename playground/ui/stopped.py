@@ -1,0 +1,34 @@
+"""What a turn the user stopped shows: its tokens so far, a details line and a verdict on the partial text."""
+
+from __future__ import annotations
+
+from playground.constraints import Constraint
+from playground.types import GeneratedToken, GenerateParameters
+from playground.ui import render
+
+STOPPED = "stopped by the user"
+
+
+def answer_text(tokens: list[GeneratedToken]) -> str:
+    """The answer's text from its tokens (special tokens are not part of it)."""
+    return "".join(token.text for token in tokens if not token.special)
+
+
+def details_html(model: str, tokens: list[GeneratedToken]) -> str:
+    """The details line of a stopped turn, in the shape of a finished one."""
+    items = [("finish reason", STOPPED), ("tokens", f"{len(tokens)} generated"), ("model", model)]
+    cells = "".join(f'<span class="kv"><b>{render.esc(k)}</b> {render.esc(v)}</span>' for k, v in items)
+    return f'<div class="pg-details" data-finish="stopped">{cells}</div>'
+
+
+def verdict_html(params: GenerateParameters, tokens: list[GeneratedToken]) -> str:
+    """Amber, never green: the answer is unfinished; says whether the partial text already fits."""
+    head = f"■ {STOPPED} after {len(tokens)} tokens"
+    if params.grammar is None:
+        text, valid = f"{head} — no constraint to check", None
+    else:
+        verdict = Constraint.from_grammar(params.grammar).validate(answer_text(tokens))
+        word = {True: "✓ already valid", False: "✗ not valid (yet)", None: "not checked"}[verdict.valid]
+        text, valid = f"{head} — the partial answer is {word} ({params.grammar.type}): {verdict.message}", verdict.valid
+    attr = {True: "valid", False: "invalid", None: "none"}[valid]
+    return f'<div class="pg-box pg-warn pg-verdict pg-stopped" data-valid="{attr}">{render.esc(text)}</div>'

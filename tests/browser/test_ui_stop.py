@@ -1,0 +1,65 @@
+"""Stop: live only while a turn runs; a stopped answer keeps its popovers, chart, verdict and stored text."""
+
+from __future__ import annotations
+
+import json
+
+from playwright.sync_api import Page, expect
+
+from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter
+
+# At least 60 numbers: a turn long enough to stop in the middle of.
+LONG = r"[0-9]{1,3}(, [0-9]{1,3}){60,90}"
+
+
+def exported_messages(page: Page) -> list[dict]:
+    """The conversation as the server stores it (through the session export)."""
+    if not page.locator("#session-export").is_visible():
+        page.locator("#session > button.label-wrap").click()
+    page.locator("#session-export").click()
+    link = page.locator("#session-file a[download]").first
+    expect(link).to_be_visible(timeout=SLOW)
+    return json.loads(page.request.get(link.get_attribute("href")).text())["messages"]
+
+
+def test_stop_is_idle_until_a_turn_runs(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    stop, send_button = page.locator("#stop-btn"), page.locator("#send-btn")
+    expect(stop).to_be_disabled()
+    assert stop.bounding_box()["width"] < send_button.bounding_box()["width"]
+    pick_kind(page, "choice")
+    paste_constraint(page, "yes\nno")
+    send(page, "Is water wet?")
+    expect(page.locator("#validation-status .pg-ok")).to_be_visible()
+    expect(stop).to_be_disabled()
+    expect(page.locator("#finish-reason")).not_to_contain_text("stopped")
+
+
+def test_a_stopped_answer_keeps_popovers_chart_verdict_and_matches_the_stored_turn(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    pick_kind(page, "regex")
+    paste_constraint(page, LONG)
+    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
+    set_parameter(page, "param-max-new-tokens", "400")
+    page.locator("#chat-input textarea").fill("Count from 1 to 100.")
+    page.locator("#send-btn").click()
+    expect(page.locator("#token-panel .tok[data-index='3']")).to_be_visible(timeout=SLOW)
+    expect(page.locator("#stop-btn")).to_be_enabled()
+    page.locator("#stop-btn").click()
+
+    verdict = page.locator("#validation-status .pg-verdict")
+    expect(verdict).to_contain_text("stopped by the user", timeout=SLOW)
+    expect(verdict).to_contain_text("not valid (yet)")
+    expect(page.locator("#validation-status .pg-ok")).to_have_count(0)
+    expect(page.locator("#finish-reason")).to_contain_text("stopped by the user")
+    expect(page.locator("#stop-btn")).to_be_disabled()
+    tokens = page.locator("#token-panel .tok[data-index]")
+    count = tokens.count()
+    assert 3 < count < 300
+    expect(page.locator("#token-panel .tok[data-index] .pop")).to_have_count(count)
+
+    shown = page.locator("#chatbot [data-testid=bot] .message-content").inner_text().strip("\n")
+    assert exported_messages(page)[-1]["content"] == shown
+
+    tokens.nth(2).click()
+    expect(page.locator("#next-token-panel")).to_contain_text("at token #2", timeout=SLOW)
