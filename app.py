@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -161,24 +162,20 @@ def build_registry(args: argparse.Namespace) -> Registry:
 
 
 def make_local(args: argparse.Namespace, model: str, **load: Any) -> LocalProvider:
-    """A local provider serving `model` (also under the name it was loaded by, e.g. 'embedded')."""
-    from playground.providers.local import LocalProvider
+    """A local provider serving `model`, loaded with the flags (a providers file's entry may override some)."""
+    from playground.providers.local import LocalOptions
+    from playground.providers.local import make_local as local_provider
 
-    load_options = {
-        "device": args.device,
-        "dtype": args.dtype,
-        "trust_remote_code": args.trust_remote_code,
-        "threads": args.threads,
-        **load,
-    }
-    engine_options = {"compile_timeout_s": args.compile_timeout, "default_max_new_tokens": args.max_new_tokens}
-    local = LocalProvider(
-        load_options=load_options,
-        engine_options=engine_options,
+    options = LocalOptions(
+        device=args.device,
+        dtype=args.dtype,
+        threads=args.threads,
+        trust_remote_code=args.trust_remote_code,
+        compile_timeout_s=args.compile_timeout,
+        default_max_new_tokens=args.max_new_tokens,
         allow_local_paths=getattr(args, "allow_local_paths", True),
     )
-    local.load(model)
-    return local
+    return local_provider(replace(options, **load), model)
 
 
 def serve_load_name(registry: Registry, local: LocalProvider, name: str) -> None:

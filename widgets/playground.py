@@ -20,6 +20,7 @@ from playground.providers.base import Inputs, Provider
 from playground.providers.registry import Registry
 from playground.types import ChatMessage, GenerateParameters, GenerationResult, NextTokenDistribution, ProcessorSpec
 from playground.wire import inbound
+from playground.wire.controls import SAMPLING, spec
 from widgets import html as static_html
 from widgets.token_view import STATIC, result_payload
 
@@ -34,10 +35,10 @@ def local_provider(model: str = "embedded") -> tuple[Provider, str]:
     """A LocalProvider serving `model` and its model id, loaded once per process so widgets share the weights."""
     with _providers_lock:
         if model not in _providers:
-            from playground.providers.local import LocalProvider
+            from playground.providers.local import make_local
 
-            provider = LocalProvider()
-            _providers[model] = (provider, provider.load(model))
+            provider = make_local()
+            _providers[model] = (provider, provider.add_model(model))
         return _providers[model]
 
 
@@ -68,7 +69,18 @@ def describe(exc: Exception) -> str:
     return f"model failure ({type(exc).__name__}): {exc}"
 
 
-class Playground(anywidget.AnyWidget):
+# One synced trait per sampling control of the wire layer's table, at its neutral value ("off").
+_SamplingTraits = type(
+    "_SamplingTraits",
+    (anywidget.AnyWidget,),
+    {
+        c.name: (traitlets.Int(int(c.neutral)) if c.integer else traitlets.Float(c.neutral)).tag(sync=True)
+        for c in SAMPLING
+    },
+)
+
+
+class Playground(_SamplingTraits):
     """Pick a constraint, write a prompt or chat, run, and inspect every token of the answer."""
 
     _esm = STATIC / "playground.js"
@@ -87,7 +99,7 @@ class Playground(anywidget.AnyWidget):
     examples = traitlets.Dict().tag(sync=True)
     max_new_tokens = traitlets.Int(40).tag(sync=True)
     do_sample = traitlets.Bool(False).tag(sync=True)
-    temperature = traitlets.Float(1.0).tag(sync=True)
+    sampling_controls = traitlets.List([spec(c) for c in SAMPLING]).tag(sync=True)
     seed = traitlets.Int(None, allow_none=True).tag(sync=True)
     best_of = traitlets.Int(1).tag(sync=True)
     top_n_tokens = traitlets.Int(5).tag(sync=True)
@@ -172,7 +184,7 @@ class Playground(anywidget.AnyWidget):
         names = (
             "max_new_tokens",
             "do_sample",
-            "temperature",
+            *(c.name for c in SAMPLING),
             "seed",
             "best_of",
             "top_n_tokens",

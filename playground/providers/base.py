@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -16,6 +17,24 @@ from playground.types import (
 )
 
 Inputs = str | list[ChatMessage]
+ALL_KINDS = frozenset({"json_schema", "regex", "choice", "grammar"})
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a provider can do: callers branch on these, never on a provider's name or class."""
+
+    streaming: bool = True  # token events as they are decoded
+    raw_logprobs: bool = False  # the model's own distribution next to the constrained one
+    next_token_view: Literal["constrained", "unconstrained"] | None = "unconstrained"
+    constraint_kinds: frozenset[str] = ALL_KINDS  # the kinds it enforces (others are refused, by name)
+    best_of: bool = True  # several candidates in one request
+    model_loading: bool = False  # loads a model by name at run time (hub id, folder, .gguf)
+    decodes_here: bool = False  # decoding runs in this process: a stream that stops frees the CPU
+
+    def as_json(self) -> dict[str, object]:
+        """For /info: plain JSON values."""
+        return {**self.__dict__, "constraint_kinds": sorted(self.constraint_kinds)}
 
 
 class ModelInfo(BaseModel):
@@ -48,8 +67,13 @@ class Provider(Protocol):
 
     provider_id: str
     provider_type: str
+    capabilities: Capabilities
 
     def list_models(self) -> list[str]: ...
+
+    def add_model(self, model: str) -> str:
+        """Serve `model` from now on (load it, or check the server has it); returns the name it is served by."""
+        ...
 
     def info(self, model: str) -> ModelInfo: ...
 

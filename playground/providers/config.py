@@ -132,17 +132,7 @@ def register_model(registry: Registry, model: str, provider_id: str) -> str:
     if provider is None:
         known = ", ".join(sorted(registry.providers)) or "none"
         raise ModelError(f"unknown provider {provider_id!r} (configured: {known})")
-    if isinstance(provider, RemoteProvider):
-        served = provider.upstream(model)
-        _check_free(registry, provider.name(served), provider_id)
-        name = provider.declare(served)
-    elif hasattr(provider, "load"):
-        name = provider.load(model)  # a local provider loads the model (hub id, folder, .gguf)
-    else:
-        listed = provider.list_models()
-        if model not in listed:
-            raise ModelError(f"provider {provider_id!r} serves only {', '.join(listed)}; it cannot add {model!r}")
-        name = model
+    name = provider.add_model(model)  # a local provider loads it; a remote one checks the server has it
     _check_free(registry, name, provider_id)
     registry.register_model(name, provider_id)
     return name
@@ -220,7 +210,7 @@ def _register_declared(registry: Registry, entry: ModelEntry, index: int, path: 
 def _default_model(registry: Registry, parsed: ProvidersFile, path: Path) -> str | None:
     served = [m for _, m in registry.models()]
     if parsed.default_model is None:
-        local = [p for p in registry.providers.values() if not isinstance(p, RemoteProvider)]
+        local = [p for p in registry.providers.values() if p.capabilities.decodes_here]
         first_local = local[0].list_models()[:1] if local else []
         return (first_local or served or [None])[0]
     if parsed.default_model not in served:

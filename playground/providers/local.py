@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,15 +12,46 @@ from playground.engine import Engine
 from playground.errors import ModelError
 from playground.heartbeat import Heartbeat
 from playground.models import load_model
-from playground.providers.base import Inputs, ModelInfo, SimpleToken
+from playground.providers.base import Capabilities, Inputs, ModelInfo, SimpleToken
 from playground.settings import gpu_decorator
 from playground.types import GenerateParameters, GenerationResult, NextTokenDistribution, TokenEvent
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """How local models are loaded and decoded here (from the command line, a providers file, a notebook)."""
+
+    device: str | None = None
+    dtype: str | None = None
+    threads: int | None = 1
+    trust_remote_code: bool = False
+    compile_timeout_s: float = 10.0
+    default_max_new_tokens: int = 256
+    allow_local_paths: bool = True
+
+
+def make_local(options: LocalOptions | None = None, model: str | None = None) -> LocalProvider:
+    """The one way to build a local provider, serving `model` when one is named."""
+    options = options or LocalOptions()
+    load = {"device": options.device, "dtype": options.dtype, "threads": options.threads}
+    local = LocalProvider(
+        load_options={**load, "trust_remote_code": options.trust_remote_code},
+        engine_options={
+            "compile_timeout_s": options.compile_timeout_s,
+            "default_max_new_tokens": options.default_max_new_tokens,
+        },
+        allow_local_paths=options.allow_local_paths,
+    )
+    if model is not None:
+        local.add_model(model)
+    return local
 
 
 class LocalProvider:
     """Serves engines by model id; more models can be loaded at run time (the UI's model picker)."""
 
     provider_type = "local::transformers"
+    capabilities = Capabilities(raw_logprobs=True, next_token_view="constrained", model_loading=True, decodes_here=True)
 
     def __init__(
         self,
@@ -59,7 +91,7 @@ class LocalProvider:
             raise ModelError(f"model {model!r} is not loaded by provider {self.provider_id!r}")
         return engine
 
-    def load(self, name: str) -> str:
+    def add_model(self, name: str) -> str:
         """Load a model by hub id, folder, .gguf path or 'embedded'; returns its model id."""
         with self._lock:
             if name in self._aliases or name in self._engines:

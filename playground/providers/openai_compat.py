@@ -16,7 +16,7 @@ from pydantic import Field
 from playground.constraints import Constraint
 from playground.errors import ParameterError, UnsupportedConstraintError
 from playground.providers import mapping
-from playground.providers.base import Inputs, ModelInfo, SimpleToken
+from playground.providers.base import Capabilities, Inputs, ModelInfo, SimpleToken
 from playground.providers.remote import RemoteConfig, RemoteProvider
 from playground.types import (
     GeneratedToken,
@@ -42,6 +42,7 @@ class OpenAICompatProvider(RemoteProvider):
 
     provider_type: ClassVar[str] = "remote::openai"
     config_class: ClassVar[type[RemoteConfig]] = OpenAIConfig
+    capabilities: ClassVar[Capabilities] = Capabilities(constraint_kinds=frozenset({"json_schema"}))
     chat_path: ClassVar[str] = "chat/completions"
     models_path: ClassVar[str] = "models"
 

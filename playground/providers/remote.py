@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from playground.errors import ModelError, ParameterError
-from playground.providers.base import ModelInfo
+from playground.providers.base import Capabilities, ModelInfo
 from playground.providers.http import RemoteClient
 from playground.types import GenerateParameters
 from playground.wire import limits, outbound
@@ -42,6 +42,7 @@ class RemoteProvider:
     config_class: ClassVar[type[RemoteConfig]] = RemoteConfig
     # The wire dialect of the server's body: fields it cannot carry are refused, never dropped.
     dialect: ClassVar[str] = "openai"
+    capabilities: ClassVar[Capabilities] = Capabilities()
 
     def __init__(self, provider_id: str, config: RemoteConfig, *, declared: list[str] | None = None) -> None:
         self.provider_id = provider_id
@@ -89,8 +90,12 @@ class RemoteProvider:
         """Whether a server name is among the server's listed models."""
         return served in listed
 
+    def add_model(self, model: str) -> str:
+        """Accept a model at run time (named with or without the prefix); returns the playground's name for it."""
+        return self.declare(self.upstream(model))
+
     def declare(self, served: str) -> str:
-        """Accept a model at run time, checking the server serves it when it can be asked."""
+        """Accept a model by the server's name, checking the server serves it when it can be asked."""
         if self.config.discover_models:
             listed = self.served_models()
             if not self.serves(served, listed):

@@ -16,7 +16,7 @@ from pydantic import Field
 from playground.constraints import Constraint
 from playground.errors import ParameterError
 from playground.providers import mapping
-from playground.providers.base import Inputs, ModelInfo, SimpleToken
+from playground.providers.base import Capabilities, Inputs, ModelInfo, SimpleToken
 from playground.providers.openai_compat import OpenAICompatProvider, refuse_constrained_view
 from playground.providers.remote import RemoteConfig, RemoteProvider
 from playground.types import GenerateParameters, GenerationResult, NextTokenDistribution, Token, TokenEvent
@@ -33,6 +33,9 @@ class TGIChat(OpenAICompatProvider):
     """TGI's /v1/chat/completions: `response_format` is TGI's GrammarType; one choice only."""
 
     provider_type: ClassVar[str] = "remote::tgi"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        constraint_kinds=frozenset({"json_schema", "regex", "choice"}), best_of=False
+    )
 
     def constraint_fields(self, constraint: Constraint) -> dict[str, Any]:
         grammar = outbound.tgi_grammar(constraint, self.who)
@@ -54,6 +57,7 @@ class TGIProvider(RemoteProvider):
     provider_type: ClassVar[str] = "remote::tgi"
     config_class: ClassVar[type[RemoteConfig]] = TGIConfig
     dialect: ClassVar[str] = "tgi"
+    capabilities: ClassVar[Capabilities] = Capabilities(constraint_kinds=frozenset({"json_schema", "regex", "choice"}))
 
     def __init__(self, provider_id: str, config: RemoteConfig, *, declared: list[str] | None = None) -> None:
         super().__init__(provider_id, config, declared=declared)

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from playground.constraints import Constraint
 from playground.providers import mapping
-from playground.providers.base import Inputs
+from playground.providers.base import Capabilities, Inputs
 from playground.providers.openai_compat import OpenAICompatProvider
 from playground.providers.remote import RemoteConfig
 from playground.wire import outbound
@@ -35,6 +35,7 @@ class VLLMProvider(OpenAICompatProvider):
     provider_type: ClassVar[str] = "remote::vllm"
     config_class: ClassVar[type[RemoteConfig]] = VLLMConfig
     dialect: ClassVar[str] = "vllm"
+    capabilities: ClassVar[Capabilities] = Capabilities()
 
     def constraint_fields(self, constraint: Constraint) -> dict[str, Any]:
         """The grammar kind is sent as text; vLLM's backend (xgrammar or guidance) must accept its syntax."""

@@ -65,7 +65,7 @@ async def generate_while_connected(request: Any, provider: Any, model_id: str, i
     Remote providers decode elsewhere (and may not stream best_of), so they get a plain generate call.
     Returns the GenerationResult, or None when the client went away.
     """
-    if not provider.provider_type.startswith("local"):
+    if not provider.capabilities.decodes_here:
         return await run_in_threadpool(provider.generate, model_id, inputs, params)
     last = None
     stream = iterate_in_thread(lambda: provider.stream(model_id, inputs, params))

@@ -115,7 +115,7 @@ async def info(request: Request, model: str | None = ModelQuery) -> dict[str, An
     body = convert.tgi_info(
         model_info, processors=processors, models=models, max_concurrent_requests=admission["max_concurrent_requests"]
     )
-    return {**body, **admission, **limits_info()}
+    return {**body, **admission, **limits_info(), "capabilities": provider.capabilities.as_json()}
 
 
 @open_router.get("/health", summary="Health check (never needs the API key); 503 while an engine is stuck")

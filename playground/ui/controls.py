@@ -106,18 +106,21 @@ def choose_model(registry: Registry, name: str, settings: UISettings, progress: 
 
 def _load_local(registry: Registry, name: str, settings: UISettings) -> None:
     """Load into the registry's local provider (one is added when none is configured) and serve it."""
-    from playground.providers.local import LocalProvider
+    from playground.providers.local import LocalOptions, make_local
 
-    local = next((p for p in registry.providers.values() if isinstance(p, LocalProvider)), None)
+    local = next((p for p in registry.providers.values() if p.capabilities.model_loading), None)
     if local is None:
-        options = {"device": settings.device, "dtype": settings.dtype, "threads": settings.threads}
-        local = LocalProvider(
-            load_options=options,
-            engine_options={"compile_timeout_s": settings.compile_timeout_s},
-            allow_local_paths=settings.allow_local_paths,
+        local = make_local(
+            LocalOptions(
+                device=settings.device,
+                dtype=settings.dtype,
+                threads=settings.threads,
+                compile_timeout_s=settings.compile_timeout_s,
+                allow_local_paths=settings.allow_local_paths,
+            )
         )
         registry.add_provider(local)
-    model_id = local.load(name)
+    model_id = local.add_model(name)
     registry.register_model(model_id, local.provider_id)
     registry.register_model(name, local.provider_id)
 

@@ -12,6 +12,7 @@ from playground.ui import controls
 from playground.ui.examples import KINDS, LANGUAGES, SYSTEM_PROMPT, example_titles
 from playground.ui.render import tokens_html
 from playground.ui.state import Form
+from playground.wire.controls import SAMPLING
 
 CSS = (Path(__file__).parent / "static" / "ui.css").read_text(encoding="utf-8")
 PAGE_CSS = (Path(__file__).parent / "static" / "page.css").read_text(encoding="utf-8")
@@ -127,22 +128,15 @@ def _length_controls(limits: Limits) -> dict[str, gr.Component]:
 
 
 def _sampling_controls() -> dict[str, gr.Component]:
-    return {
-        "do_sample": gr.Checkbox(value=False, label="do_sample (off = greedy)", elem_id="param-do-sample"),
-        "temperature": gr.Slider(
-            0.05, 2.0, value=1.0, step=0.05, label="temperature (1 = off)", elem_id="param-temperature"
-        ),
-        "top_k": gr.Slider(0, 200, value=0, step=1, label="top_k (0 = off)", elem_id="param-top-k"),
-        "top_p": gr.Slider(0.05, 1.0, value=1.0, step=0.01, label="top_p (1 = off)", elem_id="param-top-p"),
-        "typical_p": gr.Slider(0.05, 1.0, value=1.0, step=0.01, label="typical_p (1 = off)", elem_id="param-typical-p"),
-        "repetition_penalty": gr.Slider(
-            0.5, 2.0, value=1.0, step=0.05, label="repetition_penalty (1 = off)", elem_id="param-repetition-penalty"
-        ),
-        "frequency_penalty": gr.Slider(
-            -1.95, 2.0, value=0.0, step=0.05, label="frequency_penalty (0 = off)", elem_id="param-frequency-penalty"
-        ),
-        "seed": gr.Textbox(value="", label="seed (blank = random)", placeholder="random", elem_id="param-seed"),
+    """do_sample, one slider per sampling control of the wire layer's table, and the seed."""
+    comps: dict[str, gr.Component] = {
+        "do_sample": gr.Checkbox(value=False, label="do_sample (off = greedy)", elem_id="param-do-sample")
     }
+    for c in SAMPLING:
+        elem_id = "param-" + c.name.replace("_", "-")
+        comps[c.name] = gr.Slider(c.low, c.high, value=c.neutral, step=c.step, label=c.label, elem_id=elem_id)
+    comps["seed"] = gr.Textbox(value="", label="seed (blank = random)", placeholder="random", elem_id="param-seed")
+    return comps
 
 
 def _details_controls(limits: Limits) -> dict[str, gr.Component]:

@@ -6,13 +6,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from playground.errors import ParameterError, PlaygroundError
 from playground.types import ChatMessage, GeneratedToken, GenerateParameters, GenerationResult, ProcessorSpec
 from playground.ui.chat_view import CONSTRAINT_KEY
 from playground.ui.examples import SYSTEM_PROMPT
 from playground.wire import inbound
+from playground.wire.controls import SAMPLING
 from playground.wire.errors import parameter_error
 
 SESSION_FORMAT = "structured-playground-session"
@@ -33,8 +34,8 @@ class UISettings:
     title: str = "Structured Playground"
 
 
-class Form(BaseModel):
-    """Every control that shapes a request, in the order the layout passes them to handlers."""
+class _Controls(BaseModel):
+    """Every control besides the sampling ones, which `Form` adds from the wire layer's table."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -46,12 +47,6 @@ class Form(BaseModel):
     system_prompt: str = SYSTEM_PROMPT
     max_new_tokens: int = 64
     do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    typical_p: float = 1.0
-    repetition_penalty: float = 1.0
-    frequency_penalty: float = 0.0
     seed: int | None = None
     best_of: int = 1
     top_n_tokens: int = 5
@@ -67,7 +62,7 @@ class Form(BaseModel):
         data = dict(zip(FIELDS, values, strict=True))
         for name in ("model", "constraint_text", "processor_params", "system_prompt", "stop", "adapter_id"):
             data[name] = data[name] or ""  # hidden components send None
-        for name in ("max_new_tokens", "top_k", "best_of", "top_n_tokens", "truncate"):
+        for name in ("max_new_tokens", "best_of", "top_n_tokens", "truncate", *INTEGER_CONTROLS):
             data[name] = int(data[name] or 0)
         data["seed"] = _seed(data["seed"])
         try:
@@ -80,7 +75,15 @@ class Form(BaseModel):
         return [getattr(self, name) for name in FIELDS]
 
 
+# One field per sampling control, at its neutral value ("off"); a new warper needs no edit here.
+Form = create_model(
+    "Form",
+    __base__=_Controls,
+    __doc__="Every control that shapes a request, in the order the layout passes them to handlers.",
+    **{c.name: (int if c.integer else float, c.neutral) for c in SAMPLING},  # type: ignore[call-overload]
+)
 FIELDS: list[str] = list(Form.model_fields)
+INTEGER_CONTROLS = tuple(c.name for c in SAMPLING if c.integer)
 
 
 class LastRequest(BaseModel):

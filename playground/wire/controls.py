@@ -31,7 +31,7 @@ class Control:
     @property
     def label(self) -> str:
         """The name with what "off" is, as the UI and the widget show it."""
-        off = int(self.neutral) if self.neutral.is_integer() else self.neutral
+        off = int(self.neutral) if float(self.neutral).is_integer() else self.neutral
         return f"{self.name} ({off} = off)"
 
     def value(self, raw: Any) -> float | int | None:
@@ -76,4 +76,5 @@ def spec(control: Control) -> dict[str, Any]:
         "max": control.high,
         "step": control.step,
         "neutral": control.neutral,
+        "integer": control.integer,
     }

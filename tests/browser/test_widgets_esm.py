@@ -146,11 +146,15 @@ def test_playground_controls_set_traits(page, harness_url: str) -> None:
     page.fill("#mount input.sp-max_new_tokens", "12")
     page.fill("#mount input.sp-seed", "")
     page.check("#mount input.sp-do_sample")
+    assert "min_p (0 = off)" in page.locator("#mount fieldset.sp-parameters").inner_text()
+    page.fill("#mount input.sp-min_p", "0.05")
+    page.fill("#mount input.sp-top_k", "3")
     page.fill("#mount textarea.sp-processor-params", "the\nThe")
     page.click("#mount button.sp-add-processor")
     page.click("#mount button.sp-run")
     state = page.evaluate("window.model.state")
     assert state["max_new_tokens"] == 12 and state["seed"] is None and state["do_sample"] is True
+    assert state["min_p"] == 0.05 and state["top_k"] == 3
     assert state["logits_processors"] == [{"name": "ban_strings", "params": ["the", "The"]}]
     assert state["run_requested"] == 1
     assert page.evaluate("window.model.saved.at(-1).run_requested") == 1

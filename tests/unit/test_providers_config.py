@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from playground.errors import ModelError, ParameterError, ProviderError
-from playground.providers.base import Provider
+from playground.providers.base import Capabilities, Provider
 from playground.providers.config import (
     REMOTE_TYPES,
     LocalConfig,
@@ -29,6 +29,7 @@ class FakeLocal:
     """Stands in for LocalProvider in the unit tier (no model here); records what it was built with."""
 
     provider_type = "local::transformers"
+    capabilities = Capabilities(model_loading=True, decodes_here=True)
 
     def __init__(self, config: LocalConfig) -> None:
         self.provider_id = "local"
@@ -38,7 +39,7 @@ class FakeLocal:
     def list_models(self) -> list[str]:
         return list(self.loaded)
 
-    def load(self, name: str) -> str:
+    def add_model(self, name: str) -> str:
         self.loaded.append(name)
         return name
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from playground.errors import ConstraintError, ProcessorError
+from playground.providers.base import Capabilities
 from playground.server.streaming import iterate_in_thread, started
 from playground.server.tgi import _tgi_events
 from playground.types import GeneratedToken, GenerateParameters, TokenEvent
@@ -113,8 +114,8 @@ class HangsUp:
 
 
 class CountingProvider:
-    def __init__(self, provider_type: str, counter: Counter) -> None:
-        self.provider_type = provider_type
+    def __init__(self, decodes_here: bool, counter: Counter) -> None:
+        self.capabilities = Capabilities(decodes_here=decodes_here)
         self.counter = counter
 
     def stream(self, model, inputs, params):
@@ -128,16 +129,12 @@ def test_a_local_generation_stops_when_the_client_hangs_up() -> None:
     from playground.server.streaming import generate_while_connected
 
     counter = Counter(10_000_000)
-    result = asyncio.run(
-        generate_while_connected(HangsUp(after=3), CountingProvider("local::transformers", counter), "m", "p", None)
-    )
+    result = asyncio.run(generate_while_connected(HangsUp(after=3), CountingProvider(True, counter), "m", "p", None))
     assert result is None
     assert counter.closed.wait(timeout=30)
     assert counter.produced < 10_000_000
     finished = asyncio.run(
-        generate_while_connected(
-            HangsUp(after=100), CountingProvider("local::transformers", Counter(5)), "m", "p", None
-        )
+        generate_while_connected(HangsUp(after=100), CountingProvider(True, Counter(5)), "m", "p", None)
     )
     assert finished == 4
 
@@ -147,9 +144,6 @@ def test_a_remote_generation_is_one_plain_call() -> None:
 
     counter = Counter(5)
     assert (
-        asyncio.run(
-            generate_while_connected(HangsUp(after=0), CountingProvider("remote::tgi", counter), "m", "p", None)
-        )
-        == 4
+        asyncio.run(generate_while_connected(HangsUp(after=0), CountingProvider(False, counter), "m", "p", None)) == 4
     )
     assert counter.produced == 5

@@ -17,10 +17,12 @@ from playground.types import (
     Token,
     Validation,
 )
+from playground.wire.controls import SAMPLING
 from playground.wire.inbound import grammar_for
+from tests.fakes import FakeProvider
 from widgets import TokenView
 from widgets import html as static_html
-from widgets.playground import build_inputs, build_parameters, describe
+from widgets.playground import Playground, build_inputs, build_parameters, describe
 from widgets.token_view import result_payload
 
 SCRIPT = "<script>window.__pwned = 1</script>"
@@ -267,3 +269,13 @@ def test_build_inputs_prompt_and_chat() -> None:
 def test_describe_errors() -> None:
     assert describe(InvalidConstraintError("bad regex")) == "InvalidConstraintError: bad regex"
     assert describe(RuntimeError("CUDA out of memory")) == "model failure (RuntimeError): CUDA out of memory"
+
+
+def test_the_widget_takes_its_sampling_controls_from_the_wire_table() -> None:
+    fake = FakeProvider("yes")
+    pg = Playground(provider=fake, mode="prompt", prompt="Q?")
+    assert {c["name"] for c in pg.sampling_controls} == {c.name for c in SAMPLING}
+    pg.min_p, pg.top_k = 0.2, 3
+    assert pg.run().generated_text == "yes"
+    sent = fake.calls[-1].params
+    assert sent.min_p == 0.2 and sent.top_k == 3 and sent.temperature is None

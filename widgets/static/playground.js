@@ -193,16 +193,21 @@ function parameterSection(model, offs) {
   const specs = [
     ["max_new_tokens", "number", integer],
     ["do_sample", "checkbox", null],
-    ["temperature", "number", decimal],
     ["seed", "number", optionalInteger],
     ["best_of", "number", integer],
     ["top_n_tokens", "number", integer],
   ];
   for (const [name, type, parse] of specs) {
     const control = input(type, `sp-param sp-${name}`);
-    if (name === "temperature") control.step = "0.1";
     offs.push(bind(model, control, name, parse ? { parse } : {}));
     box.append(field(name, control));
+  }
+  // The sampling controls come from the wire layer's table: a new warper needs no edit here.
+  for (const spec of model.get("sampling_controls") || []) {
+    const control = input("number", `sp-param sp-${spec.name}`);
+    Object.assign(control, { min: String(spec.min), max: String(spec.max), step: String(spec.step) });
+    offs.push(bind(model, control, spec.name, { parse: spec.integer ? integer : decimal }));
+    box.append(field(spec.label, control));
   }
   const stop = input("textarea", "sp-param sp-stop");
   stop.rows = 1;

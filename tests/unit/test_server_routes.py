@@ -1,0 +1,87 @@
+"""The API routes on a FakeProvider: each request shape reaches the provider as the same parameters."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from playground.providers.base import Capabilities
+from playground.providers.registry import Registry
+from playground.server import create_app
+from tests.fakes import FakeProvider
+
+
+@pytest.fixture
+def fake() -> FakeProvider:
+    return FakeProvider("yes", addable=("fake-2",))
+
+
+@pytest.fixture
+def client(fake: FakeProvider) -> TestClient:
+    return TestClient(create_app(Registry([fake]), ui=False))
+
+
+def test_generate_passes_min_p_and_answers_tgi_shapes(client: TestClient, fake: FakeProvider) -> None:
+    body = {"inputs": "Q?", "parameters": {"min_p": 0.1, "details": True, "grammar": {"type": "regex", "value": "y.s"}}}
+    reply = client.post("/generate", json=body)
+    assert reply.status_code == 200, reply.text
+    data = reply.json()
+    assert data["generated_text"] == "yes" and data["details"]["finish_reason"] == "eos_token"
+    assert data["validation"]["valid"] is True
+    assert fake.calls[-1].params.min_p == 0.1
+
+
+def test_chat_completions_pass_min_p_and_greedy(client: TestClient, fake: FakeProvider) -> None:
+    messages = [{"role": "user", "content": "Q?"}]
+    reply = client.post("/v1/chat/completions", json={"messages": messages, "min_p": 0.2, "temperature": 0.5})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["message"]["content"] == "yes"
+    assert fake.calls[-1].params.min_p == 0.2 and fake.calls[-1].params.temperature == 0.5
+    client.post("/v1/chat/completions", json={"messages": messages, "min_p": 0.2, "temperature": 0})
+    assert fake.calls[-1].params.min_p is None and not fake.calls[-1].params.sampling
+
+
+def test_min_p_out_of_range_is_a_422_naming_it(client: TestClient) -> None:
+    reply = client.post("/generate", json={"inputs": "Q?", "parameters": {"min_p": 2}})
+    assert reply.status_code == 422 and reply.json()["error"].startswith("parameters.min_p:")
+    reply = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "min_p": -1})
+    assert reply.status_code == 422 and reply.json()["error"].startswith("min_p:")
+
+
+def test_stream_sends_each_token_then_the_final_event(client: TestClient) -> None:
+    with client.stream("POST", "/generate_stream", json={"inputs": "Q?", "parameters": {"details": True}}) as reply:
+        events = [json.loads(line[5:]) for line in reply.iter_lines() if line.startswith("data:")]
+    assert [e["token"]["text"] for e in events] == ["y", "e", "s"]
+    assert events[-1]["generated_text"] == "yes" and events[-1]["details"]["generated_tokens"] == 3
+
+
+def test_info_reports_what_the_provider_can_do(client: TestClient) -> None:
+    capabilities = client.get("/info").json()["capabilities"]
+    assert capabilities["streaming"] is True and capabilities["next_token_view"] == "constrained"
+    assert capabilities["constraint_kinds"] == ["choice", "grammar", "json_schema", "regex"]
+
+
+def test_a_local_style_provider_generates_as_a_stream(fake: FakeProvider) -> None:
+    here = FakeProvider(capabilities=Capabilities(decodes_here=True))
+    client = TestClient(create_app(Registry([here]), ui=False))
+    assert client.post("/generate", json={"inputs": "Q?"}).status_code == 200
+    assert [c.method for c in here.calls] == ["stream"]  # so a client that hangs up stops the decoding
+    remote = TestClient(create_app(Registry([fake]), ui=False))
+    remote.post("/generate", json={"inputs": "Q?"})
+    assert [c.method for c in fake.calls] == ["generate"]
+
+
+def test_models_are_added_through_their_provider(client: TestClient, fake: FakeProvider) -> None:
+    reply = client.post("/v1/models", json={"id": "fake-2", "provider_id": "fake"})
+    assert reply.status_code == 200 and reply.json()["id"] == "fake-2"
+    assert "fake-2" in {m["id"] for m in client.get("/v1/models").json()["data"]}
+    refused = client.post("/v1/models", json={"id": "other", "provider_id": "fake"})
+    assert refused.status_code == 404 and "cannot serve 'other'" in refused.json()["error"]
+
+
+def test_next_token_replays_at_a_prefix(client: TestClient, fake: FakeProvider) -> None:
+    reply = client.post("/next_token", json={"inputs": "Q?", "prefix": "y", "top_k": 5})
+    assert reply.status_code == 200 and reply.json()["candidates"][0]["text"] == "e"
+    assert fake.calls[-1].extra == {"prefix": "y", "top_k": 5}

@@ -1,0 +1,144 @@
+"""The UI handlers on a FakeProvider: the conversation, errors, replays and snippets, without a model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from playground.errors import ParameterError
+from playground.providers.base import Capabilities
+from playground.providers.registry import Registry
+from playground.ui import controls, handlers
+from playground.ui.state import ChatState, Form, UISettings
+from tests.fakes import FakeProvider
+
+
+def setup(answer: str = "yes", **kwargs) -> tuple[Registry, FakeProvider]:
+    fake = FakeProvider(answer, **kwargs)
+    return Registry([fake]), fake
+
+
+def form(**kwargs) -> Form:
+    return Form(model="fake-model", max_new_tokens=kwargs.pop("max_new_tokens", 8), **kwargs)
+
+
+def run_chat(registry: Registry, f: Form, state: ChatState, text: str) -> list[handlers.Panels]:
+    return list(handlers.chat(registry, f, state, text))
+
+
+def test_a_turn_streams_then_shows_every_panel() -> None:
+    registry, fake = setup("no")
+    state = ChatState()
+    steps = run_chat(registry, form(kind="choice", constraint_text="yes\nno", min_p=0.2), state, "Is it?")
+    streamed = [s for s in steps if s.tokens and s.details is None]  # one panel per token as it arrives
+    assert len(streamed) == 2 and steps[-1].error == "" and 'data-valid="valid"' in steps[-1].verdict
+    assert state.messages[-1]["content"] == "no"
+    sent = fake.calls[-1]
+    assert sent.method == "stream" and sent.params.min_p == 0.2 and sent.params.grammar.type == "choice"
+
+
+def test_invalid_schema_is_refused_before_anything_is_sent() -> None:
+    registry, fake = setup()
+    state = ChatState()
+    steps = run_chat(registry, form(kind="json_schema", constraint_text='{"type": 5}'), state, "hi")
+    assert len(steps) == 1 and "not a valid JSON Schema" in steps[0].error
+    assert state.messages == [] and state.result is None and fake.calls == []
+
+
+def test_a_provider_error_restores_the_conversation_and_the_input() -> None:
+    registry, _ = setup(error=ParameterError("parameters.best_of: best_of > 1 needs sampling"))
+    state = ChatState()
+    steps = run_chat(registry, form(), state, "hello")
+    assert "best_of &gt; 1 needs sampling" in steps[-1].error
+    assert state.messages == [] and steps[-1].input_text == "hello"
+
+
+def test_best_of_runs_to_completion_instead_of_streaming() -> None:
+    registry, fake = setup()
+    run_chat(registry, form(do_sample=True, best_of=2), ChatState(), "hi")
+    assert [c.method for c in fake.calls] == ["generate"]
+
+
+def test_retry_undo_and_clear_edit_the_conversation() -> None:
+    registry, _ = setup()
+    state = ChatState()
+    f = form(kind="choice", constraint_text="yes\nno")
+    run_chat(registry, f, state, "Is water wet?")
+    assert [m["role"] for m in state.messages] == ["user", "assistant"]
+    final = list(handlers.retry(registry, f, state))[-1]
+    assert state.messages[0]["content"] == "Is water wet?" and len(state.messages) == 2 and final.error == ""
+    broken = f.model_copy(update={"kind": "regex", "constraint_text": "("})
+    failed = list(handlers.retry(registry, broken, state))
+    assert len(failed) == 1 and "invalid regex" in failed[0].error and len(state.messages) == 2
+    undone = handlers.undo(state)
+    assert undone.input_text == "Is water wet?" and undone.state.messages == []
+    cleared = handlers.clear(ChatState(messages=[{"role": "user", "content": "x"}], mode="raw"))
+    assert cleared.state.messages == [] and cleared.state.mode == "raw" and cleared.chatbot == []
+
+
+def test_conversation_is_sent_as_chat_history() -> None:
+    registry, fake = setup("4")
+    state = ChatState()
+    run_chat(registry, form(), state, "What is 2+2?")
+    run_chat(registry, form(), state, "And 2+3?")
+    sent = fake.calls[-1].inputs
+    assert [m.role for m in sent] == ["system", "user", "assistant", "user"]
+    assert sent[1].content == "What is 2+2?" and sent[2].content == "4" and sent[3].content == "And 2+3?"
+
+
+def test_next_token_chart_replays_the_last_request_at_a_prefix() -> None:
+    registry, fake = setup("abc")
+    state = ChatState()
+    assert "Send a message" in handlers.next_token(registry, state)
+    run_chat(registry, form(do_sample=True, best_of=2), state, "hi")
+    start = handlers.next_token(registry, state)
+    assert "at the end of the prompt" in start and "masked" in start and "<b>no</b>" not in start
+    second = handlers.next_token(registry, state, 2)
+    assert "at token #2" in second and fake.calls[-1].extra["prefix"] == "ab"
+    assert fake.calls[-1].params.best_of is None  # one distribution, not best_of of them
+    assert "out of range" in handlers.next_token(registry, state, 999)
+
+
+def test_code_snippets_reproduce_the_last_turn() -> None:
+    registry, _ = setup()
+    state = ChatState()
+    f = form(kind="regex", constraint_text=r"[a-z]+", min_p=0.1)
+    run_chat(registry, f, state, "One word.")
+    code = controls.code_snippets(registry, f, state, UISettings(base_url="http://h:1"))
+    assert (
+        "http://h:1/generate" in code["curl_generate"]
+        and json.dumps(state.result.prompt)[1:10] in code["curl_generate"]
+    )
+    assert (
+        "'One word.'" in code["openai"] and "'regex': '[a-z]+'" in code["openai"] and "'min_p': 0.1" in code["openai"]
+    )
+
+
+def test_model_status_names_the_provider_and_loading_needs_a_loader() -> None:
+    registry, _ = setup()
+    assert "provider fake (fake)" in controls.choose_model(registry, "fake-model", UISettings())
+    with pytest.raises(Exception, match="local paths are disabled"):
+        controls.choose_model(registry, "/tmp/some/folder", UISettings(allow_local_paths=False))
+    with pytest.raises(Exception, match="loading other models is disabled"):
+        controls.choose_model(registry, "org/model", UISettings(allow_model_loading=False))
+
+
+def test_a_provider_that_loads_models_is_asked_to_load() -> None:
+    loader = FakeProvider(
+        provider_id="loader", capabilities=Capabilities(model_loading=True), models=(), addable=("org/m",)
+    )
+    registry = Registry([FakeProvider(), loader])
+    assert "org/m" in controls.choose_model(registry, "org/m", UISettings())
+    assert registry.resolve("org/m")[0] is loader
+
+
+def test_session_file_round_trip(tmp_path) -> None:
+    f = form(kind="regex", constraint_text="[a-z]+", seed=3, min_p=0.05)
+    state = ChatState(messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+    loaded, fresh = controls.import_file(controls.export_file(f, state))
+    assert loaded == f and fresh.messages == state.messages
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(Exception, match="not a session file"):
+        controls.import_file(str(bad))
