@@ -367,6 +367,33 @@ class StreamOptions(Strict):
     include_usage: bool = False
 
 
+class FunctionDefinition(Strict):
+    """OpenAI's FunctionDefinition: the arguments are constrained by `parameters` (a JSON schema)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolSpec(Strict):
+    """OpenAI's ChatCompletionTool."""
+
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class ToolName(Strict):
+    name: str
+
+
+class NamedToolChoice(Strict):
+    """OpenAI's named tool choice: {"type": "function", "function": {"name": ...}}."""
+
+    type: Literal["function"]
+    function: ToolName
+
+
 class ChatCompletionRequest(Strict):
     """OpenAI's chat completion request, with vLLM's structured_outputs and our processors."""
 
@@ -395,6 +422,9 @@ class ChatCompletionRequest(Strict):
     logits_processors: list[ProcessorSpec] = Field(default_factory=list, max_length=MAX_PROCESSORS)
     constraint_engine: EngineName = "auto"
     user: Name | None = None
+    tools: list[ToolSpec] | None = Field(default=None, max_length=64)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
     continue_final_message: bool = Field(
         default=False, description="vLLM's: continue the final assistant message, forced through the constraint."
     )
@@ -426,6 +456,7 @@ class ChoiceLogprobs(Wire):
 class AssistantMessage(Wire):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 class ChatChoice(Wire):
@@ -434,7 +465,7 @@ class ChatChoice(Wire):
     index: int
     message: AssistantMessage
     logprobs: ChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length"] | None = None
+    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
 
 
 class Usage(Wire):

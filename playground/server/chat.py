@@ -6,6 +6,7 @@ import time
 import uuid
 from typing import Any
 
+from playground.debug import tools
 from playground.server.convert import VERSION, debugger_extras
 from playground.types import ChatCompletion, ChatCompletionRequest, GeneratedToken, GenerationResult, Sequence
 
@@ -100,12 +101,13 @@ def completion_response(model: str, results: list[GenerationResult], req: ChatCo
     choices = []
     for index, result in enumerate(results):
         seq = result.best
+        message, called = tools.answer(req, trim_stop(seq.generated_text, seq))
         choices.append(
             {
                 "index": index,
-                "message": {"role": "assistant", "content": trim_stop(seq.generated_text, seq)},
+                "message": message,
                 "logprobs": choice_logprobs(seq.tokens, req),
-                "finish_reason": FINISH_REASONS[seq.finish_reason],
+                "finish_reason": "tool_calls" if called else FINISH_REASONS[seq.finish_reason],
                 **choice_extras(result),
             }
         )

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from playground.debug import tools
 from playground.providers.base import Provider
 from playground.providers.config import register_model as register_model_at_run_time
 from playground.server import chat
@@ -96,6 +97,17 @@ async def _choice_chunks(
     holdback = chat.StopHoldback(params.stop)
     pending: list[Any] = []
     yield _chunk(base, index, {"role": "assistant", "content": ""})
+    if tools.mode(req) is not None:  # a call is known once it is whole: one delta at the end
+        async for item in events:
+            if isinstance(item, GenerationResult):
+                message, called = tools.answer(req, chat.trim_stop(item.best.generated_text, item.best))
+                delta = {"tool_calls": [{"index": 0, **message["tool_calls"][0]}]} if called else message
+                delta.pop("role", None)
+                yield _chunk(base, index, delta, logprobs=chat.choice_logprobs(item.best.tokens, req))
+                finish = "tool_calls" if called else chat.FINISH_REASONS[item.best.finish_reason]
+                yield _chunk(base, index, {}, finish_reason=finish, **chat.choice_extras(item))
+                yield item
+        return
     async for item in events:
         if isinstance(item, TokenEvent):
             if item.token.special:  # EOS: no text, and no logprobs entry (as in the non-streaming answer)

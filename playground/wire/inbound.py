@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import ValidationError, model_validator
 
 from playground.constraints import Constraint
+from playground.debug import tools
 from playground.errors import ParameterError
 from playground.types import ChatCompletionRequest, ChatMessage, GenerateParameters, GrammarType, ProcessorSpec, Strict
 from playground.wire.controls import BY_NAME, carried_by, sampling_values
@@ -164,7 +165,7 @@ def final_message(req: ChatCompletionRequest) -> str | None:
 
 def prompt_messages(req: ChatCompletionRequest) -> list[ChatMessage]:
     """The messages the chat template renders: without the final one when the answer continues it."""
-    return req.messages[:-1] if req.continue_final_message else req.messages
+    return tools.with_tools(req, req.messages[:-1] if req.continue_final_message else req.messages)
 
 
 def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters:
@@ -180,7 +181,7 @@ def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters
         "stop": [req.stop] if isinstance(req.stop, str) else list(req.stop or []),
         "seed": seed,
         "top_n_tokens": req.top_logprobs if req.logprobs and req.top_logprobs else None,
-        "grammar": constraint_of(req),
+        "grammar": tools.grammar(req, constraint_of(req)),
         "logits_processors": [spec.model_dump() for spec in req.logits_processors],
         "constraint_engine": req.constraint_engine,
         "continue_from": final_message(req),

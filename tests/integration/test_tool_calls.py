@@ -1,0 +1,117 @@
+"""Tool calls on /v1/chat/completions, through the openai SDK: each tool_choice, streaming, and errors."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+TIME = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "get_time", "description": "Time in a zone", "parameters": TIME}},
+]
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def client(server_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=300, max_retries=0)
+
+
+def create(client: openai.OpenAI, **kwargs):
+    return client.chat.completions.create(model="embedded", messages=ASK, tools=TOOLS, max_tokens=60, seed=1, **kwargs)
+
+
+def test_named_tool_choice_gives_that_call_with_valid_arguments(client: openai.OpenAI) -> None:
+    choice = create(client, tool_choice={"type": "function", "function": {"name": "get_weather"}}).choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.function.name == "get_weather" and call.id.startswith("call_")
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+    assert choice.model_extra["validation"]["valid"] is True
+
+
+def test_required_picks_one_of_the_tools(client: openai.OpenAI) -> None:
+    choice = create(client, tool_choice="required", temperature=0).choices[0]
+    (call,) = choice.message.tool_calls
+    schemas = {"get_weather": WEATHER, "get_time": TIME}
+    assert call.function.name in schemas
+    jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
+
+
+def test_auto_answers_text_or_a_call(client: openai.OpenAI) -> None:
+    for seed in (1, 2, 3):
+        choice = client.chat.completions.create(
+            model="embedded", messages=ASK, tools=TOOLS, tool_choice="auto", max_tokens=60, seed=seed
+        ).choices[0]
+        assert choice.model_extra["constraint_kind"] == "grammar"
+        if choice.message.tool_calls:
+            assert choice.finish_reason == "tool_calls" and choice.message.tool_calls[0].function.name in {
+                "get_weather",
+                "get_time",
+            }
+        else:
+            assert choice.message.content and not choice.message.content.lstrip().startswith("{")
+
+
+def test_none_leaves_the_answer_as_text(client: openai.OpenAI) -> None:
+    choice = create(client, tool_choice="none").choices[0]
+    assert choice.message.tool_calls is None and choice.message.content
+
+
+def test_streamed_call_adds_up_to_the_same_call(client: openai.OpenAI) -> None:
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    whole = create(client, tool_choice=named, temperature=0).choices[0].message.tool_calls[0]
+    chunks = list(create(client, tool_choice=named, temperature=0, stream=True))
+    calls = [c for chunk in chunks for c in (chunk.choices[0].delta.tool_calls or []) if chunk.choices]
+    assert [c.function.name for c in calls] == ["get_weather"]
+    assert "".join(c.function.arguments for c in calls) == whole.function.arguments
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_a_past_call_and_its_result_go_back_to_the_model(client: openai.OpenAI) -> None:
+    history = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21}'},
+    ]
+    choice = client.chat.completions.create(
+        model="embedded", messages=history, tools=TOOLS, tool_choice="none", max_tokens=20, seed=1
+    ).choices[0]
+    assert choice.message.content
+
+
+def test_bad_tool_requests_are_422s(server_url: str) -> None:
+    def status(body: dict) -> tuple[int, str]:
+        response = httpx.post(f"{server_url}/v1/chat/completions", json={"messages": ASK, **body}, timeout=60)
+        return response.status_code, response.json().get("error", "")
+
+    assert status({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}) == (
+        422,
+        "tool_choice: no tool named 'nope' in `tools`",
+    )
+    assert status({"tool_choice": "required"}) == (422, "tool_choice: needs `tools`")
+    code, error = status({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}})
+    assert code == 422 and error.startswith("tools: give tools or a response format")
+    code, error = status({"tools": [{"type": "function", "function": {"name": "bad name!"}}]})
+    assert code == 422 and "tools" in error
