@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from playground.ui import controls
 from playground.ui.examples import EXAMPLES, PROCESSOR_PARAMS
 
@@ -42,3 +44,26 @@ def test_processor_picker_lists_builtins_with_descriptions_and_starting_params()
     description, params = controls.processor_help("max_whitespace")
     assert "pg-muted" in description and params == PROCESSOR_PARAMS["max_whitespace"]
     assert "pick a registered processor" in controls.processor_help("nope")[0]
+
+
+DEEP_SCHEMA = '{"type":"object","properties":{"a":' * 200 + '{"type":"string"}' + "}}" * 200
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "expected"),
+    [
+        ("json_schema", DEEP_SCHEMA, "the JSON schema is nested too deeply"),
+        ("json_schema", "[" * 100000, "is nested too deeply"),
+        ("regex", "a\ud800", "invalid Unicode at position 1"),
+        ("grammar", 'start: "\ud800"', "invalid Unicode at position 8"),
+    ],
+    ids=["deep-schema", "deep-json", "surrogate-regex", "surrogate-grammar"],
+)
+def test_the_live_constraint_check_shows_problems_instead_of_raising(kind: str, text: str, expected: str) -> None:
+    status = controls.constraint_status(kind, text)
+    assert status.startswith('<div class="pg-box pg-bad pg-constraint-bad">✗ ')
+    assert expected in status
+
+
+def test_the_live_constraint_check_takes_a_missing_text() -> None:
+    assert "the regex is empty" in controls.constraint_status("regex", None)

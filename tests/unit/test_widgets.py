@@ -279,3 +279,18 @@ def test_the_widget_takes_its_sampling_controls_from_the_wire_table() -> None:
     assert pg.run().generated_text == "yes"
     sent = fake.calls[-1].params
     assert sent.min_p == 0.2 and sent.top_k == 3 and sent.temperature is None
+
+
+def test_the_static_widget_html_escapes_the_colour_mode() -> None:
+    token = GeneratedToken(id=1, text="<script>", logprob=-0.1, raw_logprob=-0.2)
+    result = GenerationResult(
+        model_id="m<b>",
+        prompt="p",
+        input_length=1,
+        best=Sequence(generated_text="<script>", finish_reason="length", generated_tokens=1, tokens=[token]),
+    )
+    page = static_html.render_result(result, colour_by="<img src=x onerror=alert(1)>")  # type: ignore[arg-type]
+    assert "<img" not in page
+    assert "<script>" not in page
+    assert "model <b>m&lt;b&gt;</b>" in page
+    assert "colour: &lt;img src=x onerror=alert(1)&gt; probability" in page

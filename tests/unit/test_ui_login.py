@@ -55,7 +55,7 @@ def test_a_bearer_header_does_not_replace_the_ui_login(locked: TestClient) -> No
 
 def test_login_with_the_key_opens_the_ui_and_health_stays_open() -> None:
     client = TestClient(create_app(Registry([]), api_key=UNICODE_KEY, ui=True))
-    assert client.get("/health").json() == {"status": "ok", "models": 0}
+    assert client.get("/health").json()["status"] == "ok"
     assert client.post("/login", data={"username": "anyone", "password": "wrong"}).status_code == 400
     assert client.get("/config").status_code == 401
     assert client.post("/login", data={"username": "anyone", "password": UNICODE_KEY}).json() == {"success": True}

@@ -11,9 +11,6 @@ from fastapi.testclient import TestClient
 from playground.providers.registry import Registry
 from playground.server import create_app
 from playground.server.guards import MAX_BODY_BYTES, invalid_unicode_field
-from playground.types import GeneratedToken, GenerationResult, Sequence
-from playground.ui import controls
-from widgets.html import render_result
 
 JSON = {"content-type": "application/json"}
 
@@ -132,41 +129,3 @@ def test_next_token_with_an_empty_chat_is_422(client: TestClient) -> None:
     response = client.post("/next_token", json={"messages": []})
     assert response.status_code == 422
     assert response.json()["error"] == "messages: List should have at least 1 item after validation, not 0"
-
-
-DEEP_SCHEMA = '{"type":"object","properties":{"a":' * 200 + '{"type":"string"}' + "}}" * 200
-
-
-@pytest.mark.parametrize(
-    ("kind", "text", "expected"),
-    [
-        ("json_schema", DEEP_SCHEMA, "the JSON schema is nested too deeply"),
-        ("json_schema", "[" * 100000, "is nested too deeply"),
-        ("regex", "a\ud800", "invalid Unicode at position 1"),
-        ("grammar", 'start: "\ud800"', "invalid Unicode at position 8"),
-    ],
-    ids=["deep-schema", "deep-json", "surrogate-regex", "surrogate-grammar"],
-)
-def test_the_live_constraint_check_shows_problems_instead_of_raising(kind: str, text: str, expected: str) -> None:
-    status = controls.constraint_status(kind, text)
-    assert status.startswith('<div class="pg-box pg-bad pg-constraint-bad">✗ ')
-    assert expected in status
-
-
-def test_the_live_constraint_check_takes_a_missing_text() -> None:
-    assert "the regex is empty" in controls.constraint_status("regex", None)
-
-
-def test_the_static_widget_html_escapes_the_colour_mode() -> None:
-    token = GeneratedToken(id=1, text="<script>", logprob=-0.1, raw_logprob=-0.2)
-    result = GenerationResult(
-        model_id="m<b>",
-        prompt="p",
-        input_length=1,
-        best=Sequence(generated_text="<script>", finish_reason="length", generated_tokens=1, tokens=[token]),
-    )
-    page = render_result(result, colour_by="<img src=x onerror=alert(1)>")  # type: ignore[arg-type]
-    assert "<img" not in page
-    assert "<script>" not in page
-    assert "model <b>m&lt;b&gt;</b>" in page
-    assert "colour: &lt;img src=x onerror=alert(1)&gt; probability" in page
