@@ -185,6 +185,10 @@ class ConstraintCompiler:
             )
         if constraint.kind not in SUPPORTS[engine]:
             raise UnsupportedConstraintError(f"{engine} does not support {constraint.kind} constraints")
+        if engine == "xgrammar" and constraint.kind == "grammar" and constraint.grammar_dialect == "lark":
+            raise UnsupportedConstraintError(
+                "xgrammar reads GBNF grammars (root ::= ...), not Lark; use llguidance or auto for Lark"
+            )
         return (engine,)
 
     def _compile_timed(self, constraint: Constraint, engine: str) -> CompiledConstraint:

@@ -128,6 +128,11 @@ class Constraint:
         return GrammarType(type=self.kind, value=self.value)
 
     @property
+    def grammar_dialect(self) -> str | None:
+        """'lark' or 'gbnf' for a grammar (decided as llguidance decides it), else None."""
+        return matching.grammar_dialect(self.value) if self.kind == "grammar" else None
+
+    @property
     def schema(self) -> dict:
         return self.value.data if isinstance(self.value, _Frozen) else {}
 

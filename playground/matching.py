@@ -73,6 +73,13 @@ def normal_grammar(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.strip())
 
 
+def grammar_dialect(text: str) -> str:
+    """'lark' or 'gbnf', as llguidance tells them apart (a `start:` rule or `%llguidance` means Lark)."""
+    from llguidance.gbnf_to_lark import is_lark_syntax
+
+    return "lark" if is_lark_syntax(normal_grammar(text)) else "gbnf"
+
+
 def grammar_spec(kind: str, text: str) -> str:
     """The llguidance grammar for a regex, a Lark/GBNF grammar or a JSON schema, as the mask builds it."""
     import llguidance
