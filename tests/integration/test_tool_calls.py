@@ -17,7 +17,10 @@ WEATHER = {
 }
 TIME = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": WEATHER}},
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "Weather in a city", "parameters": WEATHER},
+    },
     {"type": "function", "function": {"name": "get_time", "description": "Time in a zone", "parameters": TIME}},
 ]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]

@@ -166,7 +166,7 @@ def test_a_provider_that_ignores_the_constraint_is_caught_by_the_verdict(serve) 
         assert result.constraint_kind == "json_schema"
     regex = GenerateParameters(grammar={"type": "regex", "value": "[0-9]+"})
     verdict = vllm(stub.url).generate("m", "p", regex).best.validation
-    assert verdict.message == "not enforced by the provider: does not fully match /[0-9]+/"
+    assert verdict.message.startswith("not enforced by the provider: does not fully match /[0-9]+/")
 
 
 def test_a_truncated_answer_says_it_may_have_been_cut_short(serve) -> None:

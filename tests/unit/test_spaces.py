@@ -347,9 +347,9 @@ def test_local_provider_runs_generation_under_spaces_gpu(
     class Engine:
         model_id = "m"
 
-        def generate(self, inputs, params):
+        def stream(self, inputs, params):
             best = Sequence(generated_text=inputs, finish_reason="length", generated_tokens=0)
-            return GenerationResult(model_id="m", prompt=inputs, input_length=1, best=best)
+            yield GenerationResult(model_id="m", prompt=inputs, input_length=1, best=best)
 
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     provider = LocalProvider([Engine()])  # type: ignore[list-item]
