@@ -48,8 +48,13 @@ def validator_class(schema: dict) -> type:
     return _linear(jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator))
 
 
+@functools.cache
+def _format_checker(cls: type) -> Any:
+    return schema_keywords.format_checker(cls.FORMAT_CHECKER)
+
+
 def _validator(cls: type, schema: Any) -> Any:
-    return cls(schema, registry=REGISTRY, format_checker=schema_keywords.format_checker(cls.FORMAT_CHECKER))
+    return cls(schema, registry=REGISTRY, format_checker=_format_checker(cls))
 
 
 def check_schema(schema: dict) -> None:

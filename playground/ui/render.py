@@ -60,13 +60,22 @@ def error_box(message: str) -> str:
     return f'<div class="pg-box pg-bad pg-error" role="alert"><b>Error:</b> {esc(message)}</div>'
 
 
+# How the engines (and the verdict) read each kind: Rust regex syntax, Unicode classes by default.
+DIALECT_NOTES = {
+    "regex": "Rust regex syntax: \\d, \\w and . match any Unicode digit, word character or character "
+    "(\\d admits digits like ٣ or 🯳); write [0-9], [A-Za-z] for ASCII. No look-around or backreferences.",
+    "grammar": "Lark (start: ...) or llama.cpp GBNF (root ::= ...); regexes inside use Rust syntax.",
+}
+
+
 def constraint_status(kind: str, message: str | None) -> str:
-    """The line under the constraint editor: what is wrong, or that the text is ready."""
+    """The line under the constraint editor: what is wrong, or that the text is ready; how the kind is read."""
     if kind in ("none", "processor"):
         return ""
+    note = f'<div class="pg-muted pg-dialect">{esc(DIALECT_NOTES[kind])}</div>' if kind in DIALECT_NOTES else ""
     if message:
-        return box("bad", f"✗ {message}", elem_class="pg-constraint-bad")
-    return box("ok", "✓ constraint is valid", elem_class="pg-constraint-ok")
+        return box("bad", f"✗ {message}", elem_class="pg-constraint-bad") + note
+    return box("ok", "✓ constraint is valid", elem_class="pg-constraint-ok") + note
 
 
 # --- tokens --------------------------------------------------------------------------------------

@@ -217,3 +217,10 @@ def test_chat_shows_every_message_exactly_unless_markdown_is_asked_for():
         "**bold** &lt;i&gt;",
         "```\n12*12*12*1 <b>\n```",
     ]
+
+
+def test_the_regex_status_says_how_the_engines_read_classes() -> None:
+    note = render.constraint_status("regex", None)
+    assert "Unicode" in note and "[0-9]" in note and "\\d" in note
+    assert "GBNF" in render.constraint_status("grammar", "bad") and "pg-bad" in render.constraint_status("grammar", "x")
+    assert "Unicode" not in render.constraint_status("json_schema", None)
