@@ -7,7 +7,6 @@ import logging
 import os
 import sys
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -166,16 +165,7 @@ def make_local(args: argparse.Namespace, model: str, **load: Any) -> LocalProvid
     from playground.providers.local import LocalOptions
     from playground.providers.local import make_local as local_provider
 
-    options = LocalOptions(
-        device=args.device,
-        dtype=args.dtype,
-        threads=args.threads,
-        trust_remote_code=args.trust_remote_code,
-        compile_timeout_s=args.compile_timeout,
-        default_max_new_tokens=args.max_new_tokens,
-        allow_local_paths=getattr(args, "allow_local_paths", True),
-    )
-    return local_provider(replace(options, **load), model)
+    return local_provider(LocalOptions.from_flags(args, **load), model)
 
 
 def serve_load_name(registry: Registry, local: LocalProvider, name: str) -> None:

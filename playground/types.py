@@ -101,15 +101,6 @@ class Wire(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class Token(BaseModel):
-    """TGI's Token."""
-
-    id: int
-    text: str
-    logprob: float | None = None
-    special: bool = False
-
-
 class PrefillToken(BaseModel):
     """TGI's PrefillToken: a prompt token and its logprob given the tokens before it."""
 
@@ -118,33 +109,36 @@ class PrefillToken(BaseModel):
     logprob: float | None = None
 
 
-class WireToken(Token):
+class Token(PrefillToken):
+    """TGI's Token: a PrefillToken's fields, and whether it is special."""
+
+    special: bool = False
+
+
+class WireToken(Token, Wire):
     """A Token on the wire, keeping our extras (raw_logprob, mass_kept, raw_top_tokens)."""
 
-    model_config = ConfigDict(extra="allow")
+
+class _SequenceDetails(Wire):
+    """The fields TGI's Details and BestOfSequence share."""
+
+    finish_reason: FinishReason
+    generated_tokens: int
+    seed: int | None = None
+    prefill: list[PrefillToken] = Field(default_factory=list)
+    tokens: list[WireToken] = Field(default_factory=list)
+    top_tokens: list[list[Token]] | None = None
 
 
-class BestOfSequence(Wire):
+class BestOfSequence(_SequenceDetails):
     """TGI's BestOfSequence, as /generate returns it."""
 
     generated_text: str
-    finish_reason: FinishReason
-    generated_tokens: int
-    seed: int | None = None
-    prefill: list[PrefillToken] = Field(default_factory=list)
-    tokens: list[WireToken] = Field(default_factory=list)
-    top_tokens: list[list[Token]] | None = None
 
 
-class Details(Wire):
+class Details(_SequenceDetails):
     """TGI's Details of a /generate response."""
 
-    finish_reason: FinishReason
-    generated_tokens: int
-    seed: int | None = None
-    prefill: list[PrefillToken] = Field(default_factory=list)
-    tokens: list[WireToken] = Field(default_factory=list)
-    top_tokens: list[list[Token]] | None = None
     best_of_sequences: list[BestOfSequence] | None = None
 
 

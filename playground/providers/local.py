@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +19,21 @@ from playground.types import GenerateParameters, GenerationResult, NextTokenDist
 
 @dataclass(frozen=True)
 class LocalOptions:
-    """How local models are loaded and decoded here (from the command line, a providers file, a notebook)."""
+    """How local models are loaded and decoded here; the names are the command line's flags."""
 
     device: str | None = None
     dtype: str | None = None
     threads: int | None = 1
     trust_remote_code: bool = False
-    compile_timeout_s: float = 10.0
-    default_max_new_tokens: int = 256
+    compile_timeout: float = 10.0  # seconds to compile one constraint
+    max_new_tokens: int = 256  # when a request leaves it unset
     allow_local_paths: bool = True
+
+    @classmethod
+    def from_flags(cls, args: Any, **overrides: Any) -> LocalOptions:
+        """From parsed flags of the same names, with a providers file entry's overrides."""
+        given = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
+        return cls(**{**given, **overrides})
 
 
 def make_local(options: LocalOptions | None = None, model: str | None = None) -> LocalProvider:
@@ -37,8 +43,8 @@ def make_local(options: LocalOptions | None = None, model: str | None = None) ->
     local = LocalProvider(
         load_options={**load, "trust_remote_code": options.trust_remote_code},
         engine_options={
-            "compile_timeout_s": options.compile_timeout_s,
-            "default_max_new_tokens": options.default_max_new_tokens,
+            "compile_timeout_s": options.compile_timeout,
+            "default_max_new_tokens": options.max_new_tokens,
         },
         allow_local_paths=options.allow_local_paths,
     )

@@ -97,16 +97,8 @@ class OpenAICompatProvider(RemoteProvider):
                 )
                 for c in choices
             ]
-            return mapping.result(
-                model=model,
-                provider_id=self.provider_id,
-                provider_type=self.provider_type,
-                inputs=inputs,
-                input_length=int(usage.get("prompt_tokens") or 0),
-                sequences=sequences,
-                constraint=constraint,
-                total_s=total,
-            )
+            input_length = int(usage.get("prompt_tokens") or 0)
+            return self.result(model, inputs, sequences, constraint, input_length=input_length, total_s=total)
 
     def stream(self, model: str, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
         body, constraint = self.payload(model, inputs, params, stream=True)
@@ -117,17 +109,10 @@ class OpenAICompatProvider(RemoteProvider):
             yield from fresh
         with self.client.malformed("stream"):
             sequences = state.sequences(self, params, constraint)
-            yield mapping.result(
-                model=model,
-                provider_id=self.provider_id,
-                provider_type=self.provider_type,
-                inputs=inputs,
-                input_length=int(state.usage.get("prompt_tokens") or 0),
-                sequences=sequences,
-                constraint=constraint,
-                total_s=time.perf_counter() - state.start,
-                first_token_s=state.first_token_s,
-            )
+            input_length = int(state.usage.get("prompt_tokens") or 0)
+            elapsed = time.perf_counter() - state.start
+            timing = {"total_s": elapsed, "first_token_s": state.first_token_s}
+            yield self.result(model, inputs, sequences, constraint, input_length=input_length, **timing)
 
     def next_token(
         self, model: str, inputs: Inputs, params: GenerateParameters, *, prefix: str = "", top_k: int = 20

@@ -7,10 +7,12 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from playground.constraints import Constraint
 from playground.errors import ModelError, ParameterError
-from playground.providers.base import Capabilities, ModelInfo
+from playground.providers import mapping
+from playground.providers.base import Capabilities, Inputs, ModelInfo
 from playground.providers.http import RemoteClient
-from playground.types import GenerateParameters
+from playground.types import GenerateParameters, GenerationResult, Sequence
 from playground.wire import limits, outbound
 
 
@@ -117,6 +119,20 @@ class RemoteProvider:
                     field=f"parameters.{name}",
                 )
         limits.check_best_of(params)
+
+    def result(
+        self, model: str, inputs: Inputs, sequences: list[Sequence], constraint: Constraint, **timing: Any
+    ) -> GenerationResult:
+        """The result every surface renders, named as this provider's."""
+        return mapping.result(
+            model=model,
+            provider_id=self.provider_id,
+            provider_type=self.provider_type,
+            inputs=inputs,
+            sequences=sequences,
+            constraint=constraint,
+            **timing,
+        )
 
     def top_n(self, wanted: int, *, clamp: bool = False) -> int:
         """How many alternatives to ask for; beyond the server's limit is an error unless clamped."""

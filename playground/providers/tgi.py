@@ -103,18 +103,9 @@ class TGIProvider(RemoteProvider):
                 for s in details.get("best_of_sequences") or []
             ]
             prefill = mapping.prefill_tokens(details)
-            return mapping.result(
-                model=model,
-                provider_id=self.provider_id,
-                provider_type=self.provider_type,
-                inputs=inputs,
-                input_length=int(reply.headers.get("x-prompt-tokens") or len(prefill)),
-                sequences=[best, *others],
-                constraint=constraint,
-                total_s=total,
-                prefill=prefill,
-                server_ranked=True,
-            )
+            length = int(reply.headers.get("x-prompt-tokens") or len(prefill))
+            ranked = {"prefill": prefill, "server_ranked": True}
+            return self.result(model, inputs, [best, *others], constraint, input_length=length, total_s=total, **ranked)
 
     def stream(self, model: str, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
         if not isinstance(inputs, str):
@@ -136,18 +127,9 @@ class TGIProvider(RemoteProvider):
             sequence = mapping.tgi_sequence(
                 final["generated_text"], details, tokens, params=params, constraint=constraint
             )
-            yield mapping.result(
-                model=model,
-                provider_id=self.provider_id,
-                provider_type=self.provider_type,
-                inputs=inputs,
-                input_length=int(details.get("input_length") or 0),
-                sequences=[sequence],
-                constraint=constraint,
-                total_s=time.perf_counter() - start,
-                first_token_s=first,
-                server_ranked=True,
-            )
+            length, elapsed = int(details.get("input_length") or 0), time.perf_counter() - start
+            timing = {"total_s": elapsed, "first_token_s": first, "server_ranked": True}
+            yield self.result(model, inputs, [sequence], constraint, input_length=length, **timing)
 
     def next_token(
         self, model: str, inputs: Inputs, params: GenerateParameters, *, prefix: str = "", top_k: int = 20

@@ -115,7 +115,7 @@ def _load_local(registry: Registry, name: str, settings: UISettings) -> None:
                 device=settings.device,
                 dtype=settings.dtype,
                 threads=settings.threads,
-                compile_timeout_s=settings.compile_timeout_s,
+                compile_timeout=settings.compile_timeout_s,
                 allow_local_paths=settings.allow_local_paths,
             )
         )

@@ -68,12 +68,7 @@ def logprob_fields(params: GenerateParameters, top_n: int | None = None) -> dict
 # --- constraints ------------------------------------------------------------------------------------
 
 _STRUCTURED = {"json_schema": "json", "regex": "regex", "choice": "choice", "grammar": "grammar"}
-_GUIDED = {
-    "json_schema": "guided_json",
-    "regex": "guided_regex",
-    "choice": "guided_choice",
-    "grammar": "guided_grammar",
-}
+_GUIDED = {kind: f"guided_{name}" for kind, name in _STRUCTURED.items()}
 
 
 def refuse(who: str, constraint: Constraint, why: str) -> UnsupportedConstraintError:
