@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import re
-import shlex
-import subprocess
-import sys
 
-import httpx
 import pytest
 
 from playground.types import ChatMessage, GenerateParameters, GrammarType
 from playground.ui import snippets
-from tests.support import child_env
+from tests.snippet_run import answer_of, post_like_curl, run_python
 
 DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"  # \d admits any Unicode digit
 INPUTS = [ChatMessage(role="system", content="Answer briefly."), ChatMessage(role="user", content="Give me a date.")]
@@ -25,25 +21,6 @@ def code(server_url: str) -> dict[str, str]:
         max_new_tokens=24, seed=1, grammar=GrammarType(type="regex", value=DATE), top_n_tokens=2
     )
     return snippets.snippets(server_url, "embedded", INPUTS, PROMPT, params)
-
-
-def post_like_curl(command: str) -> dict:
-    """Send what the curl command sends (parsed as a shell would), with httpx."""
-    words = shlex.split(command.replace("\\\n", " "))
-    assert words[:2] == ["curl", "-s"] and words[3:5] == ["-H", "Content-Type: application/json"]
-    response = httpx.post(
-        words[2], content=words[words.index("-d") + 1], headers={"Content-Type": "application/json"}, timeout=120
-    )
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def run_python(code: str) -> str:
-    """Run a snippet as a user would; huggingface_hub refuses even 127.0.0.1 in offline mode."""
-    env = child_env({"HF_HUB_OFFLINE": None, "TRANSFORMERS_OFFLINE": None})
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
 
 
 def test_curl_generate_snippet(code: dict[str, str]) -> None:
@@ -65,3 +42,25 @@ def test_python_chat_snippets(code: dict[str, str], name: str) -> None:
 def test_huggingface_hub_snippet(code: dict[str, str]) -> None:
     text, details = run_python(code["huggingface_hub"]).strip().splitlines()
     assert re.fullmatch(DATE, text) and details.startswith(("eos_token", "length"))
+
+
+@pytest.fixture(scope="module")
+def greedy_code(server_url: str) -> dict[str, str]:
+    """A greedy, unconstrained turn without a seed: only greedy decoding can repeat its answer."""
+    params = GenerateParameters(max_new_tokens=12, do_sample=False)
+    inputs = [
+        ChatMessage(role="system", content="Answer briefly."),
+        ChatMessage(role="user", content="Name three colours."),
+    ]
+    prompt = (
+        "<|im_start|>system\nAnswer briefly.<|im_end|>\n"
+        "<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n"
+    )
+    return snippets.snippets(server_url, "embedded", inputs, prompt, params)
+
+
+@pytest.mark.parametrize("name", ["curl_chat", "openai", "huggingface_hub", "outlines"])
+def test_every_snippet_repeats_a_greedy_turn(greedy_code: dict[str, str], name: str) -> None:
+    expected = answer_of("curl_generate", greedy_code["curl_generate"])
+    assert len(expected) > 10
+    assert answer_of(name, greedy_code[name]) == expected

@@ -1,0 +1,24 @@
+"""Each snippet of the Code tab, run as a user would, gets back exactly the greedy answer the chat showed."""
+
+from __future__ import annotations
+
+from playwright.sync_api import Page, expect
+
+from playground.ui.layout import CODE_TABS
+from tests.browser.ui_helpers import SLOW, open_app, send, set_parameter
+from tests.snippet_run import answer_of
+
+
+def test_every_snippet_reproduces_the_shown_greedy_turn(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    set_parameter(page, "param-max-new-tokens", "16")
+    send(page, "Name three colours.")
+    shown = page.locator("#chatbot [data-testid=bot] .message-content").inner_text().strip("\n")
+    assert len(shown) > 10
+
+    page.get_by_role("tab", name="Code").click()
+    for key, tab, _ in CODE_TABS:
+        page.locator("#code-tabs").get_by_role("tab", name=tab).click()
+        editor = page.locator(f"#code-{key.replace('_', '-')} .cm-content")
+        expect(editor).to_contain_text("Name three colours.", timeout=SLOW)
+        assert answer_of(key, editor.inner_text()) == shown, key
