@@ -18,7 +18,7 @@ from playground.constraints import check_constraint
 from playground.errors import ParameterError, PlaygroundError
 from playground.providers.base import Inputs, Provider
 from playground.providers.registry import Registry
-from playground.types import ChatMessage, GenerateParameters, GenerationResult, NextTokenDistribution, ProcessorSpec
+from playground.types import ChatMessage, GenerateParameters, GenerationResult, NextTokenDistribution
 from playground.wire import inbound
 from playground.wire.controls import SAMPLING, spec
 from widgets import html as static_html
@@ -45,8 +45,7 @@ def local_provider(model: str = "embedded") -> tuple[Provider, str]:
 def build_parameters(state: dict[str, Any]) -> GenerateParameters:
     """GenerateParameters from the widget's state; a value out of range names its field."""
     grammar = inbound.grammar_for(state["constraint_kind"], state["constraint_text"])
-    processors = [ProcessorSpec.model_validate(p) for p in state["logits_processors"]]
-    return inbound.from_controls(state, grammar=grammar, processors=processors)
+    return inbound.from_controls(state, grammar=grammar, processors=state["logits_processors"])
 
 
 def build_inputs(mode: str, prompt: str, system_prompt: str, messages: list[dict[str, Any]]) -> Inputs:

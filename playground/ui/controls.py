@@ -78,9 +78,10 @@ def model_status(registry: Registry, name: str) -> str:
     provider, model_id = registry.resolve(name)
     info = provider.info(model_id)
     where = f" on {info.device}" if info.device else ""
+    kinds = ", ".join(sorted(provider.capabilities.constraint_kinds))
     text = (
         f"✓ {model_id}{where} · provider {info.provider_id} ({info.provider_type}) · "
-        f"context {info.max_total_tokens} tokens · best_of ≤ {info.max_best_of}"
+        f"context {info.max_total_tokens} tokens · best_of ≤ {info.max_best_of} · enforces {kinds}"
     )
     return render.box("ok", text, elem_class="pg-model-ok")
 

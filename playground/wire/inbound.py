@@ -41,7 +41,10 @@ def grammar_for(kind: str, text: str) -> GrammarType | None:
 
 
 def from_controls(
-    values: Mapping[str, Any], *, grammar: GrammarType | None = None, processors: Sequence[ProcessorSpec] = ()
+    values: Mapping[str, Any],
+    *,
+    grammar: GrammarType | None = None,
+    processors: Sequence[ProcessorSpec | Mapping[str, Any]] = (),
 ) -> GenerateParameters:
     """Parameters from a form of controls (UI or widget): neutral values (temperature 1, top_k 0) mean unset.
 

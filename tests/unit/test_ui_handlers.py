@@ -116,8 +116,9 @@ def test_code_snippets_reproduce_the_last_turn() -> None:
 
 
 def test_model_status_names_the_provider_and_loading_needs_a_loader() -> None:
-    registry, _ = setup()
-    assert "provider fake (fake)" in controls.choose_model(registry, "fake-model", UISettings())
+    registry, _ = setup(capabilities=Capabilities(constraint_kinds=frozenset({"json_schema", "regex"})))
+    status = controls.choose_model(registry, "fake-model", UISettings())
+    assert "provider fake (fake)" in status and "enforces json_schema, regex" in status
     with pytest.raises(Exception, match="local paths are disabled"):
         controls.choose_model(registry, "/tmp/some/folder", UISettings(allow_local_paths=False))
     with pytest.raises(Exception, match="loading other models is disabled"):
