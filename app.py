@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from playground.providers.registry import Registry
 
 log = logging.getLogger("playground")
+MIN_COMPILE_MEMORY_MB = 64
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -61,7 +62,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="time limit for compiling one constraint (default: 10)",
+        help="time limit for compiling one constraint; the compile is stopped past it (default: 10)",
+    )
+    parser.add_argument(
+        "--compile-memory",
+        type=_megabytes,
+        default=1024,
+        metavar="MB",
+        help="memory one compile may take beyond a warm compile worker; the compile is stopped past it (default: 1024)",
+    )
+    parser.add_argument(
+        "--compile-workers",
+        type=_positive,
+        default=2,
+        metavar="N",
+        help="compile worker processes per model (default: 2)",
     )
     parser.add_argument(
         "--max-new-tokens", type=int, default=256, help="max_new_tokens when a request leaves it unset (default: 256)"
@@ -105,6 +120,13 @@ def _non_negative(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _megabytes(text: str) -> int:
+    value = _positive(text)
+    if value < MIN_COMPILE_MEMORY_MB:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_COMPILE_MEMORY_MB} (MB), got {value}")
     return value
 
 
@@ -186,6 +208,8 @@ def ui_options(args: argparse.Namespace) -> dict[str, Any]:
         dtype=args.dtype,
         threads=args.threads,
         compile_timeout_s=args.compile_timeout,
+        compile_memory_mb=args.compile_memory,
+        compile_workers=args.compile_workers,
     )
     return {"settings": settings}
 

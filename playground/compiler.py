@@ -1,28 +1,36 @@
-"""Compiling constraints for a tokenizer: Outlines backends, a time limit, an LRU cache.
+"""Compiling constraints for a tokenizer: Outlines engines in worker processes, limits, a cache of outcomes.
 
 Compiling yields an Outlines logits processor template from one of three engines (llguidance, xgrammar,
 outlines_core); every generation gets a fresh copy of the template, so the expensive part is done once
-per (constraint, engine, tokenizer).
+per (constraint, engine, tokenizer). The compile itself runs in playground.compile_pool's workers under
+time and memory limits. The cache keeps outcomes, refusals included (failures of the limits only for a
+while), so each request reports its own fallbacks and warnings whatever was cached.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import time
+import weakref
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from collections.abc import Iterator
+from concurrent.futures import Future
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from playground import engines
+from playground.compile_pool import CompileLimits, CompilePool
 from playground.constraints import Constraint
 from playground.errors import (
+    CompileMemoryError,
     CompileTimeoutError,
     ConstraintError,
     InvalidConstraintError,
+    UnsatisfiableConstraintError,
     UnsupportedConstraintError,
-    first_line,
 )
 
 ENGINES = ("llguidance", "xgrammar", "outlines_core")
@@ -41,15 +49,25 @@ SUPPORTS: dict[str, tuple[str, ...]] = {
 }
 
 
+# A constraint that hit a limit is not compiled again for this long: repeating it answers at once.
+FAILURE_MEMORY_S = 600.0
+_REFUSALS = {
+    "unsupported": UnsupportedConstraintError,
+    "invalid": InvalidConstraintError,
+    "unsatisfiable": UnsatisfiableConstraintError,
+}
+
+
 @dataclass
 class CompiledConstraint:
-    """A compiled constraint: a processor template for one tokenizer, copied fresh per generation."""
+    """A compiled constraint for one request: a processor template, and this request's warnings."""
 
     constraint: Constraint
     engine: str
     template: Any
     compile_s: float
     warnings: list[str] = field(default_factory=list)
+    cached: bool = False  # the template came from the cache, not from a compile for this request
 
     def new_processor(self) -> Any:
         """A fresh, stateful logits processor `(input_ids, scores) -> scores`."""
@@ -58,122 +76,63 @@ class CompiledConstraint:
         return processor
 
 
-class _Backends:
-    """One Outlines backend per (engine, tokenizer); building one reads the whole vocabulary."""
+@dataclass(frozen=True)
+class _Outcome:
+    """What compiling (constraint, engine) gave: a template with the engine's warnings, or an error."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._backends: dict[tuple[str, int], Any] = {}
+    template: Any = None
+    warnings: tuple[str, ...] = ()
+    compile_s: float = 0.0
+    error: ConstraintError | None = None
+    expires: float | None = None  # failures of the limits are remembered only until then
 
-    def get(self, engine: str, tokenizer: Any) -> Any:
-        key = (engine, id(tokenizer))
-        with self._lock:
-            if key not in self._backends:
-                self._backends[key] = _make_backend(engine, tokenizer)
-            return self._backends[key]
-
-
-def _make_backend(engine: str, tokenizer: Any) -> Any:
-    from outlines import backends
-    from outlines.models.transformers import Transformers
-
-    # Outlines' backends read only the tokenizer; the model slot is unused by them.
-    outlines_model = Transformers(None, tokenizer)
-    classes = {
-        "llguidance": backends.LLGuidanceBackend,
-        "xgrammar": backends.XGrammarBackend,
-        "outlines_core": backends.OutlinesCoreBackend,
-    }
-    backend = classes[engine](outlines_model)
-    if engine == "llguidance":
-        _warm_llguidance(backend)
-    return backend
-
-
-def _warm_llguidance(backend: Any) -> None:
-    """llguidance builds its token trie on the first mask (seconds); pay that here, inside the time limit."""
-    import llguidance
-    import llguidance.torch
-
-    matcher = llguidance.LLMatcher(backend.llg_tokenizer, llguidance.grammar_from("regex", "a"))
-    bitmask = llguidance.torch.allocate_token_bitmask(1, backend.llg_tokenizer.vocab_size)
-    llguidance.torch.fill_next_token_bitmask(matcher, bitmask, 0)
-
-
-_backends = _Backends()
-_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="compile")
-
-
-def _compile_with(engine: str, constraint: Constraint, tokenizer: Any) -> tuple[Any, list[str]]:
-    backend = _backends.get(engine, tokenizer)
-    text = constraint.engine_input()
-    try:
-        if constraint.kind == "json_schema":
-            template = backend.get_json_schema_logits_processor(text)
-        elif constraint.kind in ("regex", "choice"):
-            template = backend.get_regex_logits_processor(text)
-        else:
-            template = backend.get_cfg_logits_processor(text)
-    except NotImplementedError as exc:
-        raise UnsupportedConstraintError(f"{engine} cannot enforce a {constraint.kind} constraint: {exc}") from None
-    except Exception as exc:  # engines raise their own types (RuntimeError, ValueError, ...)
-        raise UnsupportedConstraintError(f"{engine} refused the {constraint.kind}: {first_line(exc)}") from None
-    warnings: list[str] = []
-    if engine == "llguidance":
-        import llguidance
-
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
-            template.grammar, template.llg_tokenizer
-        )
-        if is_error:
-            kind = InvalidConstraintError if constraint.kind == "grammar" else UnsupportedConstraintError
-            raise kind(f"llguidance refused the {constraint.kind}: {'; '.join(messages)}")
-        warnings.extend(messages)
-    return template, warnings
+    def fresh(self, now: float) -> bool:
+        return self.expires is None or now < self.expires
 
 
 class ConstraintCompiler:
-    """Compiles constraints for a tokenizer under a time limit, with an LRU cache."""
+    """Compiles constraints for a tokenizer under CompileLimits, caching outcomes per (constraint, engine)."""
 
-    def __init__(self, tokenizer: Any, *, timeout_s: float = 10.0, cache_size: int = 128) -> None:
+    def __init__(
+        self, tokenizer: Any, *, timeout_s: float = 10.0, limits: CompileLimits | None = None, cache_size: int = 128
+    ) -> None:
         self.tokenizer = tokenizer
-        self.timeout_s = timeout_s
-        self._cache: OrderedDict[tuple[Constraint, str], CompiledConstraint] = OrderedDict()
+        self.limits = limits or CompileLimits(timeout_s=timeout_s)
+        self._cache: OrderedDict[tuple[Constraint, str], _Outcome] = OrderedDict()
+        self._inflight: dict[tuple[Constraint, str], Future] = {}
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        self._pool: CompilePool | None = None
+
+    @property
+    def timeout_s(self) -> float:
+        return self.limits.timeout_s
+
+    def pool(self) -> CompilePool:
+        """The worker processes, started by the first compile (a server that never compiles spawns none)."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = CompilePool(self.tokenizer, self.limits)
+                weakref.finalize(self, self._pool.close)  # an engine dropped takes its workers with it
+            return self._pool
 
     def warm(self, engine: str = "llguidance") -> None:
-        """Build the default engine's tables ahead of the first request (seconds, once per tokenizer)."""
+        """Build the server's tables for the default engine ahead of the first request (seconds, once)."""
         _backends.get(engine, self.tokenizer)
 
     def compile(self, constraint: Constraint, engine: str = "auto") -> CompiledConstraint | None:
         """The compiled constraint, or None for kind 'none'; raises a ConstraintError subclass."""
         if constraint.kind == "none":
             return None
-        candidates = self._candidates(constraint, engine)
         refusals: list[str] = []
-        for name in candidates:
-            key = (constraint, name)
-            with self._lock:
-                if key in self._cache:
-                    self._cache.move_to_end(key)
-                    return self._cache[key]
-            try:
-                compiled = self._compile_timed(constraint, name)
-            except UnsupportedConstraintError as exc:
-                if engine != "auto":
-                    raise
-                refusals.append(exc.message)
-                continue
-            if refusals:
-                compiled.warnings.insert(
-                    0, "; ".join(refusals) + f" — fell back to {name}; the output is still validated"
-                )
-            with self._lock:
-                self._cache[key] = compiled
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-            return compiled
+        for name in self._candidates(constraint, engine):
+            outcome, cached = self._outcome(constraint, name)
+            error = outcome.error
+            if error is None:
+                return _for_request(constraint, name, outcome, cached, refusals)
+            if engine != "auto" or type(error) is not UnsupportedConstraintError:
+                raise type(error)(error.message + (" (remembered from an earlier request)" if cached else ""))
+            refusals.append(error.message)
         raise UnsupportedConstraintError("no engine can enforce this constraint: " + " | ".join(refusals))
 
     def _candidates(self, constraint: Constraint, engine: str) -> tuple[str, ...]:
@@ -191,14 +150,82 @@ class ConstraintCompiler:
             )
         return (engine,)
 
-    def _compile_timed(self, constraint: Constraint, engine: str) -> CompiledConstraint:
-        start = time.perf_counter()
-        future = _executor.submit(_compile_with, engine, constraint, self.tokenizer)
+    def _outcome(self, constraint: Constraint, engine: str) -> tuple[_Outcome, bool]:
+        """The cached outcome, the one a concurrent request is compiling, or a new compile's."""
+        key = (constraint, engine)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit.fresh(time.monotonic()):
+                self._cache.move_to_end(key)
+                return hit, True
+            waiting = self._inflight.get(key)
+            if waiting is None:
+                future = self._inflight[key] = Future()
+        if waiting is not None:
+            return waiting.result(), False
         try:
-            template, warnings = future.result(timeout=self.timeout_s)
-        except FutureTimeout:
-            # The worker thread cannot be killed; it finishes in the background and its result is dropped.
-            raise CompileTimeoutError(
-                f"compiling the {constraint.kind} with {engine} took longer than {self.timeout_s:g} s"
-            ) from None
-        return CompiledConstraint(constraint, engine, template, time.perf_counter() - start, warnings)
+            outcome = self._compile_one(constraint, engine)
+        except BaseException as exc:
+            with self._lock:
+                self._inflight.pop(key, None)
+            future.set_exception(exc)
+            raise
+        with self._lock:
+            self._inflight.pop(key, None)
+            self._cache[key] = outcome
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        future.set_result(outcome)
+        return outcome, False
+
+    def _compile_one(self, constraint: Constraint, engine: str) -> _Outcome:
+        start = time.perf_counter()
+        text = constraint.engine_input()
+        try:
+            payload, warnings = self.pool().compile(engine, constraint.kind, text)
+        except engines.EngineRefusal as exc:
+            return _Outcome(error=_REFUSALS[exc.kind](exc.message))
+        except (CompileTimeoutError, CompileMemoryError) as exc:
+            note = f"; the same constraint is not compiled with {engine} again for {FAILURE_MEMORY_S:g} s"
+            return _Outcome(error=type(exc)(exc.message + note), expires=time.monotonic() + FAILURE_MEMORY_S)
+        backend = _backends.get(engine, self.tokenizer)
+        template = engines.rebuild_template(engine, backend, constraint.kind, text, payload)
+        return _Outcome(template, tuple(warnings), time.perf_counter() - start)
+
+
+def _for_request(
+    constraint: Constraint, engine: str, outcome: _Outcome, cached: bool, refusals: list[str]
+) -> CompiledConstraint:
+    """This request's view of an outcome: its own fallback report first, then the engine's warnings."""
+    warnings = list(outcome.warnings)
+    if refusals:
+        warnings.insert(0, "; ".join(refusals) + f" — fell back to {engine}; the output is still validated")
+    return CompiledConstraint(constraint, engine, outcome.template, outcome.compile_s, warnings, cached)
+
+
+_backends = engines.ServerBackends()
+_current: ContextVar[ConstraintCompiler | None] = ContextVar("playground_compiler", default=None)
+_defaults: weakref.WeakKeyDictionary[Any, ConstraintCompiler] = weakref.WeakKeyDictionary()
+_defaults_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def compiling_with(compiler: ConstraintCompiler) -> Iterator[None]:
+    """Processors built by name inside this block compile with `compiler` (an engine's, with its limits)."""
+    token = _current.set(compiler)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def compiler_for(tokenizer: Any) -> ConstraintCompiler:
+    """The compiler of the engine building processors now; outside an engine, one default per tokenizer."""
+    current = _current.get()
+    if current is not None and current.tokenizer is tokenizer:
+        return current
+    with _defaults_lock:
+        compiler = _defaults.get(tokenizer)
+        if compiler is None:
+            compiler = _defaults[tokenizer] = ConstraintCompiler(tokenizer)
+        return compiler

@@ -14,7 +14,8 @@ import torch
 from playground import sampling
 from playground.adapters import Adapters
 from playground.chooser import TokenChooser, first_refused
-from playground.compiler import CompiledConstraint, ConstraintCompiler
+from playground.compile_pool import CompileLimits
+from playground.compiler import CompiledConstraint, ConstraintCompiler, compiling_with
 from playground.constraints import Constraint
 from playground.debug import continuation
 from playground.debug.fields import field_confidence
@@ -46,6 +47,8 @@ class Engine:
         loaded: LoadedModel,
         *,
         compile_timeout_s: float = 10.0,
+        compile_memory_mb: int = 1024,
+        compile_workers: int = 2,
         default_max_new_tokens: int = 256,
         max_best_of: int = 4,
         max_top_n_tokens: int = 20,
@@ -57,7 +60,8 @@ class Engine:
         self.model_id = loaded.model_id
         self.device = self.runner.device
         self.vocab_size = self.runner.vocab_size
-        self.compiler = ConstraintCompiler(self.tokenizer, timeout_s=compile_timeout_s)
+        limits = CompileLimits(timeout_s=compile_timeout_s, memory_mb=compile_memory_mb, workers=compile_workers)
+        self.compiler = ConstraintCompiler(self.tokenizer, limits=limits)
         self.default_max_new_tokens = default_max_new_tokens
         self.max_best_of = max_best_of
         self.max_top_n_tokens = max_top_n_tokens
@@ -132,7 +136,10 @@ class Engine:
     def _row_processors(self, compiled: CompiledConstraint | None, params: GenerateParameters) -> list[Any]:
         from playground.processors import build_processors
 
-        processors = build_processors(params.logits_processors, self.tokenizer) if params.logits_processors else []
+        processors = []
+        if params.logits_processors:
+            with compiling_with(self.compiler):  # constraint processors by name get this engine's limits
+                processors = build_processors(params.logits_processors, self.tokenizer)
         if compiled is not None:
             processors.append(compiled.new_processor())
         return processors
@@ -187,6 +194,7 @@ class Engine:
             warnings=(list(compiled.warnings) if compiled else []) + _matcher_errors(rows),
             timings=Timings(
                 compile_s=compile_s,
+                compile_cached=bool(compiled and compiled.cached),
                 prefill_s=decode.prefill_s,
                 time_to_first_token_s=(first_token_at or time.perf_counter()) - start,
                 total_s=total,

@@ -39,12 +39,20 @@ class InvalidConstraintError(ConstraintError):
     """Invalid JSON, a schema that is not valid JSON Schema, a bad regex or a bad grammar."""
 
 
+class UnsatisfiableConstraintError(InvalidConstraintError):
+    """No output satisfies the constraint (a `false` schema, minimum > maximum): no engine may be tried after."""
+
+
 class UnsupportedConstraintError(ConstraintError):
     """Valid, but no engine can enforce it (an unsupported schema keyword, say)."""
 
 
 class CompileTimeoutError(ConstraintError):
     """Compiling the constraint took longer than the configured limit."""
+
+
+class CompileMemoryError(ConstraintError):
+    """Compiling the constraint needed more memory than the configured limit."""
 
 
 class ProcessorError(PlaygroundError):

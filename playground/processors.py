@@ -13,7 +13,6 @@ import importlib.metadata
 import re
 import threading
 import types
-import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -194,14 +193,12 @@ def load_entry_points(group: str = ENTRY_POINT_GROUP) -> list[str]:
 
 # --- constraints as factories --------------------------------------------------------------------
 
-_compilers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
 
 def _constraint_factory(kind: str) -> Factory:
-    """A factory that compiles a constraint of `kind` (cached per tokenizer) and returns a fresh matcher."""
+    """A factory that compiles a constraint of `kind` with the tokenizer's compiler (the engine's limits)."""
 
     def factory(params: list[str], tokenizer: Any) -> Processor:
-        from playground.compiler import ConstraintCompiler
+        from playground.compiler import compiler_for
         from playground.constraints import Constraint
 
         if kind == "choice":
@@ -210,11 +207,7 @@ def _constraint_factory(kind: str) -> Factory:
             raise ValueError(f"{kind} takes one parameter, the {_WHAT[kind]}; got {len(params)}")
         else:
             constraint = getattr(Constraint, kind)(params[0])
-        with _lock:
-            compiler = _compilers.get(tokenizer)
-            if compiler is None:
-                compiler = _compilers[tokenizer] = ConstraintCompiler(tokenizer)
-        return compiler.compile(constraint).new_processor()
+        return compiler_for(tokenizer).compile(constraint).new_processor()
 
     return factory
 

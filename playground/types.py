@@ -226,6 +226,7 @@ class Timings(BaseModel):
     """Where the time went, in seconds."""
 
     compile_s: float = 0.0
+    compile_cached: bool = False  # the compiled constraint came from the cache (compile_s is only the lookup)
     prefill_s: float = 0.0
     time_to_first_token_s: float = 0.0
     total_s: float = 0.0

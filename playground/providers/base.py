@@ -50,6 +50,7 @@ class ModelInfo(BaseModel):
     max_top_n_tokens: int = 20
     model_sha: str | None = None
     device: str | None = None
+    compile_limits: dict[str, float | int] | None = None  # local engines: timeout_s, memory_mb, workers
 
 
 class SimpleToken(BaseModel):

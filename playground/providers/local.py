@@ -26,6 +26,8 @@ class LocalOptions:
     threads: int | None = 1
     trust_remote_code: bool = False
     compile_timeout: float = 10.0  # seconds to compile one constraint
+    compile_memory: int = 1024  # MB one compile may add to a warm compile worker
+    compile_workers: int = 2  # compile worker processes per model
     max_new_tokens: int = 256  # when a request leaves it unset
     allow_local_paths: bool = True
 
@@ -44,6 +46,8 @@ def make_local(options: LocalOptions | None = None, model: str | None = None) ->
         load_options={**load, "trust_remote_code": options.trust_remote_code},
         engine_options={
             "compile_timeout_s": options.compile_timeout,
+            "compile_memory_mb": options.compile_memory,
+            "compile_workers": options.compile_workers,
             "default_max_new_tokens": options.max_new_tokens,
         },
         allow_local_paths=options.allow_local_paths,
@@ -121,6 +125,7 @@ class LocalProvider:
             max_best_of=engine.max_best_of,
             max_top_n_tokens=engine.max_top_n_tokens,
             device=engine.loaded.device,
+            compile_limits=engine.compiler.limits.as_dict(),
         )
 
     def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:

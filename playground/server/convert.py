@@ -80,6 +80,7 @@ def tgi_info(
         "provider_id": info.provider_id,
         "provider_type": info.provider_type,
         "device": info.device,
+        "compile_limits": info.compile_limits,
         "processors": processors,
         "models": models,
     }

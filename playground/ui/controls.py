@@ -117,6 +117,8 @@ def _load_local(registry: Registry, name: str, settings: UISettings) -> None:
                 dtype=settings.dtype,
                 threads=settings.threads,
                 compile_timeout=settings.compile_timeout_s,
+                compile_memory=settings.compile_memory_mb,
+                compile_workers=settings.compile_workers,
                 allow_local_paths=settings.allow_local_paths,
             )
         )

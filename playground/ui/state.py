@@ -31,6 +31,8 @@ class UISettings:
     dtype: str | None = None
     threads: int | None = 1
     compile_timeout_s: float = 10.0
+    compile_memory_mb: int = 1024
+    compile_workers: int = 2
     title: str = "Structured Playground"
 
 

@@ -1,0 +1,239 @@
+"""Compile worker processes: a compile can be stopped, and its memory is bounded.
+
+An engine compile runs native code that holds no lock we can break: in a thread it can be neither
+stopped nor limited. Here each compile runs in a spawned worker process that keeps the tokenizer
+(pickled to it once) and one warm backend per engine. The server waits for a free worker (that wait
+is not part of the time limit), then watches the job: past the time limit, or past the memory limit
+(RSS growth during the job, polled), the worker is killed and a fresh one started in the background.
+The worker also limits itself (CPU seconds and address space per job), so it dies even if the server
+is gone. The compiled artifact comes back serialized (see playground.engines).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing
+import os
+import pickle
+import queue
+import resource
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from playground import engines
+from playground.errors import CompileMemoryError, CompileTimeoutError
+
+log = logging.getLogger(__name__)
+_exiting = threading.Event()  # set at interpreter exit: workers still starting then are abandoned quietly
+atexit.register(_exiting.set)
+POLL_S = 0.02
+START_TIMEOUT_S = 300.0
+MB = 1 << 20
+
+
+@dataclass(frozen=True)
+class CompileLimits:
+    """What one compile may take: seconds of wall time, MB of memory beyond a warm worker, workers in all."""
+
+    timeout_s: float = 10.0
+    memory_mb: int = 1024
+    workers: int = 2
+
+    def as_dict(self) -> dict[str, float | int]:
+        """For /info."""
+        return {"timeout_s": self.timeout_s, "memory_mb": self.memory_mb, "workers": self.workers}
+
+
+# --- inside the worker ---------------------------------------------------------------------------
+
+
+def _serve(conn: Any, tokenizer_bytes: bytes) -> None:
+    """A worker's life: warm every backend, then answer jobs until the server closes the pipe."""
+    tokenizer = pickle.loads(tokenizer_bytes)
+    # The default engine is warm before the worker takes jobs; the others on their first job, before
+    # "started" (warming reads the vocabulary once: no part of any compile's limits).
+    backends = {"llguidance": engines.worker_backend("llguidance", tokenizer)}
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            engine, kind, text, timeout_s, memory_mb = conn.recv()
+        except (EOFError, OSError):
+            return
+        if engine not in backends:
+            backends[engine] = engines.worker_backend(engine, tokenizer)
+        conn.send(("started",))
+        _limit_self(timeout_s, memory_mb)
+        try:
+            payload, warnings = engines.compile_payload(engine, backends[engine], kind, text)
+        except engines.EngineRefusal as exc:
+            conn.send(("refused", exc.kind, exc.message))
+        except MemoryError:
+            conn.send(("memory",))
+        else:
+            conn.send(("ok", payload, warnings))
+
+
+def _limit_self(timeout_s: float, memory_mb: int) -> None:
+    """Kernel-enforced backstops for this job: CPU seconds (SIGXCPU) and address space (allocation fails)."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = int(used.ru_utime + used.ru_stime + 2 * timeout_s + 5)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, resource.RLIM_INFINITY))
+    address_space = psutil.Process().memory_info().vms + 2 * memory_mb * MB
+    resource.setrlimit(resource.RLIMIT_AS, (address_space, resource.RLIM_INFINITY))
+
+
+# --- in the server -------------------------------------------------------------------------------
+
+
+class _Worker:
+    """One worker process and the server's end of its pipe."""
+
+    def __init__(self, tokenizer_bytes: bytes) -> None:
+        context = multiprocessing.get_context("spawn")  # fork would copy torch's and tokenizers' threads
+        self.conn, child = context.Pipe()
+        self.process = context.Process(
+            target=_serve, args=(child, tokenizer_bytes), daemon=True, name="playground-compile"
+        )
+        self.process.start()
+        child.close()
+        self.ps = psutil.Process(self.process.pid)
+        self.warm_rss = 0
+
+    def wait_ready(self) -> None:
+        if not self.conn.poll(START_TIMEOUT_S):
+            self.kill()
+            raise RuntimeError(f"a compile worker did not start within {START_TIMEOUT_S:g} s")
+        self.conn.recv()
+        self.warm_rss = self.rss()
+
+    def rss(self) -> int:
+        try:
+            return self.ps.memory_info().rss
+        except psutil.Error:
+            return 0
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+
+class CompilePool:
+    """Worker processes that compile under CompileLimits; killed and replaced when they overrun."""
+
+    def __init__(self, tokenizer: Any, limits: CompileLimits) -> None:
+        self.limits = limits
+        self._tokenizer_bytes = pickle.dumps(tokenizer)
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._pids: set[int] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+        for _ in range(max(1, limits.workers)):
+            self._replace()
+
+    def close(self) -> None:
+        """Stop every worker: the idle ones now, busy and starting ones as soon as they are back."""
+        self._closed = True
+        while True:
+            try:
+                self._retire(self._idle.get_nowait())
+            except queue.Empty:
+                return
+
+    def pids(self) -> list[int]:
+        """The worker processes alive now (for /info-style reports and tests)."""
+        with self._lock:
+            return sorted(self._pids)
+
+    def compile(self, engine: str, kind: str, text: str) -> tuple[Any, list[str]]:
+        """(payload, warnings) from a worker; raises EngineRefusal, CompileTimeoutError or CompileMemoryError."""
+        what = f"compiling the {kind} with {engine}"
+        try:  # waiting for a free worker does not count toward the time limit
+            worker = self._idle.get(timeout=START_TIMEOUT_S)
+        except queue.Empty:
+            raise CompileTimeoutError(f"{what}: no compile worker became free within {START_TIMEOUT_S:g} s") from None
+        try:
+            worker.conn.send((engine, kind, text, self.limits.timeout_s, self.limits.memory_mb))
+            reply = self._watch(worker, what)
+            if reply[0] == "memory":
+                raise self._memory_error(what)
+        except BaseException:
+            self._retire(worker)
+            raise
+        self._release(worker)
+        if reply[0] == "refused":
+            raise engines.EngineRefusal(reply[1], reply[2])
+        return reply[1], reply[2]
+
+    def _memory_error(self, what: str, detail: str = "") -> CompileMemoryError:
+        return CompileMemoryError(
+            f"{what} needed more than {self.limits.memory_mb} MB (the compile memory limit) and was stopped{detail}"
+        )
+
+    def _release(self, worker: _Worker) -> None:
+        """Back to the idle queue, unless the jobs it ran left it holding more than a compile may take."""
+        if self._closed or worker.rss() > worker.warm_rss + self.limits.memory_mb * MB:
+            self._retire(worker)
+        else:
+            self._idle.put(worker)
+
+    def _watch(self, worker: _Worker, what: str) -> tuple:
+        """The worker's reply; past the time or memory limit (or if it dies) an error, and the caller kills it."""
+        if not worker.conn.poll(START_TIMEOUT_S) or worker.conn.recv() != ("started",):
+            raise CompileTimeoutError(f"{what}: the compile worker did not start the job")
+        start, base = time.monotonic(), worker.rss()
+        limit = base + self.limits.memory_mb * MB
+        while not worker.conn.poll(POLL_S):
+            if not worker.process.is_alive():
+                raise self._memory_error(what, f" (the worker died: {_exit_reason(worker)})")
+            if worker.rss() > limit:
+                raise self._memory_error(what)
+            if time.monotonic() - start > self.limits.timeout_s:
+                raise CompileTimeoutError(f"{what} took longer than {self.limits.timeout_s:g} s and was stopped")
+        try:
+            return worker.conn.recv()
+        except (EOFError, OSError):
+            raise self._memory_error(what, f" (the worker died: {_exit_reason(worker)})") from None
+
+    def _retire(self, worker: _Worker) -> None:
+        with self._lock:
+            self._pids.discard(worker.process.pid)
+        worker.kill()
+        if not self._closed:
+            self._replace()
+
+    def _replace(self) -> None:
+        """Start a worker in the background; it joins the idle queue once warm, so warm-up counts for no one."""
+        threading.Thread(target=self._start_one, daemon=True, name="compile-worker-start").start()
+
+    def _start_one(self) -> None:
+        while True:
+            try:
+                worker = _Worker(self._tokenizer_bytes)
+                worker.wait_ready()
+            except Exception:
+                if self._closed or _exiting.is_set():
+                    return
+                log.exception("a compile worker failed to start; retrying")
+                time.sleep(5)
+                continue
+            if self._closed or _exiting.is_set():
+                worker.kill()
+                return
+            with self._lock:
+                self._pids.add(worker.process.pid)
+            self._idle.put(worker)
+            return
+
+
+def _exit_reason(worker: _Worker) -> str:
+    worker.process.join(1)
+    code = worker.process.exitcode
+    if code is None:
+        return "no reply"
+    return f"signal {-code}" if code < 0 else f"exit code {code}"

@@ -1,0 +1,59 @@
+"""Each request reports its own fallbacks and warnings, and whether its compile came from the cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from playground.errors import CompileTimeoutError
+from playground.types import ChatMessage, GenerateParameters
+
+
+def ask(text: str) -> list[ChatMessage]:
+    return [ChatMessage(role="user", content=text)]
+
+
+def _params(schema: dict, engine: str) -> GenerateParameters:
+    return GenerateParameters(max_new_tokens=1, grammar={"type": "json", "value": schema}, constraint_engine=engine)
+
+
+def _llguidance_refuses(key: str) -> dict:
+    """llguidance refuses `not` (xgrammar takes it): `auto` falls back to xgrammar."""
+    return {"type": "object", "not": {"required": [key]}}
+
+
+def test_explicit_engine_after_auto_fallback_reports_no_fallback(engine):
+    schema = _llguidance_refuses("after_auto")
+    auto = engine.generate(ask("hi"), _params(schema, "auto"))
+    assert auto.constraint_engine == "xgrammar"
+    assert "fell back to xgrammar" in auto.warnings[0]
+    explicit = engine.generate(ask("hi"), _params(schema, "xgrammar"))
+    assert explicit.constraint_engine == "xgrammar"
+    assert not any("fell back" in w for w in explicit.warnings), explicit.warnings
+
+
+def test_auto_after_explicit_engine_still_reports_its_fallback(engine):
+    schema = _llguidance_refuses("before_auto")
+    explicit = engine.generate(ask("hi"), _params(schema, "xgrammar"))
+    assert not any("fell back" in w for w in explicit.warnings)
+    for _ in range(2):  # the second auto finds both outcomes cached and still reports the fallback
+        auto = engine.generate(ask("hi"), _params(schema, "auto"))
+        assert auto.constraint_engine == "xgrammar"
+        assert "llguidance refused" in auto.warnings[0] and "fell back to xgrammar" in auto.warnings[0]
+
+
+def test_results_say_when_the_compile_came_from_the_cache(engine):
+    params = GenerateParameters(max_new_tokens=1, grammar={"type": "regex", "value": "(cached|flag)[0-9]"})
+    first = engine.generate(ask("hi"), params)
+    second = engine.generate(ask("hi"), params)
+    assert (first.timings.compile_cached, second.timings.compile_cached) == (False, True)
+    assert engine.generate(ask("hi"), GenerateParameters(max_new_tokens=1)).timings.compile_cached is False
+
+
+def test_constraint_processors_by_name_compile_under_the_engines_limits(loaded_model):
+    from playground.engine import Engine
+
+    strict = Engine(loaded_model, compile_timeout_s=0.01)
+    choices = [f"word{i}x" for i in range(100_000)]  # llguidance needs a good part of a second for these
+    params = GenerateParameters(max_new_tokens=1, logits_processors=[{"name": "choice", "params": choices}])
+    with pytest.raises(CompileTimeoutError, match="longer than 0.01 s"):
+        strict.generate(ask("hi"), params)
