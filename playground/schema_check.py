@@ -105,7 +105,8 @@ def _refs(resolver: Any, resource: Any) -> Iterator[tuple[str, str, Any]]:
             if isinstance(contents.get(keyword), str):
                 yield keyword, contents[keyword], resolver
     for sub in resource.subresources():
-        yield from _refs(resolver.in_subresource(sub), sub)
+        if isinstance(sub.contents, dict | bool):  # referencing's draft 3 walk also yields plain values
+            yield from _refs(resolver.in_subresource(sub), sub)
 
 
 def _resolve(resolver: Any, keyword: str, ref: str) -> None:
@@ -145,6 +146,8 @@ def validate(schema: dict, text: str) -> Validation:
         return Validation(valid=None, message=f"could not check with jsonschema: {first_line(exc)}")
     except RecursionError:
         return Validation(valid=None, message="could not check with jsonschema: nested too deeply")
+    except ArithmeticError as exc:  # 1e999 reads as infinity; multipleOf cannot divide it
+        return Validation(valid=None, message=f"could not check with jsonschema: {first_line(exc)}")
     if error is None:
         return Validation(valid=True, message="valid against the schema")
     where = "/".join(str(p) for p in error.absolute_path) or "(root)"

@@ -91,3 +91,19 @@ def test_odd_schemas_are_clear_errors(schema, words):
 def test_an_integer_past_pythons_digit_limit_gets_a_verdict_not_a_crash():
     verdict = Constraint.json_schema({"type": "integer"}).validate("1" * 5000)
     assert verdict.valid is None and "digits" in verdict.message
+
+
+def test_an_infinite_number_gets_a_verdict_not_a_crash():
+    verdict = Constraint.json_schema({"multipleOf": 0.1}).validate("1e999")
+    assert verdict.valid is None and "could not check" in verdict.message
+
+
+def test_a_draft3_schema_is_checked_without_a_crash():
+    schema = {
+        "$schema": "http://json-schema.org/draft-03/schema#",
+        "properties": {"a": {"required": True, "type": "integer"}},
+        "extends": {"type": "object"},
+    }
+    constraint = Constraint.json_schema(schema)
+    assert constraint.validate('{"a": 1}').valid is True
+    assert constraint.validate("{}").valid is False
