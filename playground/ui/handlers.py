@@ -86,9 +86,10 @@ def result_panels(state: ChatState, result: GenerationResult) -> Panels:
 
 
 def _run(registry: Registry, request: LastRequest) -> Iterator[TokenEvent | GenerationResult]:
-    """Stream when one candidate is asked for; best_of runs to completion (TGI refuses to stream it)."""
+    """Stream when one candidate is asked for and the provider streams; best_of runs to completion (TGI
+    refuses to stream it)."""
     provider, model_id = registry.resolve(request.model)
-    if (request.params.best_of or 1) > 1:
+    if (request.params.best_of or 1) > 1 or not provider.capabilities.streaming:
         yield provider.generate(model_id, request.inputs, request.params)
         return
     yield from provider.stream(model_id, request.inputs, request.params)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from playground.errors import ParameterError
-from playground.providers.base import Capabilities
+from playground.providers.base import Capabilities, Provider
 from playground.providers.registry import Registry
 from playground.ui import controls, handlers
 from playground.ui.state import ChatState, Form, UISettings
@@ -58,6 +58,13 @@ def test_best_of_runs_to_completion_instead_of_streaming() -> None:
     registry, fake = setup()
     run_chat(registry, form(do_sample=True, best_of=2), ChatState(), "hi")
     assert [c.method for c in fake.calls] == ["generate"]
+
+
+def test_a_provider_that_cannot_stream_is_asked_for_the_whole_answer() -> None:
+    registry, fake = setup(capabilities=Capabilities(streaming=False))
+    assert isinstance(fake, Provider)  # the fake implements the protocol and nothing more
+    steps = run_chat(registry, form(), ChatState(), "hi")
+    assert [c.method for c in fake.calls] == ["generate"] and steps[-1].error == ""
 
 
 def test_retry_undo_and_clear_edit_the_conversation() -> None:
