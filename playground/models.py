@@ -7,10 +7,12 @@ import importlib.util
 import json
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from playground.errors import ModelError
 
@@ -129,18 +131,42 @@ def _load_gguf(path: Path, dtype: Any) -> tuple[Any, Any, bool]:
     return model, tokenizer, False
 
 
+def hub_unreachable(timeout_s: float = 2.0) -> str | None:
+    """Why the hub cannot be asked (offline mode, or no connection within `timeout_s`), or None.
+
+    Asked before loading a hub id, so an offline machine searches only its cache and fails at once,
+    instead of retrying the hub for most of a minute.
+    """
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    url = urlparse(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=timeout_s).close()
+    except OSError as exc:
+        return f"{constants.ENDPOINT} is unreachable ({exc.strerror or type(exc).__name__})"
+    return None
+
+
 def _load_pretrained(name: str, dtype: Any, trust_remote_code: bool) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    local = Path(name).exists()
+    offline = None if local else hub_unreachable()
+    options = {"trust_remote_code": trust_remote_code, "local_files_only": offline is not None}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(name, **options)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **options)
     except OSError as exc:
-        local = Path(name).exists()
         where = "local folder" if local else "hub id"
-        hint = (
-            "" if local else " (not in the local Hugging Face cache and the network is unreachable or the id is wrong)"
-        )
+        if local:
+            hint = ""
+        elif offline:
+            hint = f" (not in the local Hugging Face cache, and the hub was not asked: {offline})"
+        else:
+            hint = " (not on the hub, or not public: check the id)"
         raise ModelError(f"cannot load model {name!r} from {where}{hint}: {exc}".split("\n")[0]) from exc
     except ValueError as exc:
         raise ModelError(f"cannot load model {name!r}: {exc}".split("\n")[0]) from exc

@@ -11,7 +11,7 @@ from playground.providers.registry import Registry
 from playground.ui import controls, handlers, layout, render
 from playground.ui.chat_view import chatbot_value
 from playground.ui.handlers import Panels
-from playground.ui.state import ChatState, Form, UISettings
+from playground.ui.state import ChatState, Form, ModelPick, UISettings
 
 __all__ = ["create_ui", "page_assets", "UISettings"]
 
@@ -34,6 +34,7 @@ def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.B
         )
         comps = layout.render_all(registry)
         comps["state"] = gr.State(ChatState())
+        comps["model_pick"] = gr.State(ModelPick())
         _setup_events(demo, registry, settings, comps)
     return demo
 
@@ -144,15 +145,22 @@ def _setup_constraint_events(demo: gr.Blocks, c: Comps) -> None:
 
 
 def _setup_model_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: Comps) -> None:
-    def on_model(name: str, progress: gr.Progress = gr.Progress(track_tqdm=True)) -> tuple:
+    def on_model(name: str, picked: ModelPick, progress: gr.Progress = gr.Progress(track_tqdm=True)) -> tuple:
+        if picked.reverting and name == picked.good:  # the picker going back after a failure: keep its message
+            return gr.skip(), gr.skip(), ModelPick(good=picked.good)
         try:
             status = controls.choose_model(registry, name, settings, progress)
         except Exception as exc:  # noqa: BLE001
-            return gr.skip(), render.error_box(handlers.error_message(exc))
-        return gr.update(choices=controls.model_choices(registry), value=name), status
+            message = handlers.error_message(exc)
+            if not picked.good or picked.good == name:
+                return gr.skip(), render.error_box(message), picked
+            box = render.error_box(f"{message}\nstill using {picked.good}")
+            return gr.update(value=picked.good), box, ModelPick(good=picked.good, reverting=True)
+        return gr.update(choices=controls.model_choices(registry), value=name), status, ModelPick(good=name)
 
-    c["model"].change(on_model, c["model"], [c["model"], c["model_status"]], trigger_mode="always_last")
-    demo.load(on_model, c["model"], [c["model"], c["model_status"]])
+    outputs = [c["model"], c["model_status"], c["model_pick"]]
+    c["model"].change(on_model, [c["model"], c["model_pick"]], outputs, trigger_mode="always_last")
+    demo.load(on_model, [c["model"], c["model_pick"]], outputs)
 
 
 def _setup_chat_events(registry: Registry, c: Comps) -> None:

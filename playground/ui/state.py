@@ -88,6 +88,14 @@ FIELDS: list[str] = list(Form.model_fields)
 INTEGER_CONTROLS = tuple(c.name for c in SAMPLING if c.integer)
 
 
+@dataclass(frozen=True)
+class ModelPick:
+    """The last model that loaded, so a failed pick puts the picker back on it (`reverting` while it does)."""
+
+    good: str | None = None
+    reverting: bool = False
+
+
 class LastRequest(BaseModel):
     """What the last turn sent, so the next-token view and the code snippets can replay it."""
 

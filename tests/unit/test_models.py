@@ -75,7 +75,7 @@ def test_unknown_hub_id_offline_names_the_model(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(ModelError) as info:
         models.load_model(name, threads=1)
     assert name in info.value.message
-    assert "network" in info.value.message
+    assert "the hub was not asked: HF_HUB_OFFLINE is set" in info.value.message
 
 
 def test_local_folder_without_a_model_names_the_folder(tmp_path: Path) -> None:
@@ -112,3 +112,21 @@ def test_cache_root_defaults_to_user_cache(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.delenv("PLAYGROUND_CACHE", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert models.cache_root() == tmp_path / ".cache" / "structured-playground"
+
+
+def test_an_unreachable_hub_is_named_without_waiting_for_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    assert f"http://127.0.0.1:{port} is unreachable" in models.hub_unreachable()
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{listening.getsockname()[1]}")
+        assert models.hub_unreachable() is None
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert models.hub_unreachable() == "HF_HUB_OFFLINE is set"
