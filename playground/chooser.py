@@ -4,6 +4,11 @@ constraint, the JSON EOS gate, warpers, the choice, and the token record.
 Decoding and the next-token view both score through a TokenChooser, so the chart shows exactly what
 decoding would allow. A step is `scores = chooser.step(ids, logits, text)`, then `chooser.choose(scores)`
 and `chooser.record(token_id, piece, scores)`; the chooser keeps the row's processor state between steps.
+
+Fast-forward: after a chosen token, `chooser.forced(ids, limit)` returns the tokens the constraint forces
+next (llguidance's forced tokens, or a mask that allows one token), each with its position's mask; the
+decoder appends them without sampling, runs them through the model in one forward, and scores each with
+`chooser.step(..., allowed=mask)` to record its raw logprob and alternatives.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ class TokenChooser:
         constraint: Constraint,
         prompt_length: int,
         generator: torch.Generator | None = None,
+        *,
+        fast_forward: bool = False,
     ) -> None:
         self.runner = runner
         self.processors = processors
@@ -38,11 +45,28 @@ class TokenChooser:
         self.top_n = max(params.top_n_tokens or 0, 1)
         self.shared = sampling.shared_processors(params, runner.vocab_size, runner.device, prompt_length)
         self.warpers = sampling.warpers(params)
+        # Only a lone constraint processor can be probed ahead: custom processors may change any logit.
+        self.fast_forward = fast_forward
+        self.pending: torch.Tensor | None = None  # the next position's allowed tokens, already probed
 
-    def step(self, ids: torch.Tensor, logits: torch.Tensor, text: str, *, warp: bool = True) -> sampling.StepScores:
-        """The row's distributions for the next token: `ids` is the row so far (1 x L), `text` its text."""
+    def step(
+        self,
+        ids: torch.Tensor,
+        logits: torch.Tensor,
+        text: str,
+        *,
+        warp: bool = True,
+        allowed: torch.Tensor | None = None,
+    ) -> sampling.StepScores:
+        """The row's distributions for the next token: `ids` is the row so far (1 x L), `text` its text.
+
+        `allowed` is a mask probed ahead (a forced token's position): it stands in for the row's processors.
+        """
         scores = self.shared(ids, logits.unsqueeze(0).clone())[0] if len(self.shared) else logits
-        masked = self.gate_eos(self.mask(ids, scores), text)
+        if allowed is None and self.pending is not None:
+            allowed, self.pending = self.pending, None
+        masked = scores.masked_fill(~allowed, sampling.NEG_INF) if allowed is not None else self.mask(ids, scores)
+        masked = self.gate_eos(masked, text)
         chain = self.warpers if warp else sampling.LogitsProcessorList()
         # nothing touched the logits (each stage returns its input unchanged): one softmax serves both
         untouched = masked is logits and not len(chain)
@@ -78,10 +102,43 @@ class TokenChooser:
         """Greedy argmax or a draw from the row's seeded generator."""
         return sampling.choose(step, self.sampling, self.generator)
 
-    def record(self, token_id: int, text: str, step: sampling.StepScores) -> GeneratedToken:
-        """What the panels show for the chosen token."""
+    def record(self, token_id: int, text: str, step: sampling.StepScores, *, forced: bool = False) -> GeneratedToken:
+        """What the panels show for the chosen (or, with `forced`, fast-forwarded) token."""
         r = self.runner
-        return sampling.token_record(token_id, text, step, self.top_n, r.token_text, r.special_ids)
+        token = sampling.token_record(token_id, text, step, self.top_n, r.token_text, r.special_ids)
+        token.forced = forced
+        return token
+
+    def forced(self, ids: list[int], limit: int) -> list[tuple[int, torch.Tensor]]:
+        """The tokens the constraint forces after `ids` (at most `limit`, never EOS), each with its mask.
+
+        Probing advances the row's processors past them; the mask after the last one waits in `pending`.
+        """
+        out: list[tuple[int, torch.Tensor]] = []
+        ids = list(ids)
+        while True:
+            scores = torch.zeros(1, self.runner.vocab_size, device=self.runner.device)
+            allowed = torch.isfinite(sampling.apply_row_processors(self.processors, self.runner.ids(ids), scores)[0])
+            token = self._forced_token(allowed) if len(out) < limit else None
+            if token is None:
+                self.pending = allowed
+                return out
+            out.append((token, allowed))
+            ids.append(token)
+
+    def _forced_token(self, allowed: torch.Tensor) -> int | None:
+        """llguidance's next forced token (whole forced strings), else the mask's only allowed token."""
+        matchers = getattr(self.processors[-1], "ll_matchers", None)
+        if matchers:
+            forced = matchers[0].compute_ff_tokens()
+            token = forced[0] if forced else None
+        elif int(allowed.sum()) == 1:
+            token = int(allowed.nonzero()[0, 0])
+        else:
+            return None
+        if token is None or token in self.runner.eos_ids or not bool(allowed[token]):
+            return None
+        return token
 
     def first_refused(self, start_ids: list[int], token_ids: list[int]) -> int | None:
         """Walk `token_ids` through the row's processors after `start_ids`; the index of the first refused."""

@@ -7,7 +7,7 @@ independent and reproducible; finished rows are padded so the batch stays rectan
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -79,6 +79,8 @@ class Decode:
         all_ids = torch.tensor([self.prompt_ids] * len(self.rows), device=r.device)
         if self.stopping.max_new_tokens <= 0:
             return
+        # One row whose constraint can be probed ahead appends forced tokens without sampling.
+        fast = len(self.rows) == 1 and self.rows[0].chooser.fast_forward
         while True:
             next_ids = []
             for i, row in enumerate(self.rows):
@@ -87,6 +89,11 @@ class Decode:
                     continue
                 yield self._advance(i, row, all_ids[i : i + 1], self.logits[i])
                 next_ids.append(row.ids[-1])
+            if fast and self.rows[0].finish_reason is None:
+                all_ids = yield from self._fast_forward(self.rows[0], all_ids)
+                if self.rows[0].finish_reason is not None:
+                    return
+                continue
             if all(row.finish_reason is not None for row in self.rows):
                 return
             step_ids = torch.tensor([[t] for t in next_ids], device=r.device)
@@ -101,8 +108,39 @@ class Decode:
         row.tokens.append(token)
         return TokenEvent(index=index, token=token)
 
-    def _append(self, row: Row, token_id: int) -> str:
-        """Add a token to the row, check the stop rules; the piece of text it streams."""
+    def _fast_forward(self, row: Row, all_ids: torch.Tensor) -> Generator[TokenEvent, None, torch.Tensor]:
+        """Append the tokens the constraint forces after the one just chosen; one forward for all of them.
+
+        The forward's logits at every position give each forced token its raw logprob and alternatives.
+        """
+        r = self.runner
+        chosen = len(row.ids) - 1
+        limit = self.stopping.max_new_tokens - len(row.tokens)
+        appended = []
+        for token_id, allowed in row.chooser.forced([*all_ids[0].tolist(), row.ids[-1]], limit):
+            text_before = row.text
+            piece = self._append(row, token_id, generated=len(row.tokens) + len(appended) + 1)
+            appended.append((token_id, allowed, text_before, piece))
+            if row.finish_reason is not None:
+                break
+        new_ids = r.ids(row.ids[chosen:])
+        all_ids = torch.cat([all_ids, new_ids], dim=1)
+        logits, self.cache = r.forward(new_ids, self.cache, keep=new_ids.shape[1])
+        logits = logits[0].float()
+        for k, (token_id, allowed, text_before, piece) in enumerate(appended):
+            before = all_ids[:, : all_ids.shape[1] - len(appended) + k]
+            step = row.chooser.step(before, logits[k], text_before, allowed=allowed)
+            token = row.chooser.record(token_id, piece, step, forced=True)
+            row.tokens.append(token)
+            yield TokenEvent(index=0, token=token)
+        self.logits = logits[-1:]
+        return all_ids
+
+    def _append(self, row: Row, token_id: int, generated: int | None = None) -> str:
+        """Add a token to the row, check the stop rules; the piece of text it streams.
+
+        `generated` counts the row's new tokens with this one (by default, those recorded plus one).
+        """
         r = self.runner
         row.ids.append(token_id)
         before = len(row.text)
@@ -114,7 +152,8 @@ class Decode:
             stable = row.text.rstrip("\ufffd") if row.text.endswith("\ufffd") else row.text
             piece = stable[len(row.emitted) :]
             row.emitted = stable
-        stop = self.stopping.check(token_id, row.text, before, len(row.tokens) + 1)
+        generated = len(row.tokens) + 1 if generated is None else generated
+        stop = self.stopping.check(token_id, row.text, before, generated)
         if stop is not None:
             row.finish_reason, row.stop_sequence = stop.reason, stop.sequence
         return piece

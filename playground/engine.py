@@ -231,7 +231,11 @@ class Engine:
     ) -> TokenChooser:
         """A fresh per-row token pipeline: the request's processors and a new copy of its constraint."""
         processors = self._row_processors(compiled, params)
-        return TokenChooser(self.runner, params, processors, constraint, prompt_length, generator)
+        # Probing ahead needs the constraint alone: custom processors may change any logit.
+        fast_forward = params.fast_forward and compiled is not None and not params.logits_processors
+        return TokenChooser(
+            self.runner, params, processors, constraint, prompt_length, generator, fast_forward=fast_forward
+        )
 
     def _sequence(self, row: Row, constraint: Constraint) -> Sequence:
         return Sequence(

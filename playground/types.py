@@ -81,6 +81,9 @@ class GenerateParameters(Strict):
         default=None,
         description="The answer so far: forced through the constraint, then continued (only new text is returned).",
     )
+    fast_forward: bool = Field(
+        default=True, description="Append tokens the constraint forces without sampling, in one forward (local)."
+    )
 
     @property
     def sampling(self) -> bool:
@@ -175,6 +178,7 @@ class GeneratedToken(Token):
     mass_kept: float | None = Field(default=None, description="Raw probability mass the constraint allowed.")
     top_tokens: list[Token] = Field(default_factory=list, description="Top-n after processors and mask (at least 1).")
     raw_top_tokens: list[Token] = Field(default_factory=list, description="Top-n of the model's own distribution.")
+    forced: bool = Field(default=False, description="Fast-forwarded: the constraint forced it, nothing was sampled.")
 
     @property
     def overridden(self) -> bool:
@@ -416,6 +420,7 @@ class ChatCompletionRequest(Strict):
     guided_grammar: str | None = None
     logits_processors: list[ProcessorSpec] = Field(default_factory=list, max_length=MAX_PROCESSORS)
     constraint_engine: EngineName = "auto"
+    fast_forward: bool = True
     user: Name | None = None
     tools: list[ToolSpec] | None = Field(default=None, max_length=64)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None

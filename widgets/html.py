@@ -62,6 +62,7 @@ def render_tokens(sequence: Sequence, colour_by: ColourBy = "constrained") -> st
     for index, token in enumerate(sequence.tokens):
         p = probability(token.raw_logprob if colour_by == "raw" else token.logprob)
         classes = "sp-token sp-overridden" if token.overridden else "sp-token"
+        classes += " sp-forced" if token.forced else ""
         border = "border-bottom:2px solid #c62828;" if token.overridden else ""
         spans.append(
             f'<span class="{classes}" data-index="{index}" title="{html.escape(token_title(token))}" '
@@ -127,7 +128,8 @@ def render_result(result: GenerationResult | dict[str, Any], colour_by: ColourBy
         f"<span class='sp-verdict' style='color:{tint}'>{html.escape(text)}</span></div>"
     )
     legend = (
-        f"<div style='color:#555;font-size:smaller'>colour: {html.escape(colour_by)} probability; hover a token</div>"
+        f"<div style='color:#555;font-size:smaller'>colour: {html.escape(colour_by)} probability; "
+        "<span class='sp-forced'>dotted</span> = forced by the constraint, not sampled; hover a token</div>"
     )
     return f'<div class="sp-result">{summary}{legend}{render_tokens(result.best, colour_by)}{render_candidates(result)}</div>'
 

@@ -75,6 +75,7 @@ def logprob_entry(token: GeneratedToken, top_logprobs: int) -> dict[str, Any]:
         "top_logprobs": [_top(t) for t in token.top_tokens[:top_logprobs]],
         "raw_logprob": token.raw_logprob,
         "mass_kept": token.mass_kept,
+        "forced": token.forced,
     }
 
 

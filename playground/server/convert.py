@@ -95,6 +95,7 @@ def token_json(token: GeneratedToken, params: GenerateParameters) -> dict[str, A
         "special": token.special,
         "raw_logprob": token.raw_logprob,
         "mass_kept": token.mass_kept,
+        "forced": token.forced,
     }
     if params.top_n_tokens:
         body["raw_top_tokens"] = [plain_token(t) for t in token.raw_top_tokens[: params.top_n_tokens]]

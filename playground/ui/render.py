@@ -131,6 +131,8 @@ def token_span(index: int, token: GeneratedToken, mode: str, popover: bool = Tru
         classes.append("overridden")
     if token.special:
         classes.append("special")
+    if token.forced:
+        classes.append("forced")
     newline = "<br>" if token.text.endswith("\n") else ""
     return (
         f'<span class="{" ".join(classes)}" data-index="{index}" tabindex="0" style="background:{colour(p)}">'
@@ -147,12 +149,14 @@ def tokens_html(tokens: list[GeneratedToken], mode: str = "constrained", *, popo
         return '<div class="pg-tokens pg-empty">No answer yet.</div>'
     spans = "".join(token_span(i, tok, mode, popovers) for i, tok in enumerate(tokens))
     overridden = sum(1 for tok in tokens if tok.overridden)
+    forced = sum(1 for tok in tokens if tok.forced)
     legend = (
         f'<div class="legend">colour: {esc(mode)} probability '
         '<span class="sw" style="background:hsl(0, 80%, 82%)">low</span>'
         '<span class="sw" style="background:hsl(60, 80%, 82%)">mid</span>'
         '<span class="sw" style="background:hsl(120, 80%, 82%)">high</span>'
         f' · <span class="tok overridden legend-tok">outlined</span> = constraint overrode the model ({overridden})'
+        f' · <span class="tok forced legend-tok">dotted</span> = forced by the constraint, not sampled ({forced})'
         " · hover a token for alternatives, click it for the next-token chart</div>"
     )
     return f'<div class="pg-tokens" data-mode="{esc(mode)}">{legend}<div class="tok-line">{spans}</div></div>'

@@ -188,5 +188,6 @@ def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters
         "logits_processors": [spec.model_dump() for spec in req.logits_processors],
         "constraint_engine": req.constraint_engine,
         "continue_from": final_message(req),
+        "fast_forward": req.fast_forward,
     }
     return parameters({k: v for k, v in values.items() if v is not None})

@@ -25,8 +25,9 @@ _NOT_CARRIED: dict[Dialect, tuple[str, ...]] = {
         "logits_processors",
         "constraint_engine",
         "continue_from",
+        "fast_forward",
     ),
-    "tgi": ("logits_processors", "constraint_engine", "continue_from"),
+    "tgi": ("logits_processors", "constraint_engine", "continue_from", "fast_forward"),
     "chat": ("watermark", "truncate", "adapter_id", "decoder_input_details", "return_full_text"),
 }
 _NOT_CARRIED["vllm"] = _NOT_CARRIED["openai"]

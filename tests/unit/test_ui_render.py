@@ -224,3 +224,10 @@ def test_the_regex_status_says_how_the_engines_read_classes() -> None:
     assert "Unicode" in note and "[0-9]" in note and "\\d" in note
     assert "GBNF" in render.constraint_status("grammar", "bad") and "pg-bad" in render.constraint_status("grammar", "x")
     assert "Unicode" not in render.constraint_status("json_schema", None)
+
+
+def test_forced_tokens_are_drawn_as_such_with_a_legend() -> None:
+    forced = tok('"name"', 1.0, token_id=7).model_copy(update={"forced": True})
+    html = render.tokens_html([tok("{", 0.9), forced])
+    assert html.count('class="tok forced"') == 1
+    assert "forced by the constraint, not sampled (1)" in html

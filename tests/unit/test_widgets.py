@@ -294,3 +294,12 @@ def test_the_static_widget_html_escapes_the_colour_mode() -> None:
     assert "<script>" not in page
     assert "model <b>m&lt;b&gt;</b>" in page
     assert "colour: &lt;img src=x onerror=alert(1)&gt; probability" in page
+
+
+def test_forced_tokens_reach_the_widget_and_its_static_html() -> None:
+    result = sample_result()
+    result.best.tokens[1].forced = True
+    assert [t["forced"] for t in result_payload(result)["best"]["tokens"]] == [False, True, False]
+    html = static_html.render_result(result)
+    assert html.count("sp-token sp-forced") == 1
+    assert "forced by the constraint, not sampled" in html

@@ -55,6 +55,7 @@ function summary(result, seq) {
     ["finish", finishText(seq)],
     ["tokens", String(seq.generated_tokens)],
     ["overridden", String(overridden)],
+    ["forced", `${seq.tokens.filter((t) => t.forced).length} (dotted: not sampled)`],
   ];
   if (result.timings && result.timings.tokens_per_s) parts.push(["speed", `${result.timings.tokens_per_s.toFixed(1)} tokens/s`]);
   for (const [label, value] of parts) {
@@ -147,6 +148,7 @@ function tokenSpans(seq, colourBy, selected, onHover, onSelect) {
     const p = probability(colourBy === "raw" ? token.raw_logprob : token.logprob);
     let cls = "sp-token";
     if (token.overridden) cls += " sp-overridden";
+    if (token.forced) cls += " sp-forced";
     if (index === selected) cls += " sp-selected";
     const span = h("span", cls, visible(token.text));
     span.dataset.index = String(index);
