@@ -198,18 +198,14 @@ def serve_load_name(registry: Registry, local: LocalProvider, name: str) -> None
 
 def ui_options(args: argparse.Namespace) -> dict[str, Any]:
     """What the UI may do here: on a Space no local paths and no loading of more models."""
+    from playground.providers.local import LocalOptions
     from playground.ui.state import UISettings
 
     settings = UISettings(
         allow_local_paths=getattr(args, "allow_local_paths", True),
         allow_model_loading=getattr(args, "allow_model_loading", True),
         base_url=f"http://{args.host}:{args.port}",
-        device=args.device,
-        dtype=args.dtype,
-        threads=args.threads,
-        compile_timeout_s=args.compile_timeout,
-        compile_memory_mb=args.compile_memory,
-        compile_workers=args.compile_workers,
+        local=LocalOptions.from_flags(args),
     )
     return {"settings": settings}
 

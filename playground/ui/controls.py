@@ -111,17 +111,7 @@ def _load_local(registry: Registry, name: str, settings: UISettings) -> None:
 
     local = next((p for p in registry.providers.values() if p.capabilities.model_loading), None)
     if local is None:
-        local = make_local(
-            LocalOptions(
-                device=settings.device,
-                dtype=settings.dtype,
-                threads=settings.threads,
-                compile_timeout=settings.compile_timeout_s,
-                compile_memory=settings.compile_memory_mb,
-                compile_workers=settings.compile_workers,
-                allow_local_paths=settings.allow_local_paths,
-            )
-        )
+        local = make_local(settings.local or LocalOptions(allow_local_paths=settings.allow_local_paths))
         registry.add_provider(local)
     model_id = local.add_model(name)
     registry.register_model(model_id, local.provider_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -15,6 +15,9 @@ from playground.ui.examples import SYSTEM_PROMPT
 from playground.wire import inbound
 from playground.wire.controls import SAMPLING
 from playground.wire.errors import parameter_error
+
+if TYPE_CHECKING:
+    from playground.providers.local import LocalOptions
 
 SESSION_FORMAT = "structured-playground-session"
 SESSION_VERSION = 1
@@ -27,12 +30,7 @@ class UISettings:
     allow_model_loading: bool = True
     allow_local_paths: bool = True
     base_url: str = "http://127.0.0.1:7860"
-    device: str | None = None
-    dtype: str | None = None
-    threads: int | None = 1
-    compile_timeout_s: float = 10.0
-    compile_memory_mb: int = 1024
-    compile_workers: int = 2
+    local: LocalOptions | None = None  # how the models the UI loads are loaded (None: the defaults)
     title: str = "Structured Playground"
 
 
