@@ -19,6 +19,7 @@ class BannedAutomaton:
 
     def __init__(self, banned: list[bytes], longest_token: int, starting_with: Callable[[bytes], torch.Tensor]):
         self.goto: list[dict[int, int]] = [{}]
+        self.ends: list[bool] = [False]
         self.missing: dict[int, list[bytes]] = {}
         for word in banned:
             self._add(word, longest_token)
@@ -34,10 +35,12 @@ class BannedAutomaton:
             if nxt is None:
                 nxt = len(self.goto)
                 self.goto.append({})
+                self.ends.append(False)
                 self.goto[state][byte] = nxt
             state = nxt
             if depth < len(word) and len(word) - depth <= longest_token:
                 self.missing.setdefault(state, []).append(word[depth:])
+        self.ends[state] = True
 
     def _links(self) -> list[int]:
         """Failure links, breadth first: each state's longest proper suffix that is also a state."""
@@ -50,6 +53,7 @@ class BannedAutomaton:
                 while back and byte not in self.goto[back]:
                     back = fail[back]
                 fail[nxt] = self.goto[back].get(byte, 0)
+                self.ends[nxt] = self.ends[nxt] or self.ends[fail[nxt]]
                 queue.append(nxt)
         return fail
 
@@ -60,6 +64,20 @@ class BannedAutomaton:
                 state = self.fail[state]
             state = self.goto[state].get(byte, 0)
         return state
+
+    def containing(self, pieces: list[bytes]) -> torch.Tensor:
+        """Ids of tokens that hold a whole banned string: one pass over the vocabulary's bytes."""
+        hits = []
+        for token_id, piece in enumerate(pieces):
+            state = 0
+            for byte in piece:
+                while state and byte not in self.goto[state]:
+                    state = self.fail[state]
+                state = self.goto[state].get(byte, 0)
+                if self.ends[state]:
+                    hits.append(token_id)
+                    break
+        return torch.tensor(hits, dtype=torch.long)
 
     def bans(self, state: int) -> torch.Tensor:
         """Ids of tokens that complete a banned string from `state` (containing ones excluded)."""

@@ -38,13 +38,6 @@ class TokenTable:
         """Ids of tokens whose bytes start with `prefix`: one range of the sorted vocabulary."""
         return self._cached(("prefix", prefix), lambda: self._prefix_range(prefix))
 
-    def containing(self, needle: bytes) -> torch.Tensor:
-        """Ids of tokens whose bytes contain `needle`."""
-        return self._cached(
-            ("contains", needle),
-            lambda: torch.tensor([i for i, p in enumerate(self.pieces) if needle in p], dtype=torch.long),
-        )
-
     def _prefix_range(self, prefix: bytes) -> torch.Tensor:
         lo = bisect.bisect_left(self._sorted, prefix)
         hi = bisect.bisect_right(self._sorted, prefix, lo, key=lambda p: p[: len(prefix)])
@@ -132,8 +125,7 @@ class BanStrings:
     def __init__(self, banned: list[bytes], table: TokenTable) -> None:
         self.table = table
         self.automaton = BannedAutomaton(banned, table.longest, table.starting_with)
-        fits = [b for b in banned if len(b) <= table.longest]
-        self.inside = torch.unique(torch.cat([table.containing(b) for b in fits] or [torch.zeros(0, dtype=torch.long)]))
+        self.inside = self.automaton.containing(table.pieces)
         self.prompt_len: int | None = None
         self.states: list[int] = []
         self.seen = 0
