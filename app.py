@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from playground.providers.config import LocalConfig
+    from playground.providers.loading import LoadingPolicy
     from playground.providers.local import LocalProvider
     from playground.providers.registry import Registry
 
@@ -96,6 +97,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="API requests that may wait for a turn; past that the server answers 429 with Retry-After (default: 16)",
     )
     parser.add_argument(
+        "--allow-model-loading",
+        action="store_true",
+        help="let requests (the UI's model picker, POST /v1/models) load more models; on a host other than "
+        "127.0.0.1 only with --api-key (default: off; only the operator's --model and providers file load)",
+    )
+    parser.add_argument(
+        "--adapters",
+        metavar="ID[,ID]",
+        type=_names,
+        default=(),
+        help="PEFT adapters (hub ids or folders) that requests may name in adapter_id (default: none)",
+    )
+    parser.add_argument(
+        "--max-models",
+        type=_positive,
+        default=4,
+        metavar="N",
+        help="most models the local provider holds when requests may load more (default: 4)",
+    )
+    parser.add_argument(
         "--stall-timeout",
         type=float,
         default=60.0,
@@ -104,6 +125,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--no-ui", action="store_true", help="serve only the HTTP API")
     return parser.parse_args(argv)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 def _positive(text: str) -> int:
@@ -196,6 +221,17 @@ def serve_load_name(registry: Registry, local: LocalProvider, name: str) -> None
         registry.register_model(name, local.provider_id)
 
 
+def loading_policy(args: argparse.Namespace) -> LoadingPolicy:
+    """What requests may load: the operator's flags (a Space turns loading and local paths off)."""
+    from playground.providers.loading import LoadingPolicy
+
+    return LoadingPolicy(
+        allow_requests=args.allow_model_loading,
+        allow_local_paths=getattr(args, "allow_local_paths", True),
+        max_models=args.max_models,
+    )
+
+
 def ui_options(args: argparse.Namespace) -> dict[str, Any]:
     """What the UI may do here: on a Space no local paths and no loading of more models."""
     from playground.providers.local import LocalOptions
@@ -203,7 +239,7 @@ def ui_options(args: argparse.Namespace) -> dict[str, Any]:
 
     settings = UISettings(
         allow_local_paths=getattr(args, "allow_local_paths", True),
-        allow_model_loading=getattr(args, "allow_model_loading", True),
+        allow_model_loading=args.allow_model_loading,
         base_url=f"http://{args.host}:{args.port}",
         local=LocalOptions.from_flags(args),
     )
@@ -221,12 +257,18 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     load_plugins(args)
     from playground.errors import PlaygroundError
+    from playground.providers.loading import loading_problem
 
+    problem = loading_problem(args.allow_model_loading, args.host, args.api_key)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
     try:
         registry = build_registry(args)
     except PlaygroundError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         raise SystemExit(1) from None
+    registry.loading = loading_policy(args)
     import uvicorn
 
     from playground.server import create_app

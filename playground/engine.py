@@ -6,7 +6,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import torch
@@ -52,6 +52,7 @@ class Engine:
         default_max_new_tokens: int = 256,
         max_best_of: int = 4,
         max_top_n_tokens: int = 20,
+        adapters: Collection[str] | None = None,
     ) -> None:
         self.loaded = loaded
         self.runner = ModelRunner(loaded)
@@ -70,7 +71,7 @@ class Engine:
         # One decode at a time per model: on CPU a second one only halves both, and adapters switch
         # the shared weights.
         self._busy = threading.Lock()
-        self.adapters = Adapters(self.model)
+        self.adapters = Adapters(self.model, adapters)
         threading.Thread(target=self.compiler.warm, daemon=True, name="warm-constraints").start()
 
     # --- prompts ---------------------------------------------------------------------------
@@ -168,6 +169,7 @@ class Engine:
         rows = [self._new_row(base_seed, i, compiled, constraint, params, len(prompt_ids)) for i in range(best_of)]
         continuation.start_rows(self, rows, prompt_ids, prefix_ids)
         stopping = StopCriteria(params.stop, max_new, self.runner.eos_ids)
+        self.adapters.prepare(params.adapter_id)  # a slow lookup waits here, not under the decode lock
         with self._busy, self.adapters.use(params.adapter_id), torch.inference_mode():
             ids = prompt_ids + prefix_ids
             decode = Decode(self.runner, rows, ids, stopping, prefill_details=params.decoder_input_details)
@@ -289,6 +291,7 @@ class Engine:
         ids = prompt_ids + list(prefix_ids)
         if len(ids) > self.max_input_tokens:
             raise PromptTooLongError(f"prompt and prefix have {len(ids)} tokens; at most {self.max_input_tokens}")
+        self.adapters.prepare(params.adapter_id)
         chooser = self.chooser(params, compiled, constraint, len(prompt_ids))
         with self._busy, self.adapters.use(params.adapter_id), torch.inference_mode():
             k = chooser.first_refused(prompt_ids, prefix_ids)

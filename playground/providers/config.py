@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from playground.errors import ModelError, ParameterError, PlaygroundError, ProviderError
 from playground.providers.base import Provider
 from playground.providers.hf_inference import HFInferenceProvider
+from playground.providers.loading import DISABLED, LoadingRefused
 from playground.providers.openai_compat import OpenAICompatProvider
 from playground.providers.registry import Registry
 from playground.providers.remote import RemoteProvider
@@ -132,7 +133,14 @@ def register_model(registry: Registry, model: str, provider_id: str) -> str:
     if provider is None:
         known = ", ".join(sorted(registry.providers)) or "none"
         raise ModelError(f"unknown provider {provider_id!r} (configured: {known})")
-    name = provider.add_model(model)  # a local provider loads it; a remote one checks the server has it
+    if (provider_id, model) in registry.models():
+        return model
+    if not registry.loading.allow_requests:
+        raise LoadingRefused(DISABLED)
+    if provider.capabilities.model_loading:  # a local provider loads it, as the operator's policy allows
+        name = provider.load_for_request(model, registry.loading)
+    else:  # a remote one checks the server has it
+        name = provider.add_model(model)
     _check_free(registry, name, provider_id)
     registry.register_model(name, provider_id)
     return name

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
 
 from playground.engine import Engine
-from playground.errors import ModelError
+from playground.errors import ModelError, first_line
 from playground.heartbeat import Heartbeat
-from playground.models import load_model
+from playground.models import hub_snapshot, load_model
 from playground.providers.base import Capabilities, Inputs, ModelInfo, SimpleToken
+from playground.providers.loading import (
+    LoadingPolicy,
+    LoadingRefused,
+    check_request,
+    check_room,
+    load_key,
+    looks_like_path,
+)
 from playground.settings import gpu_decorator
 from playground.types import GenerateParameters, GenerationResult, NextTokenDistribution, TokenEvent
+
+log = logging.getLogger("playground.providers")
 
 
 @dataclass(frozen=True)
@@ -29,7 +39,7 @@ class LocalOptions:
     compile_memory: int = 1024  # MB one compile may add to a warm compile worker
     compile_workers: int = 2  # compile worker processes per model
     max_new_tokens: int = 256  # when a request leaves it unset
-    allow_local_paths: bool = True
+    adapters: tuple[str, ...] | None = None  # what adapter_id may name: None any (a notebook), () none
 
     @classmethod
     def from_flags(cls, args: Any, **overrides: Any) -> LocalOptions:
@@ -49,8 +59,8 @@ def make_local(options: LocalOptions | None = None, model: str | None = None) ->
             "compile_memory_mb": options.compile_memory,
             "compile_workers": options.compile_workers,
             "default_max_new_tokens": options.max_new_tokens,
+            "adapters": options.adapters,
         },
-        allow_local_paths=options.allow_local_paths,
     )
     if model is not None:
         local.add_model(model)
@@ -70,17 +80,16 @@ class LocalProvider:
         provider_id: str = "local",
         load_options: dict[str, Any] | None = None,
         engine_options: dict[str, Any] | None = None,
-        allow_local_paths: bool = True,
         loader: Callable[..., Any] = load_model,
     ) -> None:
         self.provider_id = provider_id
         self.load_options = load_options or {}
         self.engine_options = engine_options or {}
-        self.allow_local_paths = allow_local_paths
         self._loader = loader
         self._engines: dict[str, Engine] = {e.model_id: e for e in engines or []}
         self._aliases: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._loading = threading.Lock()  # one load at a time: two requests for one model load it once
         self.heartbeat = Heartbeat()
         # On a ZeroGPU Space the GPU is attached only inside spaces.GPU-decorated calls; elsewhere identity.
         gpu = gpu_decorator()
@@ -102,16 +111,51 @@ class LocalProvider:
         return engine
 
     def add_model(self, name: str) -> str:
-        """Load a model by hub id, folder, .gguf path or 'embedded'; returns its model id."""
+        """Load a model by hub id, folder, .gguf path or 'embedded' (the operator's names); returns its model id."""
+        return self._load(name, load_key(name, allow_local_paths=True), hub_only=False)
+
+    def load_for_request(self, name: str, policy: LoadingPolicy) -> str:
+        """A request's load: the operator's policy first, one copy per model, hub ids only from the hub.
+
+        A failure says the same for every path, so a request cannot learn what exists on this machine.
+        """
+        known = self._known(name)
+        if known is not None:
+            return known
+        check_request(policy, name)
+        key = load_key(name, allow_local_paths=policy.allow_local_paths)
+        hub_only = key != "embedded" and (not policy.allow_local_paths or not looks_like_path(key))
+        try:
+            return self._load(name, key, hub_only=hub_only, policy=policy)
+        except LoadingRefused:
+            raise
+        except ModelError:
+            if hub_only:
+                raise
+        except Exception as exc:  # a folder of garbage, a file that is no model: one answer for all
+            log.warning("loading %r for a request failed: %s", name, first_line(exc))
+        raise ModelError(f"cannot load model {name!r}: not a model folder or .gguf file this server can load")
+
+    def _known(self, name: str) -> str | None:
         with self._lock:
-            if name in self._aliases or name in self._engines:
-                return self._aliases.get(name, name)
-        if not self.allow_local_paths and (Path(name).expanduser().exists() or name.endswith(".gguf")):
-            raise ModelError(f"loading local paths is disabled on this server: {name!r}")
-        engine = Engine(self._loader(name, **self.load_options), **self.engine_options)
-        with self._lock:
-            self._engines.setdefault(engine.model_id, engine)
-            self._aliases[name] = engine.model_id
+            return self._aliases.get(name) or (name if name in self._engines else None)
+
+    def _load(self, name: str, key: str, *, hub_only: bool, policy: LoadingPolicy | None = None) -> str:
+        with self._loading:
+            known = self._known(key)
+            if known is not None:
+                with self._lock:
+                    self._aliases[name] = known
+                return known
+            if policy is not None:
+                check_room(policy, len(self.list_models()))
+            loaded = self._loader(hub_snapshot(key) if hub_only else key, **self.load_options)
+            if hub_only:
+                loaded.model_id = loaded.source = key
+            engine = Engine(loaded, **self.engine_options)
+            with self._lock:
+                self._engines.setdefault(engine.model_id, engine)
+                self._aliases[name] = self._aliases[key] = engine.model_id
         return engine.model_id
 
     def info(self, model: str) -> ModelInfo:
@@ -140,10 +184,9 @@ class LocalProvider:
         return self._next_token(self.engine(model), inputs, params, prefix, top_k)
 
     def _generate_on_device(self, engine: Engine, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
-        result = None
-        for event in self._stream_on_device(engine, inputs, params):
-            result = event
-        assert isinstance(result, GenerationResult)
+        with self.heartbeat.working():
+            result = engine.generate(inputs, params)
+        result.provider_id = self.provider_id
         return result
 
     def _stream_on_device(

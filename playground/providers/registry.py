@@ -6,6 +6,7 @@ import threading
 
 from playground.errors import ModelError
 from playground.providers.base import Provider
+from playground.providers.loading import LoadingPolicy
 
 
 class Registry:
@@ -15,6 +16,8 @@ class Registry:
         self._lock = threading.Lock()
         self.providers: dict[str, Provider] = {}
         self._models: dict[str, str] = {}
+        # What requests may load at run time; off unless the operator says otherwise.
+        self.loading = LoadingPolicy()
         for provider in providers:
             self.add_provider(provider)
         self.default_model = default_model or next(iter(self._models), None)

@@ -9,6 +9,7 @@ from pathlib import Path
 from playground.constraints import check_constraint
 from playground.errors import ModelError, PlaygroundError
 from playground.processors import list_factories
+from playground.providers.loading import looks_like_path
 from playground.providers.registry import Registry
 from playground.ui import render, snippets
 from playground.ui.examples import EXAMPLES, PROCESSOR_PARAMS, find_example
@@ -95,7 +96,7 @@ def choose_model(registry: Registry, name: str, settings: UISettings, progress: 
         return model_status(registry, name)
     if not settings.allow_model_loading:
         raise ModelError(f"model {name!r} is not served here and loading other models is disabled")
-    if not settings.allow_local_paths and (name.startswith((".", "/", "~")) or Path(name).exists()):
+    if not settings.allow_local_paths and looks_like_path(name):
         raise ModelError("local paths are disabled here; type a hub id")
     if progress is not None:
         progress(0.1, desc=f"loading {name} …")
@@ -111,9 +112,9 @@ def _load_local(registry: Registry, name: str, settings: UISettings) -> None:
 
     local = next((p for p in registry.providers.values() if p.capabilities.model_loading), None)
     if local is None:
-        local = make_local(settings.local or LocalOptions(allow_local_paths=settings.allow_local_paths))
+        local = make_local(settings.local or LocalOptions(adapters=()))
         registry.add_provider(local)
-    model_id = local.add_model(name)
+    model_id = local.load_for_request(name, registry.loading)
     registry.register_model(model_id, local.provider_id)
     registry.register_model(name, local.provider_id)
 

@@ -83,11 +83,11 @@ def test_best_of_three_shows_three_candidates_and_marks_the_chosen(page: Page, s
     expect(page.locator("#validation-status")).to_contain_text("✓ valid (choice)")
 
 
-def test_unknown_hub_id_in_the_model_picker_says_why(page: Page, server_url: str) -> None:
+def test_a_hub_id_in_the_model_picker_says_loading_is_off(page: Page, server_url: str) -> None:
     open_app(page, server_url)
     picker = page.locator("#model-picker input")
     picker.fill("no-such-org/no-such-model")
     picker.press("Enter")
     status = page.locator("#model-status .pg-error")
     expect(status).to_contain_text("no-such-org/no-such-model", timeout=SLOW)
-    expect(status).to_contain_text("cannot load model")
+    expect(status).to_contain_text("loading other models is disabled")

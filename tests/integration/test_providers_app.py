@@ -55,7 +55,7 @@ models:
   - {{model_id: ghost, provider_id: dead}}
   - {{model_id: junk, provider_id: garbage}}
 """)
-    return start_session_server("--providers", str(path), "--no-ui")
+    return start_session_server("--providers", str(path), "--no-ui", "--allow-model-loading")
 
 
 def chat(url: str, model: str, **extra) -> httpx.Response:

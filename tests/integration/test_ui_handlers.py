@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 
 from playground.models import EMBEDDED_FILE, embedded_gguf_path
+from playground.providers.loading import LoadingPolicy
 from playground.providers.local import LocalProvider
 from playground.providers.registry import Registry
 from playground.ui import controls, handlers
@@ -111,7 +112,8 @@ def test_unknown_processor_is_a_clear_error(registry: Registry) -> None:
     assert "unknown logits processor &#x27;nope&#x27;" in final.error
 
 
-def test_model_picker_serves_loads_and_explains_failures(registry: Registry) -> None:
+def test_model_picker_serves_loads_and_explains_failures(registry: Registry, monkeypatch) -> None:
+    monkeypatch.setattr(registry, "loading", LoadingPolicy(allow_requests=True))  # the operator allowed it
     settings = UISettings()
     assert "provider local" in controls.choose_model(registry, registry.default_model, settings)
     with pytest.raises(Exception, match="no-such-org/no-such-model"):

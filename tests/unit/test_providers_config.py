@@ -18,6 +18,7 @@ from playground.providers.config import (
     read_providers_file,
     register_model,
 )
+from playground.providers.loading import LoadingPolicy, LoadingRefused
 from playground.providers.tgi import TGIProvider
 from playground.providers.vllm import VLLMProvider
 from playground.types import GenerateParameters
@@ -38,6 +39,9 @@ class FakeLocal:
 
     def list_models(self) -> list[str]:
         return list(self.loaded)
+
+    def load_for_request(self, name: str, policy: LoadingPolicy) -> str:
+        return self.add_model(name)
 
     def add_model(self, name: str) -> str:
         self.loaded.append(name)
@@ -247,6 +251,9 @@ providers:
 """,
     )
     stub.routes["GET /v1/models"] = StubReply(json=models_list("qwen", "late", "newer"))
+    with pytest.raises(LoadingRefused, match="loading models at run time is disabled on this server"):
+        register_model(registry, "newer", "v")
+    registry.loading = LoadingPolicy(allow_requests=True)  # the operator's --allow-model-loading
     assert register_model(registry, "newer", "v") == "v/newer"
     assert register_model(registry, "v/late", "v") == "v/late"
     assert isinstance(registry.resolve("v/newer")[0], VLLMProvider)

@@ -1,0 +1,79 @@
+"""Loading a model at run time is the operator's call: who may, what names, how many, and no path probing.
+
+Every check here looks at the name's spelling and the policy only, never at the file system, so a
+refusal reads the same whether or not a path exists.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from playground.errors import PlaygroundError
+
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+DISABLED = "loading models at run time is disabled on this server (the operator enables it with --allow-model-loading)"
+
+
+class LoadingRefused(PlaygroundError):
+    """A request asked to load a model or adapter that this server's policy does not allow."""
+
+    status = 403
+    error_type = "forbidden"
+
+
+@dataclass(frozen=True)
+class LoadingPolicy:
+    """What requests (the UI's model picker, POST /v1/models) may load; the operator's --model always loads."""
+
+    allow_requests: bool = False
+    allow_local_paths: bool = True
+    max_models: int = 4
+
+
+def looks_like_path(name: str) -> bool:
+    """A local path by its spelling alone: absolute, relative with a dot, home, a .gguf, or deeper than org/name."""
+    return (
+        name.startswith(("/", ".", "~"))
+        or name.endswith(".gguf")
+        or "\\" in name
+        or name.count("/") > 1
+        or name.endswith("/")
+    )
+
+
+def check_request(policy: LoadingPolicy, name: str) -> None:
+    """Refuse a request's load before anything is read or fetched; the same answer for any path."""
+    if not policy.allow_requests:
+        raise LoadingRefused(DISABLED)
+    if not policy.allow_local_paths and looks_like_path(name):
+        raise LoadingRefused("loading local paths is disabled on this server; give a hub id (org/name)")
+
+
+def check_room(policy: LoadingPolicy, loaded: int) -> None:
+    """One more model must fit under the operator's cap."""
+    if loaded >= policy.max_models:
+        raise LoadingRefused(
+            f"this server already holds {loaded} models, its limit (--max-models {policy.max_models}); "
+            "loading more is refused"
+        )
+
+
+def load_key(name: str, *, allow_local_paths: bool) -> str:
+    """One key per model: every spelling of a folder or file is its resolved path; hub ids stay as they are."""
+    if name in ("", "embedded"):
+        return "embedded"
+    if allow_local_paths and (looks_like_path(name) or os.path.exists(name)):
+        return str(Path(name).expanduser().resolve())
+    return name
+
+
+def loading_problem(allowed: bool, host: str, api_key: str | None) -> str | None:
+    """Why loading may not be switched on here: never for visitors without a key on a public interface."""
+    if allowed and host not in LOOPBACK_HOSTS and not api_key:
+        return (
+            f"--allow-model-loading on {host} (not a loopback address) needs --api-key: "
+            "without a key any visitor could load models"
+        )
+    return None
