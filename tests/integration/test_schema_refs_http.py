@@ -1,4 +1,4 @@
-"""Through the live server, no schema reads outside the request: /generate and /v1/chat/completions alike."""
+"""Through the live server, no schema reads outside the request: /generate, /v1/chat/completions and /check."""
 
 from __future__ import annotations
 
@@ -31,7 +31,11 @@ def _chat(schema: Any) -> tuple[str, dict]:
     }
 
 
-ROUTES = [pytest.param(_generate, id="generate"), pytest.param(_chat, id="chat")]
+def _check(schema: Any) -> tuple[str, dict]:
+    return "/check", {"grammar": {"type": "json", "value": schema}, "text": '"guess"'}
+
+
+ROUTES = [pytest.param(_generate, id="generate"), pytest.param(_chat, id="chat"), pytest.param(_check, id="check")]
 
 
 def _refused(url: str, route: Callable[[Any], tuple[str, dict]], schema: Any) -> str:
