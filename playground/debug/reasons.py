@@ -156,6 +156,8 @@ def _object_reason(
         if char == "," and not keys:
             return f"every key the schema allows in {where} is already there: only `}}` can close it"
         return "after a value only `,` or `}` may follow" if char not in ",}" else None
+    if keys and char != '"':
+        return f'a key starts with `"`: the schema allows only the keys {listing(keys)} here'
     if keys:
         return f"the schema allows only the keys {listing(keys)} here"
     return None

@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 
 from playground.providers.registry import Registry
-from playground.ui import controls, handlers, layout, render
+from playground.ui import controls, debugger, handlers, layout, render
 from playground.ui.chat_view import chatbot_value
 from playground.ui.handlers import Panels
 from playground.ui.state import ChatState, Form, ModelPick, UISettings
@@ -108,6 +108,7 @@ def _setup_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: 
     _setup_chat_events(registry, c)
     _setup_tab_events(registry, settings, c)
     _setup_session_events(c)
+    debugger.setup(registry, c, layout.form_inputs(c))
 
 
 def _setup_constraint_events(demo: gr.Blocks, c: Comps) -> None:

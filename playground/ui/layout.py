@@ -298,6 +298,9 @@ def render_all(registry: Registry) -> dict[str, gr.Component]:
             with gr.Tabs():
                 with gr.Tab("Chat", id="chat"):
                     _merge(comps, _render_chat_tab())
+                    from playground.ui import debugger  # imports this module: loaded when the page is built
+
+                    _merge(comps, debugger.render_panels())
                 with gr.Tab("Compare", id="compare"):
                     _merge(comps, _render_compare_tab())
                 with gr.Tab("Code", id="code") as code_tab:

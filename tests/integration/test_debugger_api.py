@@ -53,7 +53,7 @@ def test_check_limits_and_bad_input(server_url: str) -> None:
 
 def test_reason_lists_the_keys_left(server_url: str) -> None:
     tokens = httpx.post(f"{server_url}/tokenize", json={"inputs": "zz"}, timeout=60).json()
-    body = {"grammar": JSON, "prefix": '{"kind": "dog", ', "tokens": [tokens[-1]["id"]]}
+    body = {"grammar": JSON, "prefix": '{"kind": "dog", "', "tokens": [tokens[-1]["id"]]}
     data = post(server_url, "/reason", body).json()
     assert data["reasons"][0]["allowed"] is False
     # llguidance keeps the schema's key order and `name` is required: it is the one key that may come next

@@ -1,0 +1,67 @@
+"""The constraint debugger in Chromium: confidence per field, why a token was refused, a branch, a checked instance."""
+
+from __future__ import annotations
+
+import json
+
+from playwright.sync_api import Page, expect
+
+from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter
+
+PET = {
+    "type": "object",
+    "properties": {"kind": {"enum": ["cat", "dog"]}, "name": {"type": "string", "maxLength": 8}},
+    "required": ["kind", "name"],
+    "additionalProperties": False,
+}
+
+
+def ask_for_a_pet(page: Page, url: str) -> dict:
+    open_app(page, url)
+    pick_kind(page, "JSON schema")
+    paste_constraint(page, json.dumps(PET))
+    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
+    set_parameter(page, "param-max-new-tokens", "30")
+    send(page, "A pet as JSON.")
+    expect(page.locator("#validation-status")).to_contain_text("✓ valid (json_schema)")
+    return json.loads(page.locator("#chatbot [data-testid=bot] code").last.inner_text())
+
+
+def test_fields_reasons_and_a_branch(page: Page, server_url: str) -> None:
+    answer = ask_for_a_pet(page, server_url)
+    fields = page.locator("#field-panel")
+    for key in answer:
+        expect(fields.locator(f"tr[data-path='{key}']")).to_be_visible(timeout=SLOW)
+
+    page.locator("#token-panel .tok[data-index='1']").click()
+    reasons = page.locator("#reason-panel")
+    expect(reasons).to_contain_text("before token #1", timeout=SLOW)
+    expect(reasons.locator("tr.refused").first).to_be_visible()
+    expect(reasons).to_contain_text("end of text not allowed")
+
+    box = page.locator("#branch-text textarea, #branch-text input").first
+    expect(box).not_to_have_value("", timeout=SLOW)  # the most likely allowed alternative, offered
+    offered = box.input_value()
+    page.locator("#branch-btn").click()
+    panel = page.locator("#branch-panel")
+    expect(panel.locator("mark.forced")).to_have_text(offered, timeout=SLOW)
+    expect(panel).to_contain_text("total logprob")
+    expect(panel.locator(".pg-verdict")).to_be_visible()
+    picker = page.locator("#branch-picker")
+    expect(picker).to_contain_text("branch 1 at #1")
+    picker.get_by_label("original answer").check()
+    expect(panel.locator("mark.forced")).to_have_count(0)
+
+
+def test_check_an_instance_names_the_refused_token(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    pick_kind(page, "JSON schema")
+    paste_constraint(page, json.dumps(PET))
+    page.locator("#check > button.label-wrap").click()
+    page.locator("#check-text textarea").fill('{"kind": "cow", "name": "<script>x</script>"}')
+    page.locator("#check-btn").click()
+    result = page.locator("#check-result")
+    expect(result).to_contain_text("refused: kind must be one of `cat`, `dog`", timeout=SLOW)
+    expect(result.locator("mark.refused")).to_be_visible()
+    expect(result).to_contain_text("<script>x</script>")  # shown as text, never run
+    assert result.locator("script").count() == 0

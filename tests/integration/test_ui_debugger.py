@@ -1,0 +1,79 @@
+"""The debugger's UI handlers on the embedded model: check an instance, fields, reasons, branches."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from playground.providers.local import LocalProvider
+from playground.providers.registry import Registry
+from playground.ui import debugger, handlers
+from playground.ui.state import ChatState, Form
+
+PET = json.dumps(
+    {
+        "type": "object",
+        "properties": {"kind": {"enum": ["cat", "dog"]}, "name": {"type": "string", "maxLength": 8}},
+        "required": ["kind", "name"],
+        "additionalProperties": False,
+    }
+)
+
+
+@pytest.fixture
+def registry(engine) -> Registry:
+    return Registry([LocalProvider([engine])])
+
+
+def pet_form(registry: Registry) -> Form:
+    return Form(model=registry.default_model, kind="json_schema", constraint_text=PET, max_new_tokens=30)
+
+
+def test_check_instance_marks_the_refused_token_escaped(registry: Registry) -> None:
+    html = debugger.check_instance(registry, pet_form(registry), '{"kind": "<b>cow"}')
+    assert 'data-accepted="false"' in html
+    assert "kind must be one of `cat`, `dog`" in html
+    assert "<b>cow" not in html and "&lt;b&gt;" in html
+    ok = debugger.check_instance(registry, pet_form(registry), '{"kind": "cat", "name": "Tom"}')
+    assert 'data-accepted="true"' in ok and "valid against the schema" in ok
+
+
+def test_check_instance_without_a_constraint_says_so(registry: Registry) -> None:
+    html = debugger.check_instance(registry, Form(model=registry.default_model), "anything")
+    assert "pick a constraint first" in html
+
+
+def test_turn_fields_reasons_and_a_branch(registry: Registry) -> None:
+    state = ChatState()
+    for _ in handlers.chat(registry, pet_form(registry), state, "A pet as JSON."):
+        pass
+    answer = json.loads(state.result.best.generated_text)
+    fields = debugger.fields_html(state)
+    assert all(f'data-path="{key}"' in fields for key in answer)
+    # pin the token that starts the name's value and branch with another name
+    text = state.result.best.generated_text
+    start = text.index(answer["name"], text.index('"name"') + 6)
+    at, index = 0, None
+    for i, token in enumerate(state.tokens):
+        if at >= start:
+            index = i
+            break
+        at += len(token.text)
+    branches, offered = debugger.pin(state, debugger.BranchState(), index)
+    assert branches.pinned == index and isinstance(offered, str)
+    reasons = debugger.reasons_html(registry, state, index)
+    assert "end of text not allowed" in reasons
+    branches, picker, panel = debugger.branch(registry, state, branches, "Zed")
+    (made,) = branches.branches
+    assert made.result.best.continued_from.endswith("Zed")
+    full = made.result.best.continued_from + made.result.best.generated_text
+    assert json.loads(full)["name"].startswith("Zed") and made.result.best.validation.valid
+    assert picker["value"] == f"branch 1 at #{index}: 'Zed'"
+    assert '<mark class="forced"' in panel and "total logprob" in panel
+    assert "✓ valid" in debugger.branch_html(state, branches, debugger.ORIGINAL)
+
+
+def test_branch_before_a_click_asks_for_one(registry: Registry) -> None:
+    _, _, panel = debugger.branch(registry, ChatState(), debugger.BranchState(), "x")
+    assert "click a token of the answer first" in panel
