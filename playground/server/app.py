@@ -19,14 +19,17 @@ from playground.server.auth import (
     ui_login,
 )
 from playground.server.convert import VERSION
+from playground.server.docs import API_ERRORS, add_docs
 from playground.server.errors import install_error_handlers
 from playground.server.guards import (
     MAX_BODY_BYTES,
     DeclaredBodyLimit,
+    ErrorShape,
     add_method_not_allowed,
     api_methods,
     valid_unicode,
 )
+from playground.server.guesses import KeyGuesses
 
 DESCRIPTION = """Constrained decoding over TGI- and OpenAI-compatible routes.
 
@@ -45,16 +48,25 @@ def create_app(
     stall_timeout_s: float = 60.0,
 ) -> FastAPI:
     """The API on every route it names, and the UI (when asked) on everything else under "/"."""
-    app = FastAPI(title="Structured Playground", version=VERSION, description=DESCRIPTION)
+    app = FastAPI(
+        title="Structured Playground",
+        version=VERSION,
+        description=DESCRIPTION,
+        openapi_url=None,  # served by add_docs, behind the key like the routes it describes
+        docs_url=None,
+        redoc_url=None,
+    )
     app.state.registry = registry
     app.state.admission = Admission(admission or AdmissionLimits())
     app.state.stall_timeout_s = stall_timeout_s
     install_error_handlers(app)
-    checks = [Depends(api_key_guard(api_key)), Depends(valid_unicode)]
+    guesses = KeyGuesses()
+    guard = api_key_guard(api_key, guesses)
+    checks = [Depends(guard), Depends(valid_unicode)]
     app.include_router(tgi.open_router)
-    app.include_router(tgi.router, dependencies=checks, max_body_size=MAX_BODY_BYTES)
-    app.include_router(openai.router, dependencies=checks, max_body_size=MAX_BODY_BYTES)
-    app.include_router(debug.router, dependencies=checks, max_body_size=MAX_BODY_BYTES)
+    for router in (tgi.router, openai.router, debug.router):
+        app.include_router(router, dependencies=checks, max_body_size=MAX_BODY_BYTES, responses=API_ERRORS)
+    add_docs(app, guard)
     methods = api_methods([tgi.open_router, tgi.router, openai.router, debug.router])
     add_method_not_allowed(app, methods)
     work = {path for path, allowed in methods.items() if "POST" in allowed}
@@ -66,8 +78,9 @@ def create_app(
         refused_anyway=lambda scope: not has_api_key(scope, api_key),
     )
     app.add_middleware(DeclaredBodyLimit, paths=set(methods), max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(ErrorShape)
     if ui:
-        return _mount_ui(app, registry, ui_options or {}, api_key)
+        return _mount_ui(app, registry, ui_options or {}, api_key, guesses)
 
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:
@@ -76,7 +89,9 @@ def create_app(
     return app
 
 
-def _mount_ui(app: FastAPI, registry: Registry, options: dict[str, Any], api_key: str | None) -> FastAPI:
+def _mount_ui(
+    app: FastAPI, registry: Registry, options: dict[str, Any], api_key: str | None, guesses: KeyGuesses
+) -> FastAPI:
     """Gradio's Blocks under "/"; the API routes were added first, so they win. A key puts the UI behind a login."""
     import gradio as gr
 
@@ -86,5 +101,5 @@ def _mount_ui(app: FastAPI, registry: Registry, options: dict[str, Any], api_key
     if api_key is None:
         return gr.mount_gradio_app(app, blocks, path="/", **page_assets())
     gr.mount_gradio_app(app, blocks, path="/", auth=ui_login(api_key), auth_message=LOGIN_MESSAGE, **page_assets())
-    app.add_middleware(GradioLoginGate, gradio_app=mounted_gradio(app))
+    app.add_middleware(GradioLoginGate, gradio_app=mounted_gradio(app), guesses=guesses)
     return app

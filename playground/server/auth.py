@@ -10,13 +10,15 @@ from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 from starlette.routing import Mount
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from playground.server.errors import error_body
+from playground.server.guesses import KeyGuesses, client_of
 
 LOGIN_MESSAGE = "This server needs its API key: log in with any user name and the API key as the password."
 # Gradio's routes that run handlers, upload, stream or cancel all live under this prefix.
 GRADIO_API_PREFIX = "/gradio_api/"
+LOGIN_PATH = "/login"
 
 
 def key_matches(given: str, api_key: str) -> bool:
@@ -32,11 +34,19 @@ def has_api_key(scope: Scope, api_key: str | None) -> bool:
     return scheme.lower() == "bearer" and key_matches(token.strip(), api_key)
 
 
-def api_key_guard(api_key: str | None):
-    """A dependency that demands `Authorization: Bearer KEY` when the server has a key."""
+def api_key_guard(api_key: str | None, guesses: KeyGuesses | None = None):
+    """A dependency that demands `Authorization: Bearer KEY` when the server has a key; guessing gets 429."""
+    guesses = guesses or KeyGuesses()
 
     async def check(request: Request) -> None:
+        if api_key is None:
+            return
+        client = client_of(request.scope)
+        wait = guesses.retry_after_s(client)
+        if wait:
+            raise HTTPException(status_code=429, detail=guesses.message(wait), headers={"Retry-After": str(wait)})
         if not has_api_key(request.scope, api_key):
+            guesses.failed(client)
             raise HTTPException(
                 status_code=401,
                 detail="missing or wrong API key: send the header `Authorization: Bearer <key>`",
@@ -70,9 +80,10 @@ class GradioLoginGate:
     this closes the rest, so nothing of the UI's backend answers before a login.
     """
 
-    def __init__(self, app: ASGIApp, *, gradio_app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, gradio_app: ASGIApp, guesses: KeyGuesses | None = None) -> None:
         self.app = app
         self.gradio_app = gradio_app
+        self.guesses = guesses or KeyGuesses()
 
     def logged_in(self, scope: Scope) -> bool:
         """Whether the request carries a token Gradio issued at /login."""
@@ -82,6 +93,9 @@ class GradioLoginGate:
         return token is not None and token in self.gradio_app.tokens  # type: ignore[attr-defined]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == LOGIN_PATH and scope["method"] == "POST":
+            await self._login(scope, receive, send)
+            return
         guarded = scope["type"] in ("http", "websocket") and scope["path"].startswith(GRADIO_API_PREFIX)
         if not guarded or self.logged_in(scope):
             await self.app(scope, receive, send)
@@ -93,3 +107,19 @@ class GradioLoginGate:
             "not logged in: log in to the UI at / (any user name, the API key as password)", "authentication"
         )
         await JSONResponse(body, status_code=401)(scope, receive, send)
+
+    async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Gradio's login, with the same limit on guessing as the API key."""
+        client = client_of(scope)
+        wait = self.guesses.retry_after_s(client)
+        if wait:
+            body = error_body(self.guesses.message(wait), "too_many_attempts")
+            await JSONResponse(body, status_code=429, headers={"Retry-After": str(wait)})(scope, receive, send)
+            return
+
+        async def counted(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] != 200:
+                self.guesses.failed(client)
+            await send(message)
+
+        await self.app(scope, receive, counted)

@@ -15,7 +15,13 @@ from playground.wire.errors import validation_message
 
 log = logging.getLogger("playground.server")
 
-_HTTP_ERROR_TYPES = {401: "authentication", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+_HTTP_ERROR_TYPES = {
+    401: "authentication",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    429: "too_many_attempts",
+}
 # FastAPI's answer when json.loads itself fails (not UTF-8, nested too deep, a huge integer literal).
 _BODY_PARSE_FAILED = "There was an error parsing the body"
 # An error names what was wrong; it never echoes a huge value (a field name, a schema, a string) back.

@@ -12,7 +12,7 @@ from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.routing import APIRoute
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from playground.errors import ParameterError
 from playground.server.errors import error_body
@@ -24,6 +24,7 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 # Only a JSON escape can put a lone UTF-16 surrogate into a string (raw surrogate bytes are not UTF-8).
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+_SHAPED = {404: "not_found", 405: "method_not_allowed"}
 
 
 def _is_invalid(text: str) -> bool:
@@ -120,3 +121,50 @@ class DeclaredBodyLimit:
                 await JSONResponse(error_body(message, "request_too_large"), status_code=413)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class ErrorShape:
+    """404 and 405 answers that arrive in FastAPI's `{"detail": ...}` (the mounted UI's) in our error shape."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start: Message | None = None
+        chunks: list[bytes] = []
+
+        async def reshaping(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start" and _detail_error(message):
+                start = message
+                return
+            if start is None or message["type"] != "http.response.body":
+                await send(message)
+                return
+            chunks.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            body = _reshaped(b"".join(chunks), start["status"])
+            headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+            await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, reshaping)
+
+
+def _detail_error(start: Message) -> bool:
+    content_type = dict(start.get("headers", [])).get(b"content-type", b"")
+    return start["status"] in _SHAPED and content_type.startswith(b"application/json")
+
+
+def _reshaped(body: bytes, status: int) -> bytes:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(data, dict) or "detail" not in data or "error" in data:
+        return body
+    return json.dumps(error_body(str(data["detail"]), _SHAPED[status])).encode()

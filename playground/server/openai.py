@@ -14,6 +14,7 @@ from playground.debug import tools
 from playground.providers.base import Provider
 from playground.providers.config import register_model as register_model_at_run_time
 from playground.server import chat
+from playground.server.docs import JSON_OR_STREAM
 from playground.server.errors import exception_event
 from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.server.tgi import registry_of, resolve, sse
@@ -56,7 +57,11 @@ async def _choice_params(provider: Provider, model_id: str, req: ChatRequest) ->
     return params
 
 
-@router.post("/chat/completions", summary="Chat completion with guided decoding (OpenAI, vLLM and TGI forms)")
+@router.post(
+    "/chat/completions",
+    summary="Chat completion with guided decoding (OpenAI, vLLM and TGI forms)",
+    responses=JSON_OR_STREAM,
+)
 async def chat_completions(request: Request, body: ChatRequest) -> Any:
     """n choices are n independent samples with seeds seed, seed+1, ...; `validation` on each choice."""
     provider, model_id = resolve(request, body.model)

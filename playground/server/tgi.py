@@ -15,6 +15,7 @@ from playground.processors import list_factories
 from playground.providers.base import Provider
 from playground.providers.registry import Registry
 from playground.server import convert
+from playground.server.docs import HEALTH_RESPONSES, JSON_OR_STREAM, STREAM_RESPONSES
 from playground.server.errors import error_body, exception_event
 from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.types import GenerateParameters, GenerateRequest, GenerationResult, NextTokenDistribution, TokenEvent
@@ -90,13 +91,18 @@ async def generate(request: Request, body: GenerateRequest, model: str | None = 
     return await _generate(request, body, model)
 
 
-@router.post("/generate_stream", summary="Generate a stream of tokens with Server-Sent Events (TGI)")
+@router.post(
+    "/generate_stream",
+    summary="Generate a stream of tokens with Server-Sent Events (TGI)",
+    response_class=StreamingResponse,
+    responses=STREAM_RESPONSES,
+)
 async def generate_stream(request: Request, body: GenerateRequest, model: str | None = ModelQuery) -> StreamingResponse:
     """TGI's /generate_stream: `data: {...}` events; errors after the start arrive as a last error event."""
     return await _stream_response(request, body, model)
 
 
-@router.post("/", summary="Generate, or stream when `stream` is true (TGI compat route)")
+@router.post("/", summary="Generate, or stream when `stream` is true (TGI compat route)", responses=JSON_OR_STREAM)
 async def compat_generate(request: Request, body: GenerateRequest, model: str | None = ModelQuery) -> Any:
     """TGI's compat route, which huggingface_hub's InferenceClient(base_url=...) posts to."""
     if body.stream:
@@ -118,7 +124,11 @@ async def info(request: Request, model: str | None = ModelQuery) -> dict[str, An
     return {**body, **admission, **limits_info(), "capabilities": provider.capabilities.as_json()}
 
 
-@open_router.get("/health", summary="Health check (never needs the API key); 503 while an engine is stuck")
+@open_router.get(
+    "/health",
+    summary="Health check (never needs the API key); 503 while an engine is stuck",
+    responses=HEALTH_RESPONSES,
+)
 async def health(request: Request) -> Any:
     """ok with the requests running and waiting; 503 when running work has not moved for --stall-timeout."""
     registry = registry_of(request)

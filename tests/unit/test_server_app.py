@@ -13,8 +13,9 @@ KEY = "s3cret"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def client() -> TestClient:
+    """A fresh app per test: wrong keys count per client, and each test starts with none."""
     return TestClient(create_app(Registry([]), api_key=KEY, ui=False))
 
 
@@ -40,11 +41,11 @@ def test_every_api_route_needs_the_key(client: TestClient, method: str, path: st
         assert "Authorization: Bearer" in response.json()["error"]
 
 
-def test_health_and_docs_stay_open(client: TestClient) -> None:
+def test_health_stays_open_and_the_docs_take_the_key(client: TestClient) -> None:
     assert client.get("/health").json() == {"status": "ok", "models": 0, "running": 0, "waiting": 0}
-    paths = client.get("/openapi.json").json()["paths"]
+    paths = client.get("/openapi.json", headers=AUTH).json()["paths"]
     assert {"/generate", "/generate_stream", "/info", "/tokenize", "/next_token", "/v1/chat/completions"} <= set(paths)
-    assert "swagger" in client.get("/docs").text.lower()
+    assert "swagger" in client.get("/docs", headers=AUTH).text.lower()
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,57 @@
+"""The published API description: our error answers in our shape, and the docs behind the key like the API."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import Depends, FastAPI
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel
+
+
+class ErrorResponse(BaseModel):
+    """Every error the API answers (TGI's ErrorResponse): what went wrong, and its kind."""
+
+    error: str
+    error_type: str
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"model": ErrorResponse, "description": description}
+
+
+API_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: _error("Missing or wrong API key (`Authorization: Bearer KEY`)."),
+    403: _error("Not allowed on this server: loading models, an adapter the operator did not list."),
+    404: _error("No provider serves the model, or no such provider."),
+    413: _error("The request body is larger than the server takes."),
+    422: _error("Invalid request: the message names the field or the problem (a bad constraint, a limit)."),
+    424: _error("A remote provider answered with an error."),
+    429: _error("Too many requests waiting (max_queue), or too many wrong API keys; see Retry-After."),
+    502: _error("A remote provider could not be reached, or answered something that is not its protocol."),
+}
+HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {503: _error("An engine has made no progress for --stall-timeout.")}
+SSE = {"text/event-stream": {"schema": {"type": "string", "description": "`data: {...}` events"}}}
+STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {200: {"description": "Server-sent events.", "content": SSE}}
+JSON_OR_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {"description": "JSON, or server-sent events when `stream` is true.", "content": SSE}
+}
+
+
+def add_docs(app: FastAPI, guard: Callable[..., Any]) -> None:
+    """/openapi.json, /docs and /redoc, each behind the same API key as the routes they describe."""
+    checks = [Depends(guard)]
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=checks)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=checks)
+    async def swagger() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - API docs")
+
+    @app.get("/redoc", include_in_schema=False, dependencies=checks)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url="/openapi.json", title=f"{app.title} - ReDoc")
