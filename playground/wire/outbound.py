@@ -12,25 +12,19 @@ from typing import Any
 from playground.constraints import Constraint
 from playground.errors import UnsupportedConstraintError
 from playground.types import GenerateParameters
-from playground.wire.controls import SAMPLING, Dialect, carried_by
+from playground.wire.controls import BY_NAME, SAMPLING, Dialect, carried_by
 
+# TGI's own GenerateParameters (its OpenAPI schema). Our other fields are extensions no remote server
+# reads, so a new one is refused by every remote provider until a dialect here learns to carry it.
+TGI_FIELDS = frozenset(
+    "adapter_id best_of decoder_input_details details do_sample frequency_penalty grammar max_new_tokens "
+    "repetition_penalty return_full_text seed stop temperature top_k top_n_tokens top_p truncate typical_p "
+    "watermark".split()
+)
+EXTENSIONS = tuple(n for n in GenerateParameters.model_fields if n not in TGI_FIELDS and n not in BY_NAME)
+_NOT_OPENAI = ("watermark", "truncate", "adapter_id", "decoder_input_details", "return_full_text", *EXTENSIONS)
 # Non-sampling GenerateParameters fields each dialect has no field for.
-_NOT_CARRIED: dict[Dialect, tuple[str, ...]] = {
-    "openai": (
-        "watermark",
-        "truncate",
-        "adapter_id",
-        "decoder_input_details",
-        "return_full_text",
-        "logits_processors",
-        "constraint_engine",
-        "continue_from",
-        "fast_forward",
-    ),
-    "tgi": ("logits_processors", "constraint_engine", "continue_from", "fast_forward"),
-    "chat": ("watermark", "truncate", "adapter_id", "decoder_input_details", "return_full_text"),
-}
-_NOT_CARRIED["vllm"] = _NOT_CARRIED["openai"]
+_NOT_CARRIED: dict[Dialect, tuple[str, ...]] = {"openai": _NOT_OPENAI, "vllm": _NOT_OPENAI, "tgi": EXTENSIONS}
 
 
 def unsupported(dialect: Dialect) -> tuple[str, ...]:

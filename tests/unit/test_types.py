@@ -29,7 +29,7 @@ from playground.types import (
 from tests.spec import SPEC_PATH, validate
 
 SCHEMAS: dict[str, Any] = json.loads(SPEC_PATH.read_text())["components"]["schemas"]
-OUR_EXTENSIONS = {"logits_processors", "constraint_engine", "min_p", "continue_from"}
+OUR_EXTENSIONS = {"logits_processors", "constraint_engine", "min_p", "continue_from", "fast_forward"}
 
 
 def test_generate_parameters_fields_equal_tgi_spec() -> None:

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from playground.errors import ParameterError
 from playground.providers.base import ModelInfo
 from playground.types import GenerateParameters
-from playground.wire import controls, inbound, limits
+from playground.wire import controls, inbound, limits, outbound
 from playground.wire.errors import parameter_error
 
 INFO = ModelInfo(model_id="m", provider_id="p", provider_type="t", max_input_tokens=99, max_total_tokens=100)
@@ -82,3 +82,11 @@ def test_min_p_reaches_the_local_sampler() -> None:
     scores = torch.log(torch.tensor([[0.6, 0.3, 0.1]]))
     kept = sampling.warpers(GenerateParameters(min_p=0.4))(torch.zeros((1, 1), dtype=torch.long), scores)
     assert torch.isfinite(kept[0, :2]).all() and torch.isinf(kept[0, 2])  # 0.1 < 0.4 * 0.6
+
+
+def test_every_extension_is_refused_by_remote_dialects_unless_carried() -> None:
+    extensions = set(GenerateParameters.model_fields) - outbound.TGI_FIELDS
+    for dialect in ("openai", "vllm", "tgi"):
+        carried = set(controls.carried_by(dialect))
+        assert extensions - carried <= set(outbound.unsupported(dialect)), dialect
+    assert "min_p" not in outbound.unsupported("vllm") and "min_p" in outbound.unsupported("tgi")
