@@ -60,9 +60,23 @@ def _validator(cls: type, schema: Any) -> Any:
 def check_schema(schema: dict) -> None:
     """A valid schema whose references all resolve inside it; otherwise a ConstraintError saying where."""
     cls = validator_class(schema)
-    meta = _linear(jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls))
+    meta = _validator(_linear(jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls)), cls.META_SCHEMA)
+    _check_against(meta, schema, "not a valid JSON Schema")
+    spec = referencing.jsonschema.specification_with(
+        cls.ID_OF(cls.META_SCHEMA) or "", default=referencing.jsonschema.DRAFT202012
+    )
     try:
-        error = next(_validator(meta, cls.META_SCHEMA).iter_errors(schema), None)
+        _check_refs(spec, meta, schema)
+    except RecursionError:
+        raise InvalidConstraintError("the JSON schema is nested too deeply to check") from None
+    except (ValueError, TypeError, LookupError, AttributeError) as exc:
+        raise InvalidConstraintError(f"the JSON schema's $id or references are malformed: {first_line(exc)}") from None
+
+
+def _check_against(meta: Any, schema: Any, what: str) -> None:
+    """`schema` passes the meta-schema, or an InvalidConstraintError naming where and why."""
+    try:
+        error = next(meta.iter_errors(schema), None)
     except RecursionError:
         raise InvalidConstraintError("the JSON schema is nested too deeply to check") from None
     except (referencing.exceptions.Unresolvable, schema_keywords.UncheckedPattern) as exc:
@@ -72,8 +86,7 @@ def check_schema(schema: dict) -> None:
         cause = f" ({first_line(error.cause)})" if error.cause else ""
         if error.validator == "format" and error.validator_value == "regex":
             cause = f": the engines read Rust regex syntax and {_pattern_problem(error.instance)}"
-        raise InvalidConstraintError(f"not a valid JSON Schema at {where}: {error.message}{cause}")
-    _check_refs(cls, schema)
+        raise InvalidConstraintError(f"{what} at {where}: {error.message}{cause}")
 
 
 def _pattern_problem(pattern: Any) -> str:
@@ -82,36 +95,38 @@ def _pattern_problem(pattern: Any) -> str:
     return f"say: {pattern_error(pattern)}" if isinstance(pattern, str) else "need a string"
 
 
-def _check_refs(cls: type, schema: dict) -> None:
-    """Resolve every reference in the schema against the schema alone (no retrieval)."""
-    spec = referencing.jsonschema.specification_with(
-        cls.ID_OF(cls.META_SCHEMA) or "", default=referencing.jsonschema.DRAFT202012
-    )
-    try:
-        resource = spec.create_resource(schema)
-        for keyword, ref, resolver in _refs(REGISTRY.resolver_with_root(resource), resource):
-            _resolve(resolver, keyword, ref)
-    except RecursionError:
-        raise InvalidConstraintError("the JSON schema is nested too deeply to check") from None
-    except (ValueError, TypeError, LookupError) as exc:
-        raise InvalidConstraintError(f"the JSON schema's $id or references are malformed: {first_line(exc)}") from None
+def _check_refs(spec: Any, meta: Any, schema: dict) -> None:
+    """Resolve every reference against the schema alone (no retrieval); a target the meta-schema never
+    reached (under a key that is no keyword) is checked as a schema and walked too, once."""
+    resource = spec.create_resource(schema)
+    walked: set[int] = set()
+    todo = [(REGISTRY.resolver_with_root(resource), resource)]
+    while todo:
+        resolver, current = todo.pop()
+        for keyword, ref, scope in _refs(resolver, current, walked):
+            resolved = _resolve(scope, keyword, ref)
+            if isinstance(resolved.contents, bool) or id(resolved.contents) in walked:
+                continue
+            _check_against(meta, resolved.contents, f"{keyword} {ref!r} points to something that is not a schema")
+            todo.append((resolved.resolver, spec.create_resource(resolved.contents)))
 
 
-def _refs(resolver: Any, resource: Any) -> Iterator[tuple[str, str, Any]]:
+def _refs(resolver: Any, resource: Any, walked: set[int]) -> Iterator[tuple[str, str, Any]]:
     """Every (keyword, reference, resolver in scope) in the resource and its subschemas."""
     contents = resource.contents
     if isinstance(contents, dict):
+        walked.add(id(contents))
         for keyword in _REF_KEYWORDS:
             if isinstance(contents.get(keyword), str):
                 yield keyword, contents[keyword], resolver
     for sub in resource.subresources():
         if isinstance(sub.contents, dict | bool):  # referencing's draft 3 walk also yields plain values
-            yield from _refs(resolver.in_subresource(sub), sub)
+            yield from _refs(resolver.in_subresource(sub), sub, walked)
 
 
-def _resolve(resolver: Any, keyword: str, ref: str) -> None:
+def _resolve(resolver: Any, keyword: str, ref: str) -> Any:
     try:
-        resolver.lookup(ref)
+        return resolver.lookup(ref)
     except referencing.exceptions.PointerToNowhere:
         raise InvalidConstraintError(f"{keyword} {ref!r} points to nothing in the schema") from None
     except referencing.exceptions.Unresolvable:
@@ -142,6 +157,7 @@ def validate(schema: dict, text: str) -> Validation:
         LookupError,
         TypeError,
         ValueError,
+        AttributeError,
     ) as exc:
         return Validation(valid=None, message=f"could not check with jsonschema: {first_line(exc)}")
     except RecursionError:

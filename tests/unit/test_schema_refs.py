@@ -107,3 +107,13 @@ def test_a_draft3_schema_is_checked_without_a_crash():
     constraint = Constraint.json_schema(schema)
     assert constraint.validate('{"a": 1}').valid is True
     assert constraint.validate("{}").valid is False
+
+
+def test_a_reference_target_outside_the_keywords_is_checked_and_walked_too(listener):
+    with pytest.raises(InvalidConstraintError, match="points to something that is not a schema at properties"):
+        Constraint.json_schema({"$ref": "#/foo", "foo": {"properties": 5}})
+    with pytest.raises(UnsupportedConstraintError, match="never fetched"):
+        Constraint.json_schema({"$ref": "#/foo", "foo": {"items": {"$dynamicRef": f"{listener.url}/x.json"}}})
+    assert listener.connections == 0
+    inside = Constraint.json_schema({"$ref": "#/foo", "foo": {"type": "integer"}})
+    assert inside.validate("3").valid is True and inside.validate('"x"').valid is False
