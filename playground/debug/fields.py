@@ -98,7 +98,7 @@ def field_confidence(text: str, tokens: list[GeneratedToken], start: int = 0) ->
                 prob_product=math.exp(sum(raw)),
                 mass_kept_min=min(kept) if kept else None,
                 overridden=any(t.overridden for t in inside),
-                forced=sum(1 for t in inside if getattr(t, "forced", False)),
+                forced=sum(1 for t in inside if t.forced),
             )
         )
     return fields
