@@ -104,8 +104,7 @@ def _limits() -> Any:
     return llguidance.LLParserLimits(max_items_in_row=VERDICT_ROW_ITEMS)
 
 
-@functools.lru_cache(maxsize=256)
-def _template(kind: str, text: str) -> Any:
+def _build(kind: str, text: str) -> Any:
     """A fresh matcher for the grammar, kept to copy (copies are cheap); DialectError if unreadable."""
     import llguidance
 
@@ -115,9 +114,17 @@ def _template(kind: str, text: str) -> Any:
     return matcher
 
 
+# A schema's patterns are checked at every step of the EOS gate, so many small ones are kept; grammars'
+# and long regexes' matchers can take megabytes (requests bring texts up to 4 MB), so only a few of those.
+_SMALL = 4096
+_small_templates = functools.lru_cache(maxsize=1024)(_build)
+_grammar_templates = functools.lru_cache(maxsize=16)(_build)
+
+
 def _matcher(kind: str, text: str) -> Any:
     """A matcher of its own for one check (templates are shared; a copy costs microseconds)."""
-    return _template(kind, text).deep_copy()
+    big = kind == "grammar" or len(text) > _SMALL
+    return (_grammar_templates if big else _small_templates)(kind, text).deep_copy()
 
 
 def syntax_error(kind: str, text: str) -> str | None:
