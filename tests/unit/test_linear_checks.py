@@ -96,3 +96,10 @@ def test_an_ambiguous_grammar_gets_a_bounded_verdict():
 def test_blank_lines_in_a_grammar_cost_nothing():
     grammar = finishes(lambda: Constraint.grammar("\n" * 40000 + 'start: "a"\n' + " \n" * 40000))
     assert grammar.validate("a").valid is True
+
+
+def test_json_pattern_classes_are_ascii_as_in_json_schema_while_regex_classes_are_unicode():
+    digits = Constraint.json_schema({"type": "string", "pattern": r"^\d+$"})
+    assert digits.validate('"42"').valid is True
+    assert digits.validate('"٤٢"').valid is False
+    assert Constraint.regex(r"\d+").validate("٤٢").valid is True
