@@ -347,9 +347,12 @@ def test_local_provider_runs_generation_under_spaces_gpu(
     class Engine:
         model_id = "m"
 
-        def stream(self, inputs, params):
+        def generate(self, inputs, params):
             best = Sequence(generated_text=inputs, finish_reason="length", generated_tokens=0)
-            yield GenerationResult(model_id="m", prompt=inputs, input_length=1, best=best)
+            return GenerationResult(model_id="m", prompt=inputs, input_length=1, best=best)
+
+        def stream(self, inputs, params):
+            yield self.generate(inputs, params)
 
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     provider = LocalProvider([Engine()])  # type: ignore[list-item]
