@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import Any, Literal
 
-from playground.errors import ParameterError
-from playground.types import ChatCompletionRequest, ChatMessage, ToolSpec
+from pydantic import Field, ValidationError
+
+from playground.errors import InvalidConstraintError, ParameterError
+from playground.types import ChatCompletionRequest, ChatMessage, GrammarType, NamedToolChoice, Strict, ToolSpec
+from playground.wire.errors import parameter_error
 
 INSTRUCTIONS = (
     "You can call these functions:\n{tools}\n"
@@ -23,7 +26,17 @@ INSTRUCTIONS = (
 )
 
 
-def mode(req: ChatCompletionRequest) -> str | None:
+class ToolsConstraint(Strict):
+    """The UI's "tools" kind: tool definitions as OpenAI takes them, and the tool_choice."""
+
+    tools: list[ToolSpec] = Field(min_length=1, max_length=64)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = "auto"
+
+
+ToolRequest = ChatCompletionRequest | ToolsConstraint
+
+
+def mode(req: ToolRequest) -> str | None:
     """none/auto/required, or the name of the one function to call; None when no tool can be called."""
     if not req.tools:
         if req.tool_choice not in (None, "none"):
@@ -53,7 +66,7 @@ def _parameters(tool: ToolSpec) -> dict[str, Any]:
     return tool.function.parameters or {"type": "object"}
 
 
-def grammar(req: ChatCompletionRequest, other: dict[str, Any] | None) -> dict[str, Any] | None:
+def grammar(req: ToolRequest, other: dict[str, Any] | None) -> dict[str, Any] | None:
     """The grammar for a chat request: the tools' when a call may happen, else the request's own."""
     how = mode(req)
     if how is None:
@@ -73,12 +86,12 @@ def grammar(req: ChatCompletionRequest, other: dict[str, Any] | None) -> dict[st
     }
 
 
-def _named(req: ChatCompletionRequest) -> ToolSpec:
+def _named(req: ToolRequest) -> ToolSpec:
     name = req.tool_choice.function.name  # type: ignore[union-attr]
     return next(t for t in req.tools or [] if t.function.name == name)
 
 
-def with_tools(req: ChatCompletionRequest, messages: list[ChatMessage]) -> list[ChatMessage]:
+def with_tools(req: ToolRequest, messages: list[ChatMessage]) -> list[ChatMessage]:
     """The messages with the tools described in a system message, and past calls written out as text."""
     if mode(req) is None:
         return messages
@@ -101,7 +114,7 @@ def _as_text(message: ChatMessage) -> ChatMessage:
     return ChatMessage(role="assistant", content=json.dumps(written[0] if len(written) == 1 else written))
 
 
-def answer(req: ChatCompletionRequest, text: str) -> tuple[dict[str, Any], bool]:
+def answer(req: ToolRequest, text: str) -> tuple[dict[str, Any], bool]:
     """The assistant message (content, or tool_calls in OpenAI's shape) and whether it is a call."""
     how = mode(req)
     if how is None or (how == "auto" and not text.lstrip().startswith("{")):
@@ -122,3 +135,49 @@ def answer(req: ChatCompletionRequest, text: str) -> tuple[dict[str, Any], bool]
         "function": {"name": name, "arguments": json.dumps(arguments)},
     }
     return {"role": "assistant", "content": None, "tool_calls": [call]}, True
+
+
+# --- the UI's "tools" kind ------------------------------------------------------------------------------
+
+
+def from_text(text: str) -> ToolsConstraint:
+    """The editor's text: a list of tools (tool_choice auto), or {"tools": [...], "tool_choice": ...}."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidConstraintError(f"invalid JSON in the tools: {exc.msg} at line {exc.lineno}") from None
+    if isinstance(data, list):
+        data = {"tools": data}
+    try:
+        tools = ToolsConstraint.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidConstraintError(parameter_error(exc).message) from None
+    mode(tools)
+    return tools
+
+
+def ui_grammar(text: str) -> GrammarType | None:
+    """The grammar the tools ask for (None with tool_choice none)."""
+    found = grammar(from_text(text), None)
+    return GrammarType.model_validate(found) if found else None
+
+
+def ui_system(kind: str, text: str, system_prompt: str) -> str:
+    """The system prompt with the tools described, for the "tools" kind; unchanged for the others."""
+    if kind != "tools":
+        return system_prompt
+    try:
+        tools = from_text(text)
+    except (InvalidConstraintError, ParameterError):
+        return system_prompt  # the request itself reports the problem
+    messages = with_tools(tools, [ChatMessage(role="system", content=system_prompt)] if system_prompt.strip() else [])
+    return messages[0].text() if messages else system_prompt
+
+
+def problem(text: str) -> str | None:
+    """The live check under the editor: what is wrong with the tools, or None."""
+    try:
+        from_text(text)
+    except (InvalidConstraintError, ParameterError) as exc:
+        return exc.message
+    return None

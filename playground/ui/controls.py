@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from playground.constraints import check_constraint
+from playground.debug import tools
 from playground.errors import ModelError, PlaygroundError
 from playground.processors import list_factories
 from playground.providers.loading import looks_like_path
@@ -32,7 +33,7 @@ def constraint_status(kind: str, text: str | None) -> str:
     if not (text or "").strip():
         return render.box("warn", f"✗ the {kind} is empty: type one or pick an example", elem_class="pg-constraint-bad")
     try:
-        problem = check_constraint(kind, text or "")
+        problem = tools.problem(text or "") if kind == "tools" else check_constraint(kind, text or "")
     except Exception as exc:  # noqa: BLE001 - a live check shows the problem instead of a Gradio error
         problem = error_message(exc)
     return render.constraint_status(kind, problem)
@@ -131,7 +132,8 @@ def code_snippets(registry: Registry, form: Form, state: ChatState, settings: UI
     else:
         _, message = example_for(form.kind, None)
         message = message or "Hello!"
-        inputs, prompt = chat_inputs(form.system_prompt, state.messages, message), message
+        system = tools.ui_system(form.kind, form.constraint_text, form.system_prompt)
+        inputs, prompt = chat_inputs(system, state.messages, message), message
     return snippets.snippets(settings.base_url, model, inputs, prompt, params)
 
 

@@ -21,11 +21,18 @@ KINDS: list[tuple[str, str]] = [
     ("regex", "regex"),
     ("choice", "choice"),
     ("grammar (Lark)", "grammar"),
+    ("tools (function calls)", "tools"),
     ("custom processor", "processor"),
 ]
 
 # gr.Code highlighting per kind; regex and Lark have no highlighter, so plain text.
-LANGUAGES: dict[str, str | None] = {"json_schema": "json", "choice": None, "regex": None, "grammar": None}
+LANGUAGES: dict[str, str | None] = {
+    "json_schema": "json",
+    "choice": None,
+    "regex": None,
+    "grammar": None,
+    "tools": "json",
+}
 
 PERSON_SCHEMA = """{
   "type": "object",
@@ -57,6 +64,21 @@ NUMBER: /[0-9]{1,4}/"""
 
 YES_NO_GRAMMAR = 'start: answer "."\nanswer: "Yes" | "No"\n'
 
+WEATHER_TOOLS = """{
+  "tool_choice": "required",
+  "tools": [
+    {"type": "function", "function": {
+      "name": "get_weather", "description": "Current weather in a city",
+      "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"], "additionalProperties": false}}},
+    {"type": "function", "function": {
+      "name": "get_time", "description": "Current time in a time zone",
+      "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET", "PST"]}},
+        "required": ["zone"], "additionalProperties": false}}}
+  ]
+}"""
+
 EXAMPLES: dict[str, list[Example]] = {
     "json_schema": [
         Example("Person", PERSON_SCHEMA, "Invent a person and describe them as JSON."),
@@ -86,6 +108,7 @@ EXAMPLES: dict[str, list[Example]] = {
         Example("Arithmetic", ARITHMETIC_GRAMMAR, "Write an arithmetic expression that equals 12."),
         Example("Yes or no", YES_NO_GRAMMAR, "Is the sky blue?"),
     ],
+    "tools": [Example("Weather or time", WEATHER_TOOLS, "What's the weather in Paris?")],
 }
 
 # Params (one per line) to start from for the processors shipped with the playground.

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from playground.constraints import Constraint
+from playground.debug import tools
 from playground.errors import ParameterError, PlaygroundError
 from playground.providers.registry import Registry
 from playground.types import GenerationResult, TokenEvent
@@ -103,7 +104,7 @@ def chat(
     try:
         if not user_text.strip():
             raise ParameterError("type a message first", field="chat-input")
-        inputs = chat_inputs(form.system_prompt, history, user_text)
+        inputs = chat_inputs(tools.ui_system(form.kind, form.constraint_text, form.system_prompt), history, user_text)
         request = LastRequest(model=form.model, inputs=inputs, params=params_of(form))
         registry.resolve(request.model)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the UI
@@ -253,7 +254,8 @@ def compare(registry: Registry, form: Form, state: ChatState, user_text: str) ->
         if form.kind == "none":
             raise ParameterError("pick a constraint (or a custom processor) to compare against")
         provider, model_id = registry.resolve(form.model)
-        inputs = chat_inputs(form.system_prompt, _without_last_exchange(state.messages, user_text), text)
+        system = tools.ui_system(form.kind, form.constraint_text, form.system_prompt)
+        inputs = chat_inputs(system, _without_last_exchange(state.messages, user_text), text)
         free = provider.generate(model_id, inputs, params_of(form, constrained=False))
         bound = provider.generate(model_id, inputs, params_of(form))
     except Exception as exc:  # noqa: BLE001

@@ -34,6 +34,8 @@ def grammar_for(kind: str, text: str) -> GrammarType | None:
     """The request's `grammar` for an editor's (kind, text); a bad constraint raises its typed error."""
     if kind in ("none", "processor"):
         return None
+    if kind == "tools":
+        return tools.ui_grammar(text)
     return Constraint.parse(kind, text).to_grammar()
 
 

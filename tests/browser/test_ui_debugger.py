@@ -65,3 +65,16 @@ def test_check_an_instance_names_the_refused_token(page: Page, server_url: str) 
     expect(result.locator("mark.refused")).to_be_visible()
     expect(result).to_contain_text("<script>x</script>")  # shown as text, never run
     assert result.locator("script").count() == 0
+
+
+def test_tools_kind_gives_a_call_with_its_tokens_and_verdict(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    pick_kind(page, "tools (function calls)")
+    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
+    set_parameter(page, "param-max-new-tokens", "40")
+    send(page, "What's the weather in Paris?")
+    expect(page.locator("#validation-status")).to_contain_text("✓ valid", timeout=SLOW)
+    call = json.loads(page.locator("#chatbot [data-testid=bot] code").last.inner_text())
+    assert call["name"] in {"get_weather", "get_time"}
+    assert page.locator("#token-panel .tok").count() > 5
+    expect(page.locator("#field-panel tr[data-path^='arguments']").first).to_be_visible(timeout=SLOW)

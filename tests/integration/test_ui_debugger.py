@@ -77,3 +77,27 @@ def test_turn_fields_reasons_and_a_branch(registry: Registry) -> None:
 def test_branch_before_a_click_asks_for_one(registry: Registry) -> None:
     _, _, panel = debugger.branch(registry, ChatState(), debugger.BranchState(), "x")
     assert "click a token of the answer first" in panel
+
+
+def test_tools_kind_answers_a_valid_call_with_token_insight(registry: Registry) -> None:
+    from playground.ui.examples import WEATHER_TOOLS
+
+    state = ChatState()
+    form = Form(model=registry.default_model, kind="tools", constraint_text=WEATHER_TOOLS, max_new_tokens=40)
+    for _ in handlers.chat(registry, form, state, "What's the weather in Paris?"):
+        pass
+    call = json.loads(state.result.best.generated_text)
+    assert call["name"] in {"get_weather", "get_time"} and isinstance(call["arguments"], dict)
+    assert state.result.best.validation.valid is True and state.tokens
+    assert "get_weather" in state.request.inputs[0].text()  # the tools are described to the model
+    assert debugger.fields_html(state).count("<tr data-path=") >= 2
+
+
+def test_tools_kind_errors_are_named(registry: Registry) -> None:
+    from playground.ui import controls
+
+    assert "invalid JSON in the tools" in controls.constraint_status("tools", "[{")
+    assert "no tool named &#x27;x&#x27;" in controls.constraint_status(
+        "tools",
+        '{"tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": {"type": "function", "function": {"name": "x"}}}',
+    )
