@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from playground.constraints import Constraint
-from playground.errors import ModelError
+from playground.errors import ModelError, UnsupportedConstraintError
 from playground.providers.base import Capabilities, Inputs, ModelInfo, SimpleToken
+from playground.providers.loading import LoadingPolicy
 from playground.types import (
     GeneratedToken,
     GenerateParameters,
@@ -61,7 +62,7 @@ class FakeProvider:
     def list_models(self) -> list[str]:
         return list(self.models)
 
-    def add_model(self, model: str) -> str:
+    def add_model(self, model: str, policy: LoadingPolicy | None = None) -> str:
         if model not in self.models and model not in self.addable:
             raise ModelError(f"provider {self.provider_id!r} cannot serve {model!r}")
         self.models.append(model)
@@ -93,6 +94,8 @@ class FakeProvider:
     ) -> NextTokenDistribution:
         self.calls.append(Call("next_token", model, inputs, params, {"prefix": prefix, "top_k": top_k}))
         self._check(model)
+        if self.capabilities.next_token_view is None:
+            raise UnsupportedConstraintError(f"provider {self.provider_id!r} has no next-token view")
         following = self.answer[len(prefix) : len(prefix) + 1] or "<eos>"
         candidates = [
             NextTokenCandidate(id=1, text=following, raw_logprob=-0.5, logprob=0.0, allowed=True),

@@ -8,6 +8,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from playground.providers.loading import LoadingPolicy
 from playground.types import (
     ChatMessage,
     GenerateParameters,
@@ -72,8 +73,12 @@ class Provider(Protocol):
 
     def list_models(self) -> list[str]: ...
 
-    def add_model(self, model: str) -> str:
-        """Serve `model` from now on (load it, or check the server has it); returns the name it is served by."""
+    def add_model(self, model: str, policy: LoadingPolicy | None = None) -> str:
+        """Serve `model` from now on (load it, or check the server has it); returns the name it is served by.
+
+        `policy` is given for a request's load (the UI's picker, POST /v1/models): the operator's rules for
+        what requests may load. None is the operator's own load (--model, the providers file).
+        """
         ...
 
     def info(self, model: str) -> ModelInfo: ...

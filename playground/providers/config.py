@@ -137,10 +137,8 @@ def register_model(registry: Registry, model: str, provider_id: str) -> str:
         return model
     if not registry.loading.allow_requests:
         raise LoadingRefused(DISABLED)
-    if provider.capabilities.model_loading:  # a local provider loads it, as the operator's policy allows
-        name = provider.load_for_request(model, registry.loading)
-    else:  # a remote one checks the server has it
-        name = provider.add_model(model)
+    # A local provider loads it, as the operator's policy allows; a remote one checks the server has it.
+    name = provider.add_model(model, registry.loading)
     _check_free(registry, name, provider_id)
     registry.register_model(name, provider_id)
     return name

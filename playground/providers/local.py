@@ -110,11 +110,16 @@ class LocalProvider:
             raise ModelError(f"model {model!r} is not loaded by provider {self.provider_id!r}")
         return engine
 
-    def add_model(self, name: str) -> str:
-        """Load a model by hub id, folder, .gguf path or 'embedded' (the operator's names); returns its model id."""
+    def add_model(self, name: str, policy: LoadingPolicy | None = None) -> str:
+        """Load a model by hub id, folder, .gguf path or 'embedded'; returns its model id.
+
+        Without a policy it is the operator's load; with one, a request's (see _load_for_request).
+        """
+        if policy is not None:
+            return self._load_for_request(name, policy)
         return self._load(name, load_key(name, allow_local_paths=True), hub_only=False)
 
-    def load_for_request(self, name: str, policy: LoadingPolicy) -> str:
+    def _load_for_request(self, name: str, policy: LoadingPolicy) -> str:
         """A request's load: the operator's policy first, one copy per model, hub ids only from the hub.
 
         A failure says the same for every path, so a request cannot learn what exists on this machine.

@@ -12,6 +12,7 @@ from playground.errors import ModelError, ParameterError
 from playground.providers import mapping
 from playground.providers.base import Capabilities, Inputs, ModelInfo
 from playground.providers.http import RemoteClient
+from playground.providers.loading import LoadingPolicy
 from playground.types import GenerateParameters, GenerationResult, Sequence
 from playground.wire import limits, outbound
 
@@ -92,8 +93,11 @@ class RemoteProvider:
         """Whether a server name is among the server's listed models."""
         return served in listed
 
-    def add_model(self, model: str) -> str:
-        """Accept a model at run time (named with or without the prefix); returns the playground's name for it."""
+    def add_model(self, model: str, policy: LoadingPolicy | None = None) -> str:
+        """Accept a model at run time (named with or without the prefix); returns the playground's name for it.
+
+        Nothing is loaded here, so the loading policy has nothing to decide.
+        """
         return self.declare(self.upstream(model))
 
     def declare(self, served: str) -> str:

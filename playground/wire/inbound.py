@@ -16,6 +16,7 @@ from playground.constraints import Constraint
 from playground.debug import tools
 from playground.errors import ParameterError
 from playground.types import ChatCompletionRequest, ChatMessage, GenerateParameters, GrammarType, ProcessorSpec, Strict
+from playground.wire import limits
 from playground.wire.controls import BY_NAME, carried_by, sampling_values
 from playground.wire.errors import parameter_error
 
@@ -68,7 +69,9 @@ def from_controls(
         "logits_processors": list(processors),
         **sampling_values(values),
     }
-    return parameters({k: v for k, v in data.items() if v is not None})
+    params = parameters({k: v for k, v in data.items() if v is not None})
+    limits.check_best_of(params)  # said before anything is sent, whatever the provider checks
+    return params
 
 
 # --- the OpenAI / vLLM chat body ------------------------------------------------------------------

@@ -8,11 +8,8 @@ import re
 import jsonschema
 import pytest
 
-from playground.errors import InvalidConstraintError, ParameterError, ProviderError
 from playground.providers.registry import Registry
-from playground.providers.tgi import TGIConfig, TGIProvider
 from playground.types import GenerationResult
-from tests.support import free_port
 from widgets import Playground, TokenView, local_provider
 from widgets.token_view import result_payload
 
@@ -92,46 +89,6 @@ def test_run_button_trait_with_best_of_and_regex(embedded) -> None:
     assert view.result == pg.result_json and "<script" not in view._repr_html_()
 
 
-def test_invalid_schema_is_shown_in_the_error_trait(embedded) -> None:
-    pg = Playground(model="embedded", prompt="Hi")
-    pg.constraint_kind = "json_schema"
-    pg.constraint_text = '{"type": "objekt"}'
-    assert pg.constraint_problem.startswith("not a valid JSON Schema")
-    pg.run_requested += 1
-    assert pg.error.startswith("InvalidConstraintError: not a valid JSON Schema")
-    assert pg.result is None and pg.running is False
-    pg.constraint_text = '{"type": '
-    assert "JSON" in pg.constraint_problem
-    with pytest.raises(InvalidConstraintError):
-        pg.run()
-    assert pg.error.startswith("InvalidConstraintError:") and pg.running is False
-    assert "Playground" not in pg._repr_html_() and "sp-error" in pg._repr_html_()
-
-
-def test_bad_parameters_and_empty_prompt_are_shown(embedded) -> None:
-    pg = Playground(model="embedded", prompt="Hi", best_of=2, max_new_tokens=3)
-    with pytest.raises(ParameterError, match="best_of > 1 needs sampling"):
-        pg.run()
-    assert pg.error.startswith("ParameterError: parameters.best_of: best_of > 1 needs sampling: set do_sample")
-    pg.best_of, pg.do_sample, pg.temperature = 1, True, 0.0
-    assert pg.run(raise_errors=False) is None and pg.error.startswith("ParameterError: temperature:")
-    pg.temperature, pg.prompt = 0.7, "  "
-    assert pg.run(raise_errors=False) is None
-    assert pg.error == "ParameterError: the prompt is empty: type something to send"
-
-
-def test_unreachable_provider_fails_inside_the_widget() -> None:
-    config = TGIConfig(
-        base_url=f"http://127.0.0.1:{free_port()}", model="remote-model", discover_models=False, timeout_s=5
-    )
-    pg = Playground(provider=TGIProvider("down", config), prompt="Hi", max_new_tokens=3)
-    assert pg.model == "remote-model"
-    with pytest.raises(ProviderError):
-        pg.run()
-    assert pg.error.startswith("ProviderError: provider 'down' failed:")
-    assert pg.result is None and pg.running is False
-
-
 def test_registry_models_and_shared_weights(embedded) -> None:
     provider, model_id = embedded
     assert Playground(model="embedded")._provider is provider
@@ -141,29 +98,3 @@ def test_registry_models_and_shared_weights(embedded) -> None:
     assert pg.error.startswith("ModelError: no provider serves model 'nobody-serves-this'")
     pg.model = model_id
     assert pg.error == ""
-
-
-def test_a_provider_without_a_next_token_view_still_shows_the_answer(embedded) -> None:
-    from playground.errors import UnsupportedConstraintError
-
-    provider, model_id = embedded
-
-    class NoDistribution:
-        """The embedded model behind a provider that, like remote ones, can't give a constrained distribution."""
-
-        provider_id, provider_type = "remote-like", "remote::openai"
-
-        def list_models(self):
-            return [model_id]
-
-        def generate(self, model, inputs, params):
-            return provider.generate(model, inputs, params)
-
-        def next_token(self, model, inputs, params, *, prefix="", top_k=20):
-            raise UnsupportedConstraintError("provider 'remote-like' cannot give a constrained next-token distribution")
-
-    pg = Playground(provider=NoDistribution(), model=model_id, prompt="Yes or no?", max_new_tokens=3)
-    pg.constraint_kind, pg.constraint_text = "choice", "yes\nno"
-    result = pg.run()
-    assert result.generated_text in ("yes", "no") and pg.error == ""
-    assert "cannot give a constrained next-token distribution" in pg.next_token["unavailable"]

@@ -40,10 +40,7 @@ class FakeLocal:
     def list_models(self) -> list[str]:
         return list(self.loaded)
 
-    def load_for_request(self, name: str, policy: LoadingPolicy) -> str:
-        return self.add_model(name)
-
-    def add_model(self, name: str) -> str:
+    def add_model(self, name: str, policy: LoadingPolicy | None = None) -> str:
         self.loaded.append(name)
         return name
 

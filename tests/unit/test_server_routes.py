@@ -8,6 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from playground.providers.base import Capabilities
+from playground.providers.loading import LoadingPolicy
 from playground.providers.registry import Registry
 from playground.server import create_app
 from tests.fakes import FakeProvider
@@ -73,7 +74,11 @@ def test_a_local_style_provider_generates_as_a_stream(fake: FakeProvider) -> Non
     assert [c.method for c in fake.calls] == ["generate"]
 
 
-def test_models_are_added_through_their_provider(client: TestClient, fake: FakeProvider) -> None:
+def test_models_are_added_through_their_provider(fake: FakeProvider) -> None:
+    registry = Registry([fake])
+    client = TestClient(create_app(registry, ui=False))
+    assert client.post("/v1/models", json={"id": "fake-2", "provider_id": "fake"}).status_code == 403  # the default
+    registry.loading = LoadingPolicy(allow_requests=True)
     reply = client.post("/v1/models", json={"id": "fake-2", "provider_id": "fake"})
     assert reply.status_code == 200 and reply.json()["id"] == "fake-2"
     assert "fake-2" in {m["id"] for m in client.get("/v1/models").json()["data"]}

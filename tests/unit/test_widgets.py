@@ -7,7 +7,9 @@ import math
 
 import pytest
 
-from playground.errors import InvalidConstraintError, ParameterError
+from playground.errors import InvalidConstraintError, ParameterError, ProviderError
+from playground.providers.base import Capabilities
+from playground.providers.tgi import TGIConfig, TGIProvider
 from playground.types import (
     ChatMessage,
     GeneratedToken,
@@ -20,6 +22,7 @@ from playground.types import (
 from playground.wire.controls import SAMPLING
 from playground.wire.inbound import grammar_for
 from tests.fakes import FakeProvider
+from tests.support import free_port
 from widgets import TokenView
 from widgets import html as static_html
 from widgets.playground import Playground, build_inputs, build_parameters, describe
@@ -303,3 +306,55 @@ def test_forced_tokens_reach_the_widget_and_its_static_html() -> None:
     html = static_html.render_result(result)
     assert html.count("sp-token sp-forced") == 1
     assert "forced by the constraint, not sampled" in html
+
+
+def test_invalid_schema_is_shown_in_the_error_trait() -> None:
+    fake = FakeProvider()
+    pg = Playground(provider=fake, prompt="Hi")
+    pg.constraint_kind = "json_schema"
+    pg.constraint_text = '{"type": "objekt"}'
+    assert pg.constraint_problem.startswith("not a valid JSON Schema")
+    pg.run_requested += 1
+    assert pg.error.startswith("InvalidConstraintError: not a valid JSON Schema")
+    assert pg.result is None and pg.running is False
+    pg.constraint_text = '{"type": '
+    assert "JSON" in pg.constraint_problem
+    with pytest.raises(InvalidConstraintError):
+        pg.run()
+    assert pg.error.startswith("InvalidConstraintError:") and pg.running is False
+    assert "Playground" not in pg._repr_html_() and "sp-error" in pg._repr_html_()
+    assert fake.calls == []  # nothing was sent
+
+
+def test_bad_parameters_and_empty_prompt_are_shown_before_anything_is_sent() -> None:
+    fake = FakeProvider()
+    pg = Playground(provider=fake, prompt="Hi", best_of=2, max_new_tokens=3)
+    with pytest.raises(ParameterError, match="best_of > 1 needs sampling"):
+        pg.run()
+    assert pg.error.startswith("ParameterError: parameters.best_of: best_of > 1 needs sampling: set do_sample")
+    pg.best_of, pg.do_sample, pg.temperature = 1, True, 0.0
+    assert pg.run(raise_errors=False) is None and pg.error.startswith("ParameterError: temperature:")
+    pg.temperature, pg.prompt = 0.7, "  "
+    assert pg.run(raise_errors=False) is None
+    assert pg.error == "ParameterError: the prompt is empty: type something to send"
+    assert fake.calls == []
+
+
+def test_unreachable_provider_fails_inside_the_widget() -> None:
+    config = TGIConfig(
+        base_url=f"http://127.0.0.1:{free_port()}", model="remote-model", discover_models=False, timeout_s=5
+    )
+    pg = Playground(provider=TGIProvider("down", config), prompt="Hi", max_new_tokens=3)
+    assert pg.model == "remote-model"
+    with pytest.raises(ProviderError):
+        pg.run()
+    assert pg.error.startswith("ProviderError: provider 'down' failed:")
+    assert pg.result is None and pg.running is False
+
+
+def test_a_provider_without_a_next_token_view_still_shows_the_answer() -> None:
+    fake = FakeProvider("no", capabilities=Capabilities(next_token_view=None))
+    pg = Playground(provider=fake, prompt="Yes or no?", max_new_tokens=3)
+    pg.constraint_kind, pg.constraint_text = "choice", "yes\nno"
+    assert pg.run().generated_text == "no" and pg.error == ""
+    assert "has no next-token view" in pg.next_token["unavailable"] and pg.distribution is None
