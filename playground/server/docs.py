@@ -33,7 +33,7 @@ API_ERRORS: dict[int | str, dict[str, Any]] = {
     502: _error("A remote provider could not be reached, or answered something that is not its protocol."),
 }
 HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {503: _error("An engine has made no progress for --stall-timeout.")}
-SSE = {"text/event-stream": {"schema": {"type": "string", "description": "`data: {...}` events"}}}
+SSE = {"text/event-stream": {"schema": {"description": "`data: {...}` events, one JSON object each"}}}
 STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {200: {"description": "Server-sent events.", "content": SSE}}
 JSON_OR_STREAM: dict[int | str, dict[str, Any]] = {
     200: {"description": "JSON, or server-sent events when `stream` is true.", "content": SSE}
