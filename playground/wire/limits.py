@@ -9,6 +9,9 @@ from __future__ import annotations
 from playground.errors import ParameterError
 from playground.providers.base import ModelInfo
 from playground.types import GenerateParameters
+from playground.wire.controls import SAMPLING
+
+_WARPERS = ", ".join(c.name for c in SAMPLING if c.warper)
 
 
 def check_best_of(
@@ -23,8 +26,7 @@ def check_best_of(
         return
     if not params.sampling:
         raise ParameterError(
-            f"{field}: best_of > 1 needs sampling: set do_sample or a sampling parameter "
-            "(temperature, top_k, top_p, typical_p, min_p)",
+            f"{field}: best_of > 1 needs sampling: set do_sample or a sampling parameter ({_WARPERS})",
             field=field,
         )
     if max_best_of is not None and best_of > max_best_of:

@@ -6,7 +6,8 @@ import gradio as gr
 
 from playground.providers.registry import Registry
 from playground.ui import create_ui, layout
-from playground.ui.state import FIELDS
+from playground.ui.state import FIELDS, Form
+from playground.wire.controls import SAMPLING
 
 CONTRACT = {
     "model-picker",
@@ -62,3 +63,14 @@ def test_parameter_ranges_follow_tgi() -> None:
     assert comps["top_p"].maximum == 1.0 and comps["typical_p"].maximum == 1.0
     assert comps["frequency_penalty"].minimum > -2.0 and comps["frequency_penalty"].maximum == 2.0
     assert comps["constraint_engine"].choices == [(e, e) for e in ("auto", "llguidance", "xgrammar", "outlines_core")]
+
+
+def test_every_sampling_control_is_a_slider_and_a_form_field_at_its_neutral_value() -> None:
+    with gr.Blocks():
+        comps = layout.render_all(Registry([]))
+    form = Form()
+    for control in SAMPLING:
+        slider = comps[control.name]
+        assert slider.elem_id == "param-" + control.name.replace("_", "-") and slider.label == control.label
+        assert slider.value == control.neutral == getattr(form, control.name)
+    assert comps["min_p"].label == "min_p (0 = off)" and (comps["min_p"].minimum, comps["min_p"].maximum) == (0, 1)
