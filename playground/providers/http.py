@@ -17,6 +17,7 @@ import httpx
 import pydantic
 
 from playground.errors import ProviderError
+from playground.wire.errors import validation_message
 
 UPSTREAM_FAILED = 424
 BAD_GATEWAY = 502
@@ -109,7 +110,9 @@ class RemoteClient:
         try:
             yield
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, pydantic.ValidationError) as exc:
-            detail = exc.errors()[0]["msg"] if isinstance(exc, pydantic.ValidationError) else repr(exc)
+            detail = (
+                validation_message(exc.errors(), whole=what) if isinstance(exc, pydantic.ValidationError) else repr(exc)
+            )
             raise self.fail(f"answered a malformed {what} ({snippet(detail)})") from None
 
     def url(self, path: str) -> str:

@@ -180,3 +180,11 @@ def test_a_valid_remote_answer_is_valid_and_enforced(serve) -> None:
     stub = serve({"POST /v1/chat/completions": StubReply(json=chat_completion('{"n": 3}'))})
     verdict = vllm(stub.url).generate("m", "p", JSON).best.validation
     assert (verdict.valid, verdict.enforced, verdict.message) == (True, True, "valid against the schema")
+
+
+def test_a_malformed_field_is_named_in_the_502(serve) -> None:
+    details = {"finish_reason": "bogus", "generated_tokens": 1, "tokens": []}
+    stub = serve({"POST /generate": StubReply(json={"generated_text": "x", "details": details})})
+    error = failure(lambda: tgi(stub.url).generate("m", "p", GenerateParameters()))
+    assert error.status == 502
+    assert "malformed /generate answer (finish_reason: Input should be 'length'" in error.message
