@@ -13,7 +13,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 export PLAYGROUND_THREADS ?= 1
 
-.PHONY: run test lint bench install install-test chromium
+.PHONY: run test lint bench gpu-check install install-test chromium
 
 run: $(STAMP_RUNTIME)
 	$(PY) app.py
@@ -27,6 +27,13 @@ lint: $(STAMP_TEST)
 
 bench: $(STAMP_RUNTIME)
 	$(PY) -m benchmarks.decode
+
+# On a CUDA machine (a CUDA build of torch in .venv): integration tests and both benchmarks on the GPU,
+# in bf16 (the default dtype there); the figures are the last JSON lines of gpu-check.log.
+gpu-check: $(STAMP_TEST)
+	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu-check: no CUDA device')"
+	set -o pipefail; { $(PY) -m pytest tests/integration -q -x && \
+		$(PY) -m benchmarks.decode --runs 3 && $(PY) -m benchmarks.serve --runs 3; } 2>&1 | tee gpu-check.log
 
 install: $(STAMP_RUNTIME)
 

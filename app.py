@@ -80,6 +80,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="compile worker processes per model (default: 2)",
     )
     parser.add_argument(
+        "--prefix-cache-tokens",
+        type=_non_negative,
+        default=4096,
+        metavar="N",
+        help="KV cache of recent sequences kept per local model, in tokens, so chat turns, retries and the "
+        "next-token view prefill only what is new; 0 turns it off (default: 4096)",
+    )
+    parser.add_argument(
         "--max-new-tokens", type=int, default=256, help="max_new_tokens when a request leaves it unset (default: 256)"
     )
     parser.add_argument(

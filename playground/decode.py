@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from playground.chooser import TokenChooser
+from playground.prefix_cache import PrefixCache
 from playground.runner import ModelRunner
 from playground.stopping import StopCriteria
 from playground.types import GeneratedToken, PrefillToken, TokenEvent
@@ -44,12 +45,15 @@ class Decode:
         stopping: StopCriteria,
         *,
         prefill_details: bool = False,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         self.runner = runner
         self.rows = rows
         self.prompt_ids = prompt_ids
         self.stopping = stopping
         self.prefill_details = prefill_details
+        # per-position prompt logprobs need the whole prompt run, so they bypass the prefix cache
+        self.prefix_cache = None if prefill_details else prefix_cache
         self.cache = None
         self.logits: torch.Tensor | None = None
         self.prefill_s = 0.0
@@ -58,7 +62,12 @@ class Decode:
         start = time.perf_counter()
         r = self.runner
         input_ids = r.ids(self.prompt_ids)
-        all_logits, self.cache = r.forward(input_ids, keep=0 if self.prefill_details else 1)
+        if self.prefix_cache is not None:
+            reused, kv = self.prefix_cache.lookup(self.prompt_ids)
+            all_logits, self.cache = r.forward(input_ids[:, reused:], kv)
+            self.prefix_cache.store(self.prompt_ids, self.cache)
+        else:
+            all_logits, self.cache = r.forward(input_ids, keep=0 if self.prefill_details else 1)
         self.logits = all_logits[:, -1].float()
         if len(self.rows) > 1:
             self.cache.batch_repeat_interleave(len(self.rows))
@@ -74,6 +83,19 @@ class Decode:
         ]
 
     def steps(self) -> Iterator[TokenEvent]:
+        yield from self._loop()
+        self._remember()
+
+    def _remember(self) -> None:
+        """Keep the finished row's KV cache (prompt and answer), for the next turn or a retry."""
+        if self.prefix_cache is None or len(self.rows) != 1 or self.cache is None:
+            return
+        row = self.rows[0]
+        generated = row.ids[len(row.ids) - len(row.tokens) :]
+        held = self.cache.get_seq_length()
+        self.prefix_cache.store((self.prompt_ids + generated)[:held], self.cache)
+
+    def _loop(self) -> Iterator[TokenEvent]:
         r = self.runner
         # Every row's full sequence; finished rows are padded so the batch stays rectangular.
         all_ids = torch.tensor([self.prompt_ids] * len(self.rows), device=r.device)

@@ -22,6 +22,7 @@ from playground.debug.fields import field_confidence
 from playground.decode import Decode, Row
 from playground.errors import InvalidConstraintError, ParameterError, PromptTooLongError, first_line
 from playground.models import LoadedModel
+from playground.prefix_cache import PrefixCache
 from playground.runner import ModelRunner
 from playground.stopping import StopCriteria
 from playground.types import (
@@ -53,6 +54,7 @@ class Engine:
         max_best_of: int = 4,
         max_top_n_tokens: int = 20,
         adapters: Collection[str] | None = None,
+        prefix_cache_tokens: int = 4096,
     ) -> None:
         self.loaded = loaded
         self.runner = ModelRunner(loaded)
@@ -72,6 +74,7 @@ class Engine:
         # the shared weights.
         self._busy = threading.Lock()
         self.adapters = Adapters(self.model, adapters)
+        self.prefix_cache = PrefixCache(prefix_cache_tokens)
         threading.Thread(target=self.compiler.warm, daemon=True, name="warm-constraints").start()
 
     # --- prompts ---------------------------------------------------------------------------
@@ -172,7 +175,14 @@ class Engine:
         self.adapters.prepare(params.adapter_id)  # a slow lookup waits here, not under the decode lock
         with self._busy, self.adapters.use(params.adapter_id), torch.inference_mode():
             ids = prompt_ids + prefix_ids
-            decode = Decode(self.runner, rows, ids, stopping, prefill_details=params.decoder_input_details)
+            decode = Decode(
+                self.runner,
+                rows,
+                ids,
+                stopping,
+                prefill_details=params.decoder_input_details,
+                prefix_cache=self._prefix_cache(params),
+            )
             prefill = decode.prefill()
             first_token_at = None
             for event in decode.steps():
@@ -300,11 +310,24 @@ class Engine:
                     f"the prefix leaves the constraint at token {k} ({self.token_text(prefix_ids[k])!r})"
                 )
             input_ids = self.runner.ids(ids)
-            logits = self.runner.forward(input_ids)[0][0, -1].float()
+            logits = self._prefill(ids, params)
             text = self.tokenizer.decode(prefix_ids, skip_special_tokens=True)
             # the distribution decoding draws from at this point, before the sampling warpers
             step = chooser.step(input_ids, logits, text, warp=False)
         return self._distribution(step, ids, prompt_ids, top_k)
+
+    def _prefix_cache(self, params: GenerateParameters) -> PrefixCache | None:
+        """The KV caches a request may share: not under an adapter, whose weights make other keys and values."""
+        return None if params.adapter_id else self.prefix_cache
+
+    def _prefill(self, ids: list[int], params: GenerateParameters) -> torch.Tensor:
+        """The last position's logits for `ids`, running only what the prefix cache does not hold."""
+        cache = self._prefix_cache(params)
+        reused, kv = cache.lookup(ids) if cache else (0, None)
+        logits, kv = self.runner.forward(self.runner.ids(ids[reused:]), kv)
+        if cache:
+            cache.store(ids, kv)
+        return logits[0, -1].float()
 
     def _distribution(
         self, step: sampling.StepScores, ids: list[int], prompt_ids: list[int], top_k: int

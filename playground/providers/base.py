@@ -52,6 +52,7 @@ class ModelInfo(BaseModel):
     model_sha: str | None = None
     device: str | None = None
     compile_limits: dict[str, float | int] | None = None  # local engines: timeout_s, memory_mb, workers
+    prefix_cache: dict[str, int] | None = None  # local engines: budget, tokens held, hits, misses, reused tokens
 
 
 class SimpleToken(BaseModel):

@@ -38,6 +38,7 @@ class LocalOptions:
     compile_timeout: float = 10.0  # seconds to compile one constraint
     compile_memory: int = 1024  # MB one compile may add to a warm compile worker
     compile_workers: int = 2  # compile worker processes per model
+    prefix_cache_tokens: int = 4096  # KV cache of recent sequences kept per model, in tokens (0: off)
     max_new_tokens: int = 256  # when a request leaves it unset
     adapters: tuple[str, ...] | None = None  # what adapter_id may name: None any (a notebook), () none
 
@@ -60,6 +61,7 @@ def make_local(options: LocalOptions | None = None, model: str | None = None) ->
             "compile_workers": options.compile_workers,
             "default_max_new_tokens": options.max_new_tokens,
             "adapters": options.adapters,
+            "prefix_cache_tokens": options.prefix_cache_tokens,
         },
     )
     if model is not None:
@@ -175,6 +177,7 @@ class LocalProvider:
             max_top_n_tokens=engine.max_top_n_tokens,
             device=engine.loaded.device,
             compile_limits=engine.compiler.limits.as_dict(),
+            prefix_cache=engine.prefix_cache.usage(),
         )
 
     def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:

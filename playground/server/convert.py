@@ -81,6 +81,7 @@ def tgi_info(
         "provider_type": info.provider_type,
         "device": info.device,
         "compile_limits": info.compile_limits,
+        "prefix_cache": info.prefix_cache,
         "processors": processors,
         "models": models,
     }

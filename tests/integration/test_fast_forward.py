@@ -52,13 +52,18 @@ def test_custom_processors_turn_it_off(engine):
     assert not any(t.forced for t in engine.generate(ASK, params).best.tokens)
 
 
+def _tokens(reply: httpx.Response) -> list[dict]:
+    assert reply.status_code == 200, reply.text
+    return reply.json()["details"]["tokens"]
+
+
 def test_forced_flag_and_switch_on_the_wire(server_url):
     grammar = {"type": "json", "value": SCHEMA}
     body = {"inputs": "A customer as JSON:", "parameters": {"grammar": grammar, "max_new_tokens": 40, "details": True}}
-    tokens = httpx.post(f"{server_url}/generate", json=body, timeout=120).json()["details"]["tokens"]
+    tokens = _tokens(httpx.post(f"{server_url}/generate", json=body, timeout=120))
     assert any(t["forced"] for t in tokens) and not all(t["forced"] for t in tokens)
     body["parameters"]["fast_forward"] = False
-    tokens = httpx.post(f"{server_url}/generate", json=body, timeout=120).json()["details"]["tokens"]
+    tokens = _tokens(httpx.post(f"{server_url}/generate", json=body, timeout=120))
     assert not any(t["forced"] for t in tokens)
     chat = {
         "messages": [{"role": "user", "content": "A customer as JSON."}],

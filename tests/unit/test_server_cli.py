@@ -23,6 +23,7 @@ FLAGS = [
     "--trust-remote-code",
     "--compile-timeout",
     "--max-new-tokens",
+    "--prefix-cache-tokens",
     "--no-ui",
 ]
 
@@ -68,3 +69,12 @@ def test_a_custom_module_that_fails_stops_start_up_with_exit_2() -> None:
     assert out.returncode == 2
     assert "cannot import custom module 'no_such_plugin_module'" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_prefix_cache_budget_reaches_the_local_engines() -> None:
+    from playground.providers.local import LocalOptions
+
+    assert LocalOptions.from_flags(app.parse_args([])).prefix_cache_tokens == 4096
+    assert LocalOptions.from_flags(app.parse_args(["--prefix-cache-tokens", "0"])).prefix_cache_tokens == 0
+    with pytest.raises(SystemExit):
+        app.parse_args(["--prefix-cache-tokens", "-1"])

@@ -1,0 +1,76 @@
+"""The prefix cache on the embedded model: chat turns, retries and the next-token view reuse the KV cache
+and give the same greedy text and logprobs as without it."""
+
+from __future__ import annotations
+
+import pytest
+
+from playground.prefix_cache import PrefixCache
+from playground.types import ChatMessage, GenerateParameters
+
+# A prompt prefilled in two pieces (cached prefix, then the rest) rounds differently from one prefilled
+# at once: float32 matmuls of other shapes differ by ~1e-5 here. 1e-3 is far below what changes a choice.
+TOLERANCE = 1e-3
+PARAMS = GenerateParameters(max_new_tokens=12, top_n_tokens=3)
+SYSTEM = ChatMessage(role="system", content="You are a terse assistant who answers in one short sentence. " * 8)
+
+
+def turns(answer: str) -> list[ChatMessage]:
+    return [
+        SYSTEM,
+        ChatMessage(role="user", content="Name a colour."),
+        ChatMessage(role="assistant", content=answer),
+        ChatMessage(role="user", content="Now name a fruit."),
+    ]
+
+
+def same(a, b) -> None:
+    assert a.generated_text == b.generated_text
+    for x, y in zip(a.best.tokens, b.best.tokens, strict=True):
+        assert x.logprob == pytest.approx(y.logprob, abs=TOLERANCE)
+        assert x.raw_logprob == pytest.approx(y.raw_logprob, abs=TOLERANCE)
+
+
+def test_turns_retries_and_the_view_match_the_uncached_engine(engine, monkeypatch):
+    first = [SYSTEM, ChatMessage(role="user", content="Name a colour.")]
+    monkeypatch.setattr(engine, "prefix_cache", PrefixCache(0))
+    plain_first = engine.generate(first, PARAMS)
+    plain_second = engine.generate(turns(plain_first.generated_text), PARAMS)
+    plain_view = engine.next_token_distribution(turns(plain_first.generated_text), PARAMS, prefix="A", top_k=5)
+
+    cache = PrefixCache(4096)
+    monkeypatch.setattr(engine, "prefix_cache", cache)
+    same(engine.generate(first, PARAMS), plain_first)
+    assert cache.usage()["hits"] == 0
+    second = engine.generate(turns(plain_first.generated_text), PARAMS)
+    reused = cache.usage()["reused_tokens"]
+    assert reused > 100  # the system prompt, the first question and the answer
+    same(second, plain_second)
+    same(engine.generate(turns(plain_first.generated_text), PARAMS), plain_second)  # Retry
+    assert cache.usage()["reused_tokens"] > 2 * reused
+    view = engine.next_token_distribution(turns(plain_first.generated_text), PARAMS, prefix="A", top_k=5)
+    assert [c.id for c in view.candidates] == [c.id for c in plain_view.candidates]
+    for x, y in zip(view.candidates, plain_view.candidates, strict=True):
+        assert x.raw_logprob == pytest.approx(y.raw_logprob, abs=TOLERANCE)
+
+
+def test_best_of_and_adapters_keep_their_own_prefill(engine, monkeypatch):
+    cache = PrefixCache(4096)
+    monkeypatch.setattr(engine, "prefix_cache", cache)
+    prompt = [SYSTEM, ChatMessage(role="user", content="Say a word.")]
+    params = GenerateParameters(max_new_tokens=4, best_of=2, do_sample=True, seed=5)
+    once = engine.generate(prompt, params)
+    again = engine.generate(prompt, params)  # reuses the prompt's cache, expanded to two rows
+    assert cache.usage()["hits"] == 1
+    assert [s.generated_text for s in [once.best, *once.best_of_sequences]] == [
+        s.generated_text for s in [again.best, *again.best_of_sequences]
+    ]
+
+
+def test_info_reports_the_prefix_cache(server_url):
+    import httpx
+
+    body = {"inputs": "The capital of France is", "parameters": {"max_new_tokens": 2}}
+    assert httpx.post(f"{server_url}/generate", json=body, timeout=120).status_code == 200
+    usage = httpx.get(f"{server_url}/info", timeout=30).json()["prefix_cache"]
+    assert usage["max_tokens"] == 4096 and usage["entries"] >= 1 and usage["tokens"] > 0
