@@ -33,19 +33,32 @@ def _refuse(uri: str) -> referencing.Resource:
 REGISTRY: referencing.Registry = SPECIFICATIONS.combine(referencing.Registry(retrieve=_refuse))
 
 
-@functools.cache
 def _linear(base: type) -> type:
     """`base` with the regex keywords and the `regex` format read in linear time, in the engines' dialect."""
     keywords = {k: v for k, v in schema_keywords.KEYWORDS.items() if k in base.VALIDATORS}
     return jsonschema.validators.extend(base, keywords)
 
 
+# jsonschema picks a validator class per subschema from its own `$schema` (`evolve` calls validator_for),
+# so a nested `"$schema": "...draft-07..."` would bring back the stock class and its backtracking `re`.
+# Registering the linear classes as the dialects' validators closes that for every use in the process.
+_DIALECTS = {
+    "draft3": jsonschema.Draft3Validator,
+    "draft4": jsonschema.Draft4Validator,
+    "draft6": jsonschema.Draft6Validator,
+    "draft7": jsonschema.Draft7Validator,
+    "draft2019-09": jsonschema.Draft201909Validator,
+    "draft2020-12": jsonschema.Draft202012Validator,
+}
+LINEAR = {name: jsonschema.validators.validates(name)(_linear(base)) for name, base in _DIALECTS.items()}
+
+
 def validator_class(schema: dict) -> type:
-    """The validator for the schema's dialect (`$schema`, default 2020-12)."""
+    """The (linear) validator for the schema's dialect (`$schema`, default 2020-12)."""
     dialect = schema.get("$schema")
     if dialect is not None and not isinstance(dialect, str):
         raise InvalidConstraintError(f"$schema must be a string (a dialect URI), got {type(dialect).__name__}")
-    return _linear(jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator))
+    return jsonschema.validators.validator_for(schema, default=LINEAR["draft2020-12"])
 
 
 @functools.cache
@@ -60,7 +73,7 @@ def _validator(cls: type, schema: Any) -> Any:
 def check_schema(schema: dict) -> None:
     """A valid schema whose references all resolve inside it; otherwise a ConstraintError saying where."""
     cls = validator_class(schema)
-    meta = _validator(_linear(jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls)), cls.META_SCHEMA)
+    meta = _validator(jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls), cls.META_SCHEMA)
     _check_against(meta, schema, "not a valid JSON Schema")
     spec = referencing.jsonschema.specification_with(
         cls.ID_OF(cls.META_SCHEMA) or "", default=referencing.jsonschema.DRAFT202012

@@ -39,6 +39,7 @@ def test_a_backtracking_regex_gets_its_verdict_at_once():
         {"type": "object", "patternProperties": {"^(a+)+$": {}}, "additionalProperties": False},
         {"type": "object", "patternProperties": {"^(a+)+$": {}}, "unevaluatedProperties": False},
         {"type": "object", "additionalProperties": {"type": "string", "pattern": "(x+x+)+y"}},
+        {"type": "string", "allOf": [{"$schema": "http://json-schema.org/draft-07/schema#", "pattern": "^(a+)+$"}]},
     ],
 )
 def test_backtracking_json_patterns_get_their_verdict_at_once(schema):
