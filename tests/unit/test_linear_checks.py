@@ -104,3 +104,11 @@ def test_json_pattern_classes_are_ascii_as_in_json_schema_while_regex_classes_ar
     assert digits.validate('"42"').valid is True
     assert digits.validate('"٤٢"').valid is False
     assert Constraint.regex(r"\d+").validate("٤٢").valid is True
+
+
+def test_unique_items_of_objects_are_compared_in_linear_time_with_json_equality():
+    unique = Constraint.json_schema({"type": "array", "uniqueItems": True})
+    many = json.dumps([{"k": i} for i in range(20000)])
+    assert finishes(lambda: unique.validate(many)).valid is True
+    assert unique.validate('[{"a": 1, "b": 2}, {"b": 2, "a": 1.0}]').valid is False
+    assert unique.validate("[1, true]").valid is True
