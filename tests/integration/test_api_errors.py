@@ -135,4 +135,5 @@ def test_api_key_guards_every_api_route(start_server: Any) -> None:
     assert answer.choices[0].message.content
     tgi = InferenceClient(base_url=url, api_key=KEY, timeout=120)
     assert tgi.text_generation("Hi", max_new_tokens=2)
-    assert httpx.get(f"{url}/", timeout=30, follow_redirects=True).status_code == 200  # --no-ui: / leads to /docs
+    docs = httpx.get(f"{url}/", timeout=30, follow_redirects=True, headers={"Authorization": f"Bearer {KEY}"})
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()  # --no-ui: / leads to /docs, behind the key
