@@ -19,6 +19,7 @@ import torch
 
 from playground import sampling
 from playground.constraints import Constraint
+from playground.errors import UnsupportedConstraintError
 from playground.runner import ModelRunner
 from playground.types import GeneratedToken, GenerateParameters
 
@@ -66,11 +67,16 @@ class TokenChooser:
         if allowed is None and self.pending is not None:
             allowed, self.pending = self.pending, None
         masked = scores.masked_fill(~allowed, sampling.NEG_INF) if allowed is not None else self.mask(ids, scores)
-        masked = self.gate_eos(masked, text)
+        gated = self.gate_eos(masked, text)
+        if gated is not masked and not bool(torch.isfinite(gated).any()):
+            raise UnsupportedConstraintError(
+                f"the output breaks the schema ({self.constraint.validate(text).message}) and the constraint "
+                "engine allows nothing but its end: the engine does not enforce every keyword of this schema"
+            )
         chain = self.warpers if warp else sampling.LogitsProcessorList()
         # nothing touched the logits (each stage returns its input unchanged): one softmax serves both
-        untouched = masked is logits and not len(chain)
-        return sampling.score_row(logits, masked, chain, ids, untouched=untouched)
+        untouched = gated is logits and not len(chain)
+        return sampling.score_row(logits, gated, chain, ids, untouched=untouched)
 
     def mask(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """The row's own processors (custom ones, then the constraint); advances their state by one token."""
@@ -79,10 +85,11 @@ class TokenChooser:
         return sampling.apply_row_processors(self.processors, ids, scores.unsqueeze(0).clone())[0]
 
     def gate_eos(self, masked: torch.Tensor, text: str) -> torch.Tensor:
-        """Allow EOS only when the text so far passes the final check, unless EOS is all that's left.
+        """Allow EOS only when the text so far passes the final check.
 
         Only JSON schemas need it: engines may skip schema keywords they can't enforce, while their
-        regex, choice and grammar masks are exact.
+        regex, choice and grammar masks are exact. When EOS was all the mask allowed, nothing is left:
+        `step` then fails the request rather than end it with text that breaks the schema.
         """
         if self.constraint.kind != "json_schema":
             return masked
@@ -90,9 +97,6 @@ class TokenChooser:
         if not eos_allowed:
             return masked
         if self.constraint.validate(text).valid is not False:
-            return masked
-        others = torch.isfinite(masked).sum() - len(eos_allowed)
-        if others <= 0:
             return masked
         masked = masked.clone()
         masked[eos_allowed] = sampling.NEG_INF

@@ -64,12 +64,19 @@ def _outlines_backend(engine: str, tokenizer: Any) -> Any:
     return backend
 
 
+# Each engine's JSON options, measured on MaskBench (README, "Benchmarks"): llguidance accepts `\\uXXXX`
+# escapes of any printable character (json.dumps writes them for all non-ASCII text); xgrammar's strict
+# mode forbids unlisted properties although JSON Schema allows them.
+LLGUIDANCE_JSON_OPTIONS: dict[str, Any] = {"json_allow_general_unicode_escapes": True}
+XGRAMMAR_JSON_OPTIONS: dict[str, Any] = {"strict_mode": False}
+
+
 def llguidance_grammar(kind: str, text: str) -> str:
-    """The llguidance grammar spec for (kind, text), as Outlines' LLGuidanceBackend writes it."""
+    """The llguidance grammar spec for (kind, text), as Outlines' LLGuidanceBackend writes it, plus our JSON options."""
     import llguidance
 
     if kind == "json_schema":
-        return llguidance.grammar_from("json_schema", text)
+        return llguidance.LLMatcher.grammar_from_json_schema(text, defaults=LLGUIDANCE_JSON_OPTIONS)
     if kind in ("regex", "choice"):
         return llguidance.grammar_from("regex", text)
     try:
@@ -78,8 +85,13 @@ def llguidance_grammar(kind: str, text: str) -> str:
         return llguidance.grammar_from("lark", text)
 
 
-def compile_template(backend: Any, kind: str, text: str) -> Any:
+def compile_template(engine: str, backend: Any, kind: str, text: str) -> Any:
     """The Outlines processor template of xgrammar or outlines_core: the engines' own options live here."""
+    if kind == "json_schema" and engine == "xgrammar":  # Outlines passes no options to compile_json_schema
+        from outlines.backends.xgrammar import XGrammarLogitsProcessor
+
+        compiled = backend.grammar_compiler.compile_json_schema(text, **XGRAMMAR_JSON_OPTIONS)
+        return XGrammarLogitsProcessor(compiled, TENSOR_LIBRARY)
     if kind == "json_schema":
         return backend.get_json_schema_logits_processor(text)
     if kind in ("regex", "choice"):
@@ -96,7 +108,7 @@ def compile_payload(engine: str, backend: Any, kind: str, text: str) -> tuple[An
     try:
         if engine == "llguidance":
             return None, _llguidance_warnings(llguidance_grammar(kind, text), backend, kind)
-        template = compile_template(backend, kind, text)
+        template = compile_template(engine, backend, kind, text)
     except (EngineRefusal, MemoryError):
         raise
     except NotImplementedError as exc:

@@ -11,6 +11,7 @@ from playground.providers.registry import Registry
 from playground.ui import controls, debugger, handlers, layout, render
 from playground.ui.chat_view import chatbot_value
 from playground.ui.handlers import Panels
+from playground.ui.inspect import setup_inspect_events
 from playground.ui.state import ChatState, Form, ModelPick, UISettings
 
 __all__ = ["create_ui", "page_assets", "UISettings"]
@@ -104,6 +105,7 @@ def _retry_fn(registry: Registry) -> Callable[..., Iterator[tuple]]:
 def _setup_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: Comps) -> None:
     """Wire every event; each handler is a plain function from handlers.py or controls.py."""
     _setup_constraint_events(demo, c)
+    setup_inspect_events(registry, c)
     _setup_model_events(demo, registry, settings, c)
     _setup_chat_events(registry, c)
     _setup_tab_events(registry, settings, c)

@@ -84,6 +84,7 @@ def _render_constraint() -> dict[str, gr.Component]:
         visible=False,
     )
     status = html("constraint-status")
+    inspect_panel = html("inspect-panel")  # what every engine compiles the constraint into (ui/inspect.py)
     with gr.Group(visible=False) as processor_group:
         processor = gr.Dropdown(
             choices=controls.processor_choices(), value=None, label="Processor", elem_id="processor-name"
@@ -95,6 +96,7 @@ def _render_constraint() -> dict[str, gr.Component]:
         "example": example,
         "constraint_text": text,
         "constraint_status": status,
+        "inspect_panel": inspect_panel,
         "processor_group": processor_group,
         "processor": processor,
         "processor_help": processor_help,

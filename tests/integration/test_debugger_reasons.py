@@ -105,11 +105,13 @@ def test_eos_gate_reason_when_the_engine_cannot_enforce_a_keyword(engine) -> Non
     assert {r.reason for r in result.reasons} == {"end of text not allowed: at (root): 4 is not a multiple of 3"}
 
 
-def test_mask_and_verdict_disagree(engine) -> None:
-    """llguidance does not enforce uniqueItems: the masks accept what the final check refuses."""
+def test_the_eos_gate_refuses_the_end_the_mask_let_through(engine) -> None:
+    """xgrammar ignores uniqueItems and allows only the end after "[1, 1]"; the EOS gate still refuses it."""
     schema = GrammarType(type="json", value={"type": "array", "items": {"type": "integer"}, "uniqueItems": True})
-    result = check_text(engine, schema, "[1, 1]")
-    assert (result.accepted, result.validation.valid, result.agree) == (True, False, False)
+    result = check_text(engine, schema, "[1, 1]", "xgrammar")
+    assert (result.accepted, result.validation.valid, result.agree) == (False, False, True)
+    assert result.first_refused.position == len(result.tokens)
+    assert result.first_refused.reason.startswith("end of text not allowed")
 
 
 @pytest.mark.parametrize("engine_name", ["xgrammar", "outlines_core"])

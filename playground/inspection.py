@@ -1,0 +1,143 @@
+"""What each engine makes of one constraint: compiled or refused, in how long, what it ignores, its compiled form.
+
+The engines disagree (a keyword one ignores, another refuses); /inspect and the UI's inspect panel show it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from playground.compiler import ENGINES, SUPPORTS, CompiledConstraint, ConstraintCompiler
+from playground.constraints import Constraint
+from playground.errors import ConstraintError
+
+# JSON Schema keywords an engine compiles without enforcing, measured with llguidance 1.9.1, xgrammar 0.2.9
+# and outlines_core 0.2.14: a one-keyword schema whose violating instance the mask still accepts.
+# llguidance refuses what it cannot enforce instead. The final check applies whatever the engine.
+IGNORED_KEYWORDS: dict[str, frozenset[str]] = {
+    "llguidance": frozenset(),
+    "xgrammar": frozenset(
+        {"allOf", "contains", "dependencies", "dependentRequired", "if", "not", "oneOf", "unevaluatedProperties"}
+        | {"uniqueItems"}
+    ),
+    "outlines_core": frozenset(
+        {"contains", "dependencies", "dependentRequired", "exclusiveMaximum", "exclusiveMinimum", "if"}
+        | {"maxProperties", "maximum", "minProperties", "minimum", "multipleOf", "oneOf", "propertyNames"}
+        | {"uniqueItems"}
+    ),
+}
+MAX_FORM_CHARS = 20_000  # a compiled form can be megabytes (outlines_core's regex for a large schema)
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+
+
+class EngineReport(BaseModel):
+    """One engine's answer to a constraint."""
+
+    engine: str
+    compiled: bool
+    compile_ms: float | None = None
+    error: str | None = None
+    warnings: list[str] = []
+    compiled_form: str | None = None
+
+
+class InspectResponse(BaseModel):
+    """POST /inspect's answer: one report per engine, in the `auto` order."""
+
+    engines: list[EngineReport]
+
+
+def inspect_constraint(compiler: ConstraintCompiler, constraint: Constraint) -> InspectResponse:
+    """Every engine's report; compiles go through the compiler (its cache and time limit)."""
+    return InspectResponse(engines=[_report(compiler, constraint, engine) for engine in ENGINES])
+
+
+def _report(compiler: ConstraintCompiler, constraint: Constraint, engine: str) -> EngineReport:
+    if constraint.kind not in SUPPORTS[engine]:
+        return EngineReport(
+            engine=engine, compiled=False, error=f"{engine} does not read {constraint.kind} constraints"
+        )
+    compiler.warm(engine)  # the engine's vocabulary tables, once per tokenizer: not part of any compile
+    try:
+        compiled = compiler.compile(constraint, engine)
+    except ConstraintError as exc:
+        return EngineReport(engine=engine, compiled=False, error=exc.message)
+    assert compiled is not None
+    return EngineReport(
+        engine=engine,
+        compiled=True,
+        compile_ms=round(compiled.compile_s * 1000, 2),
+        warnings=[*compiled.warnings, *_ignored(constraint, engine)],
+        compiled_form=_bounded(compiled_form(compiled)),
+    )
+
+
+def _ignored(constraint: Constraint, engine: str) -> list[str]:
+    if constraint.kind != "json_schema":
+        return []
+    ignored = sorted(schema_keywords(constraint.schema) & IGNORED_KEYWORDS[engine])
+    return [f"{engine} ignores `{keyword}` (only the final check enforces it)" for keyword in ignored]
+
+
+def schema_keywords(schema: Any, depth: int = 0) -> set[str]:
+    """The keywords used anywhere in a schema (property names are not keywords)."""
+    if not isinstance(schema, dict) or depth > 64:
+        return set()
+    found = set(schema)
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            children = list(value.values())
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            children = value
+        else:
+            children = (
+                [value] if isinstance(value, dict) and key not in ("const", "enum", "default", "examples") else []
+            )
+        for child in children:
+            found |= schema_keywords(child, depth + 1)
+    return found
+
+
+def compiled_form(compiled: CompiledConstraint) -> str:
+    """What the engine compiled: llguidance's grammar, xgrammar's EBNF, the regex outlines_core builds."""
+    constraint = compiled.constraint
+    if compiled.engine == "llguidance":
+        return _pretty_json(compiled.template.grammar)
+    if compiled.engine == "xgrammar":
+        return str(compiled.template.compiled_grammar.grammar)
+    if constraint.kind == "json_schema":
+        from outlines_core.json_schema import build_regex_from_schema
+
+        return build_regex_from_schema(constraint.engine_input())
+    return constraint.engine_input()
+
+
+def _pretty_json(text: str) -> str:
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except ValueError:
+        return text
+
+
+def _bounded(text: str) -> str:
+    if len(text) <= MAX_FORM_CHARS:
+        return text
+    return text[:MAX_FORM_CHARS] + f"\n… ({len(text) - MAX_FORM_CHARS} more characters)"
+
+
+def summary(response: InspectResponse) -> str:
+    """One line: how many engines compile, and what each ignores or refuses."""
+    reports = response.engines
+    compiled = [r for r in reports if r.compiled]
+    parts = [f"{len(compiled)}/{len(reports)} engines compile"]
+    for report in reports:
+        ignored = [w.split("`")[1] for w in report.warnings if " ignores `" in w]
+        if ignored:
+            parts.append(f"{report.engine} ignores " + ", ".join(f"`{k}`" for k in ignored))
+        elif not report.compiled:
+            parts.append(f"{report.engine} refuses")
+    return "; ".join(parts)

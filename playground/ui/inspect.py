@@ -1,0 +1,83 @@
+"""The inspect panel beside the constraint editor: what every engine makes of the constraint, as you type."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import gradio as gr
+
+from playground.constraints import Constraint
+from playground.errors import ParameterError
+from playground.inspection import EngineReport, InspectResponse, inspect_constraint, summary
+from playground.providers.registry import Registry
+from playground.ui import render
+from playground.ui.handlers import error_message
+
+STALE = "\x00stale"  # what the debounce hands Python for a keystroke that a later one superseded
+# Debounce: wait 400 ms after a keystroke; only the latest keystroke's call carries the text.
+DEBOUNCE_JS = f"""(kind, text, model) => {{
+  const seq = (window.__pgInspectSeq = (window.__pgInspectSeq || 0) + 1);
+  return new Promise((done) => setTimeout(
+    () => done([kind, seq === window.__pgInspectSeq ? text : {STALE!r}, model]), 400));
+}}"""
+
+
+def inspect_report(registry: Registry, model: str | None, constraint: Constraint) -> InspectResponse:
+    """Every engine's report, compiled with the tokenizer of the local engine serving `model`."""
+    provider, model_id = registry.resolve(model)
+    engine_of = getattr(provider, "engine", None)
+    if engine_of is None:
+        raise ParameterError(f"model {model_id!r} is served remotely: the inspect panel needs a local model")
+    return inspect_constraint(engine_of(model_id).compiler, constraint)
+
+
+def inspect_panel(registry: Registry, kind: str, text: str | None, model: str | None) -> Any:
+    """The panel's HTML; never raises (it runs on every pause in typing)."""
+    if text == STALE:
+        return gr.skip()
+    if kind in ("none", "processor") or not (text or "").strip():
+        return ""
+    try:
+        report = inspect_report(registry, model, Constraint.parse(kind, text or ""))
+    except Exception as exc:  # noqa: BLE001 - the constraint's own status box explains a bad constraint
+        return render.box("muted", f"engines not compared: {error_message(exc)}")
+    return inspect_html(report)
+
+
+def inspect_html(report: InspectResponse) -> str:
+    """A summary line, then one row per engine with its form in a collapsed block; all text escaped."""
+    rows = "".join(_row(engine) for engine in report.engines)
+    line = _code_spans(render.esc(summary(report)))
+    kind = "ok" if all(e.compiled and not e.warnings for e in report.engines) else "warn"
+    return (
+        f'<div class="pg-bestof pg-inspect"><div class="pg-box pg-{kind} pg-inspect-summary">{line}</div>'
+        f"<table><tr><th>engine</th><th>compiles</th><th>ms</th><th>what it says</th></tr>{rows}</table></div>"
+    )
+
+
+def _row(engine: EngineReport) -> str:
+    notes = [engine.error] if engine.error else list(engine.warnings)
+    said = "<br>".join(_code_spans(render.esc(note)) for note in notes) or "—"
+    form = ""
+    if engine.compiled_form is not None:
+        form = f"<details><summary>compiled form</summary><pre>{render.esc(engine.compiled_form)}</pre></details>"
+    ms = f"{engine.compile_ms:.1f}" if engine.compile_ms is not None else "—"
+    return (
+        f'<tr class="pg-inspect-{render.esc(engine.engine)}"><td>{render.esc(engine.engine)}</td>'
+        f'<td>{"✓" if engine.compiled else "✗"}</td><td class="num">{ms}</td><td>{said}{form}</td></tr>'
+    )
+
+
+def _code_spans(escaped: str) -> str:
+    """`keyword` -> <code>keyword</code>, on text that is already escaped."""
+    return re.sub(r"`([^`<>]*)`", r"<code>\1</code>", escaped)
+
+
+def setup_inspect_events(registry: Registry, c: dict[str, Any]) -> None:
+    """Refresh the panel whenever the constraint text changes (picking a kind or an example sets it); debounced."""
+    inputs = [c["kind"], c["constraint_text"], c["model"]]
+    panel = lambda kind, text, model: inspect_panel(registry, kind, text, model)  # noqa: E731
+    c["constraint_text"].change(
+        panel, inputs, c["inspect_panel"], js=DEBOUNCE_JS, show_progress="hidden", trigger_mode="always_last"
+    )

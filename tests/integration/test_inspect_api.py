@@ -1,0 +1,93 @@
+"""POST /inspect on a real server: every engine's verdict on a constraint, and bad inputs as 422s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+ENGINES = ["llguidance", "xgrammar", "outlines_core"]
+
+
+def _inspect(server_url: str, body: Any) -> httpx.Response:
+    return httpx.post(f"{server_url}/inspect", json=body, timeout=120)
+
+
+def _by_engine(response: httpx.Response) -> dict[str, dict]:
+    assert response.status_code == 200, response.text
+    engines = response.json()["engines"]
+    assert [e["engine"] for e in engines] == ENGINES
+    for report in engines:
+        assert set(report) == {"engine", "compiled", "compile_ms", "error", "warnings", "compiled_form"}
+    return {e["engine"]: e for e in engines}
+
+
+def test_a_schema_shows_the_form_each_engine_compiled(server_url: str) -> None:
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    reports = _by_engine(_inspect(server_url, {"grammar": {"type": "json", "value": schema}}))
+    assert all(r["compiled"] and r["compile_ms"] > 0 and r["error"] is None for r in reports.values())
+    assert all(r["warnings"] == [] for r in reports.values())
+    assert '"json_allow_general_unicode_escapes": true' in reports["llguidance"]["compiled_form"]
+    assert "::=" in reports["xgrammar"]["compiled_form"]  # xgrammar's EBNF
+    assert reports["outlines_core"]["compiled_form"].startswith("\\{")  # the regex outlines_core builds
+    assert '"name"' in reports["outlines_core"]["compiled_form"]
+
+
+def test_llguidance_refuses_a_keyword_that_the_others_ignore(server_url: str) -> None:
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}, "required": ["tags"]}
+    reports = _by_engine(_inspect(server_url, {"grammar": {"type": "json", "value": schema}}))
+    assert reports["llguidance"]["compiled"] is False
+    assert '"uniqueItems"' in reports["llguidance"]["error"]
+    assert reports["llguidance"]["compiled_form"] is None
+    for engine in ("xgrammar", "outlines_core"):
+        assert reports[engine]["compiled"] is True
+        assert reports[engine]["warnings"] == [f"{engine} ignores `uniqueItems` (only the final check enforces it)"]
+
+
+@pytest.mark.parametrize(
+    ("grammar", "forms"),
+    [
+        ({"type": "regex", "value": "[0-9]{3}"}, {"llguidance": "[0-9]{3}", "outlines_core": "[0-9]{3}"}),
+        ({"type": "choice", "value": ["yes", "no"]}, {"xgrammar": '"yes"', "outlines_core": "(yes|no)"}),
+    ],
+)
+def test_regex_and_choice_compile_everywhere(server_url: str, grammar: dict, forms: dict[str, str]) -> None:
+    reports = _by_engine(_inspect(server_url, {"grammar": grammar}))
+    assert all(r["compiled"] for r in reports.values())
+    for engine, fragment in forms.items():
+        assert fragment in reports[engine]["compiled_form"]
+
+
+def test_a_grammar_is_compiled_by_llguidance_and_outlines_core_says_it_cannot(server_url: str) -> None:
+    reports = _by_engine(_inspect(server_url, {"grammar": {"type": "grammar", "value": 'start: "yes" | "no"'}}))
+    assert reports["llguidance"]["compiled"] is True
+    assert 'start: "yes" | "no"' in reports["llguidance"]["compiled_form"]
+    assert reports["outlines_core"] == {
+        "engine": "outlines_core",
+        "compiled": False,
+        "compile_ms": None,
+        "error": "outlines_core does not read grammar constraints",
+        "warnings": [],
+        "compiled_form": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"grammar": {"type": "json", "value": "{not json"}}, "invalid JSON in JSON schema"),
+        ({"grammar": {"type": "regex", "value": "(ab"}}, "invalid regex"),
+        ({"grammar": {"type": "yaml", "value": "x"}}, "grammar.type"),
+        ({}, "grammar: field required"),
+        ({"grammar": {"type": "regex", "value": "a"}, "extra": 1}, "extra: unknown field"),
+        ({"grammar": {"type": "regex", "value": "a"}, "model": "nope"}, "no provider serves model 'nope'"),
+        ([1, 2], "body"),
+    ],
+)
+def test_bad_inputs_are_422_naming_the_problem(server_url: str, body: Any, message: str) -> None:
+    response = _inspect(server_url, body)
+    assert response.status_code in (404, 422), response.text
+    error = response.json()
+    assert set(error) == {"error", "error_type"}
+    assert message in error["error"]
