@@ -8,6 +8,7 @@ from typing import Any
 import gradio as gr
 
 from playground.constraints import Constraint
+from playground.debug import tools
 from playground.errors import ParameterError
 from playground.inspection import EngineReport, InspectResponse, inspect_constraint, summary
 from playground.providers.registry import Registry
@@ -39,10 +40,20 @@ def inspect_panel(registry: Registry, kind: str, text: str | None, model: str | 
     if kind in ("none", "processor") or not (text or "").strip():
         return ""
     try:
-        report = inspect_report(registry, model, Constraint.parse(kind, text or ""))
+        constraint = _constraint(kind, text or "")
+        if constraint.kind == "none":  # tools with tool_choice none
+            return ""
+        report = inspect_report(registry, model, constraint)
     except Exception as exc:  # noqa: BLE001 - the constraint's own status box explains a bad constraint
         return render.box("muted", f"engines not compared: {error_message(exc)}")
     return inspect_html(report)
+
+
+def _constraint(kind: str, text: str) -> Constraint:
+    """The constraint the editor holds; for tools, the JSON schema of the calls they allow."""
+    if kind == "tools":
+        return Constraint.from_grammar(tools.ui_grammar(text))
+    return Constraint.parse(kind, text)
 
 
 def inspect_html(report: InspectResponse) -> str:
