@@ -112,3 +112,12 @@ def test_unique_items_of_objects_are_compared_in_linear_time_with_json_equality(
     assert finishes(lambda: unique.validate(many)).valid is True
     assert unique.validate('[{"a": 1, "b": 2}, {"b": 2, "a": 1.0}]').valid is False
     assert unique.validate("[1, true]").valid is True
+
+
+def test_a_grammar_past_the_size_limit_is_refused_by_name():
+    from playground.constraints import MAX_GRAMMAR_BYTES
+    from playground.errors import UnsupportedConstraintError
+
+    huge = "start: " + " | ".join(f'"w{i}"' for i in range(50000))
+    with pytest.raises(UnsupportedConstraintError, match=f"at most {MAX_GRAMMAR_BYTES} bytes"):
+        Constraint.grammar(huge)
