@@ -98,6 +98,8 @@ def _mount_ui(
     from playground.ui import create_ui, page_assets
 
     blocks = create_ui(registry, **options)
+    # The UI's own queue (Gradio's, one event at a time per control) is bounded like the API's.
+    blocks.queue(max_size=app.state.admission.limits.max_in_flight)
     if api_key is None:
         return gr.mount_gradio_app(app, blocks, path="/", **page_assets())
     gr.mount_gradio_app(app, blocks, path="/", auth=ui_login(api_key), auth_message=LOGIN_MESSAGE, **page_assets())

@@ -1,0 +1,55 @@
+"""The admission gate's bookkeeping without a model: slots, the FIFO of waiters, give-ups, and the UI's queue."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi.testclient import TestClient
+
+from playground.providers.registry import Registry
+from playground.server import create_app
+from playground.server.admission import Admission, AdmissionLimits
+
+
+def test_slots_pass_to_waiters_in_order_and_a_cancelled_waiter_gives_its_place_up() -> None:
+    async def scenario() -> list[str]:
+        admission = Admission(AdmissionLimits(max_running=1, max_queue=2))
+        order: list[str] = []
+        assert admission.try_acquire()
+
+        async def waiter(name: str) -> None:
+            await admission.acquire()
+            order.append(name)
+
+        first, second, third = (asyncio.create_task(waiter(n)) for n in ("first", "second", "third"))
+        await asyncio.sleep(0)
+        assert admission.waiting == 3 and admission.queue_full()
+        second.cancel()
+        await asyncio.sleep(0)
+        assert admission.waiting == 2
+        admission.release(took_s=1.0)
+        await first
+        admission.release(took_s=1.0)
+        await third
+        admission.release(took_s=1.0)
+        assert admission.running == 0 and admission.waiting == 0
+        return order
+
+    assert asyncio.run(scenario()) == ["first", "third"]
+
+
+def test_retry_after_grows_with_the_queue_and_stays_within_a_minute() -> None:
+    admission = Admission(AdmissionLimits(max_running=2, max_queue=100))
+    assert admission.retry_after_s() >= 1
+    for _ in range(40):  # requests that take half a minute each
+        assert admission.try_acquire()
+        admission.release(took_s=30.0)
+    assert admission.retry_after_s() == 15
+    assert admission.info() == {"max_concurrent_requests": 102, "max_running_requests": 2, "max_queue": 100}
+
+
+def test_the_ui_queue_is_bounded_like_the_api() -> None:
+    app = create_app(Registry([]), ui=True, admission=AdmissionLimits(max_running=1, max_queue=3))
+    TestClient(app).get("/config")
+    blocks = next(r.app.get_blocks() for r in app.routes if hasattr(getattr(r, "app", None), "get_blocks"))
+    assert blocks._queue.max_size == 4
