@@ -71,11 +71,13 @@ def _serve(conn: Any, tokenizer_bytes: bytes) -> None:
         try:
             payload, warnings = engines.compile_payload(engine, backends[engine], kind, text)
         except engines.EngineRefusal as exc:
-            conn.send(("refused", exc.kind, exc.message))
+            reply: tuple = ("refused", exc.kind, exc.message)
         except MemoryError:
-            conn.send(("memory",))
+            reply = ("memory",)
         else:
-            conn.send(("ok", payload, warnings))
+            reply = ("ok", payload, warnings)
+        _unlimit_self()  # warming the next job's engine may need more than this job was allowed
+        conn.send(reply)
 
 
 def _limit_self(timeout_s: float, memory_mb: int) -> None:
@@ -85,6 +87,11 @@ def _limit_self(timeout_s: float, memory_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, resource.RLIM_INFINITY))
     address_space = psutil.Process().memory_info().vms + 2 * memory_mb * MB
     resource.setrlimit(resource.RLIMIT_AS, (address_space, resource.RLIM_INFINITY))
+
+
+def _unlimit_self() -> None:
+    resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 
 
 # --- in the server -------------------------------------------------------------------------------
@@ -184,8 +191,11 @@ class CompilePool:
 
     def _watch(self, worker: _Worker, what: str) -> tuple:
         """The worker's reply; past the time or memory limit (or if it dies) an error, and the caller kills it."""
-        if not worker.conn.poll(START_TIMEOUT_S) or worker.conn.recv() != ("started",):
-            raise CompileTimeoutError(f"{what}: the compile worker did not start the job")
+        try:
+            if not worker.conn.poll(START_TIMEOUT_S) or worker.conn.recv() != ("started",):
+                raise CompileTimeoutError(f"{what}: the compile worker did not start the job")
+        except (EOFError, OSError):
+            raise CompileTimeoutError(f"{what}: the compile worker died ({_exit_reason(worker)})") from None
         start, base = time.monotonic(), worker.rss()
         limit = base + self.limits.memory_mb * MB
         while not worker.conn.poll(POLL_S):

@@ -179,7 +179,7 @@ def details_html(result: GenerationResult) -> str:
             "constraint",
             result.constraint_kind + (f" via {result.constraint_engine}" if result.constraint_engine else ""),
         ),
-        ("compile time", f"{timings.compile_s * 1000:.0f} ms"),
+        ("compile time", f"{timings.compile_s * 1000:.0f} ms" + (" (cached)" if timings.compile_cached else "")),
         ("model", f"{result.model_id} ({result.provider_id})"),
     ]
     cells = "".join(f'<span class="kv"><b>{esc(k)}</b> {esc(v)}</span>' for k, v in items)

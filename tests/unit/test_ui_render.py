@@ -231,3 +231,10 @@ def test_forced_tokens_are_drawn_as_such_with_a_legend() -> None:
     html = render.tokens_html([tok("{", 0.9), forced])
     assert html.count('class="tok forced"') == 1
     assert "forced by the constraint, not sampled (1)" in html
+
+
+def test_details_say_when_the_compile_came_from_the_cache() -> None:
+    fresh = result(seq("x", -1))
+    cached = fresh.model_copy(update={"timings": Timings(compile_s=0.0001, compile_cached=True)})
+    assert "(cached)" not in render.details_html(fresh)
+    assert "0 ms (cached)" in render.details_html(cached)
