@@ -7,6 +7,7 @@ layout and create_ui call to put the panels under the chat's insight panels.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import gradio as gr
@@ -146,12 +147,17 @@ def reasons_html(registry: Registry, state: ChatState, index: int | None, top_k:
     rows = "".join(
         f'<tr class="{"ok" if r.allowed else "refused"}"><td>{render.token_label(r.text)}</td>'
         f'<td class="num">{render.pct(render.prob(raw[r.id])) if r.id in raw else "—"}</td>'
-        f'<td class="reason">{render.esc(r.reason)}</td></tr>'
+        f'<td class="reason">{reason_html(r.reason)}</td></tr>'
         for r in result.reasons
     )
     where = f"before token #{index} ({state.tokens[index].text!r})"
     head = "<tr><th>token</th><th>model p</th><th>why</th></tr>"
     return f'<div class="pg-reasons"><div class="legend">{render.esc(where)}</div><table>{head}{rows}</table></div>'
+
+
+def reason_html(reason: str) -> str:
+    """A reason with its `quoted` parts as code, everything escaped."""
+    return re.sub(r"`([^`]*)`", r"<code>\1</code>", render.esc(reason))
 
 
 # --- branches ------------------------------------------------------------------------------------------
