@@ -212,7 +212,8 @@ def _render_sidebar(registry: Registry, limits: Limits) -> dict[str, gr.Componen
 
 
 def _render_chat_tab() -> dict[str, gr.Component]:
-    chatbot = gr.Chatbot(
+    c: dict[str, gr.Component] = {}  # each component under the name the handlers know it by
+    c["chatbot"] = gr.Chatbot(
         label="Chat",
         height=360,
         elem_id="chatbot",
@@ -221,45 +222,33 @@ def _render_chat_tab() -> dict[str, gr.Component]:
         elem_classes=[EXACT_CLASS],
     )
     with gr.Row(equal_height=True):
-        chat_input = gr.Textbox(
+        c["chat_input"] = gr.Textbox(
             placeholder="Type a message and press Enter", show_label=False, scale=5, elem_id="chat-input"
         )
-        send = gr.Button("Send", variant="primary", scale=1, elem_id="send-btn")
-        stop = gr.Button("Stop", variant="secondary", scale=0, min_width=80, interactive=False, elem_id="stop-btn")
+        c["send"] = gr.Button("Send", variant="primary", scale=1, elem_id="send-btn")
+        c["stop_btn"] = gr.Button(
+            "Stop", variant="secondary", scale=0, min_width=80, interactive=False, elem_id="stop-btn"
+        )
     with gr.Row(equal_height=True):
-        retry = gr.Button("Retry", size="sm", elem_id="retry-btn")
-        undo = gr.Button("Undo", size="sm", elem_id="undo-btn")
-        clear = gr.Button("Clear", size="sm", elem_id="clear-btn")
-        markdown = gr.Checkbox(
+        c["retry"] = gr.Button("Retry", size="sm", elem_id="retry-btn")
+        c["undo"] = gr.Button("Undo", size="sm", elem_id="undo-btn")
+        c["clear"] = gr.Button("Clear", size="sm", elem_id="clear-btn")
+        c["markdown"] = gr.Checkbox(
             value=False, label="Markdown for unconstrained answers", elem_id="chat-markdown", container=False
         )
-    error = html("chat-error")
-    finish = html("finish-reason")
-    verdict = html("validation-status")
+    c["error"] = html("chat-error")
+    c["finish"] = html("finish-reason")
+    c["verdict"] = html("validation-status")
     gr.Markdown("**Tokens** — hover or focus for alternatives; click or press Enter to pin one and chart its position")
-    mode = gr.Radio(["constrained", "raw"], value="constrained", label="Colour by probability", elem_id="token-mode")
-    tokens = html("token-panel", tokens_html([]), js_on_load=TOKEN_CLICK_JS)
+    c["mode"] = gr.Radio(
+        ["constrained", "raw"], value="constrained", label="Colour by probability", elem_id="token-mode"
+    )
+    c["tokens"] = html("token-panel", tokens_html([]), js_on_load=TOKEN_CLICK_JS)
     gr.Markdown("**Next token** — raw model against the constraint")
-    next_token = html("next-token-panel")
+    c["next_token"] = html("next-token-panel")
     gr.Markdown("**Best-of candidates**")
-    bestof = html("bestof-panel")
-    return {
-        "chatbot": chatbot,
-        "chat_input": chat_input,
-        "send": send,
-        "stop_btn": stop,
-        "retry": retry,
-        "undo": undo,
-        "clear": clear,
-        "markdown": markdown,
-        "error": error,
-        "finish": finish,
-        "verdict": verdict,
-        "mode": mode,
-        "tokens": tokens,
-        "next_token": next_token,
-        "bestof": bestof,
-    }
+    c["bestof"] = html("bestof-panel")
+    return c
 
 
 def _render_compare_tab() -> dict[str, gr.Component]:
