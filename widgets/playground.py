@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import sys
 import threading
@@ -21,6 +20,7 @@ from playground.providers.registry import Registry
 from playground.types import ChatMessage, GenerateParameters, GenerationResult, NextTokenDistribution
 from playground.wire import inbound
 from playground.wire.controls import SAMPLING, spec
+from widgets import debugger
 from widgets import html as static_html
 from widgets.token_view import STATIC, result_payload
 
@@ -111,6 +111,10 @@ class Playground(_SamplingTraits):
     result_json = traitlets.Dict().tag(sync=True)
     next_token = traitlets.Dict().tag(sync=True)
     next_token_position = traitlets.Int(-1).tag(sync=True)
+    check_text = traitlets.Unicode("").tag(sync=True)
+    check_requested = traitlets.Int(0).tag(sync=True)
+    check_result = traitlets.Dict().tag(sync=True)
+    branches = traitlets.List(traitlets.Dict()).tag(sync=True)
 
     def __init__(
         self,
@@ -172,6 +176,16 @@ class Playground(_SamplingTraits):
     def _on_run_requested(self, _change: dict[str, Any]) -> None:
         """The run button in the browser increments `run_requested`; its errors show in the widget only."""
         self.run(raise_errors=False)
+
+    @traitlets.observe("check_requested")
+    def _on_check_requested(self, _change: dict[str, Any]) -> None:
+        """The check button in the browser; a failure shows in the widget."""
+        self.error = ""
+        try:
+            self.check(self.check_text)
+        except Exception as exc:  # noqa: BLE001 - the widget is an edge: every failure is shown in it
+            self.check_result = {}
+            self._fail(exc)
 
     @traitlets.observe("next_token_position")
     def _on_position(self, change: dict[str, Any]) -> None:
@@ -253,13 +267,32 @@ class Playground(_SamplingTraits):
         self.distribution = self._provider.next_token(
             self.model, self._last_inputs, self._last_params, prefix=prefix, top_k=12
         )
-        self.next_token = json.loads(self.distribution.model_dump_json())
+        self.next_token = debugger.with_reasons(
+            self._provider, self.model, self._last_params, prefix, self.distribution
+        )
 
     def _fail(self, exc: Exception) -> None:
         """Show the failure inside the widget; unexpected ones also go to the log with their traceback."""
         if not isinstance(exc, PlaygroundError):
             log.exception("playground widget run failed")
         self.error = describe(exc)
+
+    def check(self, text: str) -> debugger.CheckResult:
+        """Test an instance under the current constraint: the first refused token and why, and the verdict."""
+        grammar = inbound.grammar_for(self.constraint_kind, self.constraint_text)
+        result = debugger.check(self._provider, self.model, grammar, text, "auto")
+        self.check_result = result.model_dump(mode="json")
+        return result
+
+    def branch(self, position: int, text: str) -> GenerationResult:
+        """Continue the last answer from token `position` with `text` forced there; shown as the answer."""
+        if self.result is None or self._last_inputs is None or self._last_params is None:
+            raise ParameterError("run once first: a branch continues the last answer")
+        result = debugger.branch(
+            self._provider, self.model, self._last_inputs, self._last_params, self.result, position, text
+        )
+        self.branches = [*self.branches, {"position": position, "text": text, "result": result_payload(result)}]
+        return result
 
     def clear(self) -> None:
         """Forget the conversation and the last answer."""

@@ -235,7 +235,7 @@ function nextTokenChart(container, dist, position, tokens) {
     h("span", null, " under the constraint"));
   container.append(legend);
   const p = (lp) => (lp === null || lp === undefined ? 0 : Math.exp(lp));
-  const rows = dist.candidates.map((c) => ({ text: c.text, raw: p(c.raw_logprob), con: c.allowed ? p(c.logprob) : 0, allowed: c.allowed }));
+  const rows = dist.candidates.map((c) => ({ text: c.text, raw: p(c.raw_logprob), con: c.allowed ? p(c.logprob) : 0, allowed: c.allowed, reason: c.reason }));
   rows.sort((a, b) => Math.max(b.raw, b.con) - Math.max(a.raw, a.con));
   for (const row of rows.slice(0, 12)) {
     const line = h("div", row.allowed ? "sp-bar-row" : "sp-bar-row sp-masked");
@@ -247,8 +247,61 @@ function nextTokenChart(container, dist, position, tokens) {
     bars.append(raw, con);
     line.append(h("code", "sp-bar-label", JSON.stringify(row.text)), bars,
       h("span", "sp-num", `${(100 * row.raw).toFixed(1)}% \u2192 ${(100 * row.con).toFixed(1)}%`));
+    if (row.reason) {
+      line.title = row.reason;
+      line.append(h("span", "sp-reason", row.reason));
+    }
     container.append(line);
   }
+}
+
+// Confidence per JSON field of the chosen answer: the model's own probability of each value.
+function fieldsTable(container, result) {
+  container.replaceChildren();
+  const fields = result && result.best && result.best.fields;
+  if (!fields || !fields.length) return;
+  const table = h("table", "sp-fields");
+  const head = h("tr");
+  for (const name of ["field", "value", "model p (min)", "model p (value)", "mass kept", "overridden", "forced"]) head.append(h("th", null, name));
+  table.append(head);
+  const pct = (x) => (x === null || x === undefined ? "-" : `${(100 * x).toFixed(1)}%`);
+  for (const f of fields) {
+    const row = h("tr");
+    row.dataset.path = f.path;
+    for (const cell of [f.path, JSON.stringify(f.value), pct(f.prob_min), pct(f.prob_product), pct(f.mass_kept_min),
+      f.overridden ? "yes" : "no", `${f.forced}/${f.tokens}`]) row.append(h("td", null, cell));
+    table.append(row);
+  }
+  container.append(table);
+}
+
+// Test an instance: the first token the masks refuse (and why), beside the final verdict.
+function checkSection(model, offs) {
+  const box = h("div", "sp-check");
+  const text = input("textarea", "sp-check-text");
+  text.rows = 2;
+  text.placeholder = "a candidate output to test against the constraint";
+  offs.push(bind(model, text, "check_text"));
+  const run = h("button", "sp-check-run", "check");
+  run.addEventListener("click", () => {
+    model.set("check_requested", model.get("check_requested") + 1);
+    model.save_changes();
+  });
+  const out = h("div", "sp-check-result");
+  const draw = () => {
+    const r = model.get("check_result") || {};
+    if (r.accepted === undefined) { out.textContent = ""; return; }
+    const refused = r.first_refused;
+    out.textContent = (r.accepted ? "\u2713 accepted by the masks" :
+      `\u2717 token ${refused.position} ${JSON.stringify(refused.text)} refused: ${refused.reason}`) +
+      ` \u00b7 final verdict: ${r.validation.message}` + (r.agree ? "" : " \u00b7 the masks and the verdict disagree");
+    out.dataset.accepted = String(r.accepted);
+  };
+  model.on("change:check_result", draw);
+  offs.push(() => model.off("change:check_result", draw));
+  draw();
+  box.append(field("test an instance", text, "sp-field-col"), run, out);
+  return box;
 }
 
 async function render({ model, el }) {
@@ -270,6 +323,7 @@ async function render({ model, el }) {
   const error = h("div", "sp-error");
   const answer = h("div", "sp-answer");
   const chart = h("div", "sp-chart");
+  const fields = h("div", "sp-fields-box");
   const local = { colourBy: "constrained", sequence: 0 };
   const drawAnswer = () => {
     const result = model.get("result_json");
@@ -296,7 +350,7 @@ async function render({ model, el }) {
     error.style.display = model.get("error") ? "" : "none";
   };
   const handlers = [
-    ["change:result_json", () => { local.sequence = 0; drawAnswer(); drawChart(); }],
+    ["change:result_json", () => { local.sequence = 0; drawAnswer(); drawChart(); fieldsTable(fields, model.get("result_json")); }],
     ["change:next_token_position", () => { drawAnswer(); drawChart(); }],
     ["change:next_token", drawChart],
     ["change:running", drawState],
@@ -309,10 +363,12 @@ async function render({ model, el }) {
   const actions = h("div", "sp-row");
   actions.append(run, status);
   root.append(modelRow(model, offs), constraintSection(model, offs), chatSection(model, offs),
-    field("message", prompt, "sp-field-col"), parameterSection(model, offs), actions, error, answer, chart);
+    field("message", prompt, "sp-field-col"), parameterSection(model, offs), actions, error, answer, fields, chart,
+    checkSection(model, offs));
   el.append(root);
   drawAnswer();
   drawChart();
+  fieldsTable(fields, model.get("result_json"));
   drawState();
   return () => offs.forEach((off) => off());
 }
