@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 
 from playground.providers.registry import Registry
-from playground.ui import controls, debugger, handlers, layout, render
+from playground.ui import controls, debugger, drafts, handlers, layout, render
 from playground.ui.chat_view import chatbot_value
 from playground.ui.handlers import Panels
 from playground.ui.inspect import setup_inspect_events
@@ -36,6 +36,7 @@ def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.B
         comps = layout.render_all(registry)
         comps["state"] = gr.State(ChatState())
         comps["model_pick"] = gr.State(ModelPick())
+        comps["drafts"] = gr.State({})
         _setup_events(demo, registry, settings, comps)
     return demo
 
@@ -114,9 +115,9 @@ def _setup_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: 
 
 
 def _setup_constraint_events(demo: gr.Blocks, c: Comps) -> None:
-    def on_kind(kind: str, message: str) -> tuple:
-        text, example_message = controls.example_for(kind, None)
-        examples, editor, processor_group = layout.kind_view(kind)
+    def on_kind(kind: str, message: str, saved: dict[str, str]) -> tuple:
+        text, example_message = drafts.text_for(saved, kind)
+        examples, editor, processor_group = layout.kind_view(kind, text)
         chat_text = controls.suggested_message(message, example_message)
         return examples, {**editor, "value": text}, processor_group, chat_text
 
@@ -124,22 +125,23 @@ def _setup_constraint_events(demo: gr.Blocks, c: Comps) -> None:
         text, example_message = controls.example_for(kind, title)
         return text, controls.suggested_message(message, example_message)
 
+    def on_text(kind: str, text: str | None, saved: dict[str, str]) -> tuple:
+        return drafts.remember(saved, kind, text), gr.update(value=drafts.example_title(kind, text))
+
+    status = (controls.constraint_status, [c["kind"], c["constraint_text"]], c["constraint_status"])
     c["kind"].input(
         on_kind,
-        [c["kind"], c["chat_input"]],
+        [c["kind"], c["chat_input"], c["drafts"]],
         [c["example"], c["constraint_text"], c["processor_group"], c["chat_input"]],
-    ).then(
-        controls.constraint_status, [c["kind"], c["constraint_text"]], c["constraint_status"], show_progress="hidden"
-    )
+    ).then(*status, show_progress="hidden")
     c["example"].input(
         on_example, [c["kind"], c["example"], c["chat_input"]], [c["constraint_text"], c["chat_input"]]
-    ).then(
-        controls.constraint_status, [c["kind"], c["constraint_text"]], c["constraint_status"], show_progress="hidden"
-    )
+    ).then(*status, show_progress="hidden")
+    c["constraint_text"].change(*status, show_progress="hidden", trigger_mode="always_last")
     c["constraint_text"].change(
-        controls.constraint_status,
-        [c["kind"], c["constraint_text"]],
-        c["constraint_status"],
+        on_text,
+        [c["kind"], c["constraint_text"], c["drafts"]],
+        [c["drafts"], c["example"]],
         show_progress="hidden",
         trigger_mode="always_last",
     )
@@ -247,6 +249,6 @@ def _setup_session_events(c: Comps) -> None:
     c["session_export"].click(on_export, [c["state"], *form], [c["session_file"], c["session_status"]])
     c["session_import"].upload(
         on_import, [c["session_import"], c["state"]], [*form, c["state"], c["chatbot"], c["session_status"]]
-    ).then(layout.kind_view, c["kind"], [c["example"], c["constraint_text"], c["processor_group"]]).then(
-        controls.constraint_status, [c["kind"], c["constraint_text"]], c["constraint_status"]
-    )
+    ).then(
+        layout.kind_view, [c["kind"], c["constraint_text"]], [c["example"], c["constraint_text"], c["processor_group"]]
+    ).then(controls.constraint_status, [c["kind"], c["constraint_text"]], c["constraint_status"])

@@ -56,11 +56,12 @@ WEATHER_SCHEMA = """{
   "additionalProperties": false
 }"""
 
-ARITHMETIC_GRAMMAR = """start: expr
-expr: term (OP term)*
-term: NUMBER | "(" expr ")"
+# Each ends on its own (no rule repeats without bound), so the model finishes instead of looping to the limit.
+CALCULATION_GRAMMAR = """start: NUMBER " " OP " " NUMBER " = " NUMBER
 OP: "+" | "-" | "*" | "/"
-NUMBER: /[0-9]{1,4}/"""
+NUMBER: /[0-9]{1,3}/"""
+
+CAPITAL_GRAMMAR = 'start: "The capital of " NAME " is " NAME "."\nNAME: /[A-Z][a-z]{2,12}/\n'
 
 YES_NO_GRAMMAR = 'start: answer "."\nanswer: "Yes" | "No"\n'
 
@@ -94,7 +95,7 @@ EXAMPLES: dict[str, list[Example]] = {
         Example(
             "ISO date",
             r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
-            "When did the first person walk on the Moon?",
+            "What date is New Year's Day 2025?",
         ),
         Example("Phone number", r"\([0-9]{3}\) [0-9]{3}-[0-9]{4}", "Write a US phone number."),
     ],
@@ -102,11 +103,12 @@ EXAMPLES: dict[str, list[Example]] = {
         Example(
             "Sentiment", "positive\nnegative\nneutral", "Sentiment of: 'I loved this movie, the actors were great!'"
         ),
-        Example("Capital city", "Paris\nLondon\nBerlin\nMadrid", "What is the capital of France?"),
+        Example("Capital city", "Paris\nLondon\nBerlin\nMadrid\nRome", "What is the capital of Germany?"),
     ],
     "grammar": [
-        Example("Arithmetic", ARITHMETIC_GRAMMAR, "Write an arithmetic expression that equals 12."),
-        Example("Yes or no", YES_NO_GRAMMAR, "Is the sky blue?"),
+        Example("Calculation", CALCULATION_GRAMMAR, "What is 7 times 6? Answer with the calculation."),
+        Example("Capital sentence", CAPITAL_GRAMMAR, "What is the capital of Italy?"),
+        Example("Yes or no", YES_NO_GRAMMAR, "Can fish climb trees?"),
     ],
     "tools": [Example("Weather or time", WEATHER_TOOLS, "What's the weather in Paris?")],
 }

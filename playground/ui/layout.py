@@ -9,6 +9,7 @@ import gradio as gr
 
 from playground.providers.registry import Registry
 from playground.ui import controls
+from playground.ui.drafts import example_title
 from playground.ui.examples import KINDS, LANGUAGES, SYSTEM_PROMPT, example_titles
 from playground.ui.render import tokens_html
 from playground.ui.state import Form
@@ -313,11 +314,11 @@ def form_inputs(comps: dict[str, gr.Component]) -> list[gr.Component]:
     return [comps[name] for name in Form.model_fields]
 
 
-def kind_view(kind: str) -> tuple[dict, dict, dict]:
-    """What a constraint kind shows: its examples, the editor (with its highlighting), the processor group."""
+def kind_view(kind: str, text: str | None = None) -> tuple[dict, dict, dict]:
+    """What a constraint kind shows: its examples (the one `text` is, if any), the editor, the processor group."""
     titles = example_titles(kind)
     return (
-        gr.update(choices=titles, value=titles[0] if titles else None, visible=bool(titles)),
+        gr.update(choices=titles, value=example_title(kind, text), visible=bool(titles)),
         gr.update(language=LANGUAGES.get(kind), visible=kind not in ("none", "processor")),
         gr.update(visible=kind == "processor"),
     )

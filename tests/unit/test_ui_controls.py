@@ -24,7 +24,7 @@ def test_every_example_passes_the_live_check() -> None:
 
 def test_examples_fill_the_editor_and_a_fitting_message() -> None:
     text, message = controls.example_for("regex", "ISO date")
-    assert text.startswith("[0-9]{4}") and "Moon" in message
+    assert text.startswith("[0-9]{4}") and "New Year" in message
     assert controls.example_for("regex", "no such title")[0] == EXAMPLES["regex"][0].text
     assert controls.example_for("none", None) == ("", "")
 

@@ -1,0 +1,63 @@
+"""Examples: the picker names an example only while it is shown, each kind keeps the user's own text, and
+the examples show the model at its best."""
+
+from __future__ import annotations
+
+import json
+
+from playwright.sync_api import Page, expect
+
+from playground.ui.examples import PERSON_SCHEMA
+from tests.browser.ui_helpers import open_app, paste_constraint, pick_kind, send
+
+OWN_SCHEMA = '{"type": "object", "properties": {"colour": {"enum": ["red", "blue"]}}, "required": ["colour"]}'
+
+
+def editor_text(page: Page) -> str:
+    return page.locator("#constraint-text .cm-content").inner_text()
+
+
+def test_own_text_survives_switching_kinds_and_the_title_never_goes_stale(
+    page: Page, server_url: str, tmp_path
+) -> None:
+    open_app(page, server_url)
+    example = page.locator("#constraint-example input")
+    pick_kind(page, "JSON schema")
+    expect(example).to_have_value("Person")
+    assert json.loads(editor_text(page)) == json.loads(PERSON_SCHEMA)
+    paste_constraint(page, OWN_SCHEMA)
+    expect(example).to_have_value("")
+    pick_kind(page, "regex")
+    expect(example).to_have_value("IPv4 address")
+    pick_kind(page, "JSON schema")
+    expect(page.locator("#constraint-text .cm-content")).to_contain_text('"colour"')
+    assert json.loads(editor_text(page)) == json.loads(OWN_SCHEMA)
+    expect(example).to_have_value("")
+
+    session = {
+        "format": "structured-playground-session",
+        "version": 1,
+        "settings": {"kind": "regex", "constraint_text": "[a-z]{3}"},
+        "messages": [],
+    }
+    path = tmp_path / "session.json"
+    path.write_text(json.dumps(session), encoding="utf-8")
+    page.locator("#session > button.label-wrap").click()
+    with page.expect_file_chooser() as chooser:
+        page.locator("#session-import").click()
+    chooser.value.set_files(str(path))
+    expect(page.locator("#session-status")).to_contain_text("imported")
+    expect(page.locator("#constraint-text .cm-content")).to_have_text("[a-z]{3}")
+    expect(example).to_have_value("")
+
+
+def test_the_grammar_example_finishes_with_the_right_answer(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    pick_kind(page, "grammar (Lark)")
+    page.locator("#constraint-example input").click()
+    page.get_by_role("option", name="Calculation").click()
+    expect(page.locator("#chat-input textarea")).to_have_value("What is 7 times 6? Answer with the calculation.")
+    send(page)
+    expect(page.locator("#validation-status")).to_contain_text("✓ valid (grammar)")
+    assert page.locator("#chatbot [data-testid=bot] .message-content").inner_text().strip() == "7 * 6 = 42"
+    expect(page.locator("#finish-reason")).to_contain_text("eos_token")
