@@ -10,6 +10,7 @@ import gradio as gr
 from playground.providers.registry import Registry
 from playground.ui import controls, debugger, drafts, handlers, layout, render
 from playground.ui.chat_view import chatbot_value
+from playground.ui.compare_engines import setup_engine_compare_events
 from playground.ui.handlers import Panels
 from playground.ui.inspect import setup_inspect_events
 from playground.ui.state import ChatState, Form, ModelPick, UISettings
@@ -214,6 +215,7 @@ def _setup_tab_events(registry: Registry, settings: UISettings, c: Comps) -> Non
             return box, box
 
     c["compare"].click(on_compare, [c["compare_input"], c["state"], *form], [c["compare_left"], c["compare_right"]])
+    setup_engine_compare_events(registry, c, form)
     code_outputs = [c[f"code_{key}"] for key, _, _ in layout.CODE_TABS]
 
     def on_code(state: ChatState, *values: Any) -> list[str]:

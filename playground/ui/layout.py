@@ -9,6 +9,7 @@ import gradio as gr
 
 from playground.providers.registry import Registry
 from playground.ui import controls
+from playground.ui.compare_engines import render_engine_compare
 from playground.ui.drafts import example_title
 from playground.ui.examples import KINDS, LANGUAGES, SYSTEM_PROMPT, example_titles
 from playground.ui.render import tokens_html
@@ -252,15 +253,19 @@ def _render_chat_tab() -> dict[str, gr.Component]:
     return c
 
 
-def _render_compare_tab() -> dict[str, gr.Component]:
-    gr.Markdown("The same turn twice: without the constraint and with it. Blank input re-runs your last message.")
+def _render_compare_tab(registry: Registry) -> dict[str, gr.Component]:
+    gr.Markdown(
+        "The same turn twice: without the constraint and with it; or once per constraint engine (and with "
+        "another model). Blank input re-runs your last message."
+    )
     with gr.Row(equal_height=True):
         text = gr.Textbox(show_label=False, placeholder="Message to compare", scale=5, elem_id="compare-input")
         run = gr.Button("Compare", variant="primary", scale=1, elem_id="compare-btn")
     with gr.Row():
         left = html("compare-unconstrained")
         right = html("compare-constrained")
-    return {"compare_input": text, "compare": run, "compare_left": left, "compare_right": right}
+    comps = {"compare_input": text, "compare": run, "compare_left": left, "compare_right": right}
+    return {**comps, **render_engine_compare(registry)}  # the same turn once per engine (ui/compare_engines.py)
 
 
 def _render_code_tab() -> dict[str, gr.Component]:
@@ -294,7 +299,7 @@ def render_all(registry: Registry) -> dict[str, gr.Component]:
 
                     _merge(comps, debugger.render_panels())
                 with gr.Tab("Compare", id="compare"):
-                    _merge(comps, _render_compare_tab())
+                    _merge(comps, _render_compare_tab(registry))
                 with gr.Tab("Code", id="code") as code_tab:
                     _merge(comps, _render_code_tab())
     comps["code_tab"] = code_tab
