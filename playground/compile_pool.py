@@ -20,6 +20,7 @@ import queue
 import resource
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,31 +54,42 @@ class CompileLimits:
 
 
 def _serve(conn: Any, tokenizer_bytes: bytes) -> None:
-    """A worker's life: warm every backend, then answer jobs until the server closes the pipe."""
+    """A worker's life: warm the default engine, then answer jobs until the server closes the pipe."""
     tokenizer = pickle.loads(tokenizer_bytes)
-    # The default engine is warm before the worker takes jobs; the others on their first job, before
-    # "started" (warming reads the vocabulary once: no part of any compile's limits).
     backends = {"llguidance": engines.worker_backend("llguidance", tokenizer)}
     conn.send(("ready", os.getpid()))
     while True:
         try:
-            engine, kind, text, timeout_s, memory_mb = conn.recv()
+            job = conn.recv()
         except (EOFError, OSError):
             return
-        if engine not in backends:
+        for message in _run(job, backends, tokenizer):
+            conn.send(message)
+
+
+def _run(job: tuple, backends: dict[str, Any], tokenizer: Any) -> Iterator[tuple]:
+    """("started", warmed) once the engine is warm (warming is no part of the limits), then the reply."""
+    engine, kind, text, timeout_s, memory_mb = job
+    warmed = engine not in backends
+    try:
+        if warmed:
             backends[engine] = engines.worker_backend(engine, tokenizer)
-        conn.send(("started",))
-        _limit_self(timeout_s, memory_mb)
-        try:
-            payload, warnings = engines.compile_payload(engine, backends[engine], kind, text)
-        except engines.EngineRefusal as exc:
-            reply: tuple = ("refused", exc.kind, exc.message)
-        except MemoryError:
-            reply = ("memory",)
-        else:
-            reply = ("ok", payload, warnings)
-        _unlimit_self()  # warming the next job's engine may need more than this job was allowed
-        conn.send(reply)
+    except Exception as exc:  # a tokenizer an engine cannot read: a refusal, not a dead worker
+        yield ("started", True)
+        yield ("refused", "unsupported", f"{engine} cannot read this model's tokenizer: {exc}")
+        return
+    yield ("started", warmed)
+    _limit_self(timeout_s, memory_mb)
+    try:
+        payload, warnings = engines.compile_payload(engine, backends[engine], kind, text)
+    except engines.EngineRefusal as exc:
+        reply: tuple = ("refused", exc.kind, exc.message)
+    except MemoryError:
+        reply = ("memory",)
+    else:
+        reply = ("ok", payload, warnings)
+    _unlimit_self()  # warming the next job's engine may need more than this job was allowed
+    yield reply
 
 
 def _limit_self(timeout_s: float, memory_mb: int) -> None:
@@ -85,7 +97,8 @@ def _limit_self(timeout_s: float, memory_mb: int) -> None:
     used = resource.getrusage(resource.RUSAGE_SELF)
     cpu = int(used.ru_utime + used.ru_stime + 2 * timeout_s + 5)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, resource.RLIM_INFINITY))
-    address_space = psutil.Process().memory_info().vms + 2 * memory_mb * MB
+    # generous: the server's RSS watch is the real limit; this one also holds if the server is gone
+    address_space = psutil.Process().memory_info().vms + (2 * memory_mb + 256) * MB
     resource.setrlimit(resource.RLIMIT_AS, (address_space, resource.RLIM_INFINITY))
 
 
@@ -192,11 +205,14 @@ class CompilePool:
     def _watch(self, worker: _Worker, what: str) -> tuple:
         """The worker's reply; past the time or memory limit (or if it dies) an error, and the caller kills it."""
         try:
-            if not worker.conn.poll(START_TIMEOUT_S) or worker.conn.recv() != ("started",):
+            if not worker.conn.poll(START_TIMEOUT_S):
                 raise CompileTimeoutError(f"{what}: the compile worker did not start the job")
+            _, warmed = worker.conn.recv()
         except (EOFError, OSError):
             raise CompileTimeoutError(f"{what}: the compile worker died ({_exit_reason(worker)})") from None
         start, base = time.monotonic(), worker.rss()
+        if warmed:  # a newly warmed engine's tables are the worker's, not this compile's
+            worker.warm_rss = base
         limit = base + self.limits.memory_mb * MB
         while not worker.conn.poll(POLL_S):
             if not worker.process.is_alive():
