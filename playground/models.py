@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from playground.errors import ModelError, first_line
+from playground.errors import ModelError
 
 log = logging.getLogger(__name__)
 
@@ -171,42 +171,6 @@ def _load_pretrained(name: str, dtype: Any, trust_remote_code: bool) -> tuple[An
     except ValueError as exc:
         raise ModelError(f"cannot load model {name!r}: {exc}".split("\n")[0]) from exc
     return model, tokenizer
-
-
-# What a request's hub load fetches: configs, tokenizers and safetensors weights; no pickles, no code.
-HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja"]
-
-
-def hub_snapshot(repo_id: str, *, timeout_s: float = 10.0) -> str:
-    """A hub model's folder: from the local cache, else fetched once; never a folder of this machine's own.
-
-    Fails at once when offline or when the hub cannot be reached (no retry loop), naming which.
-    """
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HFValidationError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-    )
-
-    try:
-        return snapshot_download(repo_id, allow_patterns=HUB_FILES, local_files_only=True)
-    except HFValidationError as exc:
-        raise ModelError(f"{repo_id!r} is not a hub id (org/name): {first_line(exc)}") from None
-    except LocalEntryNotFoundError:
-        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-            raise ModelError(
-                f"model {repo_id!r} is not in the local Hugging Face cache (this server is offline)"
-            ) from None
-    try:
-        return snapshot_download(repo_id, allow_patterns=HUB_FILES, etag_timeout=timeout_s)
-    except (RepositoryNotFoundError, GatedRepoError):
-        raise ModelError(f"no model {repo_id!r} on the Hugging Face hub (or it is private or gated)") from None
-    except (LocalEntryNotFoundError, OSError) as exc:
-        raise ModelError(
-            f"model {repo_id!r} is not in the local Hugging Face cache and the hub cannot be reached: {first_line(exc)}"
-        ) from None
 
 
 def load_model(

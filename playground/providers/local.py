@@ -11,7 +11,8 @@ from typing import Any
 from playground.engine import Engine
 from playground.errors import ModelError, first_line
 from playground.heartbeat import Heartbeat
-from playground.models import hub_snapshot, load_model
+from playground.hub import hub_snapshot
+from playground.models import load_model
 from playground.providers.base import Capabilities, Inputs, ModelInfo, SimpleToken
 from playground.providers.loading import (
     LoadingPolicy,
