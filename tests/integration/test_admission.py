@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from playground.limits import limits_info
 from tests.support import REPO_ROOT, LiveServer, start_app
 
 MAX_QUEUE = 12
@@ -98,6 +99,7 @@ def test_info_reports_the_enforced_limits(server: LiveServer) -> None:
     info = httpx.get(f"{server.url}/info", timeout=30).json()
     assert info["max_concurrent_requests"] == 1 + MAX_QUEUE
     assert (info["max_running_requests"], info["max_queue"]) == (1, MAX_QUEUE)
+    assert {key: info[key] for key in limits_info()} == limits_info()  # the request size limits too
 
 
 def test_queued_requests_take_no_thread_each(server: LiveServer, pool, tmp_path: Path) -> None:
