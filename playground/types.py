@@ -15,6 +15,7 @@ from playground.limits import (
     MAX_INPUT_CHARS,
     MAX_MESSAGES,
     MAX_NAME_CHARS,
+    MAX_PREFIX_CHARS,
     MAX_PROCESSOR_PARAM_CHARS,
     MAX_PROCESSOR_PARAMS,
     MAX_PROCESSORS,
@@ -79,6 +80,7 @@ class GenerateParameters(Strict):
     constraint_engine: EngineName = "auto"
     continue_from: str | None = Field(
         default=None,
+        max_length=MAX_PREFIX_CHARS,
         description="The answer so far: forced through the constraint, then continued (only new text is returned).",
     )
     fast_forward: bool = Field(

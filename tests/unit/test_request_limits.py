@@ -42,6 +42,11 @@ def client() -> TestClient:
         ),
         (
             "/generate",
+            {"inputs": "x", "parameters": {"continue_from": "a" * (limits.MAX_PREFIX_CHARS + 1)}},
+            f"parameters.continue_from: String should have at most {limits.MAX_PREFIX_CHARS} characters",
+        ),
+        (
+            "/generate",
             {"inputs": "x", "parameters": {"stop": ["s" * (limits.MAX_STOP_CHARS + 1)]}},
             f"parameters.stop[0]: String should have at most {limits.MAX_STOP_CHARS} characters",
         ),
