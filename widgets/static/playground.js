@@ -275,18 +275,30 @@ function fieldsTable(container, result) {
   container.append(table);
 }
 
+/** A textarea kept in step with the trait `name`. */
+function boundText(model, offs, name, className, rows, placeholder) {
+  const text = input("textarea", className);
+  text.rows = rows;
+  text.placeholder = placeholder;
+  offs.push(bind(model, text, name));
+  return text;
+}
+
+/** A button that asks the kernel for work by incrementing the counter trait `counter`. */
+function requestButton(model, className, label, counter) {
+  const button = h("button", className, label);
+  button.addEventListener("click", () => {
+    model.set(counter, model.get(counter) + 1);
+    model.save_changes();
+  });
+  return button;
+}
+
 // Test an instance: the first token the masks refuse (and why), beside the final verdict.
 function checkSection(model, offs) {
   const box = h("div", "sp-check");
-  const text = input("textarea", "sp-check-text");
-  text.rows = 2;
-  text.placeholder = "a candidate output to test against the constraint";
-  offs.push(bind(model, text, "check_text"));
-  const run = h("button", "sp-check-run", "check");
-  run.addEventListener("click", () => {
-    model.set("check_requested", model.get("check_requested") + 1);
-    model.save_changes();
-  });
+  const text = boundText(model, offs, "check_text", "sp-check-text", 2, "a candidate output to test against the constraint");
+  const run = requestButton(model, "sp-check-run", "check", "check_requested");
   const out = h("div", "sp-check-result");
   const draw = () => {
     const r = model.get("check_result") || {};
@@ -310,15 +322,8 @@ async function render({ model, el }) {
   URL.revokeObjectURL(url);
   const offs = [];
   const root = h("div", "sp-root sp-playground");
-  const prompt = input("textarea", "sp-prompt");
-  prompt.rows = 3;
-  prompt.placeholder = "prompt or chat message";
-  offs.push(bind(model, prompt, "prompt"));
-  const run = h("button", "sp-run", "run");
-  run.addEventListener("click", () => {
-    model.set("run_requested", model.get("run_requested") + 1);
-    model.save_changes();
-  });
+  const prompt = boundText(model, offs, "prompt", "sp-prompt", 3, "prompt or chat message");
+  const run = requestButton(model, "sp-run", "run", "run_requested");
   const status = h("span", "sp-status");
   const error = h("div", "sp-error");
   const answer = h("div", "sp-answer");
