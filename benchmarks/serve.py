@@ -181,7 +181,8 @@ def main() -> None:
     figures: dict[str, object] = {"model": args.model, "threads": args.threads, "runs": args.runs}
     busy = ("--max-concurrent", "16", "--max-queue", "64")
     with server(args.model, args.threads, *busy) as (url, pid):
-        concurrent(url, 1, 4)  # warm: compile, first forward
+        for i in range(max(CLIENTS)):  # warm: every client's constraint compiled (and cached) once
+            generate(url, {"grammar": _client_grammar(i), "max_new_tokens": 1, "details": True}, "warm up")
         rss_before = rss_mb(pid)
         for clients in CLIENTS:
             runs = [concurrent(url, clients, args.tokens) for _ in range(args.runs)]
