@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 
 from playground.providers.registry import Registry
-from playground.ui import controls, debugger, drafts, handlers, layout, render
+from playground.ui import controls, debugger, drafts, handlers, layout, render, sharing
 from playground.ui.chat_view import chatbot_value
 from playground.ui.compare_engines import setup_engine_compare_events
 from playground.ui.handlers import Panels
@@ -109,9 +109,11 @@ def _setup_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: 
     _setup_constraint_events(demo, c)
     setup_inspect_events(registry, c)
     _setup_model_events(demo, registry, settings, c)
-    _setup_chat_events(registry, c)
+    saved, autosave = sharing.autosaver(c, layout.form_inputs(c))
+    _setup_chat_events(registry, c, autosave)
     _setup_tab_events(registry, settings, c)
     _setup_session_events(c)
+    sharing.setup(demo, c, layout.form_inputs(c), saved)
     debugger.setup(registry, c, layout.form_inputs(c))
 
 
@@ -169,26 +171,41 @@ def _setup_model_events(demo: gr.Blocks, registry: Registry, settings: UISetting
     demo.load(on_model, [c["model"], c["model_pick"]], outputs)
 
 
-def _setup_chat_events(registry: Registry, c: Comps) -> None:
+def _edit_fn(registry: Registry) -> Callable[..., Iterator[tuple]]:
+    def edit(evt: gr.EditData, state: ChatState, *values: Any) -> Iterator[tuple]:
+        try:
+            form = _form(values)
+        except Exception as exc:  # noqa: BLE001
+            yield _panel_values(Panels.failed(state, exc))
+            return
+        index = evt.index if isinstance(evt.index, int) else evt.index[0]
+        for panels in handlers.edit(registry, form, state, index, str(evt.value)):
+            yield _panel_values(panels)
+
+    return edit
+
+
+def _setup_chat_events(registry: Registry, c: Comps, autosave: Callable[[Any], Any]) -> None:
+    """The chat's events; every one that changes the conversation is autosaved before the chart updates."""
     form = layout.form_inputs(c)
     outputs = _panel_outputs(c)
     next_token = lambda state: handlers.next_token(registry, state)  # noqa: E731
     for trigger in (c["chat_input"].submit, c["send"].click):
         event = trigger(_chat_fn(registry), [c["chat_input"], c["state"], *form], outputs, show_progress="minimal")
-        event.then(next_token, c["state"], c["next_token"], show_progress="hidden")
+        autosave(event).then(next_token, c["state"], c["next_token"], show_progress="hidden")
     for trigger in (c["retry"].click, c["chatbot"].retry):
         event = trigger(_retry_fn(registry), [c["state"], *form], outputs, show_progress="minimal")
-        event.then(next_token, c["state"], c["next_token"], show_progress="hidden")
+        autosave(event).then(next_token, c["state"], c["next_token"], show_progress="hidden")
+    event = c["chatbot"].edit(_edit_fn(registry), [c["state"], *form], outputs, show_progress="minimal")
+    autosave(event).then(next_token, c["state"], c["next_token"], show_progress="hidden")
     # Not `cancels=`: killing the handler mid-step would leave the stored turn out of step with the screen.
     c["stop_btn"].click(handlers.request_stop, c["state"], None, show_progress="hidden", queue=False)
     for trigger in (c["undo"].click, c["chatbot"].undo):
-        trigger(lambda state: _panel_values(handlers.undo(state)), c["state"], outputs).then(
-            lambda: "", None, c["next_token"]
-        )
+        event = trigger(lambda state: _panel_values(handlers.undo(state)), c["state"], outputs)
+        autosave(event).then(lambda: "", None, c["next_token"])
     for trigger in (c["clear"].click, c["chatbot"].clear):
-        trigger(lambda state: _panel_values(handlers.clear(state)), c["state"], outputs).then(
-            lambda: "", None, c["next_token"]
-        )
+        event = trigger(lambda state: _panel_values(handlers.clear(state)), c["state"], outputs)
+        autosave(event).then(lambda: "", None, c["next_token"])
     c["mode"].change(handlers.set_mode, [c["state"], c["mode"]], [c["state"], c["tokens"]], show_progress="hidden")
 
     def on_markdown(state: ChatState, markdown: bool) -> tuple:

@@ -191,6 +191,14 @@ def retry(registry: Registry, form: Form, state: ChatState) -> Iterator[Panels]:
     yield from chat(registry, form, state, user_text, history)
 
 
+def edit(registry: Registry, form: Form, state: ChatState, index: int, user_text: str) -> Iterator[Panels]:
+    """Replace user message `index` and answer it again; what followed it is dropped."""
+    if not (0 <= index < len(state.messages)) or state.messages[index]["role"] != "user":
+        yield Panels.failed(state, ParameterError("only a user message can be edited"))
+        return
+    yield from chat(registry, form, state, user_text, state.messages[:index])
+
+
 def undo(state: ChatState) -> Panels:
     """Remove the last exchange and give its user message back to the input box."""
     messages = list(state.messages)

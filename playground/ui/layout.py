@@ -197,8 +197,17 @@ def _render_session() -> dict[str, gr.Component]:
         upload = gr.UploadButton(
             "Import session JSON", file_types=[".json"], type="filepath", elem_id="session-import", size="sm"
         )
+        share = gr.Button("Share link (settings, seed and conversation)", elem_id="session-share", size="sm")
+        link = gr.Textbox(label="Share link", elem_id="share-link", visible=False, interactive=False, buttons=["copy"])
         status = html("session-status")
-    return {"session_export": export, "session_file": file, "session_import": upload, "session_status": status}
+    return {
+        "session_export": export,
+        "session_file": file,
+        "session_import": upload,
+        "share": share,
+        "share_link": link,
+        "session_status": status,
+    }
 
 
 def _render_sidebar(registry: Registry, limits: Limits) -> dict[str, gr.Component]:
@@ -221,6 +230,7 @@ def _render_chat_tab() -> dict[str, gr.Component]:
         elem_id="chatbot",
         buttons=["copy"],
         render_markdown=False,
+        editable="user",
         elem_classes=[EXACT_CLASS],
     )
     with gr.Row(equal_height=True):

@@ -1,0 +1,103 @@
+"""Sessions that outlive the page: autosaved in the browser, and a link that opens the same setup elsewhere.
+
+Both carry what the session file carries (every setting and the conversation). A link also pins the seed
+the last sampled turn used, so opening it reproduces that turn; it is base64url JSON in `?session=`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import gradio as gr
+
+from playground.errors import PlaygroundError
+from playground.ui import layout, render
+from playground.ui.chat_view import chatbot_value
+from playground.ui.handlers import error_message
+from playground.ui.state import ChatState, Form, export_session, import_session
+
+QUERY_KEY = "session"
+STORAGE_KEY = "structured-playground-session"
+# The browser's copy is the user's own settings and chat, not a secret; a fixed key keeps it readable after
+# the server restarts.
+STORAGE_SECRET = "structured-playground"
+LINK_JS = "(query) => query ? location.origin + location.pathname + query : ''"
+
+
+def share_query(form: Form, state: ChatState) -> str:
+    """`?session=...` for the current setup; a blank seed becomes the seed the last turn actually used."""
+    if form.seed is None and state.result is not None and state.result.best.seed is not None:
+        form = form.model_copy(update={"seed": state.result.best.seed})
+    packed = zlib.compress(export_session(form, state).encode("utf-8"), 9)
+    return f"?{QUERY_KEY}=" + base64.urlsafe_b64encode(packed).decode("ascii").rstrip("=")
+
+
+def read_query(value: str) -> tuple[Form, list[dict[str, str]]]:
+    """The setup a share link carries; a damaged link is named as such."""
+    try:
+        packed = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+        text = zlib.decompress(packed).decode("utf-8")
+    except (binascii.Error, zlib.error, UnicodeDecodeError, ValueError):
+        raise PlaygroundError("the share link is damaged (cut off when copied?)") from None
+    return import_session(text)
+
+
+def restored(query: str | None, saved: str | None) -> tuple[Form, list[dict[str, str]], str] | None:
+    """What the page opens with: a share link first, else the browser's autosave, else nothing."""
+    if query:
+        form, messages = read_query(query)
+        return form, messages, f"✓ opened a shared session ({len(messages)} messages)"
+    if saved:
+        form, messages = import_session(saved)
+        return form, messages, ""
+    return None
+
+
+def autosaver(c: dict[str, Any], form: list[Any]) -> tuple[gr.BrowserState, Callable[[Any], Any]]:
+    """The browser's copy of the session, and a step to chain after each turn that writes it."""
+    saved = gr.BrowserState(None, storage_key=STORAGE_KEY, secret=STORAGE_SECRET)
+
+    def save(state: ChatState, *values: Any) -> str | Any:
+        try:
+            return export_session(Form.from_values(list(values)), state)
+        except Exception:  # noqa: BLE001 - an unreadable form is not saved; the last good copy stays
+            return gr.skip()
+
+    return saved, lambda event: event.then(save, [c["state"], *form], saved, show_progress="hidden")
+
+
+def setup(demo: gr.Blocks, c: dict[str, Any], form: list[Any], saved: gr.BrowserState) -> None:
+    """Restore on load (a share link first, else the autosave), and the Share button."""
+
+    def on_load(stored: str | None, state: ChatState, request: gr.Request) -> tuple:
+        query = request.query_params.get(QUERY_KEY) if request else None
+        keep = (*[gr.skip()] * len(form), gr.skip(), gr.skip(), gr.skip())
+        try:
+            found = restored(query, stored)
+        except Exception as exc:  # noqa: BLE001
+            return (*keep[:-1], render.error_box(error_message(exc)))
+        if found is None:
+            return keep
+        loaded, messages, note = found
+        fresh = ChatState(messages=messages, mode=state.mode, markdown=state.markdown)
+        status = render.box("ok", note) if note else gr.skip()
+        return (*loaded.values(), fresh, chatbot_value(messages, fresh.markdown), status)
+
+    demo.load(on_load, [saved, c["state"]], [*form, c["state"], c["chatbot"], c["session_status"]]).then(
+        layout.kind_view, [c["kind"], c["constraint_text"]], [c["example"], c["constraint_text"], c["processor_group"]]
+    )
+
+    def on_share(state: ChatState, *values: Any) -> tuple:
+        try:
+            query = share_query(Form.from_values(list(values)), state)
+        except Exception as exc:  # noqa: BLE001
+            return "", render.error_box(error_message(exc))
+        return gr.update(value=query, visible=True), render.box("ok", "✓ copy the link above: it opens this setup")
+
+    c["share"].click(on_share, [c["state"], *form], [c["share_link"], c["session_status"]]).then(
+        None, c["share_link"], c["share_link"], js=LINK_JS
+    )

@@ -1,0 +1,90 @@
+"""Edit an earlier message and rerun from there; the session survives a reload; a share link opens it elsewhere."""
+
+from __future__ import annotations
+
+from playwright.sync_api import Page, expect
+
+from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter
+
+
+def texts(page: Page, role: str) -> list[str]:
+    return [t.strip("\n") for t in page.locator(f"#chatbot [data-testid={role}] .message-content").all_inner_texts()]
+
+
+def wait_for_turn(page: Page, users: int) -> None:
+    expect(page.locator("#chatbot [data-testid=bot]")).to_have_count(users, timeout=SLOW)
+    expect(page.locator("#stop-btn")).to_be_disabled(timeout=SLOW)
+    expect(page.locator("#validation-status .pg-verdict")).to_be_visible(timeout=SLOW)
+    expect(page.locator("#next-token-panel")).to_contain_text("at the end of the prompt", timeout=SLOW)
+
+
+def test_editing_an_earlier_message_reruns_from_there(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    set_parameter(page, "param-max-new-tokens", "6")
+    send(page, "Say hi.")
+    wait_for_turn(page, 1)
+    send(page, "Say bye.")
+    wait_for_turn(page, 2)
+    page.locator("#chatbot [data-testid=user]").first.hover()
+    page.locator("#chatbot button[aria-label=Edit]").first.click()
+    page.locator("#chatbot textarea").fill("Name a colour.")
+    page.locator("#chatbot").get_by_role("button", name="Submit").click()
+    expect(page.locator("#chatbot [data-testid=user]")).to_have_count(1, timeout=SLOW)
+    wait_for_turn(page, 1)
+    assert texts(page, "user") == ["Name a colour."]
+
+
+def test_the_session_survives_a_reload_and_a_share_link_opens_the_same_setup(browser, server_url: str) -> None:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    open_app(page, server_url)
+    pick_kind(page, "choice")
+    paste_constraint(page, "red\nblue\ngreen")
+    set_parameter(page, "param-max-new-tokens", "6")
+    page.locator("#param-do-sample input").check()
+    set_parameter(page, "param-seed", "7")
+    send(page, "Pick a colour <b>now</b>.")
+    answer = texts(page, "bot")
+    assert answer[0] in ("red", "blue", "green")
+    expect(page.locator("#next-token-panel")).to_contain_text("at the end of the prompt", timeout=SLOW)
+
+    page.reload()
+    open_app_again(page)
+    assert texts(page, "user") == ["Pick a colour <b>now</b>."] and texts(page, "bot") == answer
+    expect(page.locator("#constraint-kind").get_by_label("choice", exact=True)).to_be_checked()
+    expect(page.locator("#constraint-text .cm-content")).to_contain_text("green")
+
+    page.locator("#session > button.label-wrap").click()
+    page.locator("#session-share").click()
+    link = page.locator("#share-link textarea, #share-link input").first
+    expect(link).to_have_value(lambda_free_prefix(server_url), timeout=SLOW)
+    url = link.input_value()
+    context.close()
+
+    fresh = browser.new_context(viewport={"width": 1400, "height": 1000})
+    shared = fresh.new_page()
+    try:
+        shared.goto(url)
+        expect(shared.locator("#model-status .pg-box")).to_contain_text("provider local", timeout=SLOW)
+        expect(shared.locator("#chatbot [data-testid=bot]")).to_have_count(1, timeout=SLOW)
+        assert texts(shared, "user") == ["Pick a colour <b>now</b>."] and texts(shared, "bot") == answer
+        expect(shared.locator("#constraint-kind").get_by_label("choice", exact=True)).to_be_checked()
+        set_parameter(shared, "param-seed", "7")
+        expect(shared.locator("#param-max-new-tokens input[type=number]")).to_have_value("6")
+        expect(shared.locator("#param-do-sample input")).to_be_checked()
+        shared.locator("#retry-btn").click()
+        wait_for_turn(shared, 1)
+        assert texts(shared, "bot") == answer
+    finally:
+        fresh.close()
+
+
+def open_app_again(page: Page) -> None:
+    expect(page.locator("#model-status .pg-box")).to_contain_text("provider local", timeout=SLOW)
+    expect(page.locator("#chatbot [data-testid=bot]")).to_have_count(1, timeout=SLOW)
+
+
+def lambda_free_prefix(server_url: str):
+    import re
+
+    return re.compile("^" + re.escape(server_url.rstrip("/") + "/?session="))

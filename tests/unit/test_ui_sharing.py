@@ -1,0 +1,30 @@
+"""Share links and the autosave, without a browser."""
+
+from __future__ import annotations
+
+import pytest
+
+from playground.errors import PlaygroundError
+from playground.types import GenerationResult, Sequence
+from playground.ui import sharing
+from playground.ui.state import ChatState, Form, export_session
+
+
+def test_a_share_link_carries_settings_messages_and_the_seed_the_turn_used() -> None:
+    form = Form(model="embedded", kind="regex", constraint_text="[a-z]+", do_sample=True, max_new_tokens=7)
+    best = Sequence(generated_text="abc", finish_reason="eos_token", generated_tokens=2, seed=4242)
+    messages = [{"role": "user", "content": "hi <b>"}, {"role": "assistant", "content": "abc", "constraint": "regex"}]
+    state = ChatState(messages=messages, result=GenerationResult(model_id="m", prompt="p", input_length=1, best=best))
+    query = sharing.share_query(form, state)
+    assert query.startswith("?session=")
+    loaded, restored = sharing.read_query(query.removeprefix("?session="))
+    assert loaded == form.model_copy(update={"seed": 4242}) and restored == messages
+
+
+def test_damaged_links_are_named_and_the_autosave_is_the_fallback() -> None:
+    with pytest.raises(PlaygroundError, match="share link is damaged"):
+        sharing.read_query("not-a-link")
+    saved = export_session(Form(kind="choice", constraint_text="a\nb"), ChatState())
+    form, messages, note = sharing.restored(None, saved)
+    assert form.kind == "choice" and messages == [] and note == ""
+    assert sharing.restored(None, None) is None
