@@ -72,6 +72,10 @@ def error_message(exc: BaseException) -> str:
 def result_panels(state: ChatState, result: GenerationResult) -> Panels:
     """Every panel for a finished result."""
     details = render.details_html(result)
+    processors = state.request.params.logits_processors if state.request else []
+    if processors:
+        named = "; ".join(f"{p.name}({', '.join(map(repr, p.params))})" for p in processors)
+        details += render.box("muted", f"custom processor: {named}", elem_class="pg-processor")
     if result.warnings:
         details += render.box("warn", "; ".join(result.warnings))
     return Panels(
