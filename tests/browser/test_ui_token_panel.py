@@ -45,6 +45,7 @@ def test_popovers_stay_inside_a_phone_screen(browser, server_url: str) -> None:
         set_parameter(page, "param-max-new-tokens", "8")
         page.locator("#chat-input textarea").scroll_into_view_if_needed()
         send(page, "Name three colours.")
+        assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
         tokens = page.locator("#token-panel .tok[data-index]")
         for index in (0, tokens.count() - 1):
             tokens.nth(index).hover()
