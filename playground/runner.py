@@ -18,6 +18,10 @@ class ModelRunner:
 
     def __init__(self, loaded: LoadedModel) -> None:
         self.model = loaded.model
+        # Never trained here. A decode generator resumed on another thread (Gradio, the API's streams)
+        # has left its inference_mode behind (grad mode is per thread): without this its KV cache would
+        # carry autograd history, and the prefix cache's deepcopy of it fails.
+        self.model.requires_grad_(False)
         self.tokenizer = loaded.tokenizer
         self.device = torch.device(loaded.device)
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
