@@ -50,11 +50,11 @@ def show_parameter(page: Page, elem_id: str) -> None:
     """Open the Parameters accordion and the group holding `elem_id`, unless it is already shown."""
     if page.locator(f"#{elem_id}").is_visible():
         return
-    if not page.locator("#params-length").is_visible():
-        page.locator("#parameters > button.label-wrap").click()
-    group = PARAMETER_GROUP[elem_id]
-    if not page.locator(f"#{elem_id}").is_visible():
-        page.locator(f"#{group} > button.label-wrap").click()
+    for accordion in ("parameters", PARAMETER_GROUP[elem_id]):
+        toggle = page.locator(f"#{accordion} > button.label-wrap")
+        expect(toggle).to_be_visible()
+        if "open" not in (toggle.get_attribute("class") or "").split():
+            toggle.click()
     expect(page.locator(f"#{elem_id}")).to_be_visible()
 
 
