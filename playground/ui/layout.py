@@ -191,23 +191,19 @@ def _render_parameters(limits: Limits) -> dict[str, gr.Component]:
 
 
 def _render_session() -> dict[str, gr.Component]:
+    c: dict[str, gr.Component] = {}  # each component under the name the handlers know it by
     with gr.Accordion("Session", open=False, elem_id="session"):
-        export = gr.Button("Export conversation + settings (JSON)", elem_id="session-export", size="sm")
-        file = gr.File(label="Session file", visible=False, elem_id="session-file", interactive=False)
-        upload = gr.UploadButton(
+        c["session_export"] = gr.Button("Export conversation + settings (JSON)", elem_id="session-export", size="sm")
+        c["session_file"] = gr.File(label="Session file", visible=False, elem_id="session-file", interactive=False)
+        c["session_import"] = gr.UploadButton(
             "Import session JSON", file_types=[".json"], type="filepath", elem_id="session-import", size="sm"
         )
-        share = gr.Button("Share link (settings, seed and conversation)", elem_id="session-share", size="sm")
-        link = gr.Textbox(label="Share link", elem_id="share-link", visible=False, interactive=False, buttons=["copy"])
-        status = html("session-status")
-    return {
-        "session_export": export,
-        "session_file": file,
-        "session_import": upload,
-        "share": share,
-        "share_link": link,
-        "session_status": status,
-    }
+        c["share"] = gr.Button("Share link (settings, seed and conversation)", elem_id="session-share", size="sm")
+        c["share_link"] = gr.Textbox(
+            label="Share link", elem_id="share-link", visible=False, interactive=False, buttons=["copy"]
+        )
+        c["session_status"] = html("session-status")
+    return c
 
 
 def _render_sidebar(registry: Registry, limits: Limits) -> dict[str, gr.Component]:
