@@ -19,6 +19,7 @@ from playground.providers.registry import Registry
 from playground.types import GeneratedToken, GenerationResult
 from playground.ui import controls, render
 from playground.ui.handlers import _last_user, _without_last_exchange, error_message
+from playground.ui.panels import html
 from playground.ui.state import ChatState, Form, chat_inputs, params_of
 
 
@@ -115,8 +116,6 @@ def _difference(result: GenerationResult, first: GenerationResult | None) -> str
 
 def render_engine_compare(registry: Registry) -> dict[str, Any]:
     """The engines row of the Compare tab: a button, an optional second model, the columns."""
-    from playground.ui.layout import html  # layout builds the tab and imports this module
-
     with gr.Row(equal_height=True):
         run = gr.Button("Compare engines", scale=1, elem_id="compare-engines-btn")
         model = gr.Dropdown(

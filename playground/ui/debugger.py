@@ -20,7 +20,7 @@ from playground.providers.registry import Registry
 from playground.types import FieldConfidence, GenerationResult
 from playground.ui import render, stopped
 from playground.ui.handlers import error_message
-from playground.ui.layout import html
+from playground.ui.panels import html
 from playground.ui.state import ChatState, Form
 from playground.wire import inbound
 

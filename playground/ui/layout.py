@@ -8,15 +8,15 @@ from pathlib import Path
 import gradio as gr
 
 from playground.providers.registry import Registry
-from playground.ui import controls
+from playground.ui import controls, debugger
 from playground.ui.compare_engines import render_engine_compare
 from playground.ui.drafts import example_title
 from playground.ui.examples import KINDS, LANGUAGES, SYSTEM_PROMPT, example_titles
+from playground.ui.panels import html
 from playground.ui.render import tokens_html
 from playground.ui.state import Form
 from playground.wire.controls import SAMPLING
 
-CSS = (Path(__file__).parent / "static" / "ui.css").read_text(encoding="utf-8")
 PAGE_CSS = (Path(__file__).parent / "static" / "page.css").read_text(encoding="utf-8")
 # Clicking a token pins its popover and asks the server for the next-token chart at that position.
 TOKEN_CLICK_JS = (Path(__file__).parent / "static" / "tokens.js").read_text(encoding="utf-8")
@@ -50,12 +50,6 @@ def limits_for(registry: Registry) -> Limits:
     except Exception:  # noqa: BLE001 - the UI still opens; choosing a model reports the problem
         return Limits()
     return Limits(info.max_best_of, info.max_top_n_tokens, max(16, min(1024, info.max_total_tokens // 2)))
-
-
-def html(elem_id: str, value: str = "", **kwargs: object) -> gr.HTML:
-    """An HTML panel styled by the playground's sheet, with no click behaviour unless asked."""
-    kwargs.setdefault("js_on_load", None)
-    return gr.HTML(value, elem_id=elem_id, css_template=CSS, **kwargs)
 
 
 def _render_model(registry: Registry) -> dict[str, gr.Component]:
@@ -301,8 +295,6 @@ def render_all(registry: Registry) -> dict[str, gr.Component]:
             with gr.Tabs():
                 with gr.Tab("Chat", id="chat"):
                     _merge(comps, _render_chat_tab())
-                    from playground.ui import debugger  # imports this module: loaded when the page is built
-
                     _merge(comps, debugger.render_panels())
                 with gr.Tab("Compare", id="compare"):
                     _merge(comps, _render_compare_tab(registry))
