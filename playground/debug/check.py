@@ -7,19 +7,14 @@ disagrees with the verdict shows at once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import BaseModel, Field
 
 from playground.compiler import CompiledConstraint
 from playground.constraints import Constraint
 from playground.debug import reasons
-from playground.debug.state import State, llguidance_matcher, masks
+from playground.debug.state import LocalEngine, State, llguidance_matcher, masks
 from playground.errors import ParameterError
 from playground.types import EngineName, GrammarType, Strict, Validation
-
-if TYPE_CHECKING:
-    from playground.engine import Engine
 
 MAX_CHECK_CHARS = 20_000
 MAX_CHECK_TOKENS = 2_000
@@ -55,7 +50,7 @@ class CheckResult(BaseModel):
     tokens: list[str] = Field(default_factory=list, description="The text as the model's tokens.")
 
 
-def check_text(engine: Engine, grammar: GrammarType, text: str, constraint_engine: str = "auto") -> CheckResult:
+def check_text(engine: LocalEngine, grammar: GrammarType, text: str, constraint_engine: str = "auto") -> CheckResult:
     """Walk `text` through the constraint's masks, then EOS, and set the final verdict beside it."""
     if len(text) > MAX_CHECK_CHARS:
         raise ParameterError(f"text: at most {MAX_CHECK_CHARS} characters, got {len(text)}", field="text")
@@ -82,7 +77,7 @@ def check_text(engine: Engine, grammar: GrammarType, text: str, constraint_engin
 
 
 def first_refused(
-    engine: Engine,
+    engine: LocalEngine,
     constraint: Constraint,
     compiled: CompiledConstraint,
     ids: list[int],

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 from playground.compiler import CompiledConstraint
 from playground.constraints import Constraint
 from playground.debug.check import first_refused
+from playground.debug.state import LocalEngine
 from playground.errors import InvalidConstraintError, PromptTooLongError
 
 if TYPE_CHECKING:
     from playground.decode import Row
-    from playground.engine import Engine
 
 
-def prefix_ids(engine: Engine, text: str | None, prompt_length: int) -> list[int]:
+def prefix_ids(engine: LocalEngine, text: str | None, prompt_length: int) -> list[int]:
     """The prefix as the model's tokens; it must leave room for at least one new token."""
     if not text:
         return []
@@ -31,7 +31,9 @@ def prefix_ids(engine: Engine, text: str | None, prompt_length: int) -> list[int
     return ids
 
 
-def check_prefix(engine: Engine, constraint: Constraint, compiled: CompiledConstraint | None, ids: list[int]) -> None:
+def check_prefix(
+    engine: LocalEngine, constraint: Constraint, compiled: CompiledConstraint | None, ids: list[int]
+) -> None:
     """A 422 naming the first token of the prefix that the constraint refuses, and why."""
     if compiled is None or not ids:
         return
@@ -44,7 +46,7 @@ def check_prefix(engine: Engine, constraint: Constraint, compiled: CompiledConst
         )
 
 
-def start_rows(engine: Engine, rows: list[Row], prompt_ids: list[int], ids: list[int]) -> None:
+def start_rows(engine: LocalEngine, rows: list[Row], prompt_ids: list[int], ids: list[int]) -> None:
     """Put every row after the prefix: its processors have consumed it and its text begins with it."""
     if not ids:
         return

@@ -8,14 +8,10 @@ of text out (the EOS gate's jsonschema error).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from playground.constraints import Constraint
 from playground.debug import jsonstate
-from playground.debug.state import State, first_chars
-
-if TYPE_CHECKING:
-    from playground.engine import Engine
+from playground.debug.state import LocalEngine, State, first_chars
 
 _NOUNS = {"json_schema": "schema", "regex": "regex", "choice": "choices", "grammar": "grammar"}
 _STARTS = {
@@ -41,7 +37,7 @@ def listing(items: list[str], limit: int = 12) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def explain(engine: Engine, constraint: Constraint, state: State, token_id: int) -> str:
+def explain(engine: LocalEngine, constraint: Constraint, state: State, token_id: int) -> str:
     """One plain sentence: allowed, or why not."""
     if state.allowed is not None and bool(state.allowed[token_id]):
         return "allowed by the constraint here"
@@ -69,7 +65,7 @@ def humanize(message: str) -> str:
     return re.sub(r"^schema violation at ", "at ", message)
 
 
-def _eos_reason(engine: Engine, constraint: Constraint, state: State) -> str:
+def _eos_reason(engine: LocalEngine, constraint: Constraint, state: State) -> str:
     if constraint.kind == "json_schema":
         parsed = jsonstate.scan(state.text)
         missing = _missing_required(constraint, parsed) if parsed else []
@@ -95,7 +91,7 @@ def _eos_reason(engine: Engine, constraint: Constraint, state: State) -> str:
 # --- JSON ----------------------------------------------------------------------------------------------
 
 
-def _json_reason(engine: Engine, constraint: Constraint, state: State, token: str) -> str | None:
+def _json_reason(engine: LocalEngine, constraint: Constraint, state: State, token: str) -> str | None:
     fits = _longest_fit(engine, state, token)
     if fits:  # a token like `"}` : the quote fits, the brace is what the schema refuses
         state, token = state.advanced(engine, token[:fits]), token[fits:]
@@ -120,7 +116,7 @@ def _json_reason(engine: Engine, constraint: Constraint, state: State, token: st
     return _value_reason(constraint, parsed)
 
 
-def allowed_keys(engine: Engine, constraint: Constraint, state: State, parsed: jsonstate.JsonState) -> list[str]:
+def allowed_keys(engine: LocalEngine, constraint: Constraint, state: State, parsed: jsonstate.JsonState) -> list[str]:
     """The object's keys not written yet that the constraint accepts next (each tried through llguidance)."""
     top = parsed.top
     if top is None or top.kind != "object":
@@ -143,7 +139,7 @@ def _missing_required(constraint: Constraint, parsed: jsonstate.JsonState) -> li
 
 
 def _object_reason(
-    engine: Engine, constraint: Constraint, state: State, parsed: jsonstate.JsonState, char: str
+    engine: LocalEngine, constraint: Constraint, state: State, parsed: jsonstate.JsonState, char: str
 ) -> str | None:
     top = parsed.top
     assert top is not None
@@ -200,7 +196,7 @@ def _string_reason(constraint: Constraint, parsed: jsonstate.JsonState, char: st
 
 
 def _scalar_reason(
-    engine: Engine, constraint: Constraint, state: State, parsed: jsonstate.JsonState, char: str
+    engine: LocalEngine, constraint: Constraint, state: State, parsed: jsonstate.JsonState, char: str
 ) -> str | None:
     schema = jsonstate.subschema(constraint.schema, parsed.path) or {}
     where = jsonstate.path_text(parsed.path)
@@ -251,7 +247,7 @@ def _choice_reason(constraint: Constraint, state: State) -> str | None:
     return f"only the choices {listing(fitting)} start with {code(state.text)}; the next character is one of {listing(nexts)}"
 
 
-def _generic_reason(engine: Engine, constraint: Constraint, state: State, token: str) -> str:
+def _generic_reason(engine: LocalEngine, constraint: Constraint, state: State, token: str) -> str:
     noun = _NOUNS.get(constraint.kind, "constraint")
     forced = state.forced()
     if forced and not forced.startswith(token) and not token.startswith(forced):
@@ -267,7 +263,7 @@ def _generic_reason(engine: Engine, constraint: Constraint, state: State, token:
     return f"the {noun} does not allow {code(token)} here"
 
 
-def _longest_fit(engine: Engine, state: State, token: str) -> int:
+def _longest_fit(engine: LocalEngine, state: State, token: str) -> int:
     """How many characters of `token` llguidance would accept here (0 when none, or no llguidance)."""
     if state.matcher is None:
         return 0

@@ -8,21 +8,45 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from playground.compiler import CompiledConstraint
+from playground.compiler import CompiledConstraint, ConstraintCompiler
 from playground.constraints import Constraint
 from playground.errors import ConstraintError
 from playground.types import GenerateParameters
 
 if TYPE_CHECKING:
-    from playground.engine import Engine
+    from playground.chooser import TokenChooser
+    from playground.runner import ModelRunner
 
 # Listing the first characters of every allowed token costs a decode per token; past this many
 # allowed tokens the list would be too long to be a reason anyway.
 MAX_LISTED_TOKENS = 4000
+
+
+class LocalEngine(Protocol):
+    """What the debugger uses of the local engine (playground.engine.Engine): a protocol, so the engine
+    can call into the debugger (continue_from) while the debugger never imports the engine."""
+
+    tokenizer: Any
+    runner: ModelRunner
+    compiler: ConstraintCompiler
+    vocab_size: int
+    max_input_tokens: int
+
+    def token_text(self, token_id: int) -> str: ...
+
+    def _encode(self, text: str, *, add_special_tokens: bool) -> list[int]: ...
+
+    def chooser(
+        self,
+        params: GenerateParameters,
+        compiled: CompiledConstraint | None,
+        constraint: Constraint,
+        prompt_length: int,
+    ) -> TokenChooser: ...
 
 
 @dataclass
@@ -41,7 +65,7 @@ class State:
             return ""
         return self.matcher.compute_ff_bytes().decode("utf-8", "replace").rstrip("\ufffd")
 
-    def accepts(self, engine: Engine, continuation: str) -> bool:
+    def accepts(self, engine: LocalEngine, continuation: str) -> bool:
         """Would llguidance accept `continuation` from here (any tokenization of it)? True without llguidance."""
         if self.matcher is None:
             return True
@@ -49,7 +73,7 @@ class State:
         trial = self.matcher.deep_copy()
         return trial.try_consume_tokens(ids) == len(ids)
 
-    def advanced(self, engine: Engine, piece: str) -> State:
+    def advanced(self, engine: LocalEngine, piece: str) -> State:
         """The state after `piece` more text, seen by llguidance alone (no engine mask)."""
         matcher = None
         if self.matcher is not None:
@@ -59,7 +83,7 @@ class State:
 
 
 def masks(
-    engine: Engine, constraint: Constraint, compiled: CompiledConstraint, token_ids: list[int]
+    engine: LocalEngine, constraint: Constraint, compiled: CompiledConstraint, token_ids: list[int]
 ) -> Iterator[tuple[torch.Tensor, bool]]:
     """Before each of `token_ids` and after the last: the allowed tokens and whether the EOS gate took EOS.
 
@@ -81,7 +105,7 @@ def masks(
             ids.append(token_ids[k])
 
 
-def llguidance_matcher(engine: Engine, constraint: Constraint, token_ids: list[int]) -> Any | None:
+def llguidance_matcher(engine: LocalEngine, constraint: Constraint, token_ids: list[int]) -> Any | None:
     """An llguidance matcher advanced through `token_ids`; None when llguidance can't take the constraint."""
     import llguidance
 
@@ -98,14 +122,16 @@ def llguidance_matcher(engine: Engine, constraint: Constraint, token_ids: list[i
     return matcher
 
 
-def state_after(engine: Engine, constraint: Constraint, compiled: CompiledConstraint, token_ids: list[int]) -> State:
+def state_after(
+    engine: LocalEngine, constraint: Constraint, compiled: CompiledConstraint, token_ids: list[int]
+) -> State:
     """The state after an answer prefix given as token ids (which the constraint must allow)."""
     *_, (allowed, gated) = masks(engine, constraint, compiled, token_ids)
     text = engine.tokenizer.decode(token_ids, skip_special_tokens=True)
     return State(text, allowed, gated, compiled.engine, llguidance_matcher(engine, constraint, token_ids))
 
 
-def first_chars(engine: Engine, allowed: torch.Tensor | None) -> set[str] | None:
+def first_chars(engine: LocalEngine, allowed: torch.Tensor | None) -> set[str] | None:
     """The first characters of the allowed (non-special) tokens; None when too many tokens are allowed."""
     if allowed is None:
         return None

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import BaseModel, Field
 
 from playground.constraints import Constraint
 from playground.debug import reasons
 from playground.debug.check import first_refused
-from playground.debug.state import state_after
+from playground.debug.state import LocalEngine, state_after
 from playground.errors import InvalidConstraintError, ParameterError
 from playground.types import EngineName, GrammarType, Strict
-
-if TYPE_CHECKING:
-    from playground.engine import Engine
 
 MAX_REASON_TOKENS = 50
 MAX_PREFIX_CHARS = 20_000
@@ -45,7 +40,7 @@ class ReasonResult(BaseModel):
 
 
 def reasons_at(
-    engine: Engine, grammar: GrammarType | None, prefix: str, token_ids: list[int], constraint_engine: str = "auto"
+    engine: LocalEngine, grammar: GrammarType | None, prefix: str, token_ids: list[int], constraint_engine: str = "auto"
 ) -> ReasonResult:
     """Each token's verdict and reason after `prefix` (which the constraint must allow)."""
     bad = [t for t in token_ids if not 0 <= t < engine.vocab_size]
