@@ -1,0 +1,118 @@
+"""The code's shape, read from the source: no import cycle, callers that branch on capabilities.
+
+Imports are read from the AST wherever they are (module level, inside functions, under TYPE_CHECKING),
+so a cycle cannot hide behind a deferred import.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from tests.support import REPO_ROOT
+
+PACKAGES = ("playground", "widgets")
+
+
+def modules(root: Path = REPO_ROOT) -> dict[str, Path]:
+    """Every module of the packages by dotted name (a package by its own name, for its __init__.py)."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _owner(name: str, known: dict[str, Path]) -> str | None:
+    """The longest known module that `name` is or lies inside."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imported(node: ast.Import | ast.ImportFrom, module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The known modules one import statement loads; `from pkg import mod` names the submodule."""
+    if isinstance(node, ast.Import):
+        return {owner for alias in node.names if (owner := _owner(alias.name, known))}
+    base = module.split(".")
+    if node.level:
+        base = base if path.name == "__init__.py" else base[:-1]
+        base = base[: len(base) - node.level + 1]
+        source = ".".join([*base, node.module] if node.module else base)
+    else:
+        source = node.module or ""
+    found = set()
+    for alias in node.names:
+        owner = f"{source}.{alias.name}" if f"{source}.{alias.name}" in known else _owner(source, known)
+        if owner:
+            found.add(owner)
+    return found
+
+
+def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
+    """Each module's imports of other modules of the packages, from every import statement in it."""
+    graph = {}
+    for module, path in known.items():
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                edges |= _imported(node, module, path, known)
+        graph[module] = edges - {module}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as [a, b, ..., a], or None (depth first, each module finished once)."""
+    done: set[str] = set()
+    for start in sorted(graph.keys() - done):
+        path, on_path = [start], {start}
+        stack = [(start, iter(sorted(graph[start])))]
+        while stack:
+            node, edges = stack[-1]
+            nxt = next(edges, None)
+            if nxt is None:
+                stack.pop()
+                path.pop()
+                on_path.discard(node)
+                done.add(node)
+            elif nxt in on_path:
+                return [*path[path.index(nxt) :], nxt]
+            elif nxt not in done:
+                stack.append((nxt, iter(sorted(graph[nxt]))))
+                path.append(nxt)
+                on_path.add(nxt)
+    return None
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = import_graph(modules())
+    assert graph["playground.ui"] >= {"playground.ui.layout"}, "the graph lost the ui package's own imports"
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_function_level_and_relative_imports_count(tmp_path):
+    pkg = tmp_path / "playground"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from . import b\n")
+    (pkg / "a.py").write_text("def f():\n    from playground.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .. import a\n")
+    (tmp_path / "widgets").mkdir()
+    graph = import_graph(modules(tmp_path))
+    assert graph["playground.sub"] == {"playground.sub.b"}
+    assert find_cycle(graph) == ["playground.a", "playground.sub.b", "playground.a"]
+
+
+def test_callers_branch_on_capabilities_not_provider_names_or_classes():
+    pattern = re.compile(r"provider_type\.startswith|isinstance\(.*Provider|hasattr\(provider")
+    hits = [
+        f"{path.relative_to(REPO_ROOT)}:{n}: {line.strip()}"
+        for path in modules().values()
+        if "providers" not in path.relative_to(REPO_ROOT).parts[1:2]
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert hits == []
