@@ -41,11 +41,7 @@ class LocalEngine(Protocol):
     def _encode(self, text: str, *, add_special_tokens: bool) -> list[int]: ...
 
     def chooser(
-        self,
-        params: GenerateParameters,
-        compiled: CompiledConstraint | None,
-        constraint: Constraint,
-        prompt_length: int,
+        self, params: GenerateParameters, compiled: CompiledConstraint, constraint: Constraint, prompt_length: int
     ) -> TokenChooser: ...
 
 
