@@ -1,0 +1,30 @@
+"""The two bases (requests strict, responses open to our extras) and the field types every request shares."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from playground.limits import MAX_INPUT_CHARS, MAX_NAME_CHARS, MAX_PROCESSOR_PARAM_CHARS, MAX_STOP_CHARS
+
+FinishReason = Literal["length", "eos_token", "stop_sequence"]
+ConstraintKind = Literal["none", "json_schema", "regex", "choice", "grammar"]
+EngineName = Literal["auto", "llguidance", "xgrammar", "outlines_core"]
+InputText = Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+StopText = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
+ParamText = Annotated[str, Field(max_length=MAX_PROCESSOR_PARAM_CHARS)]
+
+
+class Strict(BaseModel):
+    """Requests reject unknown fields (a typo is an error, not a silent no-op) and take JSON's types as
+    they are: `true` or `"3"` is not a number, and numbers are finite (no `Infinity`, no `NaN`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class Wire(BaseModel):
+    """Response shapes (TGI's and OpenAI's): their fields, plus our extras (raw logprobs, verdicts) as extra keys."""
+
+    model_config = ConfigDict(extra="allow")

@@ -1,0 +1,202 @@
+"""OpenAI's chat completion request and response, with vLLM's structured outputs and our extensions."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from playground.limits import MAX_INPUT_CHARS, MAX_MESSAGES, MAX_PROCESSORS
+from playground.types.base import EngineName, Name, StopText, Strict, Wire
+from playground.types.params import ProcessorSpec
+
+
+class ChatMessage(BaseModel):
+    """An OpenAI/TGI chat message; content may be a string or a list of text parts."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_parts_only(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            for part in value:
+                if part.get("type") != "text":
+                    raise ValueError(f"only text content parts are supported, got {part.get('type')!r}")
+                if not isinstance(part.get("text", ""), str):
+                    raise ValueError(
+                        f"a text content part needs a string `text`, got {type(part.get('text')).__name__}"
+                    )
+        return value
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(part.get("text", "") for part in self.content)
+        return self.content or ""
+
+
+def check_messages_size(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """All messages together are a prompt: the same character limit as `inputs`."""
+    total = sum(len(m.text()) for m in messages)
+    if total > MAX_INPUT_CHARS:
+        raise ValueError(f"{total} characters in all messages; at most {MAX_INPUT_CHARS}")
+    return messages
+
+
+class ResponseFormat(Strict):
+    """OpenAI's response_format: text, json_object, or json_schema {name, schema, strict}."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _schema_present(self) -> ResponseFormat:
+        if self.type == "json_schema" and (not self.json_schema or "schema" not in self.json_schema):
+            raise ValueError("response_format.json_schema.schema is required when type is 'json_schema'")
+        return self
+
+
+class StructuredOutputs(Strict):
+    """vLLM's structured_outputs: exactly one of json, regex, choice, grammar."""
+
+    json_: dict[str, Any] | str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> StructuredOutputs:
+        given = [k for k in ("json_", "regex", "choice", "grammar") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("structured_outputs needs exactly one of json, regex, choice, grammar")
+        return self
+
+
+class StreamOptions(Strict):
+    include_usage: bool = False
+
+
+class FunctionDefinition(Strict):
+    """OpenAI's FunctionDefinition: the arguments are constrained by `parameters` (a JSON schema)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolSpec(Strict):
+    """OpenAI's ChatCompletionTool."""
+
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class ToolName(Strict):
+    name: str
+
+
+class NamedToolChoice(Strict):
+    """OpenAI's named tool choice: {"type": "function", "function": {"name": ...}}."""
+
+    type: Literal["function"]
+    function: ToolName
+
+
+class ChatCompletionRequest(Strict):
+    """OpenAI's chat completion request, with vLLM's structured_outputs and our processors."""
+
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    model: Name | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    n: int = Field(default=1, ge=1)
+    seed: int | None = Field(default=None, ge=0)
+    stop: StopText | list[StopText] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    logits_processors: list[ProcessorSpec] = Field(default_factory=list, max_length=MAX_PROCESSORS)
+    constraint_engine: EngineName = "auto"
+    fast_forward: bool = True
+    user: Name | None = None
+    tools: list[ToolSpec] | None = Field(default=None, max_length=64)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    continue_final_message: bool = Field(
+        default=False, description="vLLM's: continue the final assistant message, forced through the constraint."
+    )
+
+    @field_validator("messages")
+    @classmethod
+    def _total_size(cls, messages: list[ChatMessage]) -> list[ChatMessage]:
+        return check_messages_size(messages)
+
+
+class TopLogprob(Wire):
+    """OpenAI's TopLogprob."""
+
+    token: str
+    logprob: float | None
+    bytes: list[int] | None = None
+
+
+class TokenLogprob(TopLogprob):
+    """OpenAI's ChatCompletionTokenLogprob (our extras: raw_logprob, mass_kept)."""
+
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(Wire):
+    content: list[TokenLogprob] | None = None
+
+
+class AssistantMessage(Wire):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class ChatChoice(Wire):
+    """One choice of a ChatCompletion (our extras: validation, seed, constraint_kind, constraint_engine)."""
+
+    index: int
+    message: AssistantMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
+
+
+class Usage(Wire):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatCompletion(Wire):
+    """OpenAI's ChatCompletion response."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    system_fingerprint: str | None = None
+    choices: list[ChatChoice]
+    usage: Usage | None = None

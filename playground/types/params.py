@@ -1,0 +1,72 @@
+"""What one generation asks for: TGI's GenerateParameters, its grammar and our logits processors."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from playground.limits import MAX_PREFIX_CHARS, MAX_PROCESSOR_PARAMS, MAX_PROCESSORS
+from playground.types.base import EngineName, Name, ParamText, StopText, Strict
+
+
+class GrammarType(Strict):
+    """TGI's `grammar` parameter, plus our `choice` (list of strings) and `grammar` (Lark text)."""
+
+    type: Literal["json", "json_schema", "regex", "choice", "grammar"]
+    value: Any
+
+
+class ProcessorSpec(Strict):
+    """A registered logits processor chosen by name, with string parameters."""
+
+    name: Name
+    params: list[ParamText] = Field(default_factory=list, max_length=MAX_PROCESSOR_PARAMS)
+
+
+class GenerateParameters(Strict):
+    """TGI's GenerateParameters: same names, same ranges, same defaults."""
+
+    adapter_id: Name | None = None
+    best_of: int | None = Field(default=None, gt=0)
+    decoder_input_details: bool = False
+    details: bool = True
+    do_sample: bool = False
+    frequency_penalty: float | None = Field(default=None, gt=-2.0, le=2.0)
+    grammar: GrammarType | None = None
+    max_new_tokens: int | None = Field(default=None, ge=0)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0, description="vLLM's and llama.cpp's min_p (extension).")
+    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    return_full_text: bool | None = None
+    seed: int | None = Field(default=None, ge=0)
+    stop: list[StopText] = Field(default_factory=list, max_length=4)
+    temperature: float | None = Field(default=None, gt=0.0)
+    top_k: int | None = Field(default=None, gt=0)
+    top_n_tokens: int | None = Field(default=None, gt=0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    truncate: int | None = Field(default=None, ge=0)
+    typical_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    watermark: bool = False
+    # Extensions, ignored by TGI clients that don't send them.
+    logits_processors: list[ProcessorSpec] = Field(default_factory=list, max_length=MAX_PROCESSORS)
+    constraint_engine: EngineName = "auto"
+    continue_from: str | None = Field(
+        default=None,
+        max_length=MAX_PREFIX_CHARS,
+        description="The answer so far: forced through the constraint, then continued (only new text is returned).",
+    )
+    fast_forward: bool = Field(
+        default=True, description="Append tokens the constraint forces without sampling, in one forward (local)."
+    )
+
+    @property
+    def sampling(self) -> bool:
+        """TGI samples when asked to or when any warper is set."""
+        warped = (
+            (self.temperature is not None and self.temperature != 1.0)
+            or self.top_k is not None
+            or (self.top_p is not None and self.top_p < 1.0)
+            or (self.typical_p is not None and self.typical_p < 1.0)
+            or bool(self.min_p)
+        )
+        return self.do_sample or warped

@@ -1,0 +1,123 @@
+"""What every surface renders: sequences, tokens with raw and constrained logprobs, verdicts, next-token views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from playground.types.base import ConstraintKind, FinishReason
+from playground.types.tgi import PrefillToken, Token
+
+
+class GeneratedToken(Token):
+    """A generated token with what the model wanted against what the constraint allowed."""
+
+    raw_logprob: float | None = None
+    mass_kept: float | None = Field(default=None, description="Raw probability mass the constraint allowed.")
+    top_tokens: list[Token] = Field(default_factory=list, description="Top-n after processors and mask (at least 1).")
+    raw_top_tokens: list[Token] = Field(default_factory=list, description="Top-n of the model's own distribution.")
+    forced: bool = Field(default=False, description="Fast-forwarded: the constraint forced it, nothing was sampled.")
+
+    @property
+    def overridden(self) -> bool:
+        """True when the model's own first choice was not allowed by the constraint."""
+        if not self.raw_top_tokens or not self.top_tokens:
+            return False
+        return self.raw_top_tokens[0].id not in {t.id for t in self.top_tokens if t.logprob is not None}
+
+
+class FieldConfidence(BaseModel):
+    """One leaf value of a JSON answer and how sure the model was of it."""
+
+    path: str = Field(description="JSON path: `address.city`, `tags[0]`; `(root)` for a scalar answer.")
+    value: Any
+    tokens: int
+    prob_min: float = Field(description="Lowest model (raw) probability among the value's tokens.")
+    prob_product: float = Field(description="Model (raw) probability of the whole value: product over its tokens.")
+    mass_kept_min: float | None = Field(description="Least share of the model's mass the constraint kept.")
+    overridden: bool = Field(description="The constraint overrode the model's first choice inside this value.")
+    forced: int = Field(description="Tokens the constraint forced (fast-forwarded).")
+
+
+class Validation(BaseModel):
+    """The verdict on a finished output against its constraint."""
+
+    valid: bool | None = Field(default=None, description="None when there was nothing to check.")
+    message: str = ""
+    enforced: bool = Field(default=True, description="False when a provider did not enforce the constraint.")
+
+
+class Sequence(BaseModel):
+    """One generated sequence; TGI's BestOfSequence plus our extras."""
+
+    generated_text: str
+    finish_reason: FinishReason
+    generated_tokens: int
+    tokens: list[GeneratedToken] = Field(default_factory=list)
+    seed: int | None = None
+    stop_sequence: str | None = None
+    total_logprob: float = 0.0
+    validation: Validation = Field(default_factory=Validation)
+    continued_from: str | None = Field(
+        default=None, description="The prefix this sequence continues (validated with it)."
+    )
+    fields: list[FieldConfidence] | None = Field(default=None, description="JSON answers: confidence per field.")
+
+
+class Timings(BaseModel):
+    """Where the time went, in seconds."""
+
+    compile_s: float = 0.0
+    compile_cached: bool = False  # the compiled constraint came from the cache (compile_s is only the lookup)
+    prefill_s: float = 0.0
+    time_to_first_token_s: float = 0.0
+    total_s: float = 0.0
+    tokens_per_s: float = 0.0
+
+
+class GenerationResult(BaseModel):
+    """What every surface renders: the chosen sequence, the other candidates and the context."""
+
+    model_id: str
+    provider_id: str = "local"
+    prompt: str
+    input_length: int
+    prefill: list[PrefillToken] = Field(default_factory=list)
+    best: Sequence
+    best_of_sequences: list[Sequence] = Field(default_factory=list)
+    constraint_kind: ConstraintKind = "none"
+    constraint_engine: str | None = None
+    warnings: list[str] = Field(default_factory=list, description="Engine fallbacks and grammar warnings.")
+    timings: Timings = Field(default_factory=Timings)
+
+    @property
+    def generated_text(self) -> str:
+        return self.best.generated_text
+
+
+class TokenEvent(BaseModel):
+    """One streamed token of sequence `index` (0 unless best_of > 1)."""
+
+    index: int
+    token: GeneratedToken
+
+
+class NextTokenCandidate(BaseModel):
+    """One candidate of the next-token distribution."""
+
+    id: int
+    text: str
+    raw_logprob: float
+    logprob: float | None = Field(description="Log-probability after the constraint; None when masked out.")
+    allowed: bool
+
+
+class NextTokenDistribution(BaseModel):
+    """The next token's distribution at a position, raw and constrained, without sampling."""
+
+    prefix: str
+    candidates: list[NextTokenCandidate]
+    mass_kept: float
+    allowed_count: int
+    vocab_size: int

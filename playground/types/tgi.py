@@ -1,0 +1,83 @@
+"""TGI's request and response shapes (/generate, /generate_stream), with our extras as extra keys."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from playground.types.base import FinishReason, InputText, Strict, Wire
+from playground.types.params import GenerateParameters
+
+
+class PrefillToken(BaseModel):
+    """TGI's PrefillToken: a prompt token and its logprob given the tokens before it."""
+
+    id: int
+    text: str
+    logprob: float | None = None
+
+
+class Token(PrefillToken):
+    """TGI's Token: a PrefillToken's fields, and whether it is special."""
+
+    special: bool = False
+
+
+class WireToken(Token, Wire):
+    """A Token on the wire, keeping our extras (raw_logprob, mass_kept, raw_top_tokens)."""
+
+
+class _SequenceDetails(Wire):
+    """The fields TGI's Details and BestOfSequence share."""
+
+    finish_reason: FinishReason
+    generated_tokens: int
+    seed: int | None = None
+    prefill: list[PrefillToken] = Field(default_factory=list)
+    tokens: list[WireToken] = Field(default_factory=list)
+    top_tokens: list[list[Token]] | None = None
+
+
+class BestOfSequence(_SequenceDetails):
+    """TGI's BestOfSequence, as /generate returns it."""
+
+    generated_text: str
+
+
+class Details(_SequenceDetails):
+    """TGI's Details of a /generate response."""
+
+    best_of_sequences: list[BestOfSequence] | None = None
+
+
+class GenerateResponse(Wire):
+    """TGI's GenerateResponse."""
+
+    generated_text: str
+    details: Details | None = None
+
+
+class StreamDetails(Wire):
+    """TGI's StreamDetails, on the last event of /generate_stream."""
+
+    finish_reason: FinishReason
+    generated_tokens: int
+    input_length: int
+    seed: int | None = None
+
+
+class StreamResponse(Wire):
+    """TGI's StreamResponse: one server-sent event of /generate_stream."""
+
+    index: int
+    token: WireToken
+    top_tokens: list[Token] = Field(default_factory=list)
+    generated_text: str | None = None
+    details: StreamDetails | None = None
+
+
+class GenerateRequest(Strict):
+    """TGI's GenerateRequest."""
+
+    inputs: InputText
+    parameters: GenerateParameters = Field(default_factory=GenerateParameters)
+    stream: bool = False
