@@ -1,4 +1,5 @@
-"""The code's shape, read from the source: no import cycle, callers that branch on capabilities.
+"""The code's shape, read from the source: no import cycle, a README module map that names every module,
+callers that branch on capabilities.
 
 Imports are read from the AST wherever they are (module level, inside functions, under TYPE_CHECKING),
 so a cycle cannot hide behind a deferred import.
@@ -13,6 +14,8 @@ from pathlib import Path
 from tests.support import REPO_ROOT
 
 PACKAGES = ("playground", "widgets")
+# A path in the module map, relative to the entry it stands in: `inbound.py`, `ui/inspect.py`.
+MAP_PATH = re.compile(r"(?<![\w/.-])((?:\w+/)*\w+\.py)\b")
 
 
 def modules(root: Path = REPO_ROOT) -> dict[str, Path]:
@@ -104,6 +107,63 @@ def test_function_level_and_relative_imports_count(tmp_path):
     graph = import_graph(modules(tmp_path))
     assert graph["playground.sub"] == {"playground.sub.b"}
     assert find_cycle(graph) == ["playground.a", "playground.sub.b", "playground.a"]
+
+
+def module_map(readme: str) -> set[str]:
+    """The files and folders (`dir/`) the README's module map names under the packages.
+
+    The map is the first code block of "## Development": a name at the margin or indented by two starts
+    an entry (`dir/` opens a folder), deeper lines continue it, and every `x.py` in an entry lies in its folder.
+    """
+    section = re.search(r"^## Development$(.*)", readme, flags=re.M | re.S)
+    assert section, "the README has no Development section"
+    block = section.group(1).split("```\n", 2)[1]
+    named, top, here = set(), "", ""
+    for line in block.splitlines():
+        indent = len(line) - len(line.lstrip())
+        head = line.split(maxsplit=1)[0] if line.strip() else ""
+        if indent in (0, 2):
+            folder = head if head.endswith("/") else ""
+            top, here = (folder, folder) if indent == 0 else (top, top + folder)
+            named.add(here)
+        named |= {here + path for path in MAP_PATH.findall(line)}
+    return {path for path in named if path.startswith(tuple(f"{p}/" for p in PACKAGES))}
+
+
+def test_the_readme_module_map_names_every_module_and_nothing_else():
+    files = {path.relative_to(REPO_ROOT).as_posix() for path in modules().values()}
+    # A folder stands for its __init__.py (namespace packages have none).
+    tree = {f for f in files if not f.endswith("/__init__.py")} | {f.rpartition("/")[0] + "/" for f in files}
+    named = module_map((REPO_ROOT / "README.md").read_text(encoding="utf-8"))
+    missing, extra = sorted(tree - named), sorted(named - tree)
+    assert not missing, f"modules missing from the README's module map: {missing}"
+    assert not extra, f"modules the README's module map names that do not exist: {extra}"
+
+
+def test_module_map_entries_own_their_continuation_lines():
+    readme = """## Development
+
+```
+app.py            entry point;  x.py  ignored
+playground/       the library
+  a.py            one;  b.py  two, see ui/c.py
+  wire/           d.py (shapes),
+                  e.py (bodies)
+widgets/          f.py, static/
+tests/            fakes.py
+```
+"""
+    assert module_map(readme) == {
+        "playground/",
+        "playground/a.py",
+        "playground/b.py",
+        "playground/ui/c.py",
+        "playground/wire/",
+        "playground/wire/d.py",
+        "playground/wire/e.py",
+        "widgets/",
+        "widgets/f.py",
+    }
 
 
 def test_callers_branch_on_capabilities_not_provider_names_or_classes():
