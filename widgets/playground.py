@@ -13,6 +13,7 @@ import anywidget
 import traitlets
 
 import playground
+from playground import render
 from playground.constraints import check_constraint
 from playground.errors import ParameterError, PlaygroundError
 from playground.providers.base import Inputs, Provider
@@ -21,8 +22,7 @@ from playground.types import ChatMessage, GenerateParameters, GenerationResult, 
 from playground.wire import inbound
 from playground.wire.controls import SAMPLING, spec
 from widgets import debugger
-from widgets import html as static_html
-from widgets.token_view import STATIC, result_payload
+from widgets.token_view import STATIC, esm, result_payload
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +82,9 @@ _SamplingTraits = type(
 class Playground(_SamplingTraits):
     """Pick a constraint, write a prompt or chat, run, and inspect every token of the answer."""
 
-    _esm = STATIC / "playground.js"
+    _esm = esm("playground.js")
     _css = STATIC / "widgets.css"
-    _token_view_esm = traitlets.Unicode((STATIC / "token_view.js").read_text()).tag(sync=True)
+    _token_view_esm = traitlets.Unicode(esm("token_view.js")).tag(sync=True)
 
     models = traitlets.List(traitlets.Unicode()).tag(sync=True)
     model = traitlets.Unicode("").tag(sync=True)
@@ -307,10 +307,10 @@ class Playground(_SamplingTraits):
     def _repr_html_(self) -> str:
         """Static HTML where widgets don't run: the last answer, or the error."""
         if self.error:
-            return static_html.render_error(self.error)
+            return render.page(render.error_box(self.error))
         if self.result is None:
-            return "<div class='sp-result'>Playground: no answer yet</div>"
-        return static_html.render_result(self.result)
+            return render.page(render.box("muted", "Playground: no answer yet"))
+        return render.result_html(self.result)
 
 
 def _examples() -> dict[str, list[dict[str, str]]]:

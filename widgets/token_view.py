@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import anywidget
 import traitlets
 
+from playground import render
 from playground.types import GenerationResult
-from widgets import html as static_html
 
 STATIC = Path(__file__).resolve().parent / "static"
+_HELPERS_IMPORT = re.compile(r'^import \{[^}]*\} from "\./helpers\.js";\n', re.MULTILINE)
+
+
+def esm(name: str) -> str:
+    """A widget's module with helpers.js inlined where it imports it: anywidget runs one file from a blob URL."""
+    source = (STATIC / name).read_text(encoding="utf-8")
+    helpers = (STATIC / "helpers.js").read_text(encoding="utf-8")
+    bundled, count = _HELPERS_IMPORT.subn(lambda _match: helpers, source)
+    if count != 1:
+        raise RuntimeError(f"widgets/static/{name} must import ./helpers.js exactly once, on one line")
+    return bundled
 
 
 def result_payload(result: GenerationResult | dict[str, Any] | None) -> dict[str, Any]:
@@ -33,7 +45,7 @@ def result_payload(result: GenerationResult | dict[str, Any] | None) -> dict[str
 class TokenView(anywidget.AnyWidget):
     """Shows tokens coloured by probability; hover or click one for its alternatives raw and constrained."""
 
-    _esm = STATIC / "token_view.js"
+    _esm = esm("token_view.js")
     _css = STATIC / "widgets.css"
 
     result = traitlets.Dict().tag(sync=True)
@@ -56,5 +68,5 @@ class TokenView(anywidget.AnyWidget):
     def _repr_html_(self) -> str:
         """Static HTML for viewers that don't run widget JavaScript (nbviewer, GitHub, exported HTML)."""
         if not self.result:
-            return "<div class='sp-result'>no result yet</div>"
-        return static_html.render_result(self.result, self.colour_by)
+            return render.page(render.box("muted", "no result yet"))
+        return render.result_html(GenerationResult.model_validate(self.result), self.colour_by)

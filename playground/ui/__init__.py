@@ -7,8 +7,9 @@ from typing import Any
 
 import gradio as gr
 
+from playground import render
 from playground.providers.registry import Registry
-from playground.ui import controls, debugger, drafts, handlers, layout, render, sharing
+from playground.ui import controls, debugger, drafts, handlers, layout, sharing
 from playground.ui.chat_view import chatbot_value
 from playground.ui.compare_engines import setup_engine_compare_events
 from playground.ui.handlers import Panels

@@ -13,12 +13,13 @@ from typing import Any
 import gradio as gr
 from pydantic import BaseModel, Field
 
+from playground import render
 from playground.debug.check import check_text
 from playground.debug.why import reasons_at
 from playground.errors import ParameterError
 from playground.providers.registry import Registry
 from playground.types import FieldConfidence, GenerationResult
-from playground.ui import render, stopped
+from playground.ui import stopped
 from playground.ui.handlers import error_message
 from playground.ui.panels import html
 from playground.ui.state import ChatState, Form

@@ -7,12 +7,12 @@ from typing import Any
 
 import gradio as gr
 
+from playground import render
 from playground.constraints import Constraint
 from playground.debug import tools
 from playground.errors import ParameterError
 from playground.inspection import EngineReport, InspectResponse, inspect_constraint, summary
 from playground.providers.registry import Registry
-from playground.ui import render
 from playground.ui.handlers import error_message
 
 STALE = "\x00stale"  # what the debounce hands Python for a keystroke that a later one superseded

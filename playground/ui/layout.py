@@ -8,12 +8,12 @@ from pathlib import Path
 import gradio as gr
 
 from playground.providers.registry import Registry
+from playground.render import tokens_html
 from playground.ui import controls, debugger
 from playground.ui.compare_engines import render_engine_compare
 from playground.ui.drafts import example_title
 from playground.ui.examples import KINDS, LANGUAGES, SYSTEM_PROMPT, example_titles
 from playground.ui.panels import html
-from playground.ui.render import tokens_html
 from playground.ui.state import Form
 from playground.wire.controls import SAMPLING
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import gradio as gr
 
-CSS = (Path(__file__).parent / "static" / "ui.css").read_text(encoding="utf-8")
+from playground.render import STYLESHEET
 
 
 def html(elem_id: str, value: str = "", **kwargs: object) -> gr.HTML:
     """An HTML panel styled by the playground's sheet, with no click behaviour unless asked."""
     kwargs.setdefault("js_on_load", None)
-    return gr.HTML(value, elem_id=elem_id, css_template=CSS, **kwargs)
+    return gr.HTML(value, elem_id=elem_id, css_template=STYLESHEET, **kwargs)

@@ -14,8 +14,9 @@ from typing import Any
 
 import gradio as gr
 
+from playground import render
 from playground.errors import PlaygroundError
-from playground.ui import layout, render
+from playground.ui import layout
 from playground.ui.chat_view import chatbot_value
 from playground.ui.handlers import error_message
 from playground.ui.state import ChatState, Form, export_session, import_session

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from playground import render
 from playground.constraints import Constraint
 from playground.types import GeneratedToken, GenerateParameters
-from playground.ui import render
 
 STOPPED = "stopped by the user"
 
@@ -17,8 +17,7 @@ def answer_text(tokens: list[GeneratedToken]) -> str:
 def details_html(model: str, tokens: list[GeneratedToken]) -> str:
     """The details line of a stopped turn, in the shape of a finished one."""
     items = [("finish reason", STOPPED), ("tokens", f"{len(tokens)} generated"), ("model", model)]
-    cells = "".join(f'<span class="kv"><b>{render.esc(k)}</b> {render.esc(v)}</span>' for k, v in items)
-    return f'<div class="pg-details" data-finish="stopped">{cells}</div>'
+    return f'<div class="pg-details" data-finish="stopped">{render.kv_cells(items)}</div>'
 
 
 def verdict_html(params: GenerateParameters, tokens: list[GeneratedToken]) -> str:

@@ -12,11 +12,11 @@ from typing import Any
 import anywidget
 import pytest
 
+from playground import render
 from tests.support import REPO_ROOT
 from tests.unit.test_widgets import IMG, SCRIPT, sample_result
-from widgets import html as static_html
 from widgets.playground import Playground
-from widgets.token_view import STATIC, result_payload
+from widgets.token_view import esm, result_payload
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
@@ -28,7 +28,7 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def harness_url() -> Iterator[str]:
-    """The repository served on 127.0.0.1, so the harness page can import widgets/static/*.js."""
+    """The repository served on 127.0.0.1, so the harness page finds widgets/static/ (its CSS, helpers.js)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(REPO_ROOT)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -42,7 +42,7 @@ def _mount(page, url: str, module: str, state: dict[str, Any]) -> None:
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(url)
     page.wait_for_function("window.harnessReady === true")
-    page.evaluate("([m, s]) => window.mount(m, s)", [module, state])
+    page.evaluate("([m, s]) => window.mount(m, s)", [esm(f"{module}.js"), state])
     assert errors == []
 
 
@@ -67,11 +67,11 @@ def test_tokens_render_coloured_and_escaped(page, harness_url: str) -> None:
     assert page.evaluate("window.__pwned") is None
     assert "sp-overridden" in tokens.nth(0).get_attribute("class")
     assert "sp-overridden" not in tokens.nth(1).get_attribute("class")
-    expected = _css_colour(page, static_html.colour(math.exp(-0.05)))
+    expected = _css_colour(page, render.colour(math.exp(-0.05)))
     assert tokens.nth(0).evaluate("n => n.style.backgroundColor") == expected
     summary = page.locator("#mount .sp-summary").inner_text()
     assert "tiny <model> via local" in summary and "eos_token" in summary
-    assert page.locator("#mount .sp-verdict").inner_text() == "invalid: Expecting value: line 1"
+    assert page.locator("#mount .sp-verdict").inner_text() == "\u2717 invalid (json_schema): Expecting value: line 1"
 
 
 def test_hover_shows_alternatives_raw_and_constrained(page, harness_url: str) -> None:
@@ -100,7 +100,7 @@ def test_click_pins_a_token_and_toggles_colouring(page, harness_url: str) -> Non
     assert "mass kept 10.0%" in page.locator("#mount .sp-detail").inner_text()
     page.locator("#mount button.sp-mode[data-mode='raw']").click()
     assert page.evaluate("window.model.state.colour_by") == "raw"
-    expected = _css_colour(page, static_html.colour(math.exp(-1.5)))
+    expected = _css_colour(page, render.colour(math.exp(-1.5)))
     assert page.locator("#mount .sp-token").nth(0).evaluate("n => n.style.backgroundColor") == expected
     assert "sp-active" in page.locator("#mount button.sp-mode[data-mode='raw']").get_attribute("class")
 
@@ -115,7 +115,7 @@ def test_best_of_candidates_are_listed_and_selectable(page, harness_url: str) ->
     rows.nth(1).click()
     tokens = page.locator("#mount .sp-token")
     assert tokens.count() == 1 and tokens.nth(0).text_content() == IMG
-    assert page.locator("#mount .sp-verdict").inner_text() == "valid"
+    assert page.locator("#mount .sp-verdict").inner_text() == "\u2713 valid (json_schema): ok"
     assert page.evaluate("window.__pwned") is None
 
 
@@ -125,7 +125,7 @@ def _playground_state() -> dict[str, Any]:
     defaults = {name: Playground.class_traits()[name].default() for name in names}
     return {
         **defaults,
-        "_token_view_esm": (STATIC / "token_view.js").read_text(),
+        "_token_view_esm": esm("token_view.js"),
         "models": ["tiny <model>"],
         "model": "tiny <model>",
         "examples": {"json_schema": [{"title": "Person", "text": '{"type": "object"}', "message": "Invent a person."}]},
@@ -181,7 +181,10 @@ def test_playground_shows_errors_answers_and_next_token_chart(page, harness_url:
     }
     page.evaluate("d => window.model.set('next_token', d)", distribution)
     chart = page.locator("#mount .sp-chart")
-    assert "keeps 25.0% of the mass" in chart.inner_text() and "2 of 100 tokens allowed" in chart.inner_text()
+    assert (
+        "constraint keeps 25.0% of the model's probability mass" in chart.inner_text()
+        and "2 of 100 tokens allowed" in chart.inner_text()
+    )
     assert chart.locator(".sp-bar-row.sp-masked .sp-bar-label").inner_text() == f'"{SCRIPT}"'
     assert chart.locator(".sp-bar-row").nth(0).locator(".sp-num").inner_text() == "20.0% \u2192 80.0%"
     page.locator("#mount .sp-answer .sp-token").nth(1).click()

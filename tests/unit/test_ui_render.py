@@ -1,10 +1,11 @@
-"""render.py turns results into HTML: everything escaped, colours by probability, tables and chart data."""
+"""playground.render turns results into HTML: everything escaped, colours by probability, tables and chart data."""
 
 from __future__ import annotations
 
 import math
 import re
 
+from playground import render
 from playground.types import (
     GeneratedToken,
     GenerationResult,
@@ -15,7 +16,6 @@ from playground.types import (
     Token,
     Validation,
 )
-from playground.ui import render
 
 SCRIPT = "<script>alert(1)</script>"
 
@@ -88,7 +88,8 @@ def test_colours_run_from_red_to_green_by_probability() -> None:
     assert render.colour(0.0) == "hsl(0, 80%, 82%)"
     assert render.colour(0.5) == "hsl(60, 80%, 82%)"
     assert render.colour(1.0) == "hsl(120, 80%, 82%)"
-    assert render.prob(None) == 0.0 and render.prob(float("-inf")) == 0.0
+    assert render.prob(float("-inf")) == 0.0  # masked: truly zero
+    assert render.prob(None) is None and render.colour(None) == "hsl(0, 0%, 90%)"  # unreported: grey, not red
 
 
 def test_raw_mode_colours_by_the_models_own_probability() -> None:
@@ -161,7 +162,7 @@ def test_chart_rows_sort_by_either_distribution_and_zero_masked_tokens() -> None
     assert rows[1].constrained == 0.0 and not rows[1].allowed
     assert math.isclose(rows[0].raw, 0.05) and math.isclose(rows[0].constrained, 0.9)
     html = render.next_token_html(dist, "at the <end>")
-    assert "keeps 6.0% of the model's probability mass" in html and "2 of 100 tokens allowed" in html
+    assert "keeps 6.0% of the model&#x27;s probability mass" in html and "2 of 100 tokens allowed" in html
     assert "at the &lt;end&gt;" in html and "&lt;x&gt;" in html and "<x>" not in html
     assert 'class="bar con" style="width:90.0%"' in html
     assert html.count('class="bar-row masked"') == 1
@@ -188,7 +189,7 @@ def test_details_show_finish_counts_seed_and_timings() -> None:
     )
     html = render.details_html(result(best))
     assert 'data-finish="stop_sequence"' in html
-    assert "stop_sequence (&#x27;&lt;/s&gt;&#x27;)" in html
+    assert "stop_sequence (&quot;&lt;/s&gt;&quot;)" in html
     assert "3 generated · 7 prompt" in html
     assert "<b>seed</b> 42" in html
     assert "250 ms" in html and "31.5 tokens/s" in html and "12 ms" in html and "via llguidance" in html

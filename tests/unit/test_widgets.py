@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from playground import render
 from playground.errors import InvalidConstraintError, ParameterError, ProviderError
 from playground.providers.base import Capabilities
 from playground.providers.tgi import TGIConfig, TGIProvider
@@ -24,7 +25,6 @@ from playground.wire.inbound import grammar_for
 from tests.fakes import FakeProvider
 from tests.support import free_port
 from widgets import TokenView
-from widgets import html as static_html
 from widgets.playground import Playground, build_inputs, build_parameters, describe
 from widgets.token_view import result_payload
 
@@ -155,33 +155,31 @@ def test_static_html_escapes_every_token_text() -> None:
 
 
 def test_static_html_shows_colours_overrides_verdicts_and_candidates() -> None:
-    page = static_html.render_result(sample_result())
-    assert page.count('<span class="sp-token') == 3
-    assert page.count("sp-overridden") == 2
-    assert f"background:{static_html.colour(math.exp(-0.05))}" in page
-    assert "invalid: Expecting value: line 1" in page
-    assert "finish <b class='sp-finish'>eos_token</b>" in page
-    assert page.count("<tr>") == 4 and "chosen" in page
+    page = TokenView(sample_result())._repr_html_()
+    assert page.count('<span class="tok') == 3 + 2  # the answer's tokens and the legend's two samples
+    assert page.count('class="tok overridden"') == 2
+    assert f"background:{render.colour(math.exp(-0.05))}" in page
+    assert "✗ invalid (json_schema): Expecting value: line 1" in page
+    assert '<div class="pg-details" data-finish="eos_token"><span class="kv"><b>finish reason</b> eos_token' in page
+    assert page.count('<tr class="cand') == 3 and "★ 1" in page
     assert "not enforced by the provider" in page
-    assert "stop_sequence (&#x27;\\n\\n&#x27;)" in page
-    raw = static_html.render_result(sample_result(), "raw")
-    assert f"background:{static_html.colour(math.exp(-1.5))}" in raw
+    assert "stop_sequence (&quot;\\n\\n&quot;)" in page
+    raw = TokenView(sample_result(), colour_by="raw")._repr_html_()
+    assert f"background:{render.colour(math.exp(-1.5))}" in raw
+    assert "<style>.pg-result {" in page  # the panels' sheet travels with the fragment
 
 
-def test_token_title_lists_alternatives_under_both_distributions() -> None:
-    title = static_html.token_title(sample_result().best.tokens[0])
-    assert "mass kept 40.0%" in title
-    assert "overrode the model's first choice" in title
-    raw_part, constrained_part = title.split("raw top:")[1].split("constrained top:")
-    assert "'```' 74.1%" in raw_part
-    assert "'```' -" in constrained_part
+def test_static_html_popover_lists_alternatives_under_both_distributions() -> None:
+    page = TokenView(sample_result())._repr_html_()
+    assert "mass kept 40.0%" in page
+    assert "the model wanted ``` (74.1%); the constraint did not allow it" in page
+    assert '<td class="alt masked">```</td><td class="num">74.1%</td>' in page
 
 
 def test_colour_scale() -> None:
-    assert static_html.colour(0.0) == "hsl(0, 75%, 82%)"
-    assert static_html.colour(1.0) == "hsl(120, 75%, 82%)"
-    assert static_html.colour(None) == "hsl(0, 0%, 90%)"
-    assert static_html.visible("") == "\u2205" and static_html.visible("a\n") == "a\u21b5\n"
+    assert render.colour(0.0) == "hsl(0, 80%, 82%)"
+    assert render.colour(1.0) == "hsl(120, 80%, 82%)"
+    assert render.colour(None) == "hsl(0, 0%, 90%)"
 
 
 def test_grammar_for_each_kind() -> None:
@@ -292,10 +290,10 @@ def test_the_static_widget_html_escapes_the_colour_mode() -> None:
         input_length=1,
         best=Sequence(generated_text="<script>", finish_reason="length", generated_tokens=1, tokens=[token]),
     )
-    page = static_html.render_result(result, colour_by="<img src=x onerror=alert(1)>")  # type: ignore[arg-type]
+    page = render.result_html(result, mode="<img src=x onerror=alert(1)>")
     assert "<img" not in page
     assert "<script>" not in page
-    assert "model <b>m&lt;b&gt;</b>" in page
+    assert "<b>model</b> m&lt;b&gt; (local)" in page
     assert "colour: &lt;img src=x onerror=alert(1)&gt; probability" in page
 
 
@@ -303,8 +301,8 @@ def test_forced_tokens_reach_the_widget_and_its_static_html() -> None:
     result = sample_result()
     result.best.tokens[1].forced = True
     assert [t["forced"] for t in result_payload(result)["best"]["tokens"]] == [False, True, False]
-    html = static_html.render_result(result)
-    assert html.count("sp-token sp-forced") == 1
+    html = TokenView(result)._repr_html_()
+    assert html.count('class="tok forced"') == 1
     assert "forced by the constraint, not sampled" in html
 
 
@@ -322,7 +320,7 @@ def test_invalid_schema_is_shown_in_the_error_trait() -> None:
     with pytest.raises(InvalidConstraintError):
         pg.run()
     assert pg.error.startswith("InvalidConstraintError:") and pg.running is False
-    assert "Playground" not in pg._repr_html_() and "sp-error" in pg._repr_html_()
+    assert "Playground" not in pg._repr_html_() and "pg-error" in pg._repr_html_()
     assert fake.calls == []  # nothing was sent
 
 

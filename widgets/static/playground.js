@@ -2,12 +2,7 @@
 // TokenView module (shipped as the `_token_view_esm` trait and imported from a blob URL, the way
 // anywidget loads any ESM). All user and model text reaches the DOM through textContent.
 
-function h(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined && text !== null) node.textContent = String(text);
-  return node;
-}
+import { chartRows, chartSummary, h, percent } from "./helpers.js";
 
 /** Keep a form control and a trait in step both ways; returns the function that unbinds it. */
 function bind(model, input, name, { parse = (v) => v, format = (v) => (v ?? "") } = {}) {
@@ -227,17 +222,12 @@ function nextTokenChart(container, dist, position, tokens) {
   const where = position < 0 || !tokens[position]
     ? "at the start of the answer"
     : `before token ${position} (${JSON.stringify(tokens[position].text)})`;
-  container.append(h("div", "sp-chart-title",
-    `next token ${where} \u00b7 the constraint keeps ${(100 * dist.mass_kept).toFixed(1)}% of the mass \u00b7 ` +
-    `${dist.allowed_count} of ${dist.vocab_size} tokens allowed`));
+  container.append(h("div", "sp-chart-title", chartSummary(dist, `next token ${where}`)));
   const legend = h("div", "sp-chart-legend");
   legend.append(h("span", "sp-swatch sp-bar-raw"), h("span", null, " raw model "), h("span", "sp-swatch sp-bar-con"),
     h("span", null, " under the constraint"));
   container.append(legend);
-  const p = (lp) => (lp === null || lp === undefined ? 0 : Math.exp(lp));
-  const rows = dist.candidates.map((c) => ({ text: c.text, raw: p(c.raw_logprob), con: c.allowed ? p(c.logprob) : 0, allowed: c.allowed, reason: c.reason }));
-  rows.sort((a, b) => Math.max(b.raw, b.con) - Math.max(a.raw, a.con));
-  for (const row of rows.slice(0, 12)) {
+  for (const row of chartRows(dist)) {
     const line = h("div", row.allowed ? "sp-bar-row" : "sp-bar-row sp-masked");
     const bars = h("span", "sp-bars");
     const raw = h("span", "sp-bar sp-bar-raw");
@@ -246,7 +236,7 @@ function nextTokenChart(container, dist, position, tokens) {
     con.style.width = `${(100 * row.con).toFixed(1)}%`;
     bars.append(raw, con);
     line.append(h("code", "sp-bar-label", JSON.stringify(row.text)), bars,
-      h("span", "sp-num", `${(100 * row.raw).toFixed(1)}% \u2192 ${(100 * row.con).toFixed(1)}%`));
+      h("span", "sp-num", `${percent(row.raw)} \u2192 ${percent(row.con)}`));
     if (row.reason) {
       line.title = row.reason;
       line.append(h("span", "sp-reason", row.reason));
@@ -264,11 +254,10 @@ function fieldsTable(container, result) {
   const head = h("tr");
   for (const name of ["field", "value", "model p (min)", "model p (value)", "mass kept", "overridden", "forced"]) head.append(h("th", null, name));
   table.append(head);
-  const pct = (x) => (x === null || x === undefined ? "-" : `${(100 * x).toFixed(1)}%`);
   for (const f of fields) {
     const row = h("tr");
     row.dataset.path = f.path;
-    for (const cell of [f.path, JSON.stringify(f.value), pct(f.prob_min), pct(f.prob_product), pct(f.mass_kept_min),
+    for (const cell of [f.path, JSON.stringify(f.value), percent(f.prob_min), percent(f.prob_product), percent(f.mass_kept_min),
       f.overridden ? "yes" : "no", `${f.forced}/${f.tokens}`]) row.append(h("td", null, cell));
     table.append(row);
   }

@@ -1,29 +1,9 @@
 // TokenView: a generation result as tokens coloured by probability, with alternatives on hover/click.
 // Every piece of token text goes into the DOM through textContent, never innerHTML: tokens are
 // arbitrary bytes and "<script>" is a valid token.
+import { candidates, colour, finishText, h, percent, probability, verdict } from "./helpers.js";
 
-/** Create an element with classes and optional text (always set as textContent). */
-export function h(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined && text !== null) node.textContent = String(text);
-  return node;
-}
-
-/** exp(logprob), or null where the engine reported nothing. */
-export function probability(logprob) {
-  return logprob === null || logprob === undefined ? null : Math.exp(logprob);
-}
-
-/** Red for unlikely through yellow to green for certain; grey when unknown (same as widgets/html.py). */
-export function colour(p) {
-  if (p === null) return "hsl(0, 0%, 90%)";
-  return `hsl(${Math.round(120 * Math.max(0, Math.min(1, p)))}, 75%, 82%)`;
-}
-
-export function percent(p) {
-  return p === null ? "-" : `${(100 * p).toFixed(1)}%`;
-}
+const VERDICT_CLASS = { ok: "sp-good", bad: "sp-bad", muted: "sp-neutral" };
 
 /** Make empty and whitespace tokens visible; newlines keep their line break. */
 export function visible(text) {
@@ -31,19 +11,10 @@ export function visible(text) {
   return text.replace(/\n/g, "\u21b5\n").replace(/\t/g, "\u21e5");
 }
 
-/** A short verdict and a class; a constraint a provider did not enforce is always flagged. */
-export function verdict(validation) {
-  const v = validation || {};
-  if (v.enforced === false) return [`not enforced by the provider ${v.message || ""}`.trim(), "sp-bad"];
-  if (v.valid === null || v.valid === undefined) return ["no constraint to check", "sp-neutral"];
-  return v.valid ? ["valid", "sp-good"] : [`invalid: ${v.message || ""}`, "sp-bad"];
-}
-
-export function finishText(seq) {
-  if (seq.finish_reason === "stop_sequence" && seq.stop_sequence != null) {
-    return `stop_sequence (${JSON.stringify(seq.stop_sequence)})`;
-  }
-  return seq.finish_reason;
+/** The verdict of `seq` as a span (or `tag`) with its state's class. */
+function verdictNode(seq, kind, tag, className) {
+  const [state, text] = verdict(seq.validation, kind);
+  return h(tag, `${className} ${VERDICT_CLASS[state]}`.trim(), text);
 }
 
 function summary(result, seq) {
@@ -63,8 +34,7 @@ function summary(result, seq) {
     item.append(h("span", "sp-label", `${label} `), h("b", null, value));
     box.append(item);
   }
-  const [text, cls] = verdict(seq.validation);
-  box.append(h("span", `sp-verdict ${cls}`, text));
+  box.append(verdictNode(seq, result.constraint_kind, "span", "sp-verdict"));
   return box;
 }
 
@@ -103,7 +73,7 @@ function detail(token) {
   head.append(h("code", "sp-detail-text", JSON.stringify(token.text)));
   head.append(h("span", null, ` constrained ${percent(probability(token.logprob))}`));
   head.append(h("span", null, ` \u00b7 raw ${percent(probability(token.raw_logprob))}`));
-  head.append(h("span", "sp-mass", ` \u00b7 mass kept ${percent(token.mass_kept ?? null)}`));
+  head.append(h("span", "sp-mass", ` \u00b7 mass kept ${percent(token.mass_kept)}`));
   box.append(head);
   if (token.overridden) box.append(h("div", "sp-override-note", "the constraint overrode the model's first choice"));
   const table = h("table", "sp-alternatives");
@@ -120,8 +90,7 @@ function detail(token) {
   return box;
 }
 
-function candidateTable(result, shown, onShow) {
-  const sequences = [result.best, ...(result.best_of_sequences || [])];
+function candidateTable(result, sequences, shown, onShow) {
   const box = h("div", "sp-candidates");
   if (sequences.length < 2) return box;
   box.append(h("div", "sp-label", `best_of: ${sequences.length} candidates (click one to see its tokens)`));
@@ -131,10 +100,9 @@ function candidateTable(result, shown, onShow) {
   table.append(header);
   sequences.forEach((seq, index) => {
     const tr = h("tr", index === shown ? "sp-candidate sp-shown" : "sp-candidate");
-    const [text, cls] = verdict(seq.validation);
     tr.append(h("td", null, index === 0 ? "chosen" : ""), h("td", "sp-candidate-text", seq.generated_text));
     tr.append(h("td", null, Number(seq.total_logprob).toFixed(3)), h("td", null, finishText(seq)));
-    tr.append(h("td", null, seq.seed ?? ""), h("td", cls, text));
+    tr.append(h("td", null, seq.seed ?? ""), verdictNode(seq, result.constraint_kind, "td", ""));
     tr.addEventListener("click", () => onShow(index));
     table.append(tr);
   });
@@ -171,7 +139,7 @@ export function renderResult(container, result, options = {}) {
     container.append(h("div", "sp-empty", "no result yet"));
     return;
   }
-  const sequences = [result.best, ...(result.best_of_sequences || [])];
+  const sequences = candidates(result);
   const shown = Math.min(options.sequence || 0, sequences.length - 1);
   const seq = sequences[shown];
   const selected = options.selected ?? -1;
@@ -185,7 +153,7 @@ export function renderResult(container, result, options = {}) {
   const onSelect = (index) => options.onSelect && options.onSelect(index);
   container.append(summary(result, seq), modeToggle(options.colourBy || "constrained", (mode) => options.onColourBy && options.onColourBy(mode)));
   container.append(tokenSpans(seq, options.colourBy || "constrained", selected, showDetail, onSelect), panel);
-  container.append(candidateTable(result, shown, (index) => options.onSequence && options.onSequence(index)));
+  container.append(candidateTable(result, sequences, shown, (index) => options.onSequence && options.onSequence(index)));
   showDetail(null);
 }
 

@@ -1,0 +1,62 @@
+"""Results -> safe HTML for every Python surface: the Gradio UI's panels and the notebook widgets' static HTML.
+
+Imports no UI toolkit. One palette, one wording, one best-of order and one handling of a missing
+probability (grey, never 0); every piece of model or user text goes through `esc` or `token_label`.
+"""
+
+from playground.render.chart import Bar, chart_rows, next_token_html
+from playground.render.core import (
+    UNKNOWN,
+    box,
+    candidates,
+    colour,
+    error_box,
+    esc,
+    finish_text,
+    kv_cells,
+    pct,
+    prob,
+    quoted,
+    token_label,
+    verdict,
+)
+from playground.render.results import (
+    DIALECT_NOTES,
+    STYLESHEET,
+    bestof_html,
+    constraint_status,
+    details_html,
+    page,
+    result_html,
+    validation_html,
+)
+from playground.render.tokens import token_span, tokens_html
+
+__all__ = [
+    "DIALECT_NOTES",
+    "STYLESHEET",
+    "UNKNOWN",
+    "Bar",
+    "bestof_html",
+    "box",
+    "candidates",
+    "chart_rows",
+    "colour",
+    "constraint_status",
+    "details_html",
+    "error_box",
+    "esc",
+    "finish_text",
+    "kv_cells",
+    "next_token_html",
+    "page",
+    "pct",
+    "prob",
+    "quoted",
+    "result_html",
+    "token_label",
+    "token_span",
+    "tokens_html",
+    "validation_html",
+    "verdict",
+]

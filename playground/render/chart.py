@@ -1,0 +1,51 @@
+"""The next-token chart: what the model wanted against what the constraint allowed, one bar pair a token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from playground.render.core import esc, pct, prob, token_label
+from playground.types import NextTokenDistribution
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One row of the next-token chart."""
+
+    text: str
+    raw: float
+    constrained: float
+    allowed: bool
+
+
+def chart_rows(dist: NextTokenDistribution, limit: int = 12) -> list[Bar]:
+    """The candidates to draw, most likely first under either distribution; a refused token keeps 0."""
+    bars = [
+        Bar(c.text, prob(c.raw_logprob) or 0.0, (prob(c.logprob) or 0.0) if c.allowed else 0.0, c.allowed)
+        for c in dist.candidates
+    ]
+    bars.sort(key=lambda b: max(b.raw, b.constrained), reverse=True)
+    return bars[:limit]
+
+
+def chart_summary(dist: NextTokenDistribution, where: str) -> str:
+    """The chart's heading line (plain text: the caller escapes it)."""
+    return (
+        f"{where} · constraint keeps {pct(dist.mass_kept)} of the model's probability mass · "
+        f"{dist.allowed_count} of {dist.vocab_size} tokens allowed"
+    )
+
+
+def next_token_html(dist: NextTokenDistribution, where: str) -> str:
+    """A horizontal bar chart, raw (grey) against constrained (green), with the mass the constraint kept."""
+    rows = []
+    for bar in chart_rows(dist):
+        rows.append(
+            f'<div class="bar-row{"" if bar.allowed else " masked"}">'
+            f'<span class="bar-label">{token_label(bar.text)}</span>'
+            f'<span class="bars"><span class="bar raw" style="width:{bar.raw * 100:.1f}%"></span>'
+            f'<span class="bar con" style="width:{bar.constrained * 100:.1f}%"></span></span>'
+            f'<span class="num">{pct(bar.raw)} → {pct(bar.constrained)}</span></div>'
+        )
+    legend = '<span class="sw raw">raw model</span><span class="sw con">under the constraint</span>'
+    return f'<div class="pg-chart"><div class="legend">{esc(chart_summary(dist, where))} {legend}</div>{"".join(rows)}</div>'

@@ -1,0 +1,130 @@
+"""The Gradio UI and the notebook widgets draw a result alike: one palette, one wording, one best-of order,
+grey for a probability nobody reported, and hostile token text escaped on every surface."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+
+import pytest
+
+from playground import render
+from playground.types import GeneratedToken, GenerationResult, Sequence, Token, Validation
+from playground.ui.handlers import Panels, result_panels
+from playground.ui.state import ChatState
+from tests.fakes import FakeProvider
+from tests.support import REPO_ROOT
+from widgets import Playground, TokenView
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+GREY = "background:hsl(0, 0%, 90%)"
+
+
+def _result() -> GenerationResult:
+    """A quarter-likely token, a token whose probability nobody reported, hostile text, candidates out of order."""
+    quarter = GeneratedToken(
+        id=1,
+        text=HOSTILE,
+        logprob=math.log(0.25),
+        raw_logprob=math.log(0.5),
+        top_tokens=[Token(id=1, text=HOSTILE, logprob=math.log(0.25))],
+        raw_top_tokens=[Token(id=2, text=f'"{HOSTILE}', logprob=math.log(0.5))],
+    )
+    unknown = GeneratedToken(id=3, text="x", logprob=None, raw_logprob=None)
+    best = Sequence(
+        generated_text=HOSTILE + "x",
+        finish_reason="stop_sequence",
+        stop_sequence=HOSTILE,
+        generated_tokens=2,
+        tokens=[quarter, unknown],
+        total_logprob=-1.0,
+        validation=Validation(valid=False, message=HOSTILE),
+    )
+
+    def other(text: str, logprob: float) -> Sequence:
+        return Sequence(generated_text=text, finish_reason="length", generated_tokens=1, total_logprob=logprob)
+
+    return GenerationResult(
+        model_id=HOSTILE,
+        prompt="p",
+        input_length=3,
+        best=best,
+        best_of_sequences=[other("low", -9.0), other(HOSTILE, -2.0), other("mid", -5.0)],
+        constraint_kind="regex",
+    )
+
+
+def _ui(mode: str) -> Panels:
+    return result_panels(ChatState(mode=mode), _result())
+
+
+def _widgets(mode: str) -> list[str]:
+    """Both widgets' HTML for the same result (the Playground's as if it had just run)."""
+    playground = Playground(provider=FakeProvider())
+    playground.result = _result()
+    return [TokenView(_result(), colour_by=mode)._repr_html_(), *([playground._repr_html_()] * (mode != "raw"))]
+
+
+@pytest.mark.parametrize("mode", ["constrained", "raw"])
+def test_each_ui_panel_is_drawn_the_same_inside_the_widgets(mode: str) -> None:
+    panels = _ui(mode)
+    for page in _widgets(mode):
+        for panel in (panels.tokens, panels.verdict, panels.bestof, panels.details):
+            assert panel and panel in page
+
+
+def test_one_palette_and_grey_for_a_missing_probability() -> None:
+    spans = re.findall(r'<span class="tok[^"]*" data-index="(\d)"[^>]*style="([^"]*)"', _ui("constrained").tokens)
+    assert spans == [("0", "background:hsl(30, 80%, 82%)"), ("1", GREY)]  # p = 0.25, then nothing reported
+    raw = re.findall(r'data-index="\d"[^>]*style="([^"]*)"', _ui("raw").tokens)
+    assert raw == ["background:hsl(60, 80%, 82%)", GREY]
+    for page in _widgets("constrained"):
+        assert 'data-index="0" tabindex="0" style="background:hsl(30, 80%, 82%)"' in page
+        assert f'data-index="1" tabindex="0" style="{GREY}"' in page
+        assert "p = — · raw p = —" in page  # the popover says "unknown", never 0%
+
+
+def test_one_best_of_order_chosen_first_then_by_total_logprob() -> None:
+    expected = [HOSTILE + "x", HOSTILE, "mid", "low"]
+    assert [s.generated_text for s in render.candidates(_result())] == expected
+    for page in [_ui("constrained").bestof, *_widgets("constrained")]:
+        texts = re.findall(r'<td class="cand-text"><pre>(.*?)</pre>', page)
+        assert texts == [render.esc(t) for t in expected]
+
+
+def test_one_wording_for_verdicts_and_stop_sequences() -> None:
+    wording = "✗ invalid (regex): &lt;img src=x onerror=alert(1)&gt;"
+    stop = "stop_sequence (&quot;&lt;img src=x onerror=alert(1)&gt;&quot;)"
+    assert wording in _ui("constrained").verdict and stop in _ui("constrained").details
+    for page in _widgets("constrained"):
+        assert wording in page and stop in page
+
+
+def test_hostile_token_text_is_escaped_on_every_surface() -> None:
+    panels = _ui("constrained")
+    for page in [panels.tokens, panels.verdict, panels.bestof, panels.details, *_widgets("constrained")]:
+        assert "<img" not in page
+    assert "&lt;img" in panels.tokens and "onerror=alert(1)&gt;" in panels.tokens  # spaces drawn as marks
+    assert "&quot;&lt;img" in panels.tokens  # the raw alternative, quote and all
+
+
+def test_the_widgets_ship_one_helper_module_inlined_into_each_view() -> None:
+    from widgets.token_view import esm
+
+    for name in ("token_view.js", "playground.js"):
+        bundled = esm(name)
+        assert '"./helpers.js"' not in bundled
+        assert bundled.count("export function colour(p)") == 1
+    assert Playground.class_traits()["_token_view_esm"].default() == esm("token_view.js")
+
+
+def test_the_renderer_and_the_widgets_import_no_gradio() -> None:
+    code = (
+        "import sys, playground.render, widgets; print(sorted(m for m in sys.modules if m.split('.')[0] == 'gradio'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120, cwd=REPO_ROOT
+    )
+    assert out.stdout.strip() == "[]"
