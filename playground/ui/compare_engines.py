@@ -94,7 +94,7 @@ def _figures(result: GenerationResult) -> str:
         ("tokens/s", f"{timings.tokens_per_s:.1f}"),
         ("mass kept", "—" if kept is None else f"{kept:.0%}"),
     ]
-    return "".join(f'<span class="kv"><b>{render.esc(k)}</b> {render.esc(v)}</span>' for k, v in pairs)
+    return render.kv_cells(pairs)
 
 
 def _mean_mass_kept(tokens: list[GeneratedToken]) -> float | None:

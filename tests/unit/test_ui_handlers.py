@@ -102,7 +102,9 @@ def test_next_token_chart_replays_the_last_request_at_a_prefix() -> None:
     start = handlers.next_token(registry, state)
     assert "at the end of the prompt" in start and "masked" in start and "<b>no</b>" not in start
     second = handlers.next_token(registry, state, 2)
-    assert "at token #2" in second and fake.calls[-1].extra["prefix"] == "ab"
+    assert (
+        "at token #2 (&quot;c&quot;)" in second and fake.calls[-1].extra["prefix"] == "ab"
+    )  # quoted as JSON, as the widget does
     assert fake.calls[-1].params.best_of is None  # one distribution, not best_of of them
     assert "out of range" in handlers.next_token(registry, state, 999)
 
