@@ -88,14 +88,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "next-token view prefill only what is new; 0 turns it off (default: 4096)",
     )
     parser.add_argument(
+        "--max-batch-size",
+        type=_positive,
+        default=32,
+        metavar="N",
+        help="rows that decode together in one batch per local model (a best_of request counts each candidate); "
+        "more requests wait to join between steps (default: 32)",
+    )
+    parser.add_argument(
         "--max-new-tokens", type=int, default=256, help="max_new_tokens when a request leaves it unset (default: 256)"
     )
     parser.add_argument(
         "--max-concurrent",
         type=_positive,
-        default=2,
+        default=8,
         metavar="N",
-        help="API requests that work at once; more wait in the queue (default: 2)",
+        help="API requests that work at once (a local model decodes them in one batch); more wait in the queue "
+        "(default: 8)",
     )
     parser.add_argument(
         "--max-queue",

@@ -1,13 +1,19 @@
-"""One decode loop over best_of rows sharing a prompt: prefill, then one forward per step for all rows.
+"""One request's decode: its best_of rows sharing a prompt, their stop rules, and what each feeds the model.
 
-Each row has its own TokenChooser (seeded generator, constraint, custom processors), so rows are
-independent and reproducible; finished rows are padded so the batch stays rectangular.
+The scheduler (playground/scheduler.py) owns the forward passes, for every request at once; a Decode
+only says which tokens each row runs next (`feed`) and turns the logits that come back into tokens
+(`take`). Each row has its own TokenChooser (seeded generator, constraint, custom processors), so rows
+are independent and reproducible wherever they sit in the batch.
+
+Fast-forward: after a sampled token, the tokens the constraint forces are appended at once (their text
+streams when their scores are known). Alone, a row runs them all in one forward, whose logits at every
+position score each forced token; in a batch with other rows it runs them one per step, so no row
+pads its neighbours' caches.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -17,6 +23,16 @@ from playground.prefix_cache import PrefixCache
 from playground.runner import ModelRunner
 from playground.stopping import StopCriteria
 from playground.types import GeneratedToken, PrefillToken, TokenEvent
+
+
+@dataclass
+class Forced:
+    """A token the constraint forced, appended but not scored yet: the mask and text from before it."""
+
+    token_id: int
+    allowed: torch.Tensor
+    text_before: str
+    piece: str
 
 
 @dataclass
@@ -32,10 +48,21 @@ class Row:
     finish_reason: str | None = None
     stop_sequence: str | None = None
     prefix: str = ""  # the answer this row continues (continue_from), forced through the constraint
+    fed: int = 0  # generated tokens already run through the model
+    unscored: list[Forced] = field(default_factory=list)
+
+    @property
+    def generated(self) -> list[int]:
+        """The tokens this decode added (after any continue_from prefix)."""
+        return self.ids[len(self.ids) - len(self.tokens) - len(self.unscored) :]
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None and not self.unscored
 
 
 class Decode:
-    """The state of one decode loop over best_of rows sharing a prompt."""
+    """The rows of one request and their stop rules; the model runs elsewhere."""
 
     def __init__(
         self,
@@ -54,109 +81,103 @@ class Decode:
         self.prefill_details = prefill_details
         # per-position prompt logprobs need the whole prompt run, so they bypass the prefix cache
         self.prefix_cache = None if prefill_details else prefix_cache
-        self.cache = None
-        self.logits: torch.Tensor | None = None
         self.prefill_s = 0.0
 
-    def prefill(self) -> list[PrefillToken]:
+    def prefill(self) -> tuple[object, torch.Tensor, list[PrefillToken]]:
+        """Run the prompt (what the prefix cache lacks): its KV cache, the last position's logits, prompt details."""
         start = time.perf_counter()
         r = self.runner
         input_ids = r.ids(self.prompt_ids)
         if self.prefix_cache is not None:
             reused, kv = self.prefix_cache.lookup(self.prompt_ids)
-            all_logits, self.cache = r.forward(input_ids[:, reused:], kv)
-            self.prefix_cache.store(self.prompt_ids, self.cache)
+            all_logits, cache = r.forward(input_ids[:, reused:], kv)
+            self.prefix_cache.store(self.prompt_ids, cache)
         else:
-            all_logits, self.cache = r.forward(input_ids, keep=0 if self.prefill_details else 1)
-        self.logits = all_logits[:, -1].float()
-        if len(self.rows) > 1:
-            self.cache.batch_repeat_interleave(len(self.rows))
-            self.logits = self.logits.expand(len(self.rows), -1)
+            all_logits, cache = r.forward(input_ids, keep=0 if self.prefill_details else 1)
+        logits = all_logits[0, -1].float()
         self.prefill_s = time.perf_counter() - start
         if not self.prefill_details:
-            return []
+            return cache, logits, []
         logprobs = torch.log_softmax(all_logits[0, :-1].float(), dim=-1)
         picked = logprobs.gather(1, input_ids[0, 1:].unsqueeze(1)).squeeze(1).tolist()
         texts = [r.token_text(i) for i in self.prompt_ids]
-        return [PrefillToken(id=self.prompt_ids[0], text=texts[0], logprob=None)] + [
+        details = [PrefillToken(id=self.prompt_ids[0], text=texts[0], logprob=None)] + [
             PrefillToken(id=i, text=t, logprob=lp) for i, t, lp in zip(self.prompt_ids[1:], texts[1:], picked)
         ]
+        return cache, logits, details
 
-    def steps(self) -> Iterator[TokenEvent]:
-        yield from self._loop()
-        self._remember()
-
-    def _remember(self) -> None:
-        """Keep the finished row's KV cache (prompt and answer), for the next turn or a retry."""
-        if self.prefix_cache is None or len(self.rows) != 1 or self.cache is None:
-            return
-        row = self.rows[0]
-        generated = row.ids[len(row.ids) - len(row.tokens) :]
-        held = self.cache.get_seq_length()
-        self.prefix_cache.store((self.prompt_ids + generated)[:held], self.cache)
-
-    def _loop(self) -> Iterator[TokenEvent]:
-        r = self.runner
-        # Every row's full sequence; finished rows are padded so the batch stays rectangular.
-        all_ids = torch.tensor([self.prompt_ids] * len(self.rows), device=r.device)
+    def start(self, logits: torch.Tensor) -> list[TokenEvent]:
+        """Every row's first token, from the prompt's last logits; no token at all when the budget is 0."""
         if self.stopping.max_new_tokens <= 0:
-            return
-        # One row whose constraint can be probed ahead appends forced tokens without sampling.
-        fast = len(self.rows) == 1 and self.rows[0].chooser.fast_forward
-        while True:
-            next_ids = []
-            for i, row in enumerate(self.rows):
-                if row.finish_reason is not None:
-                    next_ids.append(r.pad_id)
-                    continue
-                yield self._advance(i, row, all_ids[i : i + 1], self.logits[i])
-                next_ids.append(row.ids[-1])
-            if fast and self.rows[0].finish_reason is None:
-                all_ids = yield from self._fast_forward(self.rows[0], all_ids)
-                if self.rows[0].finish_reason is not None:
-                    return
-                continue
-            if all(row.finish_reason is not None for row in self.rows):
-                return
-            step_ids = torch.tensor([[t] for t in next_ids], device=r.device)
-            all_ids = torch.cat([all_ids, step_ids], dim=1)
-            logits, self.cache = r.forward(step_ids, self.cache)
-            self.logits = logits[:, -1].float()
+            for row in self.rows:
+                row.finish_reason = "length"
+            return []
+        return [event for i in range(len(self.rows)) for event in self._sample(i, logits)]
 
-    def _advance(self, index: int, row: Row, row_ids: torch.Tensor, raw: torch.Tensor) -> TokenEvent:
-        step = row.chooser.step(row_ids, raw, row.text)
+    def feed(self, index: int, alone: bool) -> list[int]:
+        """The tokens row `index` runs next: every token whose logits are still needed, or (batched) the first."""
+        row = self.rows[index]
+        generated = row.generated
+        # the last token's logits are needed only while the row goes on
+        upto = len(generated) - (1 if row.finish_reason is not None else 0)
+        tokens = generated[row.fed : upto]
+        return tokens if alone else tokens[:1]
+
+    def take(self, index: int, logits: torch.Tensor) -> list[TokenEvent]:
+        """The logits after each token just fed (n x vocab): score forced tokens, then sample when none is left."""
+        row = self.rows[index]
+        events = []
+        for k in range(logits.shape[0]):
+            row.fed += 1
+            if row.unscored:
+                events.append(self._score_forced(index, logits[k]))
+            else:
+                events.extend(self._sample(index, logits[k]))
+        return events
+
+    @property
+    def keeps_cache(self) -> bool:
+        """A lone row's finished sequence goes to the prefix cache (best_of rows are seldom continued)."""
+        return self.prefix_cache is not None and len(self.rows) == 1
+
+    def remember(self, kv: object) -> None:
+        """Keep the finished row's KV cache (prompt and the tokens it ran), for the next turn or a retry."""
+        row = self.rows[0]
+        self.prefix_cache.store(self.prompt_ids + row.generated[: row.fed], kv)
+
+    def _sample(self, index: int, raw: torch.Tensor) -> list[TokenEvent]:
+        """Choose the row's next token; with fast-forward, append the tokens the constraint forces after it."""
+        row = self.rows[index]
+        if row.finish_reason is not None:
+            return []
+        before = self.prompt_ids + row.generated
+        step = row.chooser.step(self.runner.ids(before), raw, row.text)
         token_id = row.chooser.choose(step)
         token = row.chooser.record(token_id, self._append(row, token_id), step)
         row.tokens.append(token)
-        return TokenEvent(index=index, token=token)
+        if row.chooser.fast_forward and row.finish_reason is None:
+            self._append_forced(row)
+        return [TokenEvent(index=index, token=token)]
 
-    def _fast_forward(self, row: Row, all_ids: torch.Tensor) -> Generator[TokenEvent, None, torch.Tensor]:
-        """Append the tokens the constraint forces after the one just chosen; one forward for all of them.
-
-        The forward's logits at every position give each forced token its raw logprob and alternatives.
-        """
-        r = self.runner
-        chosen = len(row.ids) - 1
+    def _append_forced(self, row: Row) -> None:
         limit = self.stopping.max_new_tokens - len(row.tokens)
-        appended = []
-        for token_id, allowed in row.chooser.forced([*all_ids[0].tolist(), row.ids[-1]], limit):
+        for token_id, allowed in row.chooser.forced(self.prompt_ids + row.generated, limit):
             text_before = row.text
-            piece = self._append(row, token_id, generated=len(row.tokens) + len(appended) + 1)
-            appended.append((token_id, allowed, text_before, piece))
+            generated = len(row.tokens) + len(row.unscored) + 1
+            piece = self._append(row, token_id, generated=generated)
+            row.unscored.append(Forced(token_id, allowed, text_before, piece))
             if row.finish_reason is not None:
-                break
-        new_ids = r.ids(row.ids[chosen:])
-        all_ids = torch.cat([all_ids, new_ids], dim=1)
-        logits, self.cache = r.forward(new_ids, self.cache, keep=new_ids.shape[1])
-        logits = logits[0].float()
-        for k, (token_id, allowed, text_before, piece) in enumerate(appended):
-            before = all_ids[:, : all_ids.shape[1] - len(appended) + k]
-            step = row.chooser.step(before, logits[k], text_before, allowed=allowed)
-            token = row.chooser.record(token_id, piece, step, forced=True)
-            row.tokens.append(token)
-            yield TokenEvent(index=0, token=token)
-        self.logits = logits[-1:]
-        return all_ids
+                return
+
+    def _score_forced(self, index: int, raw: torch.Tensor) -> TokenEvent:
+        """A forced token's raw logprob and alternatives, from the logits at its position."""
+        row = self.rows[index]
+        forced = row.unscored.pop(0)
+        before = self.prompt_ids + row.generated[: len(row.tokens)]
+        step = row.chooser.step(self.runner.ids(before), raw, forced.text_before, allowed=forced.allowed)
+        token = row.chooser.record(forced.token_id, forced.piece, step, forced=True)
+        row.tokens.append(token)
+        return TokenEvent(index=index, token=token)
 
     def _append(self, row: Row, token_id: int, generated: int | None = None) -> str:
         """Add a token to the row, check the stop rules; the piece of text it streams.

@@ -24,6 +24,7 @@ from playground.errors import InvalidConstraintError, ParameterError, PromptTooL
 from playground.models import LoadedModel
 from playground.prefix_cache import PrefixCache
 from playground.runner import ModelRunner
+from playground.scheduler import Job, Scheduler
 from playground.stopping import StopCriteria
 from playground.types import (
     ChatMessage,
@@ -31,6 +32,7 @@ from playground.types import (
     GenerationResult,
     NextTokenCandidate,
     NextTokenDistribution,
+    PrefillToken,
     Sequence,
     Timings,
     TokenEvent,
@@ -55,6 +57,7 @@ class Engine:
         max_top_n_tokens: int = 20,
         adapters: Collection[str] | None = None,
         prefix_cache_tokens: int = 4096,
+        max_batch_rows: int = 32,
     ) -> None:
         self.loaded = loaded
         self.runner = ModelRunner(loaded)
@@ -70,11 +73,11 @@ class Engine:
         self.max_top_n_tokens = max_top_n_tokens
         self.max_total_tokens = loaded.context_length
         self.max_input_tokens = self.max_total_tokens - 1
-        # One decode at a time per model: on CPU a second one only halves both, and adapters switch
-        # the shared weights.
+        # One forward at a time on the model: the scheduler's batch steps and the next-token view take turns.
         self._busy = threading.Lock()
         self.adapters = Adapters(self.model, adapters)
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
+        self.scheduler = Scheduler(self.runner, self._busy, max_batch_rows)
         threading.Thread(target=self.compiler.warm, daemon=True, name="warm-constraints").start()
 
     # --- prompts ---------------------------------------------------------------------------
@@ -172,23 +175,33 @@ class Engine:
         rows = [self._new_row(base_seed, i, compiled, constraint, params, len(prompt_ids)) for i in range(best_of)]
         continuation.start_rows(self, rows, prompt_ids, prefix_ids)
         stopping = StopCriteria(params.stop, max_new, self.runner.eos_ids)
-        self.adapters.prepare(params.adapter_id)  # a slow lookup waits here, not under the decode lock
-        with self._busy, self.adapters.use(params.adapter_id), torch.inference_mode():
-            ids = prompt_ids + prefix_ids
-            decode = Decode(
-                self.runner,
-                rows,
-                ids,
-                stopping,
-                prefill_details=params.decoder_input_details,
-                prefix_cache=self._prefix_cache(params),
-            )
-            prefill = decode.prefill()
-            first_token_at = None
-            for event in decode.steps():
+        self.adapters.prepare(params.adapter_id)  # a slow lookup waits here, not in the decode loop
+        decode = Decode(
+            self.runner,
+            rows,
+            prompt_ids + prefix_ids,
+            stopping,
+            prefill_details=params.decoder_input_details,
+            prefix_cache=self._prefix_cache(params),
+        )
+        job = Job(
+            decode,
+            exclusive=bool(params.adapter_id),
+            use_model=lambda: self.adapters.use(params.adapter_id),
+        )
+        self.scheduler.submit(job)
+        prefill: list[PrefillToken] = []
+        first_token_at = None
+        try:
+            for event in job.events():
+                if isinstance(event, list):
+                    prefill = event
+                    continue
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
                 yield event
+        finally:
+            job.cancelled.set()  # a reader that stops early (a closed stream, Stop) leaves the batch
         total = time.perf_counter() - start
         sequences = [self._sequence(row, constraint) for row in rows]
         best = max(range(len(sequences)), key=lambda i: sequences[i].total_logprob)

@@ -205,6 +205,8 @@ def load_model(
         model_id, source = name, name
     model.to(target)
     model.eval()
+    if target == "cpu":
+        _pack_for_cpu(model)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     elapsed = time.perf_counter() - start
@@ -219,3 +221,18 @@ def load_model(
         from_cache=from_cache,
         source=source,
     )
+
+
+def _pack_for_cpu(model: Any) -> None:
+    """Store each linear layer's weight transposed (the same values, viewed as before).
+
+    MKL multiplies a few rows by a (in, out)-contiguous matrix 1.3-2.3x faster than by the (out, in)
+    layout torch keeps, and a decode step of a batch is exactly that: measured on the embedded model
+    at 1 thread, a step of 8 rows takes 104 ms instead of 127 (one row: 52 instead of 54). Tied
+    embeddings stay tied (the parameter is shared); an embedding lookup reads the strided rows.
+    """
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and module.weight.is_contiguous():
+            module.weight.data = module.weight.data.t().contiguous().t()

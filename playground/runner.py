@@ -33,9 +33,15 @@ class ModelRunner:
         # transformers 5 renamed the KV cache argument and output from past_key_values to cache.
         self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
 
-    def forward(self, input_ids: torch.Tensor, cache: Any = None, keep: int = 1) -> tuple[torch.Tensor, Any]:
-        """One forward pass: logits of the last `keep` positions (0 = all) and the updated KV cache."""
+    def forward(
+        self, input_ids: torch.Tensor, cache: Any = None, keep: int = 1, **batch: Any
+    ) -> tuple[torch.Tensor, Any]:
+        """One forward pass: logits of the last `keep` positions (0 = all) and the updated KV cache.
+
+        `batch` carries a padded batch's attention_mask and position_ids.
+        """
         kwargs = {self._cache_arg: cache} if cache is not None else {}
+        kwargs.update({k: v for k, v in batch.items() if v is not None})
         out = self.model(input_ids=input_ids, use_cache=True, logits_to_keep=keep, **kwargs)
         return out.logits, out[self._cache_arg]
 

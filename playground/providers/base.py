@@ -53,6 +53,7 @@ class ModelInfo(BaseModel):
     device: str | None = None
     compile_limits: dict[str, float | int] | None = None  # local engines: timeout_s, memory_mb, workers
     prefix_cache: dict[str, int] | None = None  # local engines: budget, tokens held, hits, misses, reused tokens
+    batch: dict[str, int] | None = None  # local engines: max_batch_size, requests and rows decoding now, peak rows
 
 
 class SimpleToken(BaseModel):

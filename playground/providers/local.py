@@ -40,6 +40,7 @@ class LocalOptions:
     compile_memory: int = 1024  # MB one compile may add to a warm compile worker
     compile_workers: int = 2  # compile worker processes per model
     prefix_cache_tokens: int = 4096  # KV cache of recent sequences kept per model, in tokens (0: off)
+    max_batch_size: int = 32  # rows (best_of counts each) decoding together per model
     max_new_tokens: int = 256  # when a request leaves it unset
     adapters: tuple[str, ...] | None = None  # what adapter_id may name: None any (a notebook), () none
 
@@ -63,6 +64,7 @@ def make_local(options: LocalOptions | None = None, model: str | None = None) ->
             "default_max_new_tokens": options.max_new_tokens,
             "adapters": options.adapters,
             "prefix_cache_tokens": options.prefix_cache_tokens,
+            "max_batch_rows": options.max_batch_size,
         },
     )
     if model is not None:
@@ -179,6 +181,7 @@ class LocalProvider:
             device=engine.loaded.device,
             compile_limits=engine.compiler.limits.as_dict(),
             prefix_cache=engine.prefix_cache.usage(),
+            batch=engine.scheduler.usage(),
         )
 
     def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:

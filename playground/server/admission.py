@@ -1,8 +1,8 @@
 """Admission control: at most `max_running` requests work at once, at most `max_queue` wait, the rest get 429.
 
 Waiting costs no thread: a queued request is a future on the event loop. A client that leaves while
-queued is noticed (its `http.disconnect` arrives) and never reaches the model. Whatever runs the
-admitted requests (one decode at a time today, a continuous batcher later) sits behind this gate.
+queued is noticed (its `http.disconnect` arrives) and never reaches the model. The admitted
+requests on a local model decode together (playground/scheduler.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ FIRST_GUESS_S = 5.0
 class AdmissionLimits:
     """The operator's limits (--max-concurrent, --max-queue)."""
 
-    max_running: int = 2
+    max_running: int = 8
     max_queue: int = 16
 
     @property

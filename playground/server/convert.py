@@ -82,6 +82,7 @@ def tgi_info(
         "device": info.device,
         "compile_limits": info.compile_limits,
         "prefix_cache": info.prefix_cache,
+        "batch": info.batch,
         "processors": processors,
         "models": models,
     }

@@ -1,0 +1,203 @@
+"""Continuous batching: every request on a model decodes in one batch, joining between steps and leaving when done.
+
+Modelled on TGI's router and transformers' continuous batching, at the scale of one process: a request
+thread submits a Job and reads its events; one scheduler thread per model loops over
+  admit (prefill each newcomer alone, then splice its KV cache into the batch's)
+  -> one forward for every row (playground/batch.py) -> each request's rows choose their tokens
+  -> finished or abandoned requests leave.
+Each row keeps its own constraint, processors, seed, stops and parameters (playground/decode.py), so a
+request's tokens are those it would get alone, up to the rounding of batched kernels.
+
+A request that must have the model to itself (a PEFT adapter switches the shared weights; a model whose
+cache cannot be padded) joins only an empty batch, and nothing joins while it runs. The thread ends
+when there is no work, so an unloaded model is not kept alive by it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from playground.batch import BatchCache, can_batch
+from playground.decode import Decode
+from playground.runner import ModelRunner
+from playground.types import PrefillToken, TokenEvent
+
+# A Job's outbox entries: ("prefill", list[PrefillToken]), ("token", TokenEvent), ("done", None), ("error", exc)
+Entry = tuple[str, Any]
+
+
+@dataclass
+class Job:
+    """One request in the scheduler: its decode, whether it needs the model alone, and its outbox."""
+
+    decode: Decode
+    exclusive: bool = False
+    use_model: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
+    outbox: queue.Queue[Entry] = field(default_factory=queue.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def events(self) -> Iterator[list[PrefillToken] | TokenEvent]:
+        """The prompt details first, then token events as they come; raises what the decode raised."""
+        while True:
+            kind, value = self.outbox.get()
+            if kind == "done":
+                return
+            if kind == "error":
+                raise value
+            yield value
+
+
+class Scheduler:
+    """The decode loop of one model, shared by every request on it."""
+
+    def __init__(self, runner: ModelRunner, model_lock: threading.Lock, max_rows: int) -> None:
+        self.runner = runner
+        self.model_lock = model_lock  # also taken by the next-token view: one forward at a time on the model
+        self.max_rows = max(1, max_rows)
+        self.batchable = True  # until a prefill shows a cache that cannot be padded
+        self.peak_rows = 0
+        self._joining: deque[Job] = deque()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._active: list[Job] = []  # the scheduler thread's own
+        self._batch = BatchCache(runner)
+        self._slots: list[tuple[Job, int]] = []  # the (job, row index) of each batch row
+
+    def submit(self, job: Job) -> None:
+        with self._cond:
+            self._joining.append(job)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="decode-scheduler", daemon=True)
+                self._thread.start()
+
+    def usage(self) -> dict[str, int]:
+        """What /info shows: the limit, requests and rows decoding now, requests waiting to join, the most rows seen."""
+        return {
+            "max_batch_size": self.max_rows,
+            "requests": len(self._active),
+            "rows": len(self._slots),
+            "joining": len(self._joining),
+            "peak_rows": self.peak_rows,
+        }
+
+    # --- the scheduler thread ------------------------------------------------------------
+
+    def _run(self) -> None:
+        with torch.inference_mode():
+            while self._work():
+                newcomers = self._admit()
+                with self.model_lock:
+                    for job in newcomers:
+                        self._join(job)
+                    self._step()
+                self._leave()
+
+    def _work(self) -> bool:
+        """Anything to do; otherwise the thread ends (a later submit starts a new one)."""
+        with self._cond:
+            if self._active or self._joining:
+                return True
+            self._thread = None
+            return False
+
+    def _admit(self) -> list[Job]:
+        """Newcomers in arrival order while rows are free; one that needs the model alone waits for an empty batch."""
+        out = []
+        with self._cond:
+            rows = self._batch.rows
+            while self._joining:
+                job = self._joining[0]
+                if job.cancelled.is_set():  # the client left while waiting: it never prefills
+                    self._joining.popleft()
+                    job.outbox.put(("done", None))
+                    continue
+                alone = job.exclusive or not self.batchable
+                busy = bool(self._active or out)
+                if busy and (alone or any(j.exclusive for j in self._active) or not self.batchable):
+                    break
+                need = len(job.decode.rows)
+                if busy and rows + need > self.max_rows:
+                    break
+                out.append(self._joining.popleft())
+                rows += need
+                if alone:
+                    break
+        return out
+
+    def _join(self, job: Job) -> None:
+        """Prefill alone, choose the first tokens, and splice the KV cache into the batch."""
+        decode = job.decode
+        try:
+            with job.use_model():
+                kv, logits, details = decode.prefill()
+                job.outbox.put(("prefill", details))
+                events = decode.start(logits)
+        except Exception as exc:  # noqa: BLE001 - the request's own failure (a dead-end constraint), not the batch's
+            job.outbox.put(("error", exc))
+            return
+        for event in events:
+            job.outbox.put(("token", event))
+        self.batchable = self.batchable and can_batch(kv)
+        self._active.append(job)
+        self._batch.add(kv, len(decode.rows))
+        self._slots.extend((job, i) for i in range(len(decode.rows)))
+        self.peak_rows = max(self.peak_rows, len(self._slots))
+
+    def _step(self) -> None:
+        """One forward for every row that has tokens to run; each request's rows take their logits."""
+        feeds = [self._feed(job, i) for job, i in self._slots]
+        if not any(feeds):
+            return
+        # a row with nothing to run (finished, waiting to leave) runs a pad token whose logits are ignored
+        tokens = [feed or [self.runner.pad_id] for feed in feeds]
+        try:
+            with self._exclusive_use():
+                logits = self._batch.forward(tokens)
+        except Exception as exc:  # noqa: BLE001 - the model failed (out of memory): every request in it fails
+            for job in self._active:
+                job.outbox.put(("error", exc))
+                job.cancelled.set()
+            return
+        for (job, i), feed, row_logits in zip(self._slots, feeds, logits):
+            if not feed or job.cancelled.is_set():
+                continue
+            try:
+                for event in job.decode.take(i, row_logits[: len(feed)]):
+                    job.outbox.put(("token", event))
+            except Exception as exc:  # noqa: BLE001 - this request's constraint failed; the others go on
+                job.outbox.put(("error", exc))
+                job.cancelled.set()
+
+    def _feed(self, job: Job, index: int) -> list[int]:
+        if job.cancelled.is_set() or job.decode.rows[index].done:
+            return []
+        return job.decode.feed(index, alone=len(self._slots) == 1)
+
+    def _exclusive_use(self) -> contextlib.AbstractContextManager[None]:
+        """The adapter of a request that has the model alone, around its forwards."""
+        if len(self._active) == 1:
+            return self._active[0].use_model()
+        return contextlib.nullcontext()
+
+    def _leave(self) -> None:
+        """Finished and abandoned requests leave the batch; a finished lone row's cache goes to the prefix cache."""
+        leaving = [job for job in self._active if job.cancelled.is_set() or all(r.done for r in job.decode.rows)]
+        if not leaving:
+            return
+        for job in leaving:
+            if job.decode.keeps_cache and not job.cancelled.is_set():
+                row = next(i for i, (j, _) in enumerate(self._slots) if j is job)
+                job.decode.remember(self._batch.row_cache(row))
+            job.outbox.put(("done", None))  # after an error, harmless: its reader has stopped
+        keep = [n for n, (job, _) in enumerate(self._slots) if job not in leaving]
+        self._slots = [self._slots[n] for n in keep]
+        self._active = [job for job in self._active if job not in leaving]
+        self._batch.keep(keep)

@@ -1,0 +1,305 @@
+"""Continuous batching on a tiny random Llama (no download): the batch's KV cache and the scheduler.
+
+Every row of a batch must see exactly what it would see alone, whatever its neighbours' lengths, widths,
+arrivals, departures, failures and constraints; the figures of speed live in benchmarks/serve.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
+
+from playground.batch import BatchCache, can_batch
+from playground.chooser import TokenChooser
+from playground.constraints import Constraint
+from playground.decode import Decode, Row
+from playground.errors import ProcessorError
+from playground.models import LoadedModel
+from playground.runner import ModelRunner
+from playground.scheduler import Job, Scheduler
+from playground.stopping import StopCriteria
+from playground.types import GenerateParameters
+
+VOCAB = 64
+EOS = (0, 2)  # the tokenizer's and the generation config's
+
+
+class TinyTokenizer:
+    """The tokenizer facts the runner and the decode read: one letter per token."""
+
+    all_special_ids = [0]
+    eos_token_id = 0
+    pad_token_id = None
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(97 + i % 26) for i in ids if i not in EOS)
+
+
+@pytest.fixture(scope="module")
+def runner() -> ModelRunner:
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    model = LlamaForCausalLM(config).eval()
+    loaded = LoadedModel("tiny", model, TinyTokenizer(), "cpu", "float32", 0.0)
+    return ModelRunner(loaded)
+
+
+def alone(runner: ModelRunner, ids: list[int]) -> torch.Tensor:
+    """The last position's logits of `ids` run as a batch of one, from scratch."""
+    with torch.inference_mode():
+        return runner.forward(runner.ids(ids))[0][0, -1].float()
+
+
+def prefilled(runner: ModelRunner, ids: list[int]):
+    with torch.inference_mode():
+        return runner.forward(runner.ids(ids))[1]
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> None:
+    torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+# --- the batch's KV cache ------------------------------------------------------------------
+
+
+def test_rows_of_different_lengths_decode_as_they_would_alone(runner):
+    prompts = [[5, 6, 7, 8, 9], [10, 11, 12, 13, 14, 15, 16, 17, 18], [20, 21, 22]]
+    batch = BatchCache(runner)
+    for prompt, copies in zip(prompts, (1, 1, 2)):
+        batch.add(prefilled(runner, prompt), copies)
+    rows = [list(prompts[0]), list(prompts[1]), list(prompts[2]), list(prompts[2])]
+    assert batch.rows == 4
+    rng = random.Random(0)
+    with torch.inference_mode():
+        for _ in range(4):
+            new = [[rng.randrange(3, VOCAB)] for _ in rows]
+            for row, tokens, logits in zip(rows, new, batch.forward(new)):
+                row.extend(tokens)
+                close(logits[-1], alone(runner, row))
+
+
+def test_rows_feed_several_tokens_in_one_step_and_each_position_is_scored(runner):
+    """Fast-forwarded tokens: one row runs three, its neighbour one; padding is masked, not attended."""
+    batch = BatchCache(runner)
+    rows = [[5, 6, 7], [9, 10, 11, 12, 13]]
+    for prompt in rows:
+        batch.add(prefilled(runner, prompt), 1)
+    with torch.inference_mode():
+        for new in ([[30, 31, 32], [40]], [[33], [41, 42]], [[34], [43]]):
+            for row, tokens, logits in zip(rows, new, batch.forward(new)):
+                assert logits.shape[0] == len(tokens)
+                for k, token in enumerate(tokens):
+                    row.append(token)
+                    close(logits[k], alone(runner, row))
+
+
+def test_a_row_that_leaves_takes_its_columns_and_the_rest_go_on(runner):
+    batch = BatchCache(runner)
+    rows = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14, 15], [16, 17, 18, 19]]
+    for prompt in rows:
+        batch.add(prefilled(runner, prompt), 1)
+    with torch.inference_mode():
+        batch.forward([[40], [41], [42]])
+        for row, token in zip(rows, (40, 41, 42)):
+            row.append(token)
+        batch.keep([2, 0])  # the longest row leaves; the order of the others changes
+        rows = [rows[2], rows[0]]
+        assert batch.mask.shape[1] == max(len(r) for r in rows)  # its left padding went with it
+        for new in ([[43], [44]], [[45], [46]]):
+            for row, tokens, logits in zip(rows, new, batch.forward(new)):
+                row.extend(tokens)
+                close(logits[-1], alone(runner, row))
+        batch.keep([])
+    assert batch.rows == 0 and batch.kv is None
+
+
+def test_a_rows_own_cache_continues_like_the_row_alone(runner):
+    """What the prefix cache keeps from a finished row: its columns only, without its neighbours' padding."""
+    batch = BatchCache(runner)
+    rows = [[5, 6, 7, 8, 9, 10], [11, 12]]
+    for prompt in rows:
+        batch.add(prefilled(runner, prompt), 1)
+    with torch.inference_mode():
+        batch.forward([[20], [21, 22, 23]])  # holes in row 0's columns
+        rows[0].append(20)
+        rows[1].extend([21, 22, 23])
+        for index, row in enumerate(rows):
+            kv = batch.row_cache(index)
+            assert kv.get_seq_length() == len(row)
+            logits, _ = runner.forward(runner.ids([50]), kv)
+            close(logits[0, -1].float(), alone(runner, [*row, 50]))
+
+
+def test_only_plain_growing_caches_can_be_padded_into_a_batch(runner):
+    assert can_batch(prefilled(runner, [5, 6, 7]))
+    sliding = DynamicCache()
+    sliding.layers = [DynamicSlidingWindowLayer(sliding_window=4)]
+    assert not can_batch(sliding)
+    assert not can_batch(None)
+
+
+# --- the scheduler ------------------------------------------------------------------------
+
+
+def no_eos(ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """Random weights end anywhere; the tests want their full length."""
+    scores[:, list(EOS)] = float("-inf")
+    return scores
+
+
+class FailsAt:
+    """A processor that raises on its n-th call, as a broken custom processor would."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.n -= 1
+        if self.n == 0:
+            raise RuntimeError("broken on purpose")
+        return scores
+
+
+class ForcesAfter:
+    """Allows only `forced` after `trigger` (a constraint's forced token), anything else otherwise."""
+
+    def __init__(self, trigger: int, forced: list[int]) -> None:
+        self.trigger, self.forced = trigger, forced
+
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        tail = ids[0].tolist()
+        for k, token in enumerate(self.forced):  # k forced tokens already follow the trigger
+            if tail[len(tail) - 1 - k] == self.trigger and tail[len(tail) - k :] == self.forced[:k]:
+                allowed = scores[0, token].clone()
+                scores[:] = float("-inf")
+                scores[0, token] = allowed
+                return scores
+        scores[0, self.trigger] += 5.0  # and it likes the trigger
+        return scores
+
+
+def decode_of(runner, prompt, *, tokens=8, processors=(), seed=None, best_of=1, fast_forward=False) -> Decode:
+    params = GenerateParameters(max_new_tokens=tokens, do_sample=seed is not None, seed=seed)
+    rows = []
+    for i in range(best_of):
+        generator = torch.Generator().manual_seed(seed + i) if seed is not None else None
+        chooser = TokenChooser(
+            runner,
+            params,
+            [no_eos, *processors],
+            Constraint.none(),
+            len(prompt),
+            generator,
+            fast_forward=fast_forward,
+        )
+        rows.append(Row(seed=None, chooser=chooser))
+    return Decode(runner, rows, list(prompt), StopCriteria([], tokens, runner.eos_ids))
+
+
+def tokens_of(job: Job) -> list[tuple[int, int, bool, float]]:
+    """(row, token id, forced, logprob) of every token event, once the job is done."""
+    return [(e.index, e.token.id, e.token.forced, e.token.logprob) for e in job.events() if not isinstance(e, list)]
+
+
+def run_alone(runner, make) -> list[tuple[int, int, bool, float]]:
+    scheduler = Scheduler(runner, threading.Lock(), max_rows=32)
+    job = Job(make())
+    scheduler.submit(job)
+    return tokens_of(job)
+
+
+def same(a, b) -> None:
+    assert [t[:3] for t in a] == [t[:3] for t in b]
+    assert max(abs(x[3] - y[3]) for x, y in zip(a, b)) < 1e-4
+
+
+@pytest.fixture
+def scheduler(runner) -> Scheduler:
+    return Scheduler(runner, threading.Lock(), max_rows=32)
+
+
+def submit_together(scheduler: Scheduler, jobs: list[Job]) -> None:
+    """The first job starts; the others join it between its steps (the model lock holds it back meanwhile)."""
+    with scheduler.model_lock:
+        for job in jobs:
+            scheduler.submit(job)
+
+
+def test_requests_decoded_together_get_what_they_get_alone(runner, scheduler):
+    makes = [
+        lambda: decode_of(runner, [5, 6, 7], tokens=12),
+        lambda: decode_of(runner, [8, 9, 10, 11, 12, 13, 14], tokens=9),
+        lambda: decode_of(runner, [15], tokens=10, seed=7, best_of=2),
+        lambda: decode_of(runner, [16, 17, 18], tokens=6, seed=3),
+    ]
+    expected = [run_alone(runner, make) for make in makes]
+    jobs = [Job(make()) for make in makes]
+    submit_together(scheduler, jobs)
+    for job, want in zip(jobs, expected):
+        same(tokens_of(job), want)
+    assert scheduler.peak_rows == 5  # every request in one batch (best_of 2 is two rows)
+
+
+def test_a_request_that_leaves_early_frees_its_rows_and_the_others_go_on(runner, scheduler):
+    make_long = lambda: decode_of(runner, [5, 6, 7], tokens=60)  # noqa: E731
+    want = run_alone(runner, make_long)
+    leaving, staying = Job(decode_of(runner, [8, 9], tokens=60)), Job(make_long())
+    submit_together(scheduler, [leaving, staying])
+    next(e for e in leaving.events() if not isinstance(e, list))
+    leaving.cancelled.set()  # what Engine.stream does when its reader stops
+    same(tokens_of(staying), want)
+    assert scheduler.usage()["requests"] == 0 and scheduler._batch.kv is None
+
+
+def test_a_request_whose_processor_fails_fails_alone(runner, scheduler):
+    make = lambda: decode_of(runner, [5, 6, 7], tokens=10)  # noqa: E731
+    want = run_alone(runner, make)
+    broken, fine = Job(decode_of(runner, [8, 9], tokens=10, processors=[FailsAt(4)])), Job(make())
+    submit_together(scheduler, [broken, fine])
+    with pytest.raises(ProcessorError, match="broken on purpose"):
+        tokens_of(broken)
+    same(tokens_of(fine), want)
+
+
+def test_a_request_that_needs_the_model_alone_never_shares_it(runner, scheduler):
+    """An adapter switches the shared weights: its request runs with nobody else, and the others wait their turn."""
+    seen = []
+
+    @contextlib.contextmanager
+    def adapter_on():
+        seen.append(len(scheduler._slots))
+        yield
+
+    first = Job(decode_of(runner, [5, 6], tokens=6))
+    exclusive = Job(decode_of(runner, [7, 8], tokens=6), exclusive=True, use_model=adapter_on)
+    last = Job(decode_of(runner, [9, 10], tokens=6))
+    submit_together(scheduler, [first, exclusive, last])
+    for job in (first, exclusive, last):
+        assert len(tokens_of(job)) == 6
+    # its prefill saw nobody in the batch (0 rows), each of its steps only its own row
+    assert seen[0] == 0 and set(seen[1:]) == {1}
+
+
+def test_forced_tokens_alone_in_one_forward_and_batched_one_per_step_are_the_same(runner, scheduler):
+    make = lambda: decode_of(
+        runner, [5, 6, 7], tokens=14, processors=[ForcesAfter(30, [31, 32, 33])], fast_forward=True
+    )  # noqa: E731
+    want = run_alone(runner, make)
+    assert any(forced for _, _, forced, _ in want)  # the constraint did force tokens
+    jobs = [Job(make()), Job(decode_of(runner, [9, 10, 11], tokens=14))]
+    submit_together(scheduler, jobs)
+    same(tokens_of(jobs[0]), want)
