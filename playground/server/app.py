@@ -98,8 +98,10 @@ def _mount_ui(
     from playground.ui import create_ui, page_assets
 
     blocks = create_ui(registry, **options)
-    # The UI's own queue (Gradio's, one event at a time per control) is bounded like the API's.
-    blocks.queue(max_size=app.state.admission.limits.max_in_flight)
+    # The UI's own queue is bounded like the API's, and as many chats run at once as API requests: a local
+    # model decodes them in one batch, so a Space's users do not wait for each other's answers.
+    limits = app.state.admission.limits
+    blocks.queue(max_size=limits.max_in_flight, default_concurrency_limit=limits.max_running)
     if api_key is None:
         return gr.mount_gradio_app(app, blocks, path="/", **page_assets())
     gr.mount_gradio_app(app, blocks, path="/", auth=ui_login(api_key), auth_message=LOGIN_MESSAGE, **page_assets())

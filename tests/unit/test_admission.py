@@ -48,8 +48,10 @@ def test_retry_after_grows_with_the_queue_and_stays_within_a_minute() -> None:
     assert admission.info() == {"max_concurrent_requests": 102, "max_running_requests": 2, "max_queue": 100}
 
 
-def test_the_ui_queue_is_bounded_like_the_api() -> None:
-    app = create_app(Registry([]), ui=True, admission=AdmissionLimits(max_running=1, max_queue=3))
+def test_the_ui_queue_is_bounded_like_the_api_and_runs_as_many_at_once() -> None:
+    app = create_app(Registry([]), ui=True, admission=AdmissionLimits(max_running=3, max_queue=3))
     TestClient(app).get("/config")
     blocks = next(r.app.get_blocks() for r in app.routes if hasattr(getattr(r, "app", None), "get_blocks"))
-    assert blocks._queue.max_size == 4
+    assert blocks._queue.max_size == 6
+    # several users' chats decode in one batch instead of waiting for each other
+    assert blocks._queue.default_concurrency_limit == 3
