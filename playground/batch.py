@@ -43,25 +43,61 @@ class BatchCache:
     def rows(self) -> int:
         return int(self.mask.shape[0])
 
-    def add(self, kv: Any, copies: int) -> None:
-        """A newly prefilled request (one row of `kv`, no padding) joins as `copies` rows at the end."""
+    def adopt(self, kv: Any) -> None:
+        """An empty batch takes one prefilled row (its cache holds no padding)."""
         length = kv.get_seq_length()
-        mask = torch.ones(copies, length, dtype=torch.long, device=self.mask.device)
-        positions = torch.full((copies,), length, dtype=torch.long, device=self.mask.device)
-        if copies > 1:
-            kv.batch_repeat_interleave(copies)
-        if self.kv is None:
-            self.kv, self.mask, self.positions = kv, mask, positions
+        self.kv = kv
+        self.mask = torch.ones(1, length, dtype=torch.long, device=self.mask.device)
+        self.positions = torch.tensor([length], device=self.mask.device)
+
+    def prefill(self, rows: list[tuple[Any, list[int]]]) -> torch.Tensor:
+        """An empty batch runs several prompts at once: each row's (cached prefix's KV or None, tokens to run).
+
+        The cached prefixes are padded on the left into one cache and the new tokens on the left of their
+        block, so every row ends in the last column: one row of logits each (rows x vocab).
+        """
+        device = self.mask.device
+        cached = [kv.get_seq_length() if kv is not None else 0 for kv, _ in rows]
+        width = max(len(tokens) for _, tokens in rows)
+        self.mask = torch.tensor([[0] * (max(cached) - c) + [1] * c for c in cached], device=device, dtype=torch.long)
+        self.positions = torch.tensor(cached, device=device)
+        if max(cached):
+            template = next(kv for kv, _ in rows if kv is not None)
+            self.kv = copy.copy(template)
+            self.kv.layers = [copy.copy(layer) for layer in template.layers]
+            for n, layer in enumerate(self.kv.layers):
+                keys = [_pad_left(_layer_or_empty(kv, n, layer).keys, max(cached)) for kv, _ in rows]
+                values = [_pad_left(_layer_or_empty(kv, n, layer).values, max(cached)) for kv, _ in rows]
+                layer.keys, layer.values = torch.cat(keys), torch.cat(values)
+        pad = self.runner.pad_id
+        ids = torch.tensor([[pad] * (width - len(t)) + t for _, t in rows], device=device)
+        new_mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for _, t in rows], device=device)
+        positions = (self.positions.unsqueeze(1) + torch.arange(width, device=device)).sub(
+            torch.tensor([width - len(t) for _, t in rows], device=device).unsqueeze(1)
+        )
+        self.mask = torch.cat([self.mask, new_mask], dim=1)
+        self.positions = self.positions + torch.tensor([len(t) for _, t in rows], device=device)
+        logits, self.kv = self.runner.forward(
+            ids, self.kv, attention_mask=self.mask, position_ids=positions.clamp(min=0)
+        )
+        return logits[:, -1].float()
+
+    def merge(self, other: BatchCache) -> None:
+        """Another batch's rows join at the end; the shorter side is padded on the left."""
+        if other.kv is None:
             return
-        width = max(self.mask.shape[1], length)
-        for mine, theirs in zip(self.kv.layers, kv.layers):
+        if self.kv is None:
+            self.kv, self.mask, self.positions = other.kv, other.mask, other.positions
+            return
+        width = max(self.mask.shape[1], other.mask.shape[1])
+        for mine, theirs in zip(self.kv.layers, other.kv.layers):
             mine.keys = torch.cat([_pad_left(mine.keys, width), _pad_left(theirs.keys, width)])
             mine.values = torch.cat([_pad_left(mine.values, width), _pad_left(theirs.values, width)])
-        self.mask = torch.cat([F.pad(self.mask, (width - self.mask.shape[1], 0)), F.pad(mask, (width - length, 0))])
-        self.positions = torch.cat([self.positions, positions])
+        self.mask = torch.cat([_pad_left_2d(self.mask, width), _pad_left_2d(other.mask, width)])
+        self.positions = torch.cat([self.positions, other.positions])
 
     def keep(self, rows: list[int]) -> None:
-        """Only these rows stay (in this order); columns no remaining row holds are dropped."""
+        """Only these rows stay, in this order (a row named twice is copied: best_of); unused columns go."""
         if not rows:
             self._empty()
             return
@@ -107,3 +143,17 @@ class BatchCache:
 def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
     """Zeros before the sequence axis (dim -2) up to `width` positions."""
     return F.pad(t, (0, 0, width - t.shape[-2], 0))
+
+
+def _pad_left_2d(mask: torch.Tensor, width: int) -> torch.Tensor:
+    return F.pad(mask, (width - mask.shape[1], 0))
+
+
+def _layer_or_empty(kv: Any, n: int, like: Any) -> Any:
+    """Layer n of a row's cached prefix, or an empty one shaped like `like` for a row with none."""
+    if kv is not None:
+        return kv.layers[n]
+    empty = copy.copy(like)
+    empty.keys = like.keys[:1, :, :0]
+    empty.values = like.values[:1, :, :0]
+    return empty

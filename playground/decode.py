@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -83,13 +84,19 @@ class Decode:
         self.prefix_cache = None if prefill_details else prefix_cache
         self.prefill_s = 0.0
 
-    def prefill(self) -> tuple[object, torch.Tensor, list[PrefillToken]]:
+    def cached_prefix(self) -> tuple[int, Any]:
+        """How much of the prompt the prefix cache holds, and a private copy of its KV cache (or (0, None))."""
+        if self.prefix_cache is None:
+            return 0, None
+        return self.prefix_cache.lookup(self.prompt_ids)
+
+    def prefill(self) -> tuple[Any, torch.Tensor, list[PrefillToken]]:
         """Run the prompt (what the prefix cache lacks): its KV cache, the last position's logits, prompt details."""
         start = time.perf_counter()
         r = self.runner
         input_ids = r.ids(self.prompt_ids)
         if self.prefix_cache is not None:
-            reused, kv = self.prefix_cache.lookup(self.prompt_ids)
+            reused, kv = self.cached_prefix()
             all_logits, cache = r.forward(input_ids[:, reused:], kv)
             self.prefix_cache.store(self.prompt_ids, cache)
         else:
@@ -140,7 +147,7 @@ class Decode:
         """A lone row's finished sequence goes to the prefix cache (best_of rows are seldom continued)."""
         return self.prefix_cache is not None and len(self.rows) == 1
 
-    def remember(self, kv: object) -> None:
+    def remember(self, kv: Any) -> None:
         """Keep the finished row's KV cache (prompt and the tokens it ran), for the next turn or a retry."""
         row = self.rows[0]
         self.prefix_cache.store(self.prompt_ids + row.generated[: row.fed], kv)

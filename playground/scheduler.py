@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -95,8 +96,7 @@ class Scheduler:
             while self._work():
                 newcomers = self._admit()
                 with self.model_lock:
-                    for job in newcomers:
-                        self._join(job)
+                    self._join(newcomers)
                     self._step()
                 self._leave()
 
@@ -132,23 +132,69 @@ class Scheduler:
                     break
         return out
 
-    def _join(self, job: Job) -> None:
-        """Prefill alone, choose the first tokens, and splice the KV cache into the batch."""
-        decode = job.decode
+    def _join(self, jobs: list[Job]) -> None:
+        """Prefill the newcomers (together when they may share a batch), choose their first tokens, splice them in."""
+        together = [job for job in jobs if self.batchable and not job.exclusive and not job.decode.prefill_details]
+        if len(together) < 2:
+            together = []
+        for job in jobs:
+            if job not in together:
+                self._join_alone(job)
+        if together:
+            self._join_together(together)
+
+    def _join_alone(self, job: Job) -> None:
+        """One prompt in its own forward: exactly the path of a request with the model to itself."""
+        fresh = BatchCache(self.runner)
         try:
             with job.use_model():
-                kv, logits, details = decode.prefill()
-                job.outbox.put(("prefill", details))
-                events = decode.start(logits)
+                kv, logits, details = job.decode.prefill()
+                fresh.adopt(kv)
+                fresh.keep([0] * len(job.decode.rows))
+                self._started(job, logits, details)
         except Exception as exc:  # noqa: BLE001 - the request's own failure (a dead-end constraint), not the batch's
             job.outbox.put(("error", exc))
             return
-        for event in events:
-            job.outbox.put(("token", event))
         self.batchable = self.batchable and can_batch(kv)
-        self._active.append(job)
-        self._batch.add(kv, len(decode.rows))
-        self._slots.extend((job, i) for i in range(len(decode.rows)))
+        self._enter([job], fresh)
+
+    def _join_together(self, jobs: list[Job]) -> None:
+        """Several prompts in one padded forward (each after what the prefix cache holds of it)."""
+        start = time.perf_counter()
+        fresh = BatchCache(self.runner)
+        plans = [job.decode.cached_prefix() for job in jobs]
+        try:
+            logits = fresh.prefill([(kv, job.decode.prompt_ids[reused:]) for job, (reused, kv) in zip(jobs, plans)])
+        except Exception as exc:  # noqa: BLE001 - the model failed: these requests fail, the batch goes on
+            for job in jobs:
+                job.outbox.put(("error", exc))
+            return
+        took = time.perf_counter() - start
+        joined, rows = [], []
+        for i, job in enumerate(jobs):
+            job.decode.prefill_s = took
+            if job.decode.keeps_cache:
+                job.decode.prefix_cache.store(job.decode.prompt_ids, fresh.row_cache(i))
+            try:
+                self._started(job, logits[i], [])
+            except Exception as exc:  # noqa: BLE001 - this request's constraint failed at once; the others go on
+                job.outbox.put(("error", exc))
+                continue
+            joined.append(job)
+            rows.extend([i] * len(job.decode.rows))
+        fresh.keep(rows)
+        self._enter(joined, fresh)
+
+    def _started(self, job: Job, logits: torch.Tensor, details: list[PrefillToken]) -> None:
+        job.outbox.put(("prefill", details))
+        for event in job.decode.start(logits):
+            job.outbox.put(("token", event))
+
+    def _enter(self, jobs: list[Job], fresh: BatchCache) -> None:
+        """Prefilled requests (their rows in `fresh`, in order, best_of rows repeated) join the batch."""
+        self._active.extend(jobs)
+        self._batch.merge(fresh)
+        self._slots.extend((job, i) for job in jobs for i in range(len(job.decode.rows)))
         self.peak_rows = max(self.peak_rows, len(self._slots))
 
     def _step(self) -> None:

@@ -73,14 +73,23 @@ def close(a: torch.Tensor, b: torch.Tensor) -> None:
     torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
+def joined(runner: ModelRunner, prompts: list[list[int]], copies: list[int] | None = None) -> BatchCache:
+    """A batch the way the scheduler builds it from requests prefilled one by one."""
+    batch = BatchCache(runner)
+    for prompt, n in zip(prompts, copies or [1] * len(prompts)):
+        one = BatchCache(runner)
+        one.adopt(prefilled(runner, prompt))
+        one.keep([0] * n)
+        batch.merge(one)
+    return batch
+
+
 # --- the batch's KV cache ------------------------------------------------------------------
 
 
 def test_rows_of_different_lengths_decode_as_they_would_alone(runner):
     prompts = [[5, 6, 7, 8, 9], [10, 11, 12, 13, 14, 15, 16, 17, 18], [20, 21, 22]]
-    batch = BatchCache(runner)
-    for prompt, copies in zip(prompts, (1, 1, 2)):
-        batch.add(prefilled(runner, prompt), copies)
+    batch = joined(runner, prompts, [1, 1, 2])
     rows = [list(prompts[0]), list(prompts[1]), list(prompts[2]), list(prompts[2])]
     assert batch.rows == 4
     rng = random.Random(0)
@@ -94,10 +103,8 @@ def test_rows_of_different_lengths_decode_as_they_would_alone(runner):
 
 def test_rows_feed_several_tokens_in_one_step_and_each_position_is_scored(runner):
     """Fast-forwarded tokens: one row runs three, its neighbour one; padding is masked, not attended."""
-    batch = BatchCache(runner)
     rows = [[5, 6, 7], [9, 10, 11, 12, 13]]
-    for prompt in rows:
-        batch.add(prefilled(runner, prompt), 1)
+    batch = joined(runner, rows)
     with torch.inference_mode():
         for new in ([[30, 31, 32], [40]], [[33], [41, 42]], [[34], [43]]):
             for row, tokens, logits in zip(rows, new, batch.forward(new)):
@@ -108,10 +115,8 @@ def test_rows_feed_several_tokens_in_one_step_and_each_position_is_scored(runner
 
 
 def test_a_row_that_leaves_takes_its_columns_and_the_rest_go_on(runner):
-    batch = BatchCache(runner)
     rows = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14, 15], [16, 17, 18, 19]]
-    for prompt in rows:
-        batch.add(prefilled(runner, prompt), 1)
+    batch = joined(runner, rows)
     with torch.inference_mode():
         batch.forward([[40], [41], [42]])
         for row, token in zip(rows, (40, 41, 42)):
@@ -129,10 +134,8 @@ def test_a_row_that_leaves_takes_its_columns_and_the_rest_go_on(runner):
 
 def test_a_rows_own_cache_continues_like_the_row_alone(runner):
     """What the prefix cache keeps from a finished row: its columns only, without its neighbours' padding."""
-    batch = BatchCache(runner)
     rows = [[5, 6, 7, 8, 9, 10], [11, 12]]
-    for prompt in rows:
-        batch.add(prefilled(runner, prompt), 1)
+    batch = joined(runner, rows)
     with torch.inference_mode():
         batch.forward([[20], [21, 22, 23]])  # holes in row 0's columns
         rows[0].append(20)
@@ -142,6 +145,25 @@ def test_a_rows_own_cache_continues_like_the_row_alone(runner):
             assert kv.get_seq_length() == len(row)
             logits, _ = runner.forward(runner.ids([50]), kv)
             close(logits[0, -1].float(), alone(runner, [*row, 50]))
+
+
+@pytest.mark.parametrize("cached", [(0, 0, 0), (3, 0, 5), (2, 2, 1)])
+def test_prompts_prefilled_together_after_their_cached_prefixes_decode_as_alone(runner, cached):
+    """Newcomers share one prefill forward, each after what the prefix cache held of it (or nothing)."""
+    prompts = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [14, 15, 16, 17, 18, 19, 20, 21]]
+    batch = BatchCache(runner)
+    with torch.inference_mode():
+        plans = [(prefilled(runner, p[:n]) if n else None, p[n:]) for p, n in zip(prompts, cached)]
+        for prompt, logits in zip(prompts, batch.prefill(plans)):
+            close(logits, alone(runner, prompt))
+        batch.keep([0, 1, 1, 2])  # the second request has best_of 2
+        rows = [list(prompts[0]), list(prompts[1]), list(prompts[1]), list(prompts[2])]
+        for new in ([[30], [31], [32], [33]], [[34], [35, 36], [37], [38]]):
+            for row, tokens, logits in zip(rows, new, batch.forward(new)):
+                row.extend(tokens)
+                close(logits[-1], alone(runner, row))
+        for index, row in enumerate(rows):
+            assert batch.row_cache(index).get_seq_length() == len(row)
 
 
 def test_only_plain_growing_caches_can_be_padded_into_a_batch(runner):
