@@ -277,7 +277,9 @@ def test_requests_decoded_together_get_what_they_get_alone(runner, scheduler):
 
 
 def test_a_request_that_leaves_early_frees_its_rows_and_the_others_go_on(runner, scheduler):
-    make_long = lambda: decode_of(runner, [5, 6, 7], tokens=60)  # noqa: E731
+    def make_long() -> Decode:
+        return decode_of(runner, [5, 6, 7], tokens=60)
+
     want = run_alone(runner, make_long)
     leaving, staying = Job(decode_of(runner, [8, 9], tokens=60)), Job(make_long())
     submit_together(scheduler, [leaving, staying])
@@ -288,7 +290,9 @@ def test_a_request_that_leaves_early_frees_its_rows_and_the_others_go_on(runner,
 
 
 def test_a_request_whose_processor_fails_fails_alone(runner, scheduler):
-    make = lambda: decode_of(runner, [5, 6, 7], tokens=10)  # noqa: E731
+    def make() -> Decode:
+        return decode_of(runner, [5, 6, 7], tokens=10)
+
     want = run_alone(runner, make)
     broken, fine = Job(decode_of(runner, [8, 9], tokens=10, processors=[FailsAt(4)])), Job(make())
     submit_together(scheduler, [broken, fine])
@@ -317,9 +321,9 @@ def test_a_request_that_needs_the_model_alone_never_shares_it(runner, scheduler)
 
 
 def test_forced_tokens_alone_in_one_forward_and_batched_one_per_step_are_the_same(runner, scheduler):
-    make = lambda: decode_of(
-        runner, [5, 6, 7], tokens=14, processors=[ForcesAfter(30, [31, 32, 33])], fast_forward=True
-    )  # noqa: E731
+    def make() -> Decode:
+        return decode_of(runner, [5, 6, 7], tokens=14, processors=[ForcesAfter(30, [31, 32, 33])], fast_forward=True)
+
     want = run_alone(runner, make)
     assert any(forced for _, _, forced, _ in want)  # the constraint did force tokens
     jobs = [Job(make()), Job(decode_of(runner, [9, 10, 11], tokens=14))]
