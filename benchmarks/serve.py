@@ -189,8 +189,14 @@ def main() -> None:
             figures[f"c{clients}_tok_s"] = round(med(r[0] for r in runs), 2)
             figures[f"c{clients}_p50_s"] = round(med(r[1] for r in runs), 2)
             figures[f"c{clients}_p90_s"] = round(med(r[2] for r in runs), 2)
+        rss_after = rss_mb(pid)
+        held_mb = httpx.get(f"{url}/info", timeout=30).json()["prefix_cache"]["bytes"] / 2**20
         figures["rss_mb_before"] = round(rss_before, 1)
-        figures["rss_mb_after_16"] = round(rss_mb(pid), 1)
+        figures["rss_mb_after_16"] = round(rss_after, 1)
+        figures["prefix_cache_mb_held"] = round(held_mb, 1)
+        figures["rss_growth_pct"] = round(100 * (rss_after / rss_before - 1), 1)
+        # what the prefix cache keeps on purpose (bounded by --prefix-cache-tokens) is not a leak
+        figures["rss_growth_beyond_prefix_cache_pct"] = round(100 * ((rss_after - held_mb) / rss_before - 1), 1)
         fast_forward(url, True)
         ff = [(fast_forward(url, True), fast_forward(url, False)) for _ in range(args.runs)]
         figures["fast_forward_tok_s"] = round(med(r[0] for r in ff), 2)

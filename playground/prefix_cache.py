@@ -20,6 +20,7 @@ class PrefixCache:
     def __init__(self, max_tokens: int) -> None:
         self.max_tokens = max_tokens
         self._entries: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._bytes: dict[tuple[int, ...], int] = {}
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -59,9 +60,12 @@ class PrefixCache:
         with self._lock:
             for entry in [e for e in self._entries if len(e) <= len(key) and key[: len(e)] == e]:
                 del self._entries[entry]
+                del self._bytes[entry]
             self._entries[key] = kv
+            self._bytes[key] = _nbytes(kv)
             while sum(len(e) for e in self._entries) > self.max_tokens:
-                self._entries.popitem(last=False)
+                oldest, _ = self._entries.popitem(last=False)
+                del self._bytes[oldest]
 
     def usage(self) -> dict[str, int]:
         """What /info reports: budget, what is held, and how often it helped."""
@@ -70,10 +74,16 @@ class PrefixCache:
                 "max_tokens": self.max_tokens,
                 "entries": len(self._entries),
                 "tokens": sum(len(e) for e in self._entries),
+                "bytes": sum(self._bytes.values()),
                 "hits": self.hits,
                 "misses": self.misses,
                 "reused_tokens": self.reused_tokens,
             }
+
+
+def _nbytes(kv: Any) -> int:
+    """The memory an entry holds: its keys and values."""
+    return sum(t.nbytes for layer in kv.layers for t in (layer.keys, layer.values))
 
 
 def _croppable(kv: Any) -> bool:

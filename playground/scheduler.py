@@ -16,6 +16,8 @@ when there is no work, so an unloaded model is not kept alive by it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import queue
 import threading
 import time
@@ -99,6 +101,7 @@ class Scheduler:
                     self._join(newcomers)
                     self._step()
                 self._leave()
+        release_free_memory()
 
     def _work(self) -> bool:
         """Anything to do; otherwise the thread ends (a later submit starts a new one)."""
@@ -247,3 +250,16 @@ class Scheduler:
         self._slots = [self._slots[n] for n in keep]
         self._active = [job for job in self._active if job not in leaving]
         self._batch.keep(keep)
+
+
+def release_free_memory() -> None:
+    """Hand the heap's free pages back to the system once the batch is empty (glibc's malloc_trim).
+
+    A batch's KV cache grows by a concatenation per step and its activations scale with the rows, so
+    glibc keeps a high-water mark of freed blocks (its mmap threshold rises with every large free);
+    without this the server would hold the peak of its busiest moment for ever.
+    """
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim this way
+        pass

@@ -52,7 +52,7 @@ class ModelInfo(BaseModel):
     model_sha: str | None = None
     device: str | None = None
     compile_limits: dict[str, float | int] | None = None  # local engines: timeout_s, memory_mb, workers
-    prefix_cache: dict[str, int] | None = None  # local engines: budget, tokens held, hits, misses, reused tokens
+    prefix_cache: dict[str, int] | None = None  # local engines: budget, tokens and bytes held, hits, misses, reused
     batch: dict[str, int] | None = None  # local engines: max_batch_size, requests and rows decoding now, peak rows
 
 

@@ -34,7 +34,15 @@ def test_one_token_is_always_left_to_run():
     n, hit = cache.lookup([1, 2, 3])
     assert n == 2 and hit.get_seq_length() == 2
     assert cache.lookup([5, 6]) == (0, None)
-    assert cache.usage() == {"max_tokens": 100, "entries": 1, "tokens": 3, "hits": 1, "misses": 1, "reused_tokens": 2}
+    assert cache.usage() == {
+        "max_tokens": 100,
+        "entries": 1,
+        "tokens": 3,
+        "bytes": 24,  # keys and values: 3 positions of one float32 each
+        "hits": 1,
+        "misses": 1,
+        "reused_tokens": 2,
+    }
 
 
 def test_a_longer_sequence_replaces_its_prefix_and_the_budget_evicts_the_oldest():
