@@ -65,7 +65,7 @@ class Scheduler:
         self.runner = runner
         self.model_lock = model_lock  # also taken by the next-token view: one forward at a time on the model
         self.max_rows = max(1, max_rows)
-        self.batchable = True  # until a prefill shows a cache that cannot be padded
+        self.batchable: bool | None = None  # known after the first prefill: can its cache be padded?
         self.peak_rows = 0
         self._joining: deque[Job] = deque()
         self._cond = threading.Condition()
@@ -122,9 +122,9 @@ class Scheduler:
                     self._joining.popleft()
                     job.outbox.put(("done", None))
                     continue
-                alone = job.exclusive or not self.batchable
+                alone = job.exclusive or self.batchable is not True
                 busy = bool(self._active or out)
-                if busy and (alone or any(j.exclusive for j in self._active) or not self.batchable):
+                if busy and (alone or any(j.exclusive for j in self._active)):
                     break
                 need = len(job.decode.rows)
                 if busy and rows + need > self.max_rows:
@@ -158,7 +158,7 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - the request's own failure (a dead-end constraint), not the batch's
             job.outbox.put(("error", exc))
             return
-        self.batchable = self.batchable and can_batch(kv)
+        self.batchable = can_batch(kv) and self.batchable is not False
         self._enter([job], fresh)
 
     def _join_together(self, jobs: list[Job]) -> None:

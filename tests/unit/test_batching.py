@@ -320,6 +320,16 @@ def test_a_request_that_needs_the_model_alone_never_shares_it(runner, scheduler)
     assert seen[0] == 0 and set(seen[1:]) == {1}
 
 
+def test_a_model_whose_cache_cannot_be_padded_decodes_one_request_at_a_time(runner, scheduler, monkeypatch):
+    """Sliding windows or recurrent state: known after the first prefill, and until then nobody shares."""
+    monkeypatch.setattr("playground.scheduler.can_batch", lambda kv: False)
+    jobs = [Job(decode_of(runner, [5 + i, 6], tokens=5)) for i in range(3)]
+    submit_together(scheduler, jobs)
+    for job in jobs:
+        assert len(tokens_of(job)) == 5
+    assert scheduler.peak_rows == 1 and scheduler.batchable is False
+
+
 def test_forced_tokens_alone_in_one_forward_and_batched_one_per_step_are_the_same(runner, scheduler):
     def make() -> Decode:
         return decode_of(runner, [5, 6, 7], tokens=14, processors=[ForcesAfter(30, [31, 32, 33])], fast_forward=True)

@@ -1,4 +1,4 @@
-"""Concurrent requests on the embedded model decode in one batch and get what they get alone (real HTTP).
+"""Concurrent requests on the embedded model decode in one batch and get what they get alone.
 
 Logprobs may differ by the rounding of batched kernels and masked padding (measured: at most 7e-5 on
 this CPU); 1e-3 leaves room for other BLAS builds while any real mix-up of rows is off by far more.
@@ -10,6 +10,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+
+from playground.types import GenerateParameters
 
 TOLERANCE = 1e-3
 REQUESTS = [
@@ -70,3 +72,15 @@ def test_concurrent_requests_decode_in_one_batch_as_they_would_alone(server_url:
         assert candidates == [(c["generated_text"], c["seed"]) for c in other["details"].get("best_of_sequences") or []]
     info = httpx.get(f"{server_url}/info", timeout=30).json()
     assert info["batch"]["max_batch_size"] == 32 and info["max_running_requests"] == 8
+
+
+def test_the_next_token_view_takes_turns_with_a_running_batch(engine) -> None:
+    """The chart's one forward slips in between two steps of a decode; it does not wait for the answer."""
+    long = GenerateParameters(max_new_tokens=120, grammar={"type": "regex", "value": "([a-z]+ ){100}[a-z]+"})
+    stream = engine.stream("Write many words:", long)
+    try:
+        next(stream)  # the decode is running
+        view = engine.next_token_distribution("The capital of France is", top_k=5)
+        assert view.candidates and engine.scheduler.usage()["requests"] == 1  # still decoding meanwhile
+    finally:
+        stream.close()
