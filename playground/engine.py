@@ -32,7 +32,6 @@ from playground.types import (
     GenerationResult,
     NextTokenCandidate,
     NextTokenDistribution,
-    PrefillToken,
     Sequence,
     Timings,
     TokenEvent,
@@ -190,7 +189,7 @@ class Engine:
             use_model=lambda: self.adapters.use(params.adapter_id),
         )
         self.scheduler.submit(job)
-        prefill: list[PrefillToken] = []
+        prefill = []  # the prompt's tokens with their logprobs, when decoder_input_details asks
         first_token_at = None
         try:
             for event in job.events():
