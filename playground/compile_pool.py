@@ -6,7 +6,7 @@ stopped nor limited. Here each compile runs in a spawned worker process that kee
 is not part of the time limit), then watches the job: past the time limit, or past the memory limit
 (RSS growth during the job, polled), the worker is killed and a fresh one started in the background.
 The worker also limits itself (CPU seconds and address space per job), so it dies even if the server
-is gone. The compiled artifact comes back serialized (see playground.engines).
+is gone. What comes back depends on the engine (see playground.engines).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import logging
 import multiprocessing
+import multiprocessing.util  # registers its exit hook (which ends the workers) before ours, so ours runs first
 import os
 import pickle
 import queue
@@ -31,7 +32,16 @@ from playground.errors import CompileMemoryError, CompileTimeoutError
 
 log = logging.getLogger(__name__)
 _exiting = threading.Event()  # set at interpreter exit: workers still starting then are abandoned quietly
-atexit.register(_exiting.set)
+_spawning = threading.Lock()  # held while a worker process is spawned
+
+
+def _stop_spawning() -> None:
+    """At exit, before multiprocessing ends the live workers: no new one may start after that sweep."""
+    with _spawning:
+        _exiting.set()
+
+
+atexit.register(_stop_spawning)
 POLL_S = 0.02
 START_TIMEOUT_S = 300.0
 MB = 1 << 20
@@ -53,18 +63,18 @@ class CompileLimits:
 # --- inside the worker ---------------------------------------------------------------------------
 
 
-def _serve(conn: Any, tokenizer_bytes: bytes) -> None:
+def _serve(conn: Any) -> None:
     """A worker's life: warm the default engine, then answer jobs until the server closes the pipe."""
-    tokenizer = pickle.loads(tokenizer_bytes)
-    backends = {"llguidance": engines.worker_backend("llguidance", tokenizer)}
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
+    try:
+        tokenizer = pickle.loads(conn.recv_bytes())
+        backends = {"llguidance": engines.worker_backend("llguidance", tokenizer)}
+        conn.send(("ready", os.getpid()))
+        while True:
             job = conn.recv()
-        except (EOFError, OSError):
-            return
-        for message in _run(job, backends, tokenizer):
-            conn.send(message)
+            for message in _run(job, backends, tokenizer):
+                conn.send(message)
+    except (EOFError, OSError):  # the server closed the pipe, or exited: no one is left to answer
+        return
 
 
 def _run(job: tuple, backends: dict[str, Any], tokenizer: Any) -> Iterator[tuple]:
@@ -116,13 +126,17 @@ class _Worker:
     def __init__(self, tokenizer_bytes: bytes) -> None:
         context = multiprocessing.get_context("spawn")  # fork would copy torch's and tokenizers' threads
         self.conn, child = context.Pipe()
-        self.process = context.Process(
-            target=_serve, args=(child, tokenizer_bytes), daemon=True, name="playground-compile"
-        )
-        self.process.start()
+        # The tokenizer (MBs) goes through the pipe, not the spawn arguments: a server exiting while a
+        # worker starts would cut those short, and the child would print "pickle data was truncated".
+        self.process = context.Process(target=_serve, args=(child,), daemon=True, name="playground-compile")
+        with _spawning:
+            if _exiting.is_set():
+                raise RuntimeError("the server is exiting")
+            self.process.start()
         child.close()
         self.ps = psutil.Process(self.process.pid)
         self.warm_rss = 0
+        self.conn.send_bytes(tokenizer_bytes)
 
     def wait_ready(self) -> None:
         if not self.conn.poll(START_TIMEOUT_S):

@@ -5,7 +5,11 @@ payload the server rebuilds a processor template from cheaply (`rebuild_template
 - llguidance: the payload is nothing; its grammar is text, and the matcher the server builds from it
   is bounded by llguidance's own parser and lexer limits (fuel, lexer states, grammar size). The worker
   still builds and validates it once, so a refusal or a slow conversion never reaches the server.
-- xgrammar: `CompiledGrammar.serialize_json()`, rebuilt with the server's TokenizerInfo.
+- xgrammar: nothing; the server compiles the same input again with the same options, once the worker has
+  shown that the compile ends within the limits. Shipping the result costs more than compiling twice:
+  xgrammar 0.2's `CompiledGrammar.serialize_json()` writes the grammar's complete FSM once per rule
+  (MaskBench's Github_hard---o21372: a 3.3 MB grammar becomes 119 MB of JSON, 4.6 s to write, 2 s to
+  read back, over 1 GB while writing), against 1.8 s to compile it.
 - outlines_core: the `Index` itself (it pickles).
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 TENSOR_LIBRARY = "torch"
@@ -58,7 +63,7 @@ def _outlines_backend(engine: str, tokenizer: Any) -> Any:
     import xgrammar
 
     backend = backends.XGrammarBackend(model)
-    # The server keeps the compile cache; a worker-side cache would only grow the worker.
+    # playground.compiler keeps the cache of outcomes; xgrammar's own would only grow the process.
     tokenizer_info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer.get_vocab()))
     backend.grammar_compiler = xgrammar.GrammarCompiler(tokenizer_info, cache_enabled=False)
     return backend
@@ -115,8 +120,8 @@ def compile_payload(engine: str, backend: Any, kind: str, text: str) -> tuple[An
         raise EngineRefusal("unsupported", f"{engine} cannot enforce a {kind} constraint: {exc}") from None
     except Exception as exc:  # engines raise their own types (RuntimeError, ValueError, ...)
         raise EngineRefusal("unsupported", f"{engine} refused the {kind}: {_first_line(exc)}") from None
-    if engine == "xgrammar":
-        return template.compiled_grammar.serialize_json(), []
+    if engine == "xgrammar":  # the server compiles it again (module docstring)
+        return None, []
     return template.index, []
 
 
@@ -221,6 +226,14 @@ def _first_line(exc: BaseException) -> str:
 # --- server side ---------------------------------------------------------------------------------
 
 
+@dataclass
+class _ServerXGrammar:
+    """xgrammar in the server: the worker's kind of backend, and a lock so one proven compile runs at a time."""
+
+    backend: Any
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 class ServerBackends:
     """What the server needs per (engine, tokenizer) to rebuild templates: built once, vocabulary read once."""
 
@@ -238,9 +251,7 @@ class ServerBackends:
 
 def _server_backend(engine: str, tokenizer: Any) -> Any:
     if engine == "xgrammar":
-        import xgrammar
-
-        return xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer.get_vocab()))
+        return _ServerXGrammar(worker_backend(engine, tokenizer))
     if engine == "llguidance":
         from outlines.backends import LLGuidanceBackend
         from outlines.models.transformers import Transformers
@@ -262,16 +273,14 @@ def _warm_llguidance(backend: Any) -> None:
 
 
 def rebuild_template(engine: str, backend: Any, kind: str, text: str, payload: Any) -> Any:
-    """The processor template in the server, from the worker's payload (milliseconds)."""
+    """The processor template in the server, from the worker's payload (xgrammar: its compile, again)."""
     if engine == "llguidance":
         from outlines.backends.llguidance import LLGuidanceLogitsProcessor
 
         return LLGuidanceLogitsProcessor(llguidance_grammar(kind, text), backend.llg_tokenizer, TENSOR_LIBRARY)
-    if engine == "xgrammar":
-        import xgrammar
-        from outlines.backends.xgrammar import XGrammarLogitsProcessor
-
-        return XGrammarLogitsProcessor(xgrammar.CompiledGrammar.deserialize_json(payload, backend), TENSOR_LIBRARY)
+    if engine == "xgrammar":  # a worker compiled it within the limits; one at a time, so the server grows by one
+        with backend.lock:
+            return compile_template(engine, backend.backend, kind, text)
     from outlines.backends.outlines_core import OutlinesCoreLogitsProcessor
 
     return OutlinesCoreLogitsProcessor(payload, TENSOR_LIBRARY)
