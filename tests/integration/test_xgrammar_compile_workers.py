@@ -61,7 +61,7 @@ def test_exiting_while_workers_start_prints_no_traceback(tmp_path: Path):
     done = subprocess.run(
         [sys.executable, str(script)],
         cwd=REPO_ROOT,
-        env=child_env(),
+        env=child_env({"PYTHONPATH": str(REPO_ROOT)}),  # this tree's code, wherever the script lies
         capture_output=True,
         text=True,
         timeout=300,
