@@ -13,13 +13,20 @@ from pathlib import Path
 
 import pytest
 
+from playground import engines
 from playground.compile_pool import CompileLimits
+from playground.compiler import ConstraintCompiler
+from playground.constraints import Constraint
+from playground.errors import CompileMemoryError
 from playground.types import GenerateParameters
 from tests.support import REPO_ROOT, child_env
 
 DATA = REPO_ROOT / "tests" / "data" / "maskbench-dev"
 # Two schemas whose serialized form was among the largest (89 and 82 MB); each compiles in 1-2 s.
 SCHEMAS = ("Github_hard---o45201", "Github_hard---o14514")
+
+# xgrammar needs far more than 64 MB to compile this (measured: stopped at the limit within a second).
+ENUM_BOMB = {"enum": [f"value number {i} of many" for i in range(20000)]}
 
 # A process that starts the compile workers and exits as soon as one is spawned, before any is ready.
 EXIT_WHILE_STARTING = """
@@ -53,6 +60,24 @@ def test_xgrammar_compiles_large_schemas_through_the_workers_and_masks_them(engi
     answers = [(t["valid"], engine.accepts(json.dumps(t["data"]), params)) for t in case["tests"]]
     assert {valid for valid, _ in answers} == {True, False}
     assert all(valid == accepted for valid, (accepted, _) in answers), answers
+
+
+def test_an_xgrammar_compile_the_worker_stopped_never_runs_in_the_server(loaded_model, monkeypatch):
+    compiled_here: list[str] = []  # compile_template calls in this process; the spawned workers keep the original
+    real = engines.compile_template
+    monkeypatch.setattr(engines, "compile_template", lambda *a: compiled_here.append(a[3]) or real(*a))
+    limits = CompileLimits(timeout_s=600, memory_mb=64, workers=1)
+    compiler = ConstraintCompiler(loaded_model.tokenizer, limits=limits)
+    try:
+        bomb = Constraint.from_grammar({"type": "json", "value": ENUM_BOMB})
+        with pytest.raises(CompileMemoryError, match="64 MB"):
+            compiler.compile(bomb, "xgrammar")
+        small = Constraint.from_grammar({"type": "json", "value": {"enum": ["yes", "no"]}})
+        assert compiler.compile(small, "xgrammar").engine == "xgrammar"
+    finally:
+        compiler.pool().close()
+    assert bomb.engine_input() not in compiled_here
+    assert small.engine_input() in compiled_here  # what the worker compiled in bounds is compiled here too
 
 
 def test_exiting_while_workers_start_prints_no_traceback(tmp_path: Path):
