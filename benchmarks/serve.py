@@ -108,6 +108,18 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def idle_rss_mb(url: str, pid: int, settle_s: float = 2.0) -> float:
+    """The server's resident memory once its batch is empty and it has settled (what it keeps, not what it used)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        batch = httpx.get(f"{url}/info", timeout=30).json()["batch"]
+        if not batch["requests"] and not batch["joining"]:
+            break
+        time.sleep(0.2)
+    time.sleep(settle_s)
+    return rss_mb(pid)
+
+
 def generate(url: str, parameters: dict, inputs: str) -> tuple[float, int]:
     """(latency s, generated tokens) of one /generate."""
     start = time.perf_counter()
@@ -183,13 +195,13 @@ def main() -> None:
     with server(args.model, args.threads, *busy) as (url, pid):
         for i in range(max(CLIENTS)):  # warm: every client's constraint compiled (and cached) once
             generate(url, {"grammar": _client_grammar(i), "max_new_tokens": 1, "details": True}, "warm up")
-        rss_before = rss_mb(pid)
+        rss_before = idle_rss_mb(url, pid)
         for clients in CLIENTS:
             runs = [concurrent(url, clients, args.tokens) for _ in range(args.runs)]
             figures[f"c{clients}_tok_s"] = round(med(r[0] for r in runs), 2)
             figures[f"c{clients}_p50_s"] = round(med(r[1] for r in runs), 2)
             figures[f"c{clients}_p90_s"] = round(med(r[2] for r in runs), 2)
-        rss_after = rss_mb(pid)
+        rss_after = idle_rss_mb(url, pid)
         held_mb = httpx.get(f"{url}/info", timeout=30).json()["prefix_cache"]["bytes"] / 2**20
         figures["rss_mb_before"] = round(rss_before, 1)
         figures["rss_mb_after_16"] = round(rss_after, 1)
