@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import random
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +29,7 @@ from playground.scheduler import Job, Scheduler
 from playground.stopping import StopCriteria
 from playground.types import GenerateParameters
 
+ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 64
 EOS = (0, 2)  # the tokenizer's and the generation config's
 
@@ -339,3 +343,20 @@ def test_forced_tokens_alone_in_one_forward_and_batched_one_per_step_are_the_sam
     jobs = [Job(make()), Job(decode_of(runner, [9, 10, 11], tokens=14))]
     submit_together(scheduler, jobs)
     same(tokens_of(jobs[0]), want)
+    assert len(tokens_of(jobs[1])) == 14
+
+
+def test_a_process_that_exits_while_a_batch_decodes_exits_cleanly():
+    """The scheduler's thread is stopped between two steps at exit; inside torch when the process ends it aborts it."""
+    script = (
+        "import sys; sys.path.insert(0, 'tests/unit'); import test_batching as t\n"
+        "runner = t.runner.__wrapped__()\n"
+        "from playground.scheduler import Job, Scheduler\n"
+        "import threading\n"
+        "scheduler = Scheduler(runner, threading.Lock(), max_rows=4)\n"
+        "job = Job(t.decode_of(runner, [5, 6], tokens=100000))\n"
+        "scheduler.submit(job)\n"
+        "next(e for e in job.events() if not isinstance(e, list))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
