@@ -19,6 +19,7 @@ import atexit
 import contextlib
 import ctypes
 import ctypes.util
+import logging
 import queue
 import threading
 import time
@@ -34,6 +35,8 @@ from playground.batch import BatchCache, can_batch
 from playground.decode import Decode
 from playground.runner import ModelRunner
 from playground.types import PrefillToken, TokenEvent
+
+log = logging.getLogger(__name__)
 
 # A Job's outbox entries: ("prefill", list[PrefillToken]), ("token", TokenEvent), ("done", None), ("error", exc)
 Entry = tuple[str, Any]
@@ -108,14 +111,28 @@ class Scheduler:
     # --- the scheduler thread ------------------------------------------------------------
 
     def _run(self) -> None:
-        with torch.inference_mode():
-            while self._work():
-                newcomers = self._admit()
-                with self.model_lock:
-                    self._join(newcomers)
-                    self._step()
-                self._leave()
+        try:
+            with torch.inference_mode():
+                while self._work():
+                    newcomers = self._admit()
+                    with self.model_lock:
+                        self._join(newcomers)
+                        self._step()
+                    self._leave()
+        except Exception as exc:  # noqa: BLE001 - a fault in the loop itself must fail its requests, not hang them
+            log.exception("the decode scheduler failed; its requests fail and the next request starts afresh")
+            self._reset(exc)
         release_free_memory()
+
+    def _reset(self, exc: Exception) -> None:
+        """Every request in or waiting for the batch gets the error; the next submit starts a new loop."""
+        with self._cond:
+            for job in [*self._active, *self._joining]:
+                job.outbox.put(("error", exc))
+            self._active, self._slots = [], []
+            self._joining.clear()
+            self._batch = BatchCache(self.runner)
+            self._thread = None
 
     def _work(self) -> bool:
         """Anything to do; otherwise the thread ends (a later submit starts a new one)."""

@@ -324,6 +324,35 @@ def test_a_request_that_needs_the_model_alone_never_shares_it(runner, scheduler)
     assert seen[0] == 0 and set(seen[1:]) == {1}
 
 
+def test_a_fault_in_the_loop_fails_its_requests_and_the_next_one_starts_afresh(runner, scheduler):
+    """A bug in the scheduler itself must not leave readers waiting for ever."""
+    real_leave = scheduler._leave
+
+    def broken_once() -> None:
+        scheduler._leave = real_leave
+        raise IndexError("a bug")
+
+    scheduler._leave = broken_once
+    job = Job(decode_of(runner, [5, 6], tokens=4))
+    scheduler.submit(job)
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            tokens_of(job)
+        except IndexError as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert not reader.is_alive(), "the reader is still waiting for its tokens"
+    assert str(outcome[0]) == "a bug"
+    again = Job(decode_of(runner, [5, 6], tokens=4))
+    scheduler.submit(again)
+    assert len(tokens_of(again)) == 4
+
+
 def test_a_model_whose_cache_cannot_be_padded_decodes_one_request_at_a_time(runner, scheduler, monkeypatch):
     """Sliding windows or recurrent state: known after the first prefill, and until then nobody shares."""
     monkeypatch.setattr("playground.scheduler.can_batch", lambda kv: False)
