@@ -234,5 +234,5 @@ def _pack_for_cpu(model: Any) -> None:
     import torch
 
     for module in model.modules():
-        if isinstance(module, torch.nn.Linear) and module.weight.is_contiguous():
+        if type(module) is torch.nn.Linear and module.weight.is_contiguous():  # not quantized or wrapped subclasses
             module.weight.data = module.weight.data.t().contiguous().t()
