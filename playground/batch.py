@@ -101,6 +101,8 @@ class BatchCache:
         if not rows:
             self._empty()
             return
+        if rows == list(range(self.rows)):  # everyone stays as they are: no copy
+            return
         index = torch.tensor(rows, device=self.mask.device)
         self.mask = self.mask[index]
         self.positions = self.positions[index]

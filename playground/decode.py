@@ -98,7 +98,7 @@ class Decode:
         if self.prefix_cache is not None:
             reused, kv = self.cached_prefix()
             all_logits, cache = r.forward(input_ids[:, reused:], kv)
-            self.prefix_cache.store(self.prompt_ids, cache)
+            self.remember_prompt(cache)
         else:
             all_logits, cache = r.forward(input_ids, keep=0 if self.prefill_details else 1)
         logits = all_logits[0, -1].float()
@@ -141,6 +141,11 @@ class Decode:
             else:
                 events.extend(self._sample(index, logits[k]))
         return events
+
+    def remember_prompt(self, kv: Any) -> None:
+        """Keep the prompt's KV cache (a retry, best_of or the next-token view starts from it)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.store(self.prompt_ids, kv)
 
     @property
     def keeps_cache(self) -> bool:

@@ -19,6 +19,7 @@ import atexit
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import logging
 import queue
 import threading
@@ -209,8 +210,8 @@ class Scheduler:
         joined, rows = [], []
         for i, job in enumerate(jobs):
             job.decode.prefill_s = took
-            if job.decode.keeps_cache:
-                job.decode.prefix_cache.store(job.decode.prompt_ids, fresh.row_cache(i))
+            if job.decode.prefix_cache is not None:
+                job.decode.remember_prompt(fresh.row_cache(i))
             try:
                 self._started(job, logits[i], [])
             except Exception as exc:  # noqa: BLE001 - this request's constraint failed at once; the others go on
@@ -302,7 +303,15 @@ def release_free_memory() -> None:
     without this the server would hold the peak of its busiest moment for a long while. (No
     gc.collect here: finalizing native objects on this daemon thread can race interpreter exit.)
     """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's malloc_trim, looked up once (find_library runs a subprocess); None elsewhere (macOS, musl)."""
     try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim this way
-        pass
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
