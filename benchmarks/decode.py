@@ -1,6 +1,6 @@
 """Engine vs transformers' generate on the same loaded model, unconstrained and per constraint kind.
 
-python -m benchmarks.decode [--runs 5] [--tokens 48] [--model embedded] [--threads 1]
+python -m benchmarks.decode [--runs 5] [--tokens 48] [--model embedded] [--threads 1] [--cpu-batch-weights auto]
 Prints a table, then one JSON line of figures last. Runs are interleaved in one process and timed in
 process CPU seconds on CPU (other processes on a 2-core machine don't skew them); medians over runs.
 """
@@ -89,8 +89,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--cpu-batch-weights", choices=("auto", "on", "off"), default="auto")
     args = parser.parse_args()
-    engine = Engine(load_model(args.model, threads=args.threads))
+    engine = Engine(load_model(args.model, threads=args.threads, batch_weights=args.cpu_batch_weights))
     for grammar in CONSTRAINTS.values():  # compile once, outside the timed runs (the cache is the point)
         engine.compile(GenerateParameters(grammar=grammar))
     _engine(engine, PROMPTS[0], 4)

@@ -1,6 +1,6 @@
 """The server as users meet it: concurrent constrained clients, a long chat's 5th turn, fast-forward.
 
-python -m benchmarks.serve [--runs 3] [--tokens 24] [--model embedded] [--threads 1]
+python -m benchmarks.serve [--runs 3] [--tokens 24] [--model embedded] [--threads 1] [--flags "..."]
 Starts app.py on 127.0.0.1 (real HTTP), once with the prefix cache and once without, and prints a table,
 then one JSON line of figures last. Ratios are measured in the same run; figures are medians over runs,
 timed on the wall clock (the server is another process).
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import socket
 import statistics
 import subprocess
@@ -188,14 +189,17 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--flags", default="", help="more app.py flags for the servers, e.g. '--cpu-batch-weights off'")
     args = parser.parse_args()
+    extra = tuple(shlex.split(args.flags))
     med = statistics.median
-    figures: dict[str, object] = {"model": args.model, "threads": args.threads, "runs": args.runs}
-    busy = ("--max-concurrent", "16", "--max-queue", "64")
+    figures: dict[str, object] = {"model": args.model, "threads": args.threads, "runs": args.runs, "flags": args.flags}
+    busy = ("--max-concurrent", "16", "--max-queue", "64", *extra)
     with server(args.model, args.threads, *busy) as (url, pid):
         for i in range(max(CLIENTS)):  # warm: every client's constraint compiled (and cached) once
             generate(url, {"grammar": _client_grammar(i), "max_new_tokens": 1, "details": True}, "warm up")
         rss_before = idle_rss_mb(url, pid)
+        figures["batch_weights_mb"] = httpx.get(f"{url}/info", timeout=30).json()["batch"]["batch_weights_mb"]
         for clients in CLIENTS:
             runs = [concurrent(url, clients, args.tokens) for _ in range(args.runs)]
             figures[f"c{clients}_tok_s"] = round(med(r[0] for r in runs), 2)
@@ -214,7 +218,7 @@ def main() -> None:
         figures["fast_forward_tok_s"] = round(med(r[0] for r in ff), 2)
         figures["plain_tok_s"] = round(med(r[1] for r in ff), 2)
         cached = [fifth_turn_ttft(url, 100 + i, 16) for i in range(args.runs)]
-    with server(args.model, args.threads, "--prefix-cache-tokens", "0") as (url, _):
+    with server(args.model, args.threads, "--prefix-cache-tokens", "0", *extra) as (url, _):
         uncached = [fifth_turn_ttft(url, 100 + i, 16) for i in range(args.runs)]
     figures["chat_tokens_5th_turn"] = cached[0][1]
     figures["ttft_5th_turn_cached_s"] = round(med(c[0] for c in cached), 3)

@@ -36,6 +36,7 @@ class LoadedModel:
     load_s: float
     from_cache: bool = False
     source: str = ""
+    batch_weights_mb: int = 0  # CPU: memory of the linear layers' second, blocked copy for batches (0: none)
 
     @property
     def context_length(self) -> int:
@@ -180,8 +181,13 @@ def load_model(
     dtype: str | None = None,
     trust_remote_code: bool = False,
     threads: int | None = None,
+    batch_weights: str = "auto",
 ) -> LoadedModel:
-    """Load `name`: 'embedded', a .gguf path, a local folder or a hub id."""
+    """Load `name`: 'embedded', a .gguf path, a local folder or a hub id.
+
+    `batch_weights` (auto, on, off): on the CPU, whether linear layers keep a second copy of their
+    weights for batches of rows (playground/cpu_weights.py).
+    """
     import torch
 
     if threads:
@@ -205,8 +211,11 @@ def load_model(
         model_id, source = name, name
     model.to(target)
     model.eval()
+    batch_weights_mb = 0
     if target == "cpu":
-        _pack_for_cpu(model)
+        from playground.cpu_weights import pack_for_cpu
+
+        batch_weights_mb = pack_for_cpu(model, batch_weights)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     elapsed = time.perf_counter() - start
@@ -220,19 +229,5 @@ def load_model(
         load_s=elapsed,
         from_cache=from_cache,
         source=source,
+        batch_weights_mb=batch_weights_mb,
     )
-
-
-def _pack_for_cpu(model: Any) -> None:
-    """Store each linear layer's weight transposed (the same values, viewed as before).
-
-    MKL multiplies a few rows by a (in, out)-contiguous matrix 1.3-2.3x faster than by the (out, in)
-    layout torch keeps, and a decode step of a batch is exactly that: measured on the embedded model
-    at 1 thread, a step of 8 rows takes 104 ms instead of 127 (one row: 52 instead of 54). Tied
-    embeddings stay tied (the parameter is shared); an embedding lookup reads the strided rows.
-    """
-    import torch
-
-    for module in model.modules():
-        if type(module) is torch.nn.Linear and module.weight.is_contiguous():  # not quantized or wrapped subclasses
-            module.weight.data = module.weight.data.t().contiguous().t()

@@ -53,7 +53,9 @@ class ModelInfo(BaseModel):
     device: str | None = None
     compile_limits: dict[str, float | int] | None = None  # local engines: timeout_s, memory_mb, workers
     prefix_cache: dict[str, int] | None = None  # local engines: budget, tokens and bytes held, hits, misses, reused
-    batch: dict[str, int] | None = None  # local engines: max_batch_size, requests and rows decoding now, peak rows
+    batch: dict[str, int] | None = (
+        None  # local engines: max_batch_size, rows and requests now, peak rows, batch_weights_mb
+    )
 
 
 class SimpleToken(BaseModel):

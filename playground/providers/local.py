@@ -41,6 +41,7 @@ class LocalOptions:
     compile_workers: int = 2  # compile worker processes per model
     prefix_cache_tokens: int = 4096  # KV cache of recent sequences kept per model, in tokens (0: off)
     max_batch_size: int = 32  # rows (best_of counts each) decoding together per model
+    cpu_batch_weights: str = "auto"  # CPU: a blocked copy of the linear weights for batches (auto, on, off)
     max_new_tokens: int = 256  # when a request leaves it unset
     adapters: tuple[str, ...] | None = None  # what adapter_id may name: None any (a notebook), () none
 
@@ -55,6 +56,8 @@ def make_local(options: LocalOptions | None = None, model: str | None = None) ->
     """The one way to build a local provider, serving `model` when one is named."""
     options = options or LocalOptions()
     load = {"device": options.device, "dtype": options.dtype, "threads": options.threads}
+    # one row at a time never multiplies a batch: no copy for it
+    load["batch_weights"] = options.cpu_batch_weights if options.max_batch_size > 1 else "off"
     local = LocalProvider(
         load_options={**load, "trust_remote_code": options.trust_remote_code},
         engine_options={
@@ -181,7 +184,7 @@ class LocalProvider:
             device=engine.loaded.device,
             compile_limits=engine.compiler.limits.as_dict(),
             prefix_cache=engine.prefix_cache.usage(),
-            batch=engine.scheduler.usage(),
+            batch={**engine.scheduler.usage(), "batch_weights_mb": engine.loaded.batch_weights_mb},
         )
 
     def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:

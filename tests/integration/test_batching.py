@@ -72,6 +72,8 @@ def test_concurrent_requests_decode_in_one_batch_as_they_would_alone(server_url:
         assert candidates == [(c["generated_text"], c["seed"]) for c in other["details"].get("best_of_sequences") or []]
     info = httpx.get(f"{server_url}/info", timeout=30).json()
     assert info["batch"]["max_batch_size"] == 32 and info["max_running_requests"] == 8
+    # --cpu-batch-weights auto: the embedded model's copy (513 MB) fits an eighth of any machine running this
+    assert info["batch"]["batch_weights_mb"] > 0
 
 
 def test_the_next_token_view_takes_turns_with_a_running_batch(engine) -> None:

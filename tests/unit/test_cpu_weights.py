@@ -1,0 +1,149 @@
+"""Linear weights laid out for the CPU: MKL's transposed layout for one row, oneDNN's blocked copy for several.
+
+A tiny random Llama (no download). The layouts must change no value beyond float32 rounding, keep tied
+embeddings tied, and leave every row of a batch what it is alone; the speed is benchmarks/serve.py's.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import app
+from playground import cpu_weights
+from playground.batch import BatchCache
+from playground.cpu_weights import BatchLinear, pack_for_cpu
+from playground.models import LoadedModel
+from playground.providers.local import LocalOptions, make_local
+from playground.runner import ModelRunner
+
+ATOL = 1e-4  # float32 GEMMs of other kernels sum in another order: ~1e-6 here, far below any logprob shown
+
+
+class TinyTokenizer:
+    all_special_ids = [0]
+    eos_token_id = 0
+    pad_token_id = None
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(97 + i % 26) for i in ids)
+
+
+def tiny(dtype: torch.dtype = torch.float32, *, tied: bool = True) -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=tied,
+    )
+    return LlamaForCausalLM(config).eval().to(dtype)
+
+
+def logits(model: LlamaForCausalLM, ids: list[list[int]]) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor(ids)).logits
+
+
+def test_blocked_copies_keep_every_value_and_tied_embeddings() -> None:
+    reference, model = tiny(), tiny()
+    rows = [[5, 9, 11, 3], [7, 1, 4, 60]]
+    assert pack_for_cpu(model, "on") >= 0
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(type(m) is BatchLinear for m in linears)
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # still one parameter
+    torch.testing.assert_close(logits(model, rows), logits(reference, rows), atol=ATOL, rtol=ATOL)  # oneDNN
+    torch.testing.assert_close(logits(model, [[5]]), logits(reference, [[5]]), atol=ATOL, rtol=ATOL)  # MKL
+
+
+@pytest.mark.parametrize(
+    ("shape", "onednn"),
+    [
+        ((1, 1, 32), False),
+        ((1, 2, 32), True),
+        ((8, 1, 32), True),
+        ((4, 8, 32), True),
+        ((1, 33, 32), False),
+        ((40, 1, 32), False),
+    ],
+)
+def test_onednn_multiplies_2_to_32_rows_and_mkl_the_rest(
+    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...], onednn: bool
+) -> None:
+    model = tiny()
+    pack_for_cpu(model, "on")
+    layer = model.model.layers[0].mlp.up_proj
+    assert not layer.weight.is_contiguous() and layer.weight.t().is_contiguous()  # MKL's layout
+    calls = []
+    blocked = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a) or blocked(*a))
+    x = torch.randn(*shape)
+    with torch.inference_mode():
+        out = layer(x)
+    assert bool(calls) is onednn
+    torch.testing.assert_close(out, torch.nn.functional.linear(x, layer.weight), atol=ATOL, rtol=ATOL)
+
+
+def test_off_and_unfit_models_keep_one_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    off = tiny()
+    assert pack_for_cpu(off, "off") == 0
+    assert not any(type(m) is BatchLinear for m in off.modules())
+    assert not off.model.layers[0].mlp.up_proj.weight.is_contiguous()  # the one-row layout still applies
+
+    monkeypatch.setattr(cpu_weights, "_memory", lambda: 1024)  # a copy bigger than an eighth of the machine
+    small_machine = tiny()
+    assert pack_for_cpu(small_machine, "auto") == 0
+    assert not any(type(m) is BatchLinear for m in small_machine.modules())
+
+    half = tiny(torch.bfloat16)  # measured for float32 only
+    assert pack_for_cpu(half, "on") == 0
+    assert not any(type(m) is BatchLinear for m in half.modules())
+
+
+def test_auto_keeps_a_copy_that_fits_and_reports_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_weights, "_memory", lambda: 64 * 2**30)
+    model = tiny(tied=False)
+    linear_bytes = sum(m.weight.nbytes for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert pack_for_cpu(model, "auto") == round(linear_bytes / 2**20)
+    assert type(model.lm_head) is BatchLinear
+
+
+def test_a_torch_without_onednn_linear_keeps_mkl(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(*args: object) -> None:
+        raise RuntimeError("Could not run 'mkldnn::_reorder_linear_weight'")
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", missing)
+    model = tiny()
+    assert pack_for_cpu(model, "on") == 0
+    assert not any(type(m) is BatchLinear for m in model.modules())
+    torch.testing.assert_close(logits(model, [[5, 6]]), logits(tiny(), [[5, 6]]), atol=ATOL, rtol=ATOL)
+
+
+def test_each_row_of_a_batch_sees_what_it_sees_alone_with_both_layouts() -> None:
+    model = tiny()
+    pack_for_cpu(model, "on")
+    runner = ModelRunner(LoadedModel("tiny", model, TinyTokenizer(), "cpu", "float32", 0.0))
+    prompts = [[3, 4, 5], [9, 8, 7, 6, 5, 4], [11]]
+    with torch.inference_mode():
+        batch = BatchCache(runner)
+        batch.prefill([(None, p) for p in prompts])
+        stepped = batch.forward([[20], [21, 22], [23]])
+        for prompt, fed, got in zip(prompts, [[20], [21, 22], [23]], stepped):
+            whole = prompt + fed
+            alone = runner.forward(runner.ids(whole), keep=len(fed))[0][0].float()
+            torch.testing.assert_close(got, alone, atol=ATOL, rtol=ATOL)
+
+
+def test_the_flag_reaches_the_loader() -> None:
+    assert LocalOptions.from_flags(app.parse_args([])).cpu_batch_weights == "auto"
+    assert LocalOptions.from_flags(app.parse_args(["--cpu-batch-weights", "off"])).cpu_batch_weights == "off"
+    with pytest.raises(SystemExit):
+        app.parse_args(["--cpu-batch-weights", "sometimes"])
+    assert make_local(LocalOptions(cpu_batch_weights="on")).load_options["batch_weights"] == "on"
+    # one row at a time never multiplies a batch: no copy
+    assert make_local(LocalOptions(cpu_batch_weights="on", max_batch_size=1)).load_options["batch_weights"] == "off"
