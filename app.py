@@ -101,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="auto",
         help="on the CPU, keep a second copy of a float32 model's linear weights in oneDNN's blocked layout, "
         "which multiplies a batch's rows about 1.3x faster; auto: when the copy takes at most an eighth of "
-        "the machine's memory (default: auto)",
+        "the machine's (or its container's) memory (default: auto)",
     )
     parser.add_argument(
         "--max-new-tokens", type=int, default=256, help="max_new_tokens when a request leaves it unset (default: 256)"

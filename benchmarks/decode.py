@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from playground.cpu_weights import MODES
 from playground.engine import Engine
 from playground.models import load_model
 from playground.types import ChatMessage, GenerateParameters
@@ -89,7 +90,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--cpu-batch-weights", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument("--cpu-batch-weights", choices=MODES, default="auto")
     args = parser.parse_args()
     engine = Engine(load_model(args.model, threads=args.threads, batch_weights=args.cpu_batch_weights))
     for grammar in CONSTRAINTS.values():  # compile once, outside the timed runs (the cache is the point)

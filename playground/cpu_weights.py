@@ -10,14 +10,15 @@ blocked layout (made for 8 rows, it serves any number). Measured on the embedded
 forward: 8 rows 73-80 ms instead of 100-106, 16 rows 92 instead of 119, a 20-token prompt 88 instead of
 101. One row stays on MKL (49 ms; oneDNN would take 58), and so do more than 32 rows (MKL is faster from
 about 40: a 64-token prompt takes 133 ms with MKL, 152 with oneDNN). The copy doubles the linear weights'
-memory, so `auto` keeps one only for float32 models whose copy takes at most an eighth of the machine's
-memory; `on` always (float32), `off` never.
+memory, so `auto` keeps one only for float32 models whose copy takes at most an eighth of the memory the
+process may use (the machine's, or its container's limit); `on` always (float32), `off` never.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,38 +32,79 @@ ONEDNN_ROWS = range(2, 33)  # the row counts (tokens in one forward) it multipli
 
 
 class BatchLinear(torch.nn.Linear):
-    """nn.Linear that multiplies 2 to 32 rows with oneDNN from `blocked_weight`, other counts with MKL."""
+    """nn.Linear that multiplies 2 to 32 rows with oneDNN from `blocked_weight`, other counts with MKL.
+
+    The copy is the weight as it was at load: once the weight is changed in place (load_state_dict,
+    copy_), moved off the CPU or trained, every count goes to F.linear (oneDNN's op has no backward).
+    Edits through `.data` (which bypass the version counter) must pack the model again.
+    """
 
     blocked_weight: torch.Tensor
+    blocked_version: int
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() // x.shape[-1] in ONEDNN_ROWS and x.dtype == torch.float32:
+        if (
+            x.numel() // x.shape[-1] in ONEDNN_ROWS
+            and x.dtype == torch.float32
+            and x.device.type == "cpu"
+            and self.weight._version == self.blocked_version
+            and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
+        ):
             return torch.ops.mkldnn._linear_pointwise(x, self.blocked_weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
 
 def pack_for_cpu(model: Any, batch_weights: str = "auto") -> int:
-    """Lay out every plain linear layer of `model` (on the CPU); the MB the blocked copies add (0: none)."""
+    """Lay out every plain linear layer of `model` (on the CPU); the MB the blocked copies add (0: none).
+
+    `auto` judges each model alone, when it loads.
+    """
+    if batch_weights not in MODES:
+        raise ValueError(f"batch_weights must be one of {', '.join(MODES)}, not {batch_weights!r}")
     plain = [m for m in model.modules() if type(m) is torch.nn.Linear and m.weight.is_contiguous()]
     extra = sum(m.weight.numel() * m.weight.element_size() for m in plain)
     float32 = bool(plain) and all(m.weight.dtype == torch.float32 for m in plain)
     blocks: list[torch.Tensor] = []
     if float32 and (batch_weights == "on" or (batch_weights == "auto" and extra <= _memory() // 8)):
-        try:
-            blocks = [torch.ops.mkldnn._reorder_linear_weight(m.weight.data, BLOCKED_FOR_ROWS) for m in plain]
-        except (RuntimeError, AttributeError) as exc:  # a torch build without oneDNN's linear (some ARM builds)
-            log.info("no blocked weights for batches (%s): they multiply with MKL's kernels", exc)
-    for module, block in zip(plain, blocks):
-        module.blocked_weight = block
-        module.__class__ = BatchLinear
+        blocks = _blocked(plain)
     for module in plain:  # quantized or wrapped subclasses keep their layout
         module.weight.data = module.weight.data.t().contiguous().t()
+    for module, block in zip(plain, blocks):
+        module.blocked_weight = block
+        module.blocked_version = module.weight._version
+        module.__class__ = BatchLinear
     return round(extra / 2**20) if blocks else 0
 
 
-def _memory() -> int:
-    """The machine's physical memory in bytes (0 where the system does not say)."""
+def _blocked(plain: list[torch.nn.Linear]) -> list[torch.Tensor]:
+    """Each layer's weight in oneDNN's blocked layout, once a probe shows this torch multiplies from it right."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        with torch.no_grad():
+            blocks = [torch.ops.mkldnn._reorder_linear_weight(m.weight.data, BLOCKED_FOR_ROWS) for m in plain]
+            first = plain[0]
+            probe = torch.ones(2, first.in_features)
+            got = torch.ops.mkldnn._linear_pointwise(probe, blocks[0], first.bias, "none", [], "")
+            torch.testing.assert_close(got, F.linear(probe, first.weight, first.bias), atol=1e-3, rtol=1e-4)
+    except (RuntimeError, AttributeError, AssertionError) as exc:  # a torch build without them (some ARM builds)
+        log.info("no blocked weights for batches (%s): they multiply with MKL's kernels", exc)
+        return []
+    return blocks
+
+
+CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+
+def _memory() -> int:
+    """The memory this process may use in bytes: the machine's, or its container's limit when lower (0: unknown)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 0
+    for path in CGROUP_LIMITS:  # cgroup v2, v1 ("max" or a huge number: no limit)
+        try:
+            limit = path.read_text().strip()
+        except OSError:
+            continue
+        if limit.isdigit():
+            total = min(total, int(limit))
+    return total

@@ -56,8 +56,7 @@ def make_local(options: LocalOptions | None = None, model: str | None = None) ->
     """The one way to build a local provider, serving `model` when one is named."""
     options = options or LocalOptions()
     load = {"device": options.device, "dtype": options.dtype, "threads": options.threads}
-    # one row at a time never multiplies a batch: no copy for it
-    load["batch_weights"] = options.cpu_batch_weights if options.max_batch_size > 1 else "off"
+    load["batch_weights"] = options.cpu_batch_weights
     local = LocalProvider(
         load_options={**load, "trust_remote_code": options.trust_remote_code},
         engine_options={

@@ -53,7 +53,7 @@ def logits(model: LlamaForCausalLM, ids: list[list[int]]) -> torch.Tensor:
 def test_blocked_copies_keep_every_value_and_tied_embeddings() -> None:
     reference, model = tiny(), tiny()
     rows = [[5, 9, 11, 3], [7, 1, 4, 60]]
-    assert pack_for_cpu(model, "on") >= 0
+    pack_for_cpu(model, "on")
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert linears and all(type(m) is BatchLinear for m in linears)
     assert model.lm_head.weight is model.model.embed_tokens.weight  # still one parameter
@@ -107,10 +107,40 @@ def test_off_and_unfit_models_keep_one_copy(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_auto_keeps_a_copy_that_fits_and_reports_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_weights, "_memory", lambda: 64 * 2**30)
-    model = tiny(tied=False)
-    linear_bytes = sum(m.weight.nbytes for m in model.modules() if isinstance(m, torch.nn.Linear))
-    assert pack_for_cpu(model, "auto") == round(linear_bytes / 2**20)
-    assert type(model.lm_head) is BatchLinear
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512))
+    assert pack_for_cpu(model, "auto") == 6  # 4 MiB + 2 MiB of float32 weights
+    assert type(model[0]) is BatchLinear and type(model[2]) is BatchLinear
+    monkeypatch.setattr(cpu_weights, "_memory", lambda: 40 * 2**20)  # an eighth is 5 MiB
+    assert pack_for_cpu(torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 512)), "auto") == 0
+
+
+def test_a_changed_moved_or_trained_weight_is_not_multiplied_from_the_old_copy() -> None:
+    layer = torch.nn.Linear(16, 8)
+    pack_for_cpu(torch.nn.Sequential(layer), "on")
+    x = torch.randn(4, 16)
+    with torch.inference_mode():
+        before = layer(x)
+    with torch.no_grad():
+        layer.weight.mul_(2.0)  # in place: the version counter moves
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+        assert not torch.allclose(layer(x), before)
+    trained = torch.nn.Linear(16, 8)
+    pack_for_cpu(torch.nn.Sequential(trained), "on")
+    trained(x).sum().backward()  # grad mode: F.linear, which has a backward
+    assert trained.weight.grad is not None and trained.weight.grad.abs().sum() > 0
+
+
+def test_a_container_limit_below_the_machine_counts(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
+    monkeypatch.setattr(cpu_weights, "CGROUP_LIMITS", (v2, v1))
+    machine = cpu_weights._memory()
+    assert machine > 0
+    v2.write_text("max\n")  # no limit
+    v1.write_text("9223372036854771712\n")  # cgroup v1's "no limit"
+    assert cpu_weights._memory() == machine
+    v2.write_text(f"{2**30}\n")
+    assert cpu_weights._memory() == 2**30
 
 
 def test_a_torch_without_onednn_linear_keeps_mkl(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,18 +154,18 @@ def test_a_torch_without_onednn_linear_keeps_mkl(monkeypatch: pytest.MonkeyPatch
     torch.testing.assert_close(logits(model, [[5, 6]]), logits(tiny(), [[5, 6]]), atol=ATOL, rtol=ATOL)
 
 
-def test_each_row_of_a_batch_sees_what_it_sees_alone_with_both_layouts() -> None:
-    model = tiny()
-    pack_for_cpu(model, "on")
-    runner = ModelRunner(LoadedModel("tiny", model, TinyTokenizer(), "cpu", "float32", 0.0))
+def test_each_row_of_a_batch_sees_what_it_sees_alone_without_the_copy() -> None:
+    packed, reference = tiny(), tiny()
+    pack_for_cpu(packed, "on")
+    runner = ModelRunner(LoadedModel("tiny", packed, TinyTokenizer(), "cpu", "float32", 0.0))
+    plain = ModelRunner(LoadedModel("tiny", reference, TinyTokenizer(), "cpu", "float32", 0.0))
     prompts = [[3, 4, 5], [9, 8, 7, 6, 5, 4], [11]]
     with torch.inference_mode():
         batch = BatchCache(runner)
         batch.prefill([(None, p) for p in prompts])
         stepped = batch.forward([[20], [21, 22], [23]])
         for prompt, fed, got in zip(prompts, [[20], [21, 22], [23]], stepped):
-            whole = prompt + fed
-            alone = runner.forward(runner.ids(whole), keep=len(fed))[0][0].float()
+            alone = plain.forward(plain.ids(prompt + fed), keep=len(fed))[0][0].float()
             torch.testing.assert_close(got, alone, atol=ATOL, rtol=ATOL)
 
 
@@ -145,5 +175,5 @@ def test_the_flag_reaches_the_loader() -> None:
     with pytest.raises(SystemExit):
         app.parse_args(["--cpu-batch-weights", "sometimes"])
     assert make_local(LocalOptions(cpu_batch_weights="on")).load_options["batch_weights"] == "on"
-    # one row at a time never multiplies a batch: no copy
-    assert make_local(LocalOptions(cpu_batch_weights="on", max_batch_size=1)).load_options["batch_weights"] == "off"
+    with pytest.raises(ValueError, match="batch_weights must be one of auto, on, off, not 'ON'"):
+        pack_for_cpu(tiny(), "ON")
