@@ -28,30 +28,34 @@ log = logging.getLogger(__name__)
 
 MODES = ("auto", "on", "off")
 BLOCKED_FOR_ROWS = 8  # the row count oneDNN lays the copy out for
-ONEDNN_ROWS = range(2, 33)  # the row counts (tokens in one forward) it multiplies faster than MKL
+ONEDNN_MAX_ROWS = 32  # from 2 rows (tokens in one forward) to this many it multiplies faster than MKL
 
 
 class BatchLinear(torch.nn.Linear):
     """nn.Linear that multiplies 2 to 32 rows with oneDNN from `blocked_weight`, other counts with MKL.
 
     The copy is the weight as it was at load: once the weight is changed in place (load_state_dict,
-    copy_), moved off the CPU or trained, every count goes to F.linear (oneDNN's op has no backward).
+    copy_) or replaced, moved off the CPU or trained, every count goes to F.linear (oneDNN's op has no
+    backward).
     Edits through `.data` (which bypass the version counter) must pack the model again.
     """
 
     blocked_weight: torch.Tensor
-    blocked_version: int
+    blocked_from: torch.Tensor  # the weight parameter the copy was made from
+    blocked_version: int  # its version counter then
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self._parameters["weight"]  # not self.weight: Module.__getattr__ costs more than a dict
         if (
-            x.numel() // x.shape[-1] in ONEDNN_ROWS
-            and x.dtype == torch.float32
-            and x.device.type == "cpu"
-            and self.weight._version == self.blocked_version
-            and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
+            1 < x.numel() // x.shape[-1] <= ONEDNN_MAX_ROWS
+            and x.is_cpu
+            and x.dtype is torch.float32
+            and weight is self.blocked_from
+            and weight._version == self.blocked_version
+            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
         ):
             return torch.ops.mkldnn._linear_pointwise(x, self.blocked_weight, self.bias, "none", [], "")
-        return F.linear(x, self.weight, self.bias)
+        return F.linear(x, weight, self.bias)
 
 
 def pack_for_cpu(model: Any, batch_weights: str = "auto") -> int:
@@ -71,6 +75,7 @@ def pack_for_cpu(model: Any, batch_weights: str = "auto") -> int:
         module.weight.data = module.weight.data.t().contiguous().t()
     for module, block in zip(plain, blocks):
         module.blocked_weight = block
+        object.__setattr__(module, "blocked_from", module.weight)  # a plain attribute, not a second parameter
         module.blocked_version = module.weight._version
         module.__class__ = BatchLinear
     return round(extra / 2**20) if blocks else 0

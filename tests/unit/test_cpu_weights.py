@@ -125,6 +125,11 @@ def test_a_changed_moved_or_trained_weight_is_not_multiplied_from_the_old_copy()
     with torch.inference_mode():
         torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
         assert not torch.allclose(layer(x), before)
+    replaced = torch.nn.Linear(16, 8)
+    pack_for_cpu(torch.nn.Sequential(replaced), "on")
+    replaced.weight = torch.nn.Parameter(torch.ones(8, 16))
+    with torch.inference_mode():
+        torch.testing.assert_close(replaced(x), torch.nn.functional.linear(x, replaced.weight, replaced.bias))
     trained = torch.nn.Linear(16, 8)
     pack_for_cpu(torch.nn.Sequential(trained), "on")
     trained(x).sum().backward()  # grad mode: F.linear, which has a backward
