@@ -36,8 +36,7 @@ class BatchLinear(torch.nn.Linear):
 
     The copy is the weight as it was at load: once the weight is changed in place (load_state_dict,
     copy_) or replaced, moved off the CPU or trained, every count goes to F.linear (oneDNN's op has no
-    backward).
-    Edits through `.data` (which bypass the version counter) must pack the model again.
+    backward). Edits through `.data` bypass the version counter: after one, pack the model again.
     """
 
     blocked_weight: torch.Tensor

@@ -53,9 +53,7 @@ class ModelInfo(BaseModel):
     device: str | None = None
     compile_limits: dict[str, float | int] | None = None  # local engines: timeout_s, memory_mb, workers
     prefix_cache: dict[str, int] | None = None  # local engines: budget, tokens and bytes held, hits, misses, reused
-    batch: dict[str, int] | None = (
-        None  # local engines: max_batch_size, rows and requests now, peak rows, batch_weights_mb
-    )
+    batch: dict[str, int] | None = None  # local engines: scheduler.usage() and batch_weights_mb
 
 
 class SimpleToken(BaseModel):
