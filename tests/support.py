@@ -124,3 +124,19 @@ def start_app(*args: str, env: Mapping[str, str | None] | None = None, cwd: Path
     server = LiveServer(["--host", "127.0.0.1", "--port", str(port), *args], port=port, env=env, cwd=cwd)
     server.wait_healthy()
     return server
+
+
+def tiny_llama(**config: object):  # -> LlamaForCausalLM; transformers loads only for the tests that use it
+    """A tiny random Llama (2 layers, hidden 32, grouped-query attention), seeded, in eval mode; no download."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    shape = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    }
+    return LlamaForCausalLM(LlamaConfig(**{**shape, **config})).eval()

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
 
 from playground.batch import BatchCache, can_batch
@@ -28,6 +27,7 @@ from playground.runner import ModelRunner
 from playground.scheduler import Job, Scheduler
 from playground.stopping import StopCriteria
 from playground.types import GenerateParameters
+from tests.support import tiny_llama
 
 ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 64
@@ -47,17 +47,7 @@ class TinyTokenizer:
 
 @pytest.fixture(scope="module")
 def runner() -> ModelRunner:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-    )
-    model = LlamaForCausalLM(config).eval()
+    model = tiny_llama(vocab_size=VOCAB, max_position_embeddings=512)
     loaded = LoadedModel("tiny", model, TinyTokenizer(), "cpu", "float32", 0.0)
     return ModelRunner(loaded)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 import app
 from playground import cpu_weights
@@ -17,6 +17,7 @@ from playground.cpu_weights import BatchLinear, pack_for_cpu
 from playground.models import LoadedModel
 from playground.providers.local import LocalOptions, make_local
 from playground.runner import ModelRunner
+from tests.support import tiny_llama
 
 ATOL = 1e-4  # float32 GEMMs of other kernels sum in another order: ~1e-6 here, far below any logprob shown
 
@@ -31,18 +32,7 @@ class TinyTokenizer:
 
 
 def tiny(dtype: torch.dtype = torch.float32, *, tied: bool = True) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=tied,
-    )
-    return LlamaForCausalLM(config).eval().to(dtype)
+    return tiny_llama(vocab_size=96, max_position_embeddings=256, tie_word_embeddings=tied).to(dtype)
 
 
 def logits(model: LlamaForCausalLM, ids: list[list[int]]) -> torch.Tensor:
