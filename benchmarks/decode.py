@@ -14,9 +14,9 @@ import time
 
 import torch
 
-from playground.cpu_weights import MODES
-from playground.engine import Engine
+from playground.decoding.engine import Engine
 from playground.models import load_model
+from playground.models.cpu_weights import MODES
 from playground.types import ChatMessage, GenerateParameters
 
 PROMPTS = [

@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from playground.compiler import AUTO_ORDER, ENGINES, CompiledConstraint
 from playground.constraints import Constraint
+from playground.constraints.compiler import AUTO_ORDER, ENGINES, CompiledConstraint
 from playground.debug.state import masks
-from playground.engine import Engine
+from playground.decoding.engine import Engine
 from playground.errors import CompileTimeoutError, ConstraintError
 from playground.models import load_model
 

@@ -38,7 +38,7 @@ def loaded_model():
 @pytest.fixture(scope="session")
 def engine(loaded_model):
     """The local engine on the embedded model."""
-    from playground.engine import Engine
+    from playground.decoding.engine import Engine
 
     return Engine(loaded_model)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from playground.compiler import CompiledConstraint
 from playground.constraints import Constraint
+from playground.constraints.compiler import CompiledConstraint
 from playground.debug import reasons
 from playground.debug.state import LocalEngine, State, llguidance_matcher, masks
 from playground.errors import ParameterError

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from playground.compiler import CompiledConstraint
 from playground.constraints import Constraint
+from playground.constraints.compiler import CompiledConstraint
 from playground.debug.check import first_refused
 from playground.debug.state import LocalEngine
 from playground.errors import InvalidConstraintError, PromptTooLongError
 
 if TYPE_CHECKING:
-    from playground.decode import Row
+    from playground.decoding.rows import Row
 
 
 def prefix_ids(engine: LocalEngine, text: str | None, prompt_length: int) -> list[int]:

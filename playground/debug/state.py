@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from playground.compiler import CompiledConstraint, ConstraintCompiler
 from playground.constraints import Constraint
+from playground.constraints.compiler import CompiledConstraint, ConstraintCompiler
 from playground.errors import ConstraintError
 from playground.types import GenerateParameters
 
 if TYPE_CHECKING:
-    from playground.chooser import TokenChooser
-    from playground.runner import ModelRunner
+    from playground.decoding.chooser import TokenChooser
+    from playground.decoding.runner import ModelRunner
 
 # Listing the first characters of every allowed token costs a decode per token; past this many
 # allowed tokens the list would be too long to be a reason anyway.
@@ -27,7 +27,7 @@ MAX_LISTED_TOKENS = 4000
 
 
 class LocalEngine(Protocol):
-    """What the debugger uses of the local engine (playground.engine.Engine): a protocol, so the engine
+    """What the debugger uses of the local engine (playground.decoding.engine.Engine): a protocol, so the engine
     can call into the debugger (continue_from) while the debugger never imports the engine."""
 
     tokenizer: Any

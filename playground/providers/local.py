@@ -1,4 +1,4 @@
-"""The local provider: models loaded in this process, decoded by playground.engine."""
+"""The local provider: models loaded in this process, decoded by playground.decoding.engine."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
-from playground.engine import Engine
+from playground.decoding.engine import Engine
+from playground.decoding.heartbeat import Heartbeat
 from playground.errors import ModelError, first_line
-from playground.heartbeat import Heartbeat
-from playground.hub import hub_snapshot
 from playground.models import load_model
+from playground.models.hub import hub_snapshot
 from playground.providers.base import Capabilities, Inputs, ModelInfo, SimpleToken
 from playground.providers.loading import (
     LoadingPolicy,
@@ -22,7 +22,7 @@ from playground.providers.loading import (
     load_key,
     looks_like_path,
 )
-from playground.settings import gpu_decorator
+from playground.space import gpu_decorator
 from playground.types import GenerateParameters, GenerationResult, NextTokenDistribution, TokenEvent
 
 log = logging.getLogger("playground.providers")

@@ -14,7 +14,7 @@ from playground.providers.base import Capabilities, Inputs, ModelInfo
 from playground.providers.http import RemoteClient
 from playground.providers.loading import LoadingPolicy
 from playground.types import GenerateParameters, GenerationResult, Sequence
-from playground.wire import limits, outbound
+from playground.wire import checks, outbound
 
 
 class RemoteConfig(BaseModel):
@@ -122,7 +122,7 @@ class RemoteProvider:
                     f"{name} is not supported by {self.who}",
                     field=f"parameters.{name}",
                 )
-        limits.check_best_of(params)
+        checks.check_best_of(params)
 
     def result(
         self, model: str, inputs: Inputs, sequences: list[Sequence], constraint: Constraint, **timing: Any

@@ -2,7 +2,7 @@
 
 Waiting costs no thread: a queued request is a future on the event loop. A client that leaves while
 queued is noticed (its `http.disconnect` arrives) and never reaches the model. The admitted
-requests on a local model decode together (playground/scheduler.py).
+requests on a local model decode together (playground/decoding/scheduler.py).
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ import time
 import uuid
 from typing import Any
 
-from playground.debug import tools
 from playground.server.convert import VERSION, debugger_extras
 from playground.types import ChatCompletion, ChatCompletionRequest, GeneratedToken, GenerationResult, Sequence
+from playground.wire import tools
 
 FINISH_REASONS = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
 FINGERPRINT = f"structured-playground-{VERSION}"

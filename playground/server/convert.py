@@ -7,7 +7,6 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from playground.errors import ParameterError
-from playground.limits import MAX_MESSAGES, MAX_PREFIX_CHARS
 from playground.providers.base import ModelInfo
 from playground.types import (
     BestOfSequence,
@@ -27,6 +26,7 @@ from playground.types import (
     TokenEvent,
     check_messages_size,
 )
+from playground.types.sizes import MAX_MESSAGES, MAX_PREFIX_CHARS
 
 VERSION = "0.1.0"
 ROUTER = "structured-playground"

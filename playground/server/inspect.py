@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from playground.constraints import Constraint
-from playground.inspection import InspectResponse, inspect_constraint
+from playground.constraints.inspection import InspectResponse, inspect_constraint
 from playground.server.debug import local_engine
 from playground.types import GrammarType, Strict
 

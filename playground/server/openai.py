@@ -10,7 +10,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from playground.debug import tools
 from playground.providers.base import Provider
 from playground.providers.config import register_model as register_model_at_run_time
 from playground.server import chat
@@ -19,7 +18,7 @@ from playground.server.errors import exception_event
 from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.server.tgi import registry_of, resolve, sse
 from playground.types import GenerateParameters, GenerationResult, Name, Strict, TokenEvent
-from playground.wire import inbound, limits
+from playground.wire import checks, inbound, tools
 from playground.wire.inbound import ChatRequest
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
@@ -52,8 +51,8 @@ async def _choice_params(provider: Provider, model_id: str, req: ChatRequest) ->
     seed = inbound.base_seed(req)
     params = [inbound.chat_parameters(req, seed + i) for i in range(req.n)]
     info = await run_in_threadpool(provider.info, model_id)
-    limits.check_lengths(params[0], info, field="max_completion_tokens" if req.max_completion_tokens else "max_tokens")
-    limits.check_top_n(params[0], info.max_top_n_tokens, field="top_logprobs")
+    checks.check_lengths(params[0], info, field="max_completion_tokens" if req.max_completion_tokens else "max_tokens")
+    checks.check_top_n(params[0], info.max_top_n_tokens, field="top_logprobs")
     return params
 
 

@@ -10,7 +10,6 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from playground.limits import limits_info
 from playground.processors import list_factories
 from playground.providers.base import Provider
 from playground.providers.registry import Registry
@@ -19,7 +18,8 @@ from playground.server.docs import HEALTH_RESPONSES, JSON_OR_STREAM, STREAM_RESP
 from playground.server.errors import error_body, exception_event
 from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.types import GenerateParameters, GenerateRequest, GenerationResult, NextTokenDistribution, TokenEvent
-from playground.wire import limits
+from playground.types.sizes import limits_info
+from playground.wire import checks
 
 ModelQuery = Query(default=None, description="Served model to use; the default model when omitted.")
 router = APIRouter(tags=["TGI-compatible"])
@@ -41,7 +41,7 @@ async def _prepared(
     """Resolve the model and apply TGI's rules with its limits, before any work starts."""
     provider, model_id = resolve(request, model)
     info = await run_in_threadpool(provider.info, model_id)
-    limits.check_limits(params, info, streaming=streaming)
+    checks.check_limits(params, info, streaming=streaming)
     return provider, model_id
 
 

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from playground.limits import MAX_INPUT_CHARS, MAX_NAME_CHARS, MAX_PROCESSOR_PARAM_CHARS, MAX_STOP_CHARS
+from playground.types.sizes import MAX_INPUT_CHARS, MAX_NAME_CHARS, MAX_PROCESSOR_PARAM_CHARS, MAX_STOP_CHARS
 
 FinishReason = Literal["length", "eos_token", "stop_sequence"]
 ConstraintKind = Literal["none", "json_schema", "regex", "choice", "grammar"]
@@ -24,7 +24,7 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
-class Wire(BaseModel):
-    """Response shapes (TGI's and OpenAI's): their fields, plus our extras (raw logprobs, verdicts) as extra keys."""
+class ResponseBody(BaseModel):
+    """ResponseBody shapes (TGI's and OpenAI's): their fields, plus our extras (raw logprobs, verdicts) as extra keys."""
 
     model_config = ConfigDict(extra="allow")

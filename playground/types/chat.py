@@ -6,9 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from playground.limits import MAX_INPUT_CHARS, MAX_MESSAGES, MAX_PROCESSORS
-from playground.types.base import EngineName, Name, StopText, Strict, Wire
+from playground.types.base import EngineName, Name, ResponseBody, StopText, Strict
 from playground.types.params import ProcessorSpec
+from playground.types.sizes import MAX_INPUT_CHARS, MAX_MESSAGES, MAX_PROCESSORS
 
 
 class ChatMessage(BaseModel):
@@ -151,7 +151,7 @@ class ChatCompletionRequest(Strict):
         return check_messages_size(messages)
 
 
-class TopLogprob(Wire):
+class TopLogprob(ResponseBody):
     """OpenAI's TopLogprob."""
 
     token: str
@@ -165,17 +165,17 @@ class TokenLogprob(TopLogprob):
     top_logprobs: list[TopLogprob] = Field(default_factory=list)
 
 
-class ChoiceLogprobs(Wire):
+class ChoiceLogprobs(ResponseBody):
     content: list[TokenLogprob] | None = None
 
 
-class AssistantMessage(Wire):
+class AssistantMessage(ResponseBody):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
 
 
-class ChatChoice(Wire):
+class ChatChoice(ResponseBody):
     """One choice of a ChatCompletion (our extras: validation, seed, constraint_kind, constraint_engine)."""
 
     index: int
@@ -184,13 +184,13 @@ class ChatChoice(Wire):
     finish_reason: Literal["stop", "length", "tool_calls"] | None = None
 
 
-class Usage(Wire):
+class Usage(ResponseBody):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
 
 
-class ChatCompletion(Wire):
+class ChatCompletion(ResponseBody):
     """OpenAI's ChatCompletion response."""
 
     id: str

@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from playground.limits import MAX_PREFIX_CHARS, MAX_PROCESSOR_PARAMS, MAX_PROCESSORS
 from playground.types.base import EngineName, Name, ParamText, StopText, Strict
+from playground.types.sizes import MAX_PREFIX_CHARS, MAX_PROCESSOR_PARAMS, MAX_PROCESSORS
 
 
 class GrammarType(Strict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from playground.types.base import FinishReason, InputText, Strict, Wire
+from playground.types.base import FinishReason, InputText, ResponseBody, Strict
 from playground.types.params import GenerateParameters
 
 
@@ -22,18 +22,18 @@ class Token(PrefillToken):
     special: bool = False
 
 
-class WireToken(Token, Wire):
+class ResponseToken(Token, ResponseBody):
     """A Token on the wire, keeping our extras (raw_logprob, mass_kept, raw_top_tokens)."""
 
 
-class _SequenceDetails(Wire):
+class _SequenceDetails(ResponseBody):
     """The fields TGI's Details and BestOfSequence share."""
 
     finish_reason: FinishReason
     generated_tokens: int
     seed: int | None = None
     prefill: list[PrefillToken] = Field(default_factory=list)
-    tokens: list[WireToken] = Field(default_factory=list)
+    tokens: list[ResponseToken] = Field(default_factory=list)
     top_tokens: list[list[Token]] | None = None
 
 
@@ -49,14 +49,14 @@ class Details(_SequenceDetails):
     best_of_sequences: list[BestOfSequence] | None = None
 
 
-class GenerateResponse(Wire):
+class GenerateResponse(ResponseBody):
     """TGI's GenerateResponse."""
 
     generated_text: str
     details: Details | None = None
 
 
-class StreamDetails(Wire):
+class StreamDetails(ResponseBody):
     """TGI's StreamDetails, on the last event of /generate_stream."""
 
     finish_reason: FinishReason
@@ -65,11 +65,11 @@ class StreamDetails(Wire):
     seed: int | None = None
 
 
-class StreamResponse(Wire):
+class StreamResponse(ResponseBody):
     """TGI's StreamResponse: one server-sent event of /generate_stream."""
 
     index: int
-    token: WireToken
+    token: ResponseToken
     top_tokens: list[Token] = Field(default_factory=list)
     generated_text: str | None = None
     details: StreamDetails | None = None

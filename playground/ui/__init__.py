@@ -106,7 +106,7 @@ def _retry_fn(registry: Registry) -> Callable[..., Iterator[tuple]]:
 
 
 def _setup_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: Comps) -> None:
-    """Wire every event; each handler is a plain function from handlers.py or controls.py."""
+    """Response every event; each handler is a plain function from handlers.py or controls.py."""
     _setup_constraint_events(demo, c)
     setup_inspect_events(registry, c)
     _setup_model_events(demo, registry, settings, c)

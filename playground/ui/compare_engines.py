@@ -13,8 +13,7 @@ from typing import Any
 import gradio as gr
 
 from playground import render
-from playground.compiler import ENGINES
-from playground.debug import tools
+from playground.constraints.compiler import ENGINES
 from playground.errors import ParameterError
 from playground.providers.registry import Registry
 from playground.types import GeneratedToken, GenerationResult
@@ -22,6 +21,7 @@ from playground.ui import controls
 from playground.ui.handlers import _last_user, _without_last_exchange, error_message
 from playground.ui.panels import html
 from playground.ui.state import ChatState, Form, chat_inputs, params_of
+from playground.wire import tools
 
 
 @dataclass

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 from playground import render
 from playground.constraints import Constraint
-from playground.debug import tools
 from playground.errors import ParameterError, PlaygroundError
 from playground.providers.registry import Registry
 from playground.types import GenerationResult, TokenEvent
 from playground.ui import stopped
 from playground.ui.chat_view import CONSTRAINT_KEY, chatbot_value
 from playground.ui.state import ChatState, Form, LastRequest, chat_inputs, params_of
+from playground.wire import tools
 
 log = logging.getLogger(__name__)
 

@@ -9,11 +9,11 @@ import gradio as gr
 
 from playground import render
 from playground.constraints import Constraint
-from playground.debug import tools
+from playground.constraints.inspection import EngineReport, InspectResponse, inspect_constraint, summary
 from playground.errors import ParameterError
-from playground.inspection import EngineReport, InspectResponse, inspect_constraint, summary
 from playground.providers.registry import Registry
 from playground.ui.handlers import error_message
+from playground.wire import tools
 
 STALE = "\x00stale"  # what the debounce hands Python for a keystroke that a later one superseded
 # Debounce: wait 400 ms after a keystroke; only the latest keystroke's call carries the text.

@@ -13,10 +13,9 @@ from typing import Any, Literal
 from pydantic import ValidationError, model_validator
 
 from playground.constraints import Constraint
-from playground.debug import tools
 from playground.errors import ParameterError
 from playground.types import ChatCompletionRequest, ChatMessage, GenerateParameters, GrammarType, ProcessorSpec, Strict
-from playground.wire import limits
+from playground.wire import checks, tools
 from playground.wire.controls import BY_NAME, carried_by, sampling_values
 from playground.wire.errors import parameter_error
 
@@ -70,7 +69,7 @@ def from_controls(
         **sampling_values(values),
     }
     params = parameters({k: v for k, v in data.items() if v is not None})
-    limits.check_best_of(params)  # said before anything is sent, whatever the provider checks
+    checks.check_best_of(params)  # said before anything is sent, whatever the provider checks
     return params
 
 

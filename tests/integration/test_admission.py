@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from playground.limits import limits_info
+from playground.types.sizes import limits_info
 from tests.support import REPO_ROOT, LiveServer, start_app
 
 MAX_QUEUE = 12

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from playground import cpu_weights
+from playground.models import cpu_weights
 from playground.types import GenerateParameters
 
 TOLERANCE = 1e-3

@@ -236,7 +236,7 @@ def test_unsupported_keyword_named_when_engine_is_chosen(engine):
 
 
 def test_compile_time_limit(loaded_model):
-    from playground.engine import Engine
+    from playground.decoding.engine import Engine
 
     strict = Engine(loaded_model, compile_timeout_s=0.001)
     schema = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from playground.prefix_cache import PrefixCache
+from playground.decoding.prefix_cache import PrefixCache
 from playground.types import ChatMessage, GenerateParameters
 
 # A prompt prefilled in two pieces (cached prefix, then the rest) rounds differently from one prefilled

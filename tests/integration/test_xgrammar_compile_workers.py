@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from playground import engines
-from playground.compile_pool import CompileLimits
-from playground.compiler import ConstraintCompiler
-from playground.constraints import Constraint
+from playground.constraints import Constraint, engines
+from playground.constraints.compile_pool import CompileLimits
+from playground.constraints.compiler import ConstraintCompiler
 from playground.errors import CompileMemoryError
 from playground.types import GenerateParameters
 from tests.support import REPO_ROOT, child_env
@@ -34,7 +33,7 @@ import time
 
 import psutil
 
-from playground.compile_pool import CompileLimits, CompilePool
+from playground.constraints.compile_pool import CompileLimits, CompilePool
 from playground.models import load_model
 
 

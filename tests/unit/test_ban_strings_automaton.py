@@ -8,8 +8,8 @@ import random
 import pytest
 import torch
 
-from playground.banned_automaton import BannedAutomaton
-from playground.builtin_processors import BAN_MAX_BYTES, BAN_MAX_STRINGS, ban_strings_factory
+from playground.processors.banned_automaton import BannedAutomaton
+from playground.processors.builtin import BAN_MAX_BYTES, BAN_MAX_STRINGS, ban_strings_factory
 
 VOCAB = [bytes(p) for n in (1, 2, 3) for p in itertools.product(b"abc", repeat=n)]
 

@@ -17,15 +17,15 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
 
-from playground.batch import BatchCache, can_batch
-from playground.chooser import TokenChooser
 from playground.constraints import Constraint
-from playground.decode import Decode, Row
+from playground.decoding.batch import BatchCache, can_batch
+from playground.decoding.chooser import TokenChooser
+from playground.decoding.rows import Decode, Row
+from playground.decoding.runner import ModelRunner
+from playground.decoding.scheduler import Job, Scheduler
+from playground.decoding.stopping import StopCriteria
 from playground.errors import ProcessorError
 from playground.models import LoadedModel
-from playground.runner import ModelRunner
-from playground.scheduler import Job, Scheduler
-from playground.stopping import StopCriteria
 from playground.types import GenerateParameters
 from tests.support import tiny_llama
 
@@ -345,7 +345,7 @@ def test_a_fault_in_the_loop_fails_its_requests_and_the_next_one_starts_afresh(r
 
 def test_a_model_whose_cache_cannot_be_padded_decodes_one_request_at_a_time(runner, scheduler, monkeypatch):
     """Sliding windows or recurrent state: known after the first prefill, and until then nobody shares."""
-    monkeypatch.setattr("playground.scheduler.can_batch", lambda kv: False)
+    monkeypatch.setattr("playground.decoding.scheduler.can_batch", lambda kv: False)
     jobs = [Job(decode_of(runner, [5 + i, 6], tokens=5)) for i in range(3)]
     submit_together(scheduler, jobs)
     for job in jobs:
@@ -370,7 +370,7 @@ def test_a_process_that_exits_while_a_batch_decodes_exits_cleanly():
     script = (
         "import sys; sys.path.insert(0, 'tests/unit'); import test_batching as t\n"
         "runner = t.runner.__wrapped__()\n"
-        "from playground.scheduler import Job, Scheduler\n"
+        "from playground.decoding.scheduler import Job, Scheduler\n"
         "import threading\n"
         "scheduler = Scheduler(runner, threading.Lock(), max_rows=4)\n"
         "job = Job(t.decode_of(runner, [5, 6], tokens=100000))\n"

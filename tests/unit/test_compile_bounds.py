@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 from app import parse_args
-from playground.compile_pool import CompileLimits
-from playground.engines import OUTLINES_CORE_MAX_REPEAT, EngineRefusal, _check_outlines_core_bounds, max_repetition
+from playground.constraints.compile_pool import CompileLimits
+from playground.constraints.engines import (
+    OUTLINES_CORE_MAX_REPEAT,
+    EngineRefusal,
+    _check_outlines_core_bounds,
+    max_repetition,
+)
 
 
 @pytest.mark.parametrize(

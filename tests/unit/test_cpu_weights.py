@@ -11,12 +11,11 @@ import torch
 from transformers import LlamaForCausalLM
 
 import app
-from playground import cpu_weights
-from playground.batch import BatchCache
-from playground.cpu_weights import BatchLinear, pack_for_cpu
-from playground.models import LoadedModel
+from playground.decoding.batch import BatchCache
+from playground.decoding.runner import ModelRunner
+from playground.models import LoadedModel, cpu_weights
+from playground.models.cpu_weights import BatchLinear, pack_for_cpu
 from playground.providers.local import LocalOptions, make_local
-from playground.runner import ModelRunner
 from tests.support import tiny_llama
 
 ATOL = 1e-4  # float32 GEMMs of other kernels sum in another order: ~1e-6 here, far below any logprob shown

@@ -14,7 +14,7 @@ from tests.support import REPO_ROOT, child_env
 
 PROBE = """
 from playground.errors import ModelError
-from playground.hub import hub_snapshot
+from playground.models.hub import hub_snapshot
 try:
     hub_snapshot("no-org/no-model", timeout_s=2)
 except ModelError as exc:

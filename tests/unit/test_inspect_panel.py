@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from playground.inspection import EngineReport, InspectResponse, summary
+from playground.constraints.inspection import EngineReport, InspectResponse, summary
 from playground.providers.registry import Registry
 from playground.ui.inspect import STALE, inspect_html, inspect_panel
 from tests.fakes import FakeProvider

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from playground.prefix_cache import PrefixCache
+from playground.decoding.prefix_cache import PrefixCache
 
 
 def kv(length: int) -> DynamicCache:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from playground import limits
 from playground.providers.registry import Registry
 from playground.server import create_app
+from playground.types import sizes
 
 USER = {"role": "user", "content": "x"}
 
@@ -22,71 +22,71 @@ def client() -> TestClient:
     [
         (
             "/tokenize",
-            {"inputs": "a" * (limits.MAX_INPUT_CHARS + 1)},
-            f"inputs: String should have at most {limits.MAX_INPUT_CHARS} characters",
+            {"inputs": "a" * (sizes.MAX_INPUT_CHARS + 1)},
+            f"inputs: String should have at most {sizes.MAX_INPUT_CHARS} characters",
         ),
         (
             "/generate",
-            {"inputs": "a" * (limits.MAX_INPUT_CHARS + 1)},
-            f"inputs: String should have at most {limits.MAX_INPUT_CHARS} characters",
+            {"inputs": "a" * (sizes.MAX_INPUT_CHARS + 1)},
+            f"inputs: String should have at most {sizes.MAX_INPUT_CHARS} characters",
         ),
         (
             "/next_token",
-            {"inputs": "x", "prefix": "a" * (limits.MAX_PREFIX_CHARS + 1)},
-            f"prefix: String should have at most {limits.MAX_PREFIX_CHARS} characters",
+            {"inputs": "x", "prefix": "a" * (sizes.MAX_PREFIX_CHARS + 1)},
+            f"prefix: String should have at most {sizes.MAX_PREFIX_CHARS} characters",
         ),
         (
             "/next_token",
-            {"messages": [{"role": "user", "content": "a" * (limits.MAX_INPUT_CHARS + 1)}]},
-            f"messages: {limits.MAX_INPUT_CHARS + 1} characters in all messages; at most {limits.MAX_INPUT_CHARS}",
+            {"messages": [{"role": "user", "content": "a" * (sizes.MAX_INPUT_CHARS + 1)}]},
+            f"messages: {sizes.MAX_INPUT_CHARS + 1} characters in all messages; at most {sizes.MAX_INPUT_CHARS}",
         ),
         (
             "/generate",
-            {"inputs": "x", "parameters": {"continue_from": "a" * (limits.MAX_PREFIX_CHARS + 1)}},
-            f"parameters.continue_from: String should have at most {limits.MAX_PREFIX_CHARS} characters",
+            {"inputs": "x", "parameters": {"continue_from": "a" * (sizes.MAX_PREFIX_CHARS + 1)}},
+            f"parameters.continue_from: String should have at most {sizes.MAX_PREFIX_CHARS} characters",
         ),
         (
             "/generate",
-            {"inputs": "x", "parameters": {"stop": ["s" * (limits.MAX_STOP_CHARS + 1)]}},
-            f"parameters.stop[0]: String should have at most {limits.MAX_STOP_CHARS} characters",
+            {"inputs": "x", "parameters": {"stop": ["s" * (sizes.MAX_STOP_CHARS + 1)]}},
+            f"parameters.stop[0]: String should have at most {sizes.MAX_STOP_CHARS} characters",
         ),
         (
             "/generate",
             {
                 "inputs": "x",
-                "parameters": {"logits_processors": [{"name": "ban_strings"}] * (limits.MAX_PROCESSORS + 1)},
+                "parameters": {"logits_processors": [{"name": "ban_strings"}] * (sizes.MAX_PROCESSORS + 1)},
             },
-            f"parameters.logits_processors: List should have at most {limits.MAX_PROCESSORS} items",
+            f"parameters.logits_processors: List should have at most {sizes.MAX_PROCESSORS} items",
         ),
         (
             "/generate",
             {"inputs": "x", "parameters": {"logits_processors": [{"name": "ban_strings", "params": ["b" * 5000]}]}},
-            f"parameters.logits_processors[0].params[0]: String should have at most {limits.MAX_PROCESSOR_PARAM_CHARS}",
+            f"parameters.logits_processors[0].params[0]: String should have at most {sizes.MAX_PROCESSOR_PARAM_CHARS}",
         ),
         (
             "/generate",
-            {"inputs": "x", "parameters": {"adapter_id": "a" * (limits.MAX_NAME_CHARS + 1)}},
-            f"parameters.adapter_id: String should have at most {limits.MAX_NAME_CHARS} characters",
+            {"inputs": "x", "parameters": {"adapter_id": "a" * (sizes.MAX_NAME_CHARS + 1)}},
+            f"parameters.adapter_id: String should have at most {sizes.MAX_NAME_CHARS} characters",
         ),
         (
             "/v1/chat/completions",
-            {"messages": [USER] * (limits.MAX_MESSAGES + 1)},
-            f"messages: List should have at most {limits.MAX_MESSAGES} items",
+            {"messages": [USER] * (sizes.MAX_MESSAGES + 1)},
+            f"messages: List should have at most {sizes.MAX_MESSAGES} items",
         ),
         (
             "/v1/chat/completions",
             {"messages": [{"role": "user", "content": "a" * 70_000}, {"role": "user", "content": "a" * 70_000}]},
-            f"messages: 140000 characters in all messages; at most {limits.MAX_INPUT_CHARS}",
+            f"messages: 140000 characters in all messages; at most {sizes.MAX_INPUT_CHARS}",
         ),
         (
             "/v1/chat/completions",
-            {"messages": [USER], "stop": "s" * (limits.MAX_STOP_CHARS + 1)},
-            f"stop.constrained-str: String should have at most {limits.MAX_STOP_CHARS} characters",
+            {"messages": [USER], "stop": "s" * (sizes.MAX_STOP_CHARS + 1)},
+            f"stop.constrained-str: String should have at most {sizes.MAX_STOP_CHARS} characters",
         ),
         (
             "/v1/models",
-            {"id": "m" * (limits.MAX_NAME_CHARS + 1), "provider_id": "local"},
-            f"id: String should have at most {limits.MAX_NAME_CHARS} characters",
+            {"id": "m" * (sizes.MAX_NAME_CHARS + 1), "provider_id": "local"},
+            f"id: String should have at most {sizes.MAX_NAME_CHARS} characters",
         ),
     ],
 )

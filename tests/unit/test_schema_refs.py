@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from playground import schema_check
-from playground.constraints import Constraint
+from playground.constraints import Constraint, schema_check
 from playground.errors import ConstraintError, InvalidConstraintError, UnsupportedConstraintError
 from tests.listener import Listener, listening
 

@@ -17,7 +17,7 @@ from playground.types import (
     TokenEvent,
     Validation,
 )
-from playground.wire import inbound, limits
+from playground.wire import checks, inbound
 from tests.spec import validate
 
 INFO = ModelInfo(
@@ -144,11 +144,11 @@ def test_info_is_tgi_shaped() -> None:
 )
 def test_tgi_rules(params: GenerateParameters, streaming: bool, message: str) -> None:
     with pytest.raises(ParameterError, match=message):
-        limits.check_limits(params, INFO, streaming=streaming)
+        checks.check_limits(params, INFO, streaming=streaming)
 
 
 def test_tgi_rules_accept_a_sampled_best_of() -> None:
-    limits.check_limits(GenerateParameters(best_of=2, temperature=0.7, max_new_tokens=10), INFO, streaming=False)
+    checks.check_limits(GenerateParameters(best_of=2, temperature=0.7, max_new_tokens=10), INFO, streaming=False)
 
 
 def test_build_parameters_names_the_field() -> None:

@@ -1,4 +1,4 @@
-"""The Space card, the deploy script (without network) and the Space-only settings."""
+"""The Space card, the deploy script (without network) and the Space-only space."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from huggingface_hub import SpaceCard
 from huggingface_hub.repocard import metadata_load
 from packaging.requirements import Requirement
 
-from playground import settings
+from playground import space
 from tests.support import REPO_ROOT, child_env
 
 CARD = REPO_ROOT / "spaces" / "README.md"
@@ -38,7 +38,7 @@ def test_card_parses_with_required_keys() -> None:
     assert set(load_deploy().CARD_KEYS) <= set(meta)
     assert (data.sdk, data.app_file, data.license) == ("gradio", "app.py", "apache-2.0")
     assert data.models == ["HuggingFaceTB/SmolLM2-135M-Instruct"]
-    assert data.models[0] == settings.SPACE_DEFAULT_MODEL
+    assert data.models[0] == space.SPACE_DEFAULT_MODEL
     assert len(meta["short_description"]) <= 60
     assert "# Structured Playground" in SpaceCard.load(CARD).text
 
@@ -111,7 +111,13 @@ def test_dry_run_prints_files_and_card_without_network() -> None:
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     files = report["files"]
-    assert {"README.md", "app.py", "requirements.txt", "playground/__init__.py", "playground/models.py"} <= set(files)
+    assert {
+        "README.md",
+        "app.py",
+        "requirements.txt",
+        "playground/__init__.py",
+        "playground/models/__init__.py",
+    } <= set(files)
     assert not [f for f in files if f.startswith(("tests/", ".venv/", "spaces/")) or "__pycache__" in f]
     assert all(f.split("/")[0] in {"README.md", "app.py", "requirements.txt", "playground", "widgets"} for f in files)
     assert report["card"] == metadata_load(CARD)
@@ -219,11 +225,11 @@ def test_upload_failure_is_one_clear_line(
     ],
 )
 def test_on_space_reads_the_space_environment(env: dict[str, str], expected: bool) -> None:
-    assert settings.on_space(env) is expected
+    assert space.on_space(env) is expected
 
 
 def test_space_overrides_defaults() -> None:
-    assert settings.space_overrides({"SPACE_ID": "me/pg"}) == {
+    assert space.space_overrides({"SPACE_ID": "me/pg"}) == {
         "host": "0.0.0.0",
         "port": 7860,
         "model": "HuggingFaceTB/SmolLM2-135M-Instruct",
@@ -234,24 +240,24 @@ def test_space_overrides_defaults() -> None:
 
 
 def test_space_overrides_take_port_and_model_from_env() -> None:
-    got = settings.space_overrides({"PORT": "8080", "PLAYGROUND_MODEL": "embedded"})
+    got = space.space_overrides({"PORT": "8080", "PLAYGROUND_MODEL": "embedded"})
     assert (got["port"], got["model"]) == (8080, "embedded")
 
 
 def test_space_overrides_fall_back_to_gradios_port_variable() -> None:
-    assert settings.space_overrides({"GRADIO_SERVER_PORT": "7861"})["port"] == 7861
-    assert settings.space_overrides({"PORT": "8080", "GRADIO_SERVER_PORT": "7861"})["port"] == 8080
+    assert space.space_overrides({"GRADIO_SERVER_PORT": "7861"})["port"] == 7861
+    assert space.space_overrides({"PORT": "8080", "GRADIO_SERVER_PORT": "7861"})["port"] == 8080
 
 
 def test_space_overrides_reject_a_bad_port() -> None:
     with pytest.raises(ValueError, match="PORT must be an integer, got 'eighty'"):
-        settings.space_overrides({"PORT": "eighty"})
+        space.space_overrides({"PORT": "eighty"})
 
 
 def test_apply_space_settings_only_on_a_space() -> None:
     args = argparse.Namespace(host="127.0.0.1", port=7860, model="embedded", api_key="k")
-    assert settings.apply_space_settings(args, {}) is args
-    applied = settings.apply_space_settings(args, {"SPACE_ID": "me/pg", "PORT": "9000"})
+    assert space.apply_space_settings(args, {}) is args
+    applied = space.apply_space_settings(args, {"SPACE_ID": "me/pg", "PORT": "9000"})
     assert (applied.host, applied.port, applied.model, applied.api_key) == (
         "0.0.0.0",
         9000,
@@ -294,7 +300,7 @@ def stand_in_spaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_space
 
 
 def test_zero_gpu_uses_spaces_gpu(stand_in_spaces: Path) -> None:
-    decorator = settings.gpu_decorator({"SPACES_ZERO_GPU": "true"})
+    decorator = space.gpu_decorator({"SPACES_ZERO_GPU": "true"})
     spaces = sys.modules["spaces"]
     assert decorator is spaces.GPU
 
@@ -310,7 +316,7 @@ def test_without_zero_gpu_hardware_the_decorator_is_identity(stand_in_spaces: Pa
     def generate() -> str:
         return "x"
 
-    assert settings.gpu_decorator({})(generate) is generate
+    assert space.gpu_decorator({})(generate) is generate
     assert "spaces" not in sys.modules
 
 
@@ -323,7 +329,7 @@ def test_zero_gpu_without_the_spaces_package_is_identity(
     def generate() -> str:
         return "x"
 
-    assert settings.gpu_decorator({"SPACES_ZERO_GPU": "1"})(generate) is generate
+    assert space.gpu_decorator({"SPACES_ZERO_GPU": "1"})(generate) is generate
 
 
 def test_our_spaces_folder_does_not_pass_for_huggingface_spaces(
@@ -334,7 +340,7 @@ def test_our_spaces_folder_does_not_pass_for_huggingface_spaces(
     def generate() -> str:
         return "x"
 
-    assert settings.gpu_decorator({"SPACES_ZERO_GPU": "1"})(generate) is generate
+    assert space.gpu_decorator({"SPACES_ZERO_GPU": "1"})(generate) is generate
     assert getattr(sys.modules["spaces"], "__file__", None) is None
 
 

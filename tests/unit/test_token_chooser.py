@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from playground.chooser import TokenChooser
 from playground.constraints import Constraint
+from playground.decoding.chooser import TokenChooser
 from playground.types import GenerateParameters
 
 VOCAB = 8

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from playground.errors import ParameterError
 from playground.providers.base import ModelInfo
 from playground.types import GenerateParameters
-from playground.wire import controls, inbound, limits, outbound
+from playground.wire import checks, controls, inbound, outbound
 from playground.wire.errors import parameter_error
 
 INFO = ModelInfo(model_id="m", provider_id="p", provider_type="t", max_input_tokens=99, max_total_tokens=100)
@@ -53,15 +53,15 @@ def test_dialects_carry_min_p_only_where_servers_accept_it() -> None:
 
 def test_best_of_needs_sampling_worded_once() -> None:
     with pytest.raises(ParameterError, match=r"^parameters.best_of: best_of > 1 needs sampling"):
-        limits.check_best_of(GenerateParameters(best_of=2), 4)
-    limits.check_best_of(GenerateParameters(best_of=2, min_p=0.1), 4)  # min_p is a sampling parameter
+        checks.check_best_of(GenerateParameters(best_of=2), 4)
+    checks.check_best_of(GenerateParameters(best_of=2, min_p=0.1), 4)  # min_p is a sampling parameter
     with pytest.raises(ParameterError, match=r"must be <= 2 \(max_best_of\)"):
-        limits.check_best_of(GenerateParameters(best_of=3, do_sample=True), 2)
+        checks.check_best_of(GenerateParameters(best_of=3, do_sample=True), 2)
 
 
 def test_limits_refuse_best_of_when_streaming() -> None:
     with pytest.raises(ParameterError, match="not supported when streaming"):
-        limits.check_limits(GenerateParameters(best_of=2, do_sample=True), INFO, streaming=True)
+        checks.check_limits(GenerateParameters(best_of=2, do_sample=True), INFO, streaming=True)
 
 
 def test_parameter_error_names_every_field_under_a_prefix() -> None:
@@ -77,7 +77,7 @@ def test_parameter_error_names_every_field_under_a_prefix() -> None:
 def test_min_p_reaches_the_local_sampler() -> None:
     import torch
 
-    from playground import sampling
+    from playground.decoding import sampling
 
     scores = torch.log(torch.tensor([[0.6, 0.3, 0.1]]))
     kept = sampling.warpers(GenerateParameters(min_p=0.4))(torch.zeros((1, 1), dtype=torch.long), scores)

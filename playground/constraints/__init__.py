@@ -1,6 +1,6 @@
 """Constraints: parse and check before decoding, and validate the finished output.
 
-A Constraint is a kind plus its canonical value; playground.compiler turns it into token masks.
+A Constraint is a kind plus its canonical value; playground.constraints.compiler turns it into token masks.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from playground import matching, schema_check
+from playground.constraints import matching, schema_check
 from playground.errors import (
     ConstraintError,
     InvalidConstraintError,
@@ -204,7 +204,7 @@ def _escape_rust_regex(text: str) -> str:
 
 
 def _validate_match(kind: str, value: str, text: str) -> Validation:
-    """Regex and grammar verdicts, read as the engines read them (see playground.matching)."""
+    """Regex and grammar verdicts, read as the engines read them (see playground.constraints.matching)."""
     outcome = matching.full_match(kind, value, text)
     if outcome.ok:
         return Validation(valid=True, message="full match" if kind == "regex" else "parses with the grammar")

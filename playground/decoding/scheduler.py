@@ -3,9 +3,9 @@
 Modelled on TGI's router and transformers' continuous batching, at the scale of one process: a request
 thread submits a Job and reads its events; one scheduler thread per model loops over
   admit (prefill each newcomer alone, then splice its KV cache into the batch's)
-  -> one forward for every row (playground/batch.py) -> each request's rows choose their tokens
+  -> one forward for every row (playground/decoding/batch.py) -> each request's rows choose their tokens
   -> finished or abandoned requests leave.
-Each row keeps its own constraint, processors, seed, stops and parameters (playground/decode.py), so a
+Each row keeps its own constraint, processors, seed, stops and parameters (playground/decoding/rows.py), so a
 request's tokens are those it would get alone, up to the rounding of batched kernels.
 
 A request that must have the model to itself (a PEFT adapter switches the shared weights; a model whose
@@ -32,9 +32,9 @@ from typing import Any
 
 import torch
 
-from playground.batch import BatchCache, can_batch
-from playground.decode import Decode
-from playground.runner import ModelRunner
+from playground.decoding.batch import BatchCache, can_batch
+from playground.decoding.rows import Decode
+from playground.decoding.runner import ModelRunner
 from playground.types import PrefillToken, TokenEvent
 
 log = logging.getLogger(__name__)

@@ -11,21 +11,21 @@ from typing import Any
 
 import torch
 
-from playground import sampling
-from playground.adapters import Adapters
-from playground.chooser import TokenChooser, first_refused
-from playground.compile_pool import CompileLimits
-from playground.compiler import CompiledConstraint, ConstraintCompiler, compiling_with
 from playground.constraints import Constraint
+from playground.constraints.compile_pool import CompileLimits
+from playground.constraints.compiler import CompiledConstraint, ConstraintCompiler, compiling_with
 from playground.debug import continuation
 from playground.debug.fields import field_confidence
-from playground.decode import Decode, Row
+from playground.decoding import sampling
+from playground.decoding.chooser import TokenChooser, first_refused
+from playground.decoding.prefix_cache import PrefixCache
+from playground.decoding.rows import Decode, Row
+from playground.decoding.runner import ModelRunner
+from playground.decoding.scheduler import Job, Scheduler
+from playground.decoding.stopping import StopCriteria
 from playground.errors import InvalidConstraintError, ParameterError, PromptTooLongError, first_line
 from playground.models import LoadedModel
-from playground.prefix_cache import PrefixCache
-from playground.runner import ModelRunner
-from playground.scheduler import Job, Scheduler
-from playground.stopping import StopCriteria
+from playground.models.adapters import Adapters
 from playground.types import (
     ChatMessage,
     GenerateParameters,
@@ -36,7 +36,7 @@ from playground.types import (
     Timings,
     TokenEvent,
 )
-from playground.wire import limits
+from playground.wire import checks
 
 Inputs = str | list[ChatMessage]
 
@@ -124,8 +124,8 @@ class Engine:
 
     def _check(self, params: GenerateParameters, input_length: int) -> tuple[int, int]:
         best_of = params.best_of or 1
-        limits.check_best_of(params, self.max_best_of)
-        limits.check_top_n(params, self.max_top_n_tokens)
+        checks.check_best_of(params, self.max_best_of)
+        checks.check_top_n(params, self.max_top_n_tokens)
         max_new = self.default_max_new_tokens if params.max_new_tokens is None else params.max_new_tokens
         if input_length + max_new > self.max_total_tokens:
             raise PromptTooLongError(

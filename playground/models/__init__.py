@@ -186,7 +186,7 @@ def load_model(
     """Load `name`: 'embedded', a .gguf path, a local folder or a hub id.
 
     `batch_weights` (auto, on, off): on the CPU, whether linear layers keep a second copy of their
-    weights for batches of rows (playground/cpu_weights.py).
+    weights for batches of rows (playground/models/cpu_weights.py).
     """
     import torch
 
@@ -213,7 +213,7 @@ def load_model(
     model.eval()
     batch_weights_mb = 0
     if target == "cpu":
-        from playground.cpu_weights import pack_for_cpu
+        from playground.models.cpu_weights import pack_for_cpu
 
         batch_weights_mb = pack_for_cpu(model, batch_weights)
     if tokenizer.pad_token_id is None:

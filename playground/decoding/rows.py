@@ -1,6 +1,6 @@
 """One request's decode: its best_of rows sharing a prompt, their stop rules, and what each feeds the model.
 
-The scheduler (playground/scheduler.py) owns the forward passes, for every request at once; a Decode
+The scheduler (playground/decoding/scheduler.py) owns the forward passes, for every request at once; a Decode
 only says which tokens each row runs next (`feed`) and turns the logits that come back into tokens
 (`take`). Each row has its own TokenChooser (seeded generator, constraint, custom processors), so rows
 are independent and reproducible wherever they sit in the batch.
@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from playground.chooser import TokenChooser
-from playground.prefix_cache import PrefixCache
-from playground.runner import ModelRunner
-from playground.stopping import StopCriteria
+from playground.decoding.chooser import TokenChooser
+from playground.decoding.prefix_cache import PrefixCache
+from playground.decoding.runner import ModelRunner
+from playground.decoding.stopping import StopCriteria
 from playground.types import GeneratedToken, PrefillToken, TokenEvent
 
 

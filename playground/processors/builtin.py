@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from playground.banned_automaton import BannedAutomaton
+from playground.processors.banned_automaton import BannedAutomaton
 
 # --- per-tokenizer tables ------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ stopped nor limited. Here each compile runs in a spawned worker process that kee
 is not part of the time limit), then watches the job: past the time limit, or past the memory limit
 (RSS growth during the job, polled), the worker is killed and a fresh one started in the background.
 The worker also limits itself (CPU seconds and address space per job), so it dies even if the server
-is gone. What comes back depends on the engine (see playground.engines).
+is gone. What comes back depends on the engine (see playground.constraints.engines).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import psutil
 
-from playground import engines
+from playground.constraints import engines
 from playground.errors import CompileMemoryError, CompileTimeoutError
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""JSON Schema keywords rewritten to run in linear time: regexes through playground.matching, not `re`.
+"""JSON Schema keywords rewritten to run in linear time: regexes through playground.constraints.matching, not `re`.
 
 jsonschema runs `pattern`, `patternProperties` (also inside `additionalProperties` and
 `unevaluatedProperties`) and the `regex` format with Python's backtracking `re`, and `uniqueItems` by
@@ -17,7 +17,7 @@ from jsonschema import FormatChecker
 from jsonschema.exceptions import ValidationError
 from referencing.jsonschema import lookup_recursive_ref
 
-from playground.matching import pattern_error, pattern_search
+from playground.constraints.matching import pattern_error, pattern_search
 
 _repr = reprlib.Repr()
 _repr.maxstring = _repr.maxother = 80

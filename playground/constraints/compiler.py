@@ -2,7 +2,7 @@
 
 Compiling yields an Outlines logits processor template from one of three engines (llguidance, xgrammar,
 outlines_core); every generation gets a fresh copy of the template, so the expensive part is done once
-per (constraint, engine, tokenizer). The compile itself runs in playground.compile_pool's workers under
+per (constraint, engine, tokenizer). The compile itself runs in playground.constraints.compile_pool's workers under
 time and memory limits. The cache keeps outcomes, refusals included (failures of the limits only for a
 while), so each request reports its own fallbacks and warnings whatever was cached.
 """
@@ -21,9 +21,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from playground import engines
-from playground.compile_pool import CompileLimits, CompilePool
-from playground.constraints import Constraint
+from playground.constraints import Constraint, engines
+from playground.constraints.compile_pool import CompileLimits, CompilePool
 from playground.errors import (
     CompileMemoryError,
     CompileTimeoutError,

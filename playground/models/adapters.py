@@ -74,7 +74,7 @@ class Adapters:
 
 def _adapter_folder(adapter_id: str) -> str:
     """A local folder as it is; a hub id from the cache, or fetched once (fails fast offline)."""
-    from playground.hub import hub_snapshot
+    from playground.models.hub import hub_snapshot
 
     if os.path.isdir(adapter_id):
         return str(Path(adapter_id).resolve())

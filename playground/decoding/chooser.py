@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from playground import sampling
 from playground.constraints import Constraint
+from playground.decoding import sampling
+from playground.decoding.runner import ModelRunner
 from playground.errors import UnsupportedConstraintError
-from playground.runner import ModelRunner
 from playground.types import GeneratedToken, GenerateParameters
 
 

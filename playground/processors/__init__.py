@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from playground.builtin_processors import ban_strings_factory, max_whitespace_factory
 from playground.errors import PlaygroundError, ProcessorError
+from playground.processors.builtin import ban_strings_factory, max_whitespace_factory
 from playground.types import ProcessorSpec
 from playground.wire.errors import validation_message
 
@@ -198,8 +198,8 @@ def _constraint_factory(kind: str) -> Factory:
     """A factory that compiles a constraint of `kind` with the tokenizer's compiler (the engine's limits)."""
 
     def factory(params: list[str], tokenizer: Any) -> Processor:
-        from playground.compiler import compiler_for
         from playground.constraints import Constraint
+        from playground.constraints.compiler import compiler_for
 
         if kind == "choice":
             constraint = Constraint.choice(list(params))

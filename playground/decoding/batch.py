@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import DynamicLayer
 
-from playground.runner import ModelRunner
+from playground.decoding.runner import ModelRunner
 
 
 def can_batch(kv: Any) -> bool:

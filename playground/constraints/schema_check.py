@@ -18,7 +18,7 @@ import referencing.exceptions
 import referencing.jsonschema
 from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 
-from playground import schema_keywords
+from playground.constraints import schema_keywords
 from playground.errors import InvalidConstraintError, UnsupportedConstraintError, first_line
 from playground.types import Validation
 
@@ -103,7 +103,7 @@ def _check_against(meta: Any, schema: Any, what: str) -> None:
 
 
 def _pattern_problem(pattern: Any) -> str:
-    from playground.matching import pattern_error
+    from playground.constraints.matching import pattern_error
 
     return f"say: {pattern_error(pattern)}" if isinstance(pattern, str) else "need a string"
 

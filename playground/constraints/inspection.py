@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from playground.compiler import ENGINES, SUPPORTS, CompiledConstraint, ConstraintCompiler
 from playground.constraints import Constraint
+from playground.constraints.compiler import ENGINES, SUPPORTS, CompiledConstraint, ConstraintCompiler
 from playground.errors import ConstraintError
 
 # JSON Schema keywords an engine compiles without enforcing, measured with llguidance 1.9.1, xgrammar 0.2.9

@@ -63,7 +63,7 @@ def _outlines_backend(engine: str, tokenizer: Any) -> Any:
     import xgrammar
 
     backend = backends.XGrammarBackend(model)
-    # playground.compiler keeps the cache of outcomes; xgrammar's own would only grow the process.
+    # playground.constraints.compiler keeps the cache of outcomes; xgrammar's own would only grow the process.
     tokenizer_info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer.get_vocab()))
     backend.grammar_compiler = xgrammar.GrammarCompiler(tokenizer_info, cache_enabled=False)
     return backend

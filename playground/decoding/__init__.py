@@ -1,0 +1,1 @@
+"""Local decoding: the loaded model's decode path, from prompt to tokens."""
