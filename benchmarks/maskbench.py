@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from playground.constraints import Constraint
-from playground.constraints.compiler import AUTO_ORDER, ENGINES, CompiledConstraint
-from playground.debug.state import masks
+from playground.constraints import Constraint, backends
+from playground.constraints.compiler import CompiledConstraint
 from playground.decoding.engine import Engine
+from playground.decoding.walk import masks
 from playground.errors import CompileTimeoutError, ConstraintError
 from playground.models import load_model
 
@@ -120,7 +120,7 @@ def first_refusal(
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.maskbench", description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, type=Path, help="folder of MaskBench *.json files")
-    parser.add_argument("--engine", default="auto", choices=("auto", *ENGINES))
+    parser.add_argument("--engine", default="auto", choices=("auto", *backends.names()))
     parser.add_argument("--model", default="embedded", help="model whose tokenizer builds the masks")
     parser.add_argument("--compile-timeout", type=float, default=10.0, help="seconds per compile (the app's default)")
     args = parser.parse_args(argv)
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not files:
         parser.error(f"no *.json files under {args.data}")
     engine = Engine(load_model(args.model, threads=1), compile_timeout_s=args.compile_timeout)
-    for name in AUTO_ORDER["json_schema"] if args.engine == "auto" else (args.engine,):
+    for name in backends.auto_order("json_schema") if args.engine == "auto" else (args.engine,):
         engine.compiler.warm(name)  # builds the engine's vocabulary tables outside the timed compiles
     tally = Tally()
     for path in files:

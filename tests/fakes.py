@@ -12,12 +12,13 @@ from typing import Any
 
 from playground.constraints import Constraint
 from playground.errors import ModelError, UnsupportedConstraintError
-from playground.providers.base import Capabilities, Inputs, ModelInfo, SimpleToken
+from playground.providers.base import Capabilities, Inputs, SimpleToken
 from playground.providers.loading import LoadingPolicy
 from playground.types import (
     GeneratedToken,
     GenerateParameters,
     GenerationResult,
+    ModelInfo,
     NextTokenCandidate,
     NextTokenDistribution,
     Sequence,

@@ -9,16 +9,8 @@ from typing import Any
 from playground.debug.check import CheckResult, check_text
 from playground.debug.why import reasons_at
 from playground.errors import ParameterError
-from playground.providers.base import Inputs, Provider
+from playground.providers.base import Inputs, Provider, local_engine
 from playground.types import GenerateParameters, GenerationResult, GrammarType, NextTokenDistribution
-
-
-def local_engine(provider: Provider, model: str, what: str) -> Any:
-    """The engine behind a local model; a remote provider has no masks to show."""
-    engine_of = getattr(provider, "engine", None)
-    if engine_of is None:
-        raise ParameterError(f"{what} needs a local model: provider {provider.provider_id!r} does not expose masks")
-    return engine_of(model)
 
 
 def with_reasons(
@@ -27,7 +19,7 @@ def with_reasons(
     """The distribution as the chart reads it, each refused candidate with why (when the model is local)."""
     payload = dist.model_dump(mode="json")
     refused = [c.id for c in dist.candidates if not c.allowed]
-    if params.grammar is None or not refused or getattr(provider, "engine", None) is None:
+    if params.grammar is None or not refused or not provider.capabilities.local_engine:
         return payload
     result = reasons_at(
         local_engine(provider, model, "a reason"), params.grammar, prefix, refused, params.constraint_engine

@@ -6,7 +6,7 @@ stopped nor limited. Here each compile runs in a spawned worker process that kee
 is not part of the time limit), then watches the job: past the time limit, or past the memory limit
 (RSS growth during the job, polled), the worker is killed and a fresh one started in the background.
 The worker also limits itself (CPU seconds and address space per job), so it dies even if the server
-is gone. What comes back depends on the engine (see playground.constraints.engines).
+is gone. What comes back depends on the engine (see playground.constraints.backends).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from typing import Any
 
 import psutil
 
-from playground.constraints import engines
+from playground.constraints import backends
 from playground.errors import CompileMemoryError, CompileTimeoutError
+from playground.options import LOCAL
 
 log = logging.getLogger(__name__)
 _exiting = threading.Event()  # set at interpreter exit: workers still starting then are abandoned quietly
@@ -51,9 +52,9 @@ MB = 1 << 20
 class CompileLimits:
     """What one compile may take: seconds of wall time, MB of memory beyond a warm worker, workers in all."""
 
-    timeout_s: float = 10.0
-    memory_mb: int = 1024
-    workers: int = 2
+    timeout_s: float = LOCAL.compile_timeout
+    memory_mb: int = LOCAL.compile_memory
+    workers: int = LOCAL.compile_workers
 
     def as_dict(self) -> dict[str, float | int]:
         """For /info."""
@@ -67,23 +68,29 @@ def _serve(conn: Any) -> None:
     """A worker's life: warm the default engine, then answer jobs until the server closes the pipe."""
     try:
         tokenizer = pickle.loads(conn.recv_bytes())
-        backends = {"llguidance": engines.worker_backend("llguidance", tokenizer)}
+        first = backends.names()[0]  # the engine auto tries first
+        warm = {first: backends.worker_backend(first, tokenizer)}
         conn.send(("ready", os.getpid()))
         while True:
             job = conn.recv()
-            for message in _run(job, backends, tokenizer):
+            for message in _run(job, warm, tokenizer):
                 conn.send(message)
     except (EOFError, OSError):  # the server closed the pipe, or exited: no one is left to answer
         return
 
 
-def _run(job: tuple, backends: dict[str, Any], tokenizer: Any) -> Iterator[tuple]:
-    """("started", warmed) once the engine is warm (warming is no part of the limits), then the reply."""
-    engine, kind, text, timeout_s, memory_mb = job
-    warmed = engine not in backends
+def _run(job: tuple, warm: dict[str, Any], tokenizer: Any) -> Iterator[tuple]:
+    """("started", warmed) once the engine is warm (warming is no part of the limits), then the reply.
+
+    The job carries the engine's Backend (pickled by reference), so one registered after the worker
+    started, in a module the worker never imported, compiles here as it would in the server.
+    """
+    backend, kind, text, timeout_s, memory_mb = job
+    engine = backend.name
+    warmed = engine not in warm
     try:
         if warmed:
-            backends[engine] = engines.worker_backend(engine, tokenizer)
+            warm[engine] = backend.warmed(tokenizer)
     except Exception as exc:  # a tokenizer an engine cannot read: a refusal, not a dead worker
         yield ("started", True)
         yield ("refused", "unsupported", f"{engine} cannot read this model's tokenizer: {exc}")
@@ -91,8 +98,8 @@ def _run(job: tuple, backends: dict[str, Any], tokenizer: Any) -> Iterator[tuple
     yield ("started", warmed)
     _limit_self(timeout_s, memory_mb)
     try:
-        payload, warnings = engines.compile_payload(engine, backends[engine], kind, text)
-    except engines.EngineRefusal as exc:
+        payload, warnings = backend.compile_payload(warm[engine], kind, text)
+    except backends.EngineRefusal as exc:
         reply: tuple = ("refused", exc.kind, exc.message)
     except MemoryError:
         reply = ("memory",)
@@ -192,7 +199,7 @@ class CompilePool:
         except queue.Empty:
             raise CompileTimeoutError(f"{what}: no compile worker became free within {START_TIMEOUT_S:g} s") from None
         try:
-            worker.conn.send((engine, kind, text, self.limits.timeout_s, self.limits.memory_mb))
+            worker.conn.send((backends.get(engine), kind, text, self.limits.timeout_s, self.limits.memory_mb))
             reply = self._watch(worker, what)
             if reply[0] == "memory":
                 raise self._memory_error(what)
@@ -201,7 +208,7 @@ class CompilePool:
             raise
         self._release(worker)
         if reply[0] == "refused":
-            raise engines.EngineRefusal(reply[1], reply[2])
+            raise backends.EngineRefusal(reply[1], reply[2])
         return reply[1], reply[2]
 
     def _memory_error(self, what: str, detail: str = "") -> CompileMemoryError:

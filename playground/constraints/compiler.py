@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from playground.constraints import Constraint, engines
+from playground.constraints import Constraint, backends
 from playground.constraints.compile_pool import CompileLimits, CompilePool
 from playground.errors import (
     CompileMemoryError,
@@ -31,22 +31,6 @@ from playground.errors import (
     UnsatisfiableConstraintError,
     UnsupportedConstraintError,
 )
-
-ENGINES = ("llguidance", "xgrammar", "outlines_core")
-# Measured on MaskBench (shared/data/README): llguidance compiles fastest and never accepts an invalid
-# instance; xgrammar compiles more schemas but may ignore what it can't enforce; outlines_core is last.
-AUTO_ORDER: dict[str, tuple[str, ...]] = {
-    "json_schema": ("llguidance", "xgrammar", "outlines_core"),
-    "regex": ("llguidance", "xgrammar", "outlines_core"),
-    "choice": ("llguidance", "xgrammar", "outlines_core"),
-    "grammar": ("llguidance",),
-}
-SUPPORTS: dict[str, tuple[str, ...]] = {
-    "llguidance": ("json_schema", "regex", "choice", "grammar"),
-    "xgrammar": ("json_schema", "regex", "choice", "grammar"),
-    "outlines_core": ("json_schema", "regex", "choice"),
-}
-
 
 # A constraint that hit a limit is not compiled again for this long: repeating it answers at once.
 FAILURE_MEMORY_S = 600.0
@@ -92,11 +76,9 @@ class _Outcome:
 class ConstraintCompiler:
     """Compiles constraints for a tokenizer under CompileLimits, caching outcomes per (constraint, engine)."""
 
-    def __init__(
-        self, tokenizer: Any, *, timeout_s: float = 10.0, limits: CompileLimits | None = None, cache_size: int = 128
-    ) -> None:
+    def __init__(self, tokenizer: Any, *, limits: CompileLimits | None = None, cache_size: int = 128) -> None:
         self.tokenizer = tokenizer
-        self.limits = limits or CompileLimits(timeout_s=timeout_s)
+        self.limits = limits or CompileLimits()
         self._cache: OrderedDict[tuple[Constraint, str], _Outcome] = OrderedDict()
         self._inflight: dict[tuple[Constraint, str], Future] = {}
         self._cache_size = cache_size
@@ -136,17 +118,18 @@ class ConstraintCompiler:
 
     def _candidates(self, constraint: Constraint, engine: str) -> tuple[str, ...]:
         if engine == "auto":
-            return AUTO_ORDER[constraint.kind]
-        if engine not in ENGINES:
-            raise ConstraintError(
-                f"unknown constraint engine {engine!r}; use auto, {', '.join(ENGINES)}", field="constraint_engine"
+            return tuple(
+                name
+                for name in backends.auto_order(constraint.kind)
+                if backends.get(name).refusal(constraint.kind, constraint.grammar_dialect) is None
             )
-        if constraint.kind not in SUPPORTS[engine]:
-            raise UnsupportedConstraintError(f"{engine} does not support {constraint.kind} constraints")
-        if engine == "xgrammar" and constraint.kind == "grammar" and constraint.grammar_dialect == "lark":
-            raise UnsupportedConstraintError(
-                "xgrammar reads GBNF grammars (root ::= ...), not Lark; use llguidance or auto for Lark"
-            )
+        try:
+            backend = backends.get(engine)
+        except KeyError as exc:
+            raise ConstraintError(exc.args[0], field="constraint_engine") from None
+        refusal = backend.refusal(constraint.kind, constraint.grammar_dialect)
+        if refusal is not None:
+            raise UnsupportedConstraintError(refusal)
         return (engine,)
 
     def _outcome(self, constraint: Constraint, engine: str) -> tuple[_Outcome, bool]:
@@ -182,13 +165,13 @@ class ConstraintCompiler:
         text = constraint.engine_input()
         try:
             payload, warnings = self.pool().compile(engine, constraint.kind, text)
-        except engines.EngineRefusal as exc:
+        except backends.EngineRefusal as exc:
             return _Outcome(error=_REFUSALS[exc.kind](exc.message))
         except (CompileTimeoutError, CompileMemoryError) as exc:
             note = f"; the same constraint is not compiled with {engine} again for {FAILURE_MEMORY_S:g} s"
             return _Outcome(error=type(exc)(exc.message + note), expires=time.monotonic() + FAILURE_MEMORY_S)
         backend = _backends.get(engine, self.tokenizer)
-        template = engines.rebuild_template(engine, backend, constraint.kind, text, payload)
+        template = backends.get(engine).rebuild_template(backend, constraint.kind, text, payload)
         return _Outcome(template, tuple(warnings), time.perf_counter() - start)
 
 
@@ -202,7 +185,7 @@ def _for_request(
     return CompiledConstraint(constraint, engine, outcome.template, outcome.compile_s, warnings, cached)
 
 
-_backends = engines.ServerBackends()
+_backends = backends.ServerBackends()
 _current: ContextVar[ConstraintCompiler | None] = ContextVar("playground_compiler", default=None)
 _defaults: weakref.WeakKeyDictionary[Any, ConstraintCompiler] = weakref.WeakKeyDictionary()
 _defaults_lock = threading.Lock()

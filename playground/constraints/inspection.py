@@ -5,30 +5,14 @@ The engines disagree (a keyword one ignores, another refuses); /inspect and the 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel
 
-from playground.constraints import Constraint
-from playground.constraints.compiler import ENGINES, SUPPORTS, CompiledConstraint, ConstraintCompiler
+from playground.constraints import Constraint, backends
+from playground.constraints.compiler import CompiledConstraint, ConstraintCompiler
 from playground.errors import ConstraintError
 
-# JSON Schema keywords an engine compiles without enforcing, measured with llguidance 1.9.1, xgrammar 0.2.9
-# and outlines_core 0.2.14: a one-keyword schema whose violating instance the mask still accepts.
-# llguidance refuses what it cannot enforce instead. The final check applies whatever the engine.
-IGNORED_KEYWORDS: dict[str, frozenset[str]] = {
-    "llguidance": frozenset(),
-    "xgrammar": frozenset(
-        {"allOf", "contains", "dependencies", "dependentRequired", "if", "not", "oneOf", "unevaluatedProperties"}
-        | {"uniqueItems"}
-    ),
-    "outlines_core": frozenset(
-        {"contains", "dependencies", "dependentRequired", "exclusiveMaximum", "exclusiveMinimum", "if"}
-        | {"maxProperties", "maximum", "minProperties", "minimum", "multipleOf", "oneOf", "propertyNames"}
-        | {"uniqueItems"}
-    ),
-}
 MAX_FORM_CHARS = 20_000  # a compiled form can be megabytes (outlines_core's regex for a large schema)
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
@@ -53,11 +37,11 @@ class InspectResponse(BaseModel):
 
 def inspect_constraint(compiler: ConstraintCompiler, constraint: Constraint) -> InspectResponse:
     """Every engine's report; compiles go through the compiler (its cache and time limit)."""
-    return InspectResponse(engines=[_report(compiler, constraint, engine) for engine in ENGINES])
+    return InspectResponse(engines=[_report(compiler, constraint, engine) for engine in backends.names()])
 
 
 def _report(compiler: ConstraintCompiler, constraint: Constraint, engine: str) -> EngineReport:
-    if constraint.kind not in SUPPORTS[engine]:
+    if constraint.kind not in backends.get(engine).kinds:
         return EngineReport(
             engine=engine, compiled=False, error=f"{engine} does not read {constraint.kind} constraints"
         )
@@ -79,7 +63,7 @@ def _report(compiler: ConstraintCompiler, constraint: Constraint, engine: str) -
 def _ignored(constraint: Constraint, engine: str) -> list[str]:
     if constraint.kind != "json_schema":
         return []
-    ignored = sorted(schema_keywords(constraint.schema) & IGNORED_KEYWORDS[engine])
+    ignored = sorted(schema_keywords(constraint.schema) & backends.get(engine).ignored_keywords)
     return [f"{engine} ignores `{keyword}` (only the final check enforces it)" for keyword in ignored]
 
 
@@ -104,23 +88,7 @@ def schema_keywords(schema: Any, depth: int = 0) -> set[str]:
 
 def compiled_form(compiled: CompiledConstraint) -> str:
     """What the engine compiled: llguidance's grammar, xgrammar's EBNF, the regex outlines_core builds."""
-    constraint = compiled.constraint
-    if compiled.engine == "llguidance":
-        return _pretty_json(compiled.template.grammar)
-    if compiled.engine == "xgrammar":
-        return str(compiled.template.compiled_grammar.grammar)
-    if constraint.kind == "json_schema":
-        from outlines_core.json_schema import build_regex_from_schema
-
-        return build_regex_from_schema(constraint.engine_input())
-    return constraint.engine_input()
-
-
-def _pretty_json(text: str) -> str:
-    try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    except ValueError:
-        return text
+    return backends.get(compiled.engine).compiled_form(compiled.constraint, compiled.template)
 
 
 def _bounded(text: str) -> str:

@@ -12,8 +12,10 @@ from pydantic import BaseModel, Field
 from playground.constraints import Constraint
 from playground.constraints.compiler import CompiledConstraint
 from playground.debug import reasons
-from playground.debug.state import LocalEngine, State, llguidance_matcher, masks
-from playground.errors import ParameterError
+from playground.debug.state import LocalEngine, State, llguidance_matcher
+from playground.decoding.continuation import PrefixRefused
+from playground.decoding.walk import first_refusal
+from playground.errors import InvalidConstraintError, ParameterError
 from playground.types import EngineName, GrammarType, Strict, Validation
 
 MAX_CHECK_CHARS = 20_000
@@ -87,24 +89,27 @@ def first_refused(
     end: int | None = None,
 ) -> RefusedToken | None:
     """The first refused token (or end of text), with its reason; None when all pass."""
-    eos = min(engine.runner.eos_ids)
     if offsets is None:
         pieces = [engine.token_text(i) for i in ids]
         offsets = [sum(len(p) for p in pieces[:k]) for k in range(len(ids))]
         end = sum(len(p) for p in pieces)
-    for k, (allowed, _) in enumerate(masks(engine, constraint, compiled, ids)):
-        if k == len(ids) and not with_eos:
-            return None
-        token = ids[k] if k < len(ids) else eos
-        if bool(allowed[token]):
-            continue
-        prefix = engine.tokenizer.decode(ids[:k], skip_special_tokens=True)
-        state = State(prefix, allowed, False, compiled.engine, llguidance_matcher(engine, constraint, ids[:k]))
-        return RefusedToken(
-            position=k,
-            token=token,
-            text=engine.token_text(token),
-            offset=offsets[k] if k < len(ids) else (end or 0),
-            reason=reasons.explain(engine, constraint, state, token),
-        )
-    return None
+    refusal = first_refusal(engine, constraint, compiled, ids, with_eos=with_eos)
+    if refusal is None:
+        return None
+    k = refusal.position
+    prefix = engine.tokenizer.decode(ids[:k], skip_special_tokens=True)
+    state = State(prefix, refusal.allowed, False, compiled.engine, llguidance_matcher(engine, constraint, ids[:k]))
+    return RefusedToken(
+        position=k,
+        token=refusal.token,
+        text=engine.token_text(refusal.token),
+        offset=offsets[k] if k < len(ids) else (end or 0),
+        reason=reasons.explain(engine, constraint, state, refusal.token),
+    )
+
+
+def worded(engine: LocalEngine, refused: PrefixRefused) -> InvalidConstraintError:
+    """continue_from's refusal with the reason in words, as the surfaces show it."""
+    word = first_refused(engine, refused.constraint, refused.compiled, refused.ids, with_eos=False)
+    reason = f": {word.reason}" if word is not None else ""
+    return InvalidConstraintError(f"{refused.message}{reason}", field=refused.field)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 
-from playground.constraints import Constraint
-from playground.debug import jsonstate
+from playground.constraints import Constraint, jsonstate
 from playground.debug.state import LocalEngine, State, first_chars
 
 _NOUNS = {"json_schema": "schema", "regex": "regex", "choice": "choices", "grammar": "grammar"}

@@ -6,43 +6,22 @@ compile the constraint, adds what only a parser knows: the bytes it forces next 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from playground.constraints import Constraint
-from playground.constraints.compiler import CompiledConstraint, ConstraintCompiler
+from playground.constraints.compiler import CompiledConstraint
+from playground.decoding.walk import LocalEngine, masks
 from playground.errors import ConstraintError
-from playground.types import GenerateParameters
 
 if TYPE_CHECKING:
-    from playground.decoding.chooser import TokenChooser
-    from playground.decoding.runner import ModelRunner
+    pass
 
 # Listing the first characters of every allowed token costs a decode per token; past this many
 # allowed tokens the list would be too long to be a reason anyway.
 MAX_LISTED_TOKENS = 4000
-
-
-class LocalEngine(Protocol):
-    """What the debugger uses of the local engine (playground.decoding.engine.Engine): a protocol, so the engine
-    can call into the debugger (continue_from) while the debugger never imports the engine."""
-
-    tokenizer: Any
-    runner: ModelRunner
-    compiler: ConstraintCompiler
-    vocab_size: int
-    max_input_tokens: int
-
-    def token_text(self, token_id: int) -> str: ...
-
-    def _encode(self, text: str, *, add_special_tokens: bool) -> list[int]: ...
-
-    def chooser(
-        self, params: GenerateParameters, compiled: CompiledConstraint, constraint: Constraint, prompt_length: int
-    ) -> TokenChooser: ...
 
 
 @dataclass
@@ -76,29 +55,6 @@ class State:
             matcher = self.matcher.deep_copy()
             matcher.try_consume_tokens(engine.tokenizer(piece, add_special_tokens=False)["input_ids"])
         return State(self.text + piece, None, False, self.engine, matcher)
-
-
-def masks(
-    engine: LocalEngine, constraint: Constraint, compiled: CompiledConstraint, token_ids: list[int]
-) -> Iterator[tuple[torch.Tensor, bool]]:
-    """Before each of `token_ids` and after the last: the allowed tokens and whether the EOS gate took EOS.
-
-    Scored through the engine's own TokenChooser (its mask and its JSON EOS gate), as decoding does.
-    """
-    chooser = engine.chooser(GenerateParameters(), compiled, constraint, 0)
-    runner = engine.runner
-    # The processors consume input_ids[-1] from their second call on: any token can start the row.
-    ids = [min(runner.eos_ids)]
-    for k in range(len(token_ids) + 1):
-        with torch.inference_mode():
-            scores = torch.zeros(runner.vocab_size, device=runner.device)
-            masked = chooser.mask(runner.ids(ids), scores)
-            eos_open = any(bool(torch.isfinite(masked[t])) for t in runner.eos_ids if t < masked.shape[0])
-            text = engine.tokenizer.decode(token_ids[:k], skip_special_tokens=True) if eos_open else ""
-            gated = chooser.gate_eos(masked, text) if eos_open else masked
-        yield torch.isfinite(gated).cpu(), gated is not masked
-        if k < len(token_ids):
-            ids.append(token_ids[k])
 
 
 def llguidance_matcher(engine: LocalEngine, constraint: Constraint, token_ids: list[int]) -> Any | None:

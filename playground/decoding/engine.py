@@ -14,10 +14,9 @@ import torch
 from playground.constraints import Constraint
 from playground.constraints.compile_pool import CompileLimits
 from playground.constraints.compiler import CompiledConstraint, ConstraintCompiler, compiling_with
-from playground.debug import continuation
-from playground.debug.fields import field_confidence
-from playground.decoding import sampling
+from playground.decoding import continuation, sampling
 from playground.decoding.chooser import TokenChooser, first_refused
+from playground.decoding.fields import field_confidence
 from playground.decoding.prefix_cache import PrefixCache
 from playground.decoding.rows import Decode, Row
 from playground.decoding.runner import ModelRunner
@@ -26,6 +25,7 @@ from playground.decoding.stopping import StopCriteria
 from playground.errors import InvalidConstraintError, ParameterError, PromptTooLongError, first_line
 from playground.models import LoadedModel
 from playground.models.adapters import Adapters
+from playground.options import LOCAL
 from playground.types import (
     ChatMessage,
     GenerateParameters,
@@ -36,6 +36,7 @@ from playground.types import (
     Timings,
     TokenEvent,
 )
+from playground.types.sizes import MAX_BEST_OF, MAX_TOP_N_TOKENS
 from playground.wire import checks
 
 Inputs = str | list[ChatMessage]
@@ -48,15 +49,15 @@ class Engine:
         self,
         loaded: LoadedModel,
         *,
-        compile_timeout_s: float = 10.0,
-        compile_memory_mb: int = 1024,
-        compile_workers: int = 2,
-        default_max_new_tokens: int = 256,
-        max_best_of: int = 4,
-        max_top_n_tokens: int = 20,
-        adapters: Collection[str] | None = None,
-        prefix_cache_tokens: int = 4096,
-        max_batch_rows: int = 32,
+        compile_timeout_s: float = LOCAL.compile_timeout,
+        compile_memory_mb: int = LOCAL.compile_memory,
+        compile_workers: int = LOCAL.compile_workers,
+        default_max_new_tokens: int = LOCAL.max_new_tokens,
+        max_best_of: int = MAX_BEST_OF,
+        max_top_n_tokens: int = MAX_TOP_N_TOKENS,
+        adapters: Collection[str] | None = LOCAL.adapters,
+        prefix_cache_tokens: int = LOCAL.prefix_cache_tokens,
+        max_batch_rows: int = LOCAL.max_batch_size,
     ) -> None:
         self.loaded = loaded
         self.runner = ModelRunner(loaded)

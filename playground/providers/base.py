@@ -4,18 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, cast, runtime_checkable
 
 from pydantic import BaseModel
 
+from playground.errors import ParameterError
 from playground.providers.loading import LoadingPolicy
 from playground.types import (
     ChatMessage,
     GenerateParameters,
     GenerationResult,
+    ModelInfo,
     NextTokenDistribution,
     TokenEvent,
 )
+
+if TYPE_CHECKING:
+    from playground.decoding.engine import Engine
+    from playground.decoding.heartbeat import Heartbeat
 
 Inputs = str | list[ChatMessage]
 ALL_KINDS = frozenset({"json_schema", "regex", "choice", "grammar"})
@@ -32,28 +38,11 @@ class Capabilities:
     best_of: bool = True  # several candidates in one request
     model_loading: bool = False  # loads a model by name at run time (hub id, folder, .gguf)
     decodes_here: bool = False  # decoding runs in this process: a stream that stops frees the CPU
+    local_engine: bool = False  # lends its engine (tokenizer, compiler, masks) and heartbeat: see EngineLender
 
     def as_json(self) -> dict[str, object]:
         """For /info: plain JSON values."""
         return {**self.__dict__, "constraint_kinds": sorted(self.constraint_kinds)}
-
-
-class ModelInfo(BaseModel):
-    """What /info reports about one served model."""
-
-    model_id: str
-    provider_id: str
-    provider_type: str
-    max_input_tokens: int
-    max_total_tokens: int
-    max_best_of: int = 4
-    max_stop_sequences: int = 4
-    max_top_n_tokens: int = 20
-    model_sha: str | None = None
-    device: str | None = None
-    compile_limits: dict[str, float | int] | None = None  # local engines: timeout_s, memory_mb, workers
-    prefix_cache: dict[str, int] | None = None  # local engines: budget, tokens and bytes held, hits, misses, reused
-    batch: dict[str, int] | None = None  # local engines: scheduler.usage() and batch_weights_mb
 
 
 class SimpleToken(BaseModel):
@@ -96,3 +85,33 @@ class Provider(Protocol):
     ) -> NextTokenDistribution: ...
 
     def tokenize(self, model: str, text: str) -> list[SimpleToken]: ...
+
+
+class EngineLender(Provider, Protocol):
+    """A provider whose capabilities say `local_engine`: its models decode in this process.
+
+    It lends each model's engine to what needs the tokenizer and the masks (the debugger, /check, /reason,
+    /inspect) and its heartbeat to /health. Callers reach it through `local_engine` and `stalled_s`.
+    """
+
+    heartbeat: Heartbeat
+
+    def engine(self, model: str) -> Engine: ...
+
+
+def local_engine(provider: Provider, model: str, what: str) -> Engine:
+    """The engine behind `model`; a remote model has no masks to show, and the error says so by name."""
+    if not provider.capabilities.local_engine:
+        raise ParameterError(
+            f"model {model!r} is served remotely: {what} needs a local model (provider {provider.provider_id!r}, "
+            f"{provider.provider_type}, does not expose its tokenizer and masks)",
+            field="model",
+        )
+    return cast(EngineLender, provider).engine(model)
+
+
+def stalled_s(provider: Provider) -> float:
+    """How long the provider's running work has not moved (0 for one that decodes elsewhere)."""
+    if not provider.capabilities.local_engine:
+        return 0.0
+    return cast(EngineLender, provider).heartbeat.stalled_s()

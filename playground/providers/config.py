@@ -106,15 +106,18 @@ def build_registry(path: str | Path, *, local_factory: LocalFactory) -> tuple[Re
     registry = Registry([])
     problems: list[str] = []
     reachable: dict[str, bool] = {}
+    remotes: dict[str, RemoteProvider] = {}
     for entry, config in zip(parsed.providers, configs):
-        provider = _make_provider(entry, config, declared.get(entry.provider_id, []), local_factory)
-        if isinstance(provider, RemoteProvider) and provider.key_problem:
-            problems.append(f"provider {entry.provider_id!r}: {provider.key_problem}")
+        provider, remote = _make_provider(entry, config, declared.get(entry.provider_id, []), local_factory)
+        if remote is not None:
+            remotes[entry.provider_id] = remote
+            if remote.key_problem:
+                problems.append(f"provider {entry.provider_id!r}: {remote.key_problem}")
         reachable[entry.provider_id] = _add(registry, provider, path, problems)
         if isinstance(config, LocalConfig):
             _register_load_name(registry, entry.provider_id, config.model, path)
     for i, entry in enumerate(parsed.models):
-        _register_declared(registry, entry, i, path, reachable[entry.provider_id])
+        _register_declared(registry, entry, i, path, reachable[entry.provider_id], remotes.get(entry.provider_id))
     registry.default_model = _default_model(registry, parsed, path)
     return registry, problems
 
@@ -159,13 +162,15 @@ def _config_class(entry: ProviderEntry) -> type[BaseModel]:
 
 def _make_provider(
     entry: ProviderEntry, config: BaseModel, declared: list[str], local_factory: LocalFactory
-) -> Provider:
+) -> tuple[Provider, RemoteProvider | None]:
+    """The registry's factory: the provider an entry names, and its remote side when it has one."""
     if entry.provider_type == LOCAL_TYPE:
         assert isinstance(config, LocalConfig)
         provider = local_factory(config)
         provider.provider_id = entry.provider_id
-        return provider
-    return REMOTE_TYPES[entry.provider_type](entry.provider_id, config, declared=declared)  # type: ignore[arg-type]
+        return provider, None
+    remote = REMOTE_TYPES[entry.provider_type](entry.provider_id, config, declared=declared)  # type: ignore[arg-type]
+    return remote, remote
 
 
 def _add(registry: Registry, provider: Provider, path: Path, problems: list[str]) -> bool:
@@ -193,17 +198,17 @@ def _register_load_name(registry: Registry, provider_id: str, name: str, path: P
     registry.register_model(name, provider_id)
 
 
-def _register_declared(registry: Registry, entry: ModelEntry, index: int, path: Path, reachable: bool) -> None:
+def _register_declared(
+    registry: Registry, entry: ModelEntry, index: int, path: Path, reachable: bool, remote: RemoteProvider | None
+) -> None:
     """A `models:` entry: registered when its provider lists it, or when the provider can't be asked."""
-    provider = registry.providers[entry.provider_id]
-    remote = isinstance(provider, RemoteProvider)
-    name = provider.name(entry.model_id) if remote else entry.model_id
+    name = remote.name(entry.model_id) if remote else entry.model_id
     owners = _owners(registry)
     if owners.get(name, entry.provider_id) != entry.provider_id:
         raise ProvidersFileError(f"{path}: models[{index}]: {name!r} is already served by provider {owners[name]!r}")
-    listed = [provider.upstream(m) if remote else m for m, p in owners.items() if p == entry.provider_id]
-    unchecked = remote and (not reachable or not provider.config.discover_models)
-    if name in owners or unchecked or (remote and provider.serves(entry.model_id, listed)):
+    listed = [remote.upstream(m) if remote else m for m, p in owners.items() if p == entry.provider_id]
+    unchecked = remote is not None and (not reachable or not remote.config.discover_models)
+    if name in owners or unchecked or (remote is not None and remote.serves(entry.model_id, listed)):
         registry.register_model(name, entry.provider_id)
         return
     shown = ", ".join(listed[:20]) or "none"

@@ -5,15 +5,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
+from contextlib import contextmanager
 from typing import Any
 
+from playground.debug import check
+from playground.decoding.continuation import PrefixRefused
 from playground.decoding.engine import Engine
 from playground.decoding.heartbeat import Heartbeat
 from playground.errors import ModelError, first_line
 from playground.models import load_model
 from playground.models.hub import hub_snapshot
-from playground.providers.base import Capabilities, Inputs, ModelInfo, SimpleToken
+from playground.options import LocalOptions
+from playground.providers.base import Capabilities, Inputs, SimpleToken
 from playground.providers.loading import (
     LoadingPolicy,
     LoadingRefused,
@@ -23,33 +26,9 @@ from playground.providers.loading import (
     looks_like_path,
 )
 from playground.space import gpu_decorator
-from playground.types import GenerateParameters, GenerationResult, NextTokenDistribution, TokenEvent
+from playground.types import GenerateParameters, GenerationResult, ModelInfo, NextTokenDistribution, TokenEvent
 
 log = logging.getLogger("playground.providers")
-
-
-@dataclass(frozen=True)
-class LocalOptions:
-    """How local models are loaded and decoded here; the names are the command line's flags."""
-
-    device: str | None = None
-    dtype: str | None = None
-    threads: int | None = 1
-    trust_remote_code: bool = False
-    compile_timeout: float = 10.0  # seconds to compile one constraint
-    compile_memory: int = 1024  # MB one compile may add to a warm compile worker
-    compile_workers: int = 2  # compile worker processes per model
-    prefix_cache_tokens: int = 4096  # KV cache of recent sequences kept per model, in tokens (0: off)
-    max_batch_size: int = 32  # rows (best_of counts each) decoding together per model
-    cpu_batch_weights: str = "auto"  # CPU: a blocked copy of the linear weights for batches (auto, on, off)
-    max_new_tokens: int = 256  # when a request leaves it unset
-    adapters: tuple[str, ...] | None = None  # what adapter_id may name: None any (a notebook), () none
-
-    @classmethod
-    def from_flags(cls, args: Any, **overrides: Any) -> LocalOptions:
-        """From parsed flags of the same names, with a providers file entry's overrides."""
-        given = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
-        return cls(**{**given, **overrides})
 
 
 def make_local(options: LocalOptions | None = None, model: str | None = None) -> LocalProvider:
@@ -78,7 +57,9 @@ class LocalProvider:
     """Serves engines by model id; more models can be loaded at run time (the UI's model picker)."""
 
     provider_type = "local::transformers"
-    capabilities = Capabilities(raw_logprobs=True, next_token_view="constrained", model_loading=True, decodes_here=True)
+    capabilities = Capabilities(
+        raw_logprobs=True, next_token_view="constrained", model_loading=True, decodes_here=True, local_engine=True
+    )
 
     def __init__(
         self,
@@ -198,7 +179,7 @@ class LocalProvider:
         return self._next_token(self.engine(model), inputs, params, prefix, top_k)
 
     def _generate_on_device(self, engine: Engine, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
-        with self.heartbeat.working():
+        with self.heartbeat.working(), _worded(engine):
             result = engine.generate(inputs, params)
         result.provider_id = self.provider_id
         return result
@@ -206,7 +187,7 @@ class LocalProvider:
     def _stream_on_device(
         self, engine: Engine, inputs: Inputs, params: GenerateParameters
     ) -> Iterator[TokenEvent | GenerationResult]:
-        with self.heartbeat.working() as beat:
+        with self.heartbeat.working() as beat, _worded(engine):
             for event in engine.stream(inputs, params):
                 beat()
                 if isinstance(event, GenerationResult):
@@ -221,3 +202,12 @@ class LocalProvider:
 
     def tokenize(self, model: str, text: str) -> list[SimpleToken]:
         return [SimpleToken(**t) for t in self.engine(model).tokenize(text)]
+
+
+@contextmanager
+def _worded(engine: Engine) -> Iterator[None]:
+    """A continue_from the constraint refuses comes back with the debugger's reason in words."""
+    try:
+        yield
+    except PrefixRefused as refused:
+        raise check.worded(engine, refused) from None

@@ -16,12 +16,13 @@ from pydantic import Field
 from playground.constraints import Constraint
 from playground.errors import ParameterError, UnsupportedConstraintError
 from playground.providers import mapping
-from playground.providers.base import Capabilities, Inputs, ModelInfo, SimpleToken
+from playground.providers.base import Capabilities, Inputs, SimpleToken
 from playground.providers.remote import RemoteConfig, RemoteProvider
 from playground.types import (
     GeneratedToken,
     GenerateParameters,
     GenerationResult,
+    ModelInfo,
     NextTokenDistribution,
     Sequence,
     TokenEvent,

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from playground.errors import ModelError
-from playground.providers.base import Provider
+from playground.providers.base import Provider, local_engine
 from playground.providers.loading import LoadingPolicy
+
+if TYPE_CHECKING:
+    from playground.decoding.engine import Engine
 
 
 class Registry:
@@ -46,6 +50,11 @@ class Registry:
             known = ", ".join(sorted(self._models)) or "none"
             raise ModelError(f"no provider serves model {name!r} (served: {known})")
         return self.providers[provider_id], name
+
+    def local_engine(self, model: str | None, what: str) -> Engine:
+        """The local engine serving `model` (for `what`: the debugger, /check, /inspect); remote ones refuse by name."""
+        provider, model_id = self.resolve(model)
+        return local_engine(provider, model_id, what)
 
     def models(self) -> list[tuple[str, str]]:
         """(provider_id, model) pairs, grouped by provider."""

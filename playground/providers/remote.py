@@ -10,10 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from playground.constraints import Constraint
 from playground.errors import ModelError, ParameterError
 from playground.providers import mapping
-from playground.providers.base import Capabilities, Inputs, ModelInfo
+from playground.providers.base import Capabilities, Inputs
 from playground.providers.http import RemoteClient
 from playground.providers.loading import LoadingPolicy
-from playground.types import GenerateParameters, GenerationResult, Sequence
+from playground.types import GenerateParameters, GenerationResult, ModelInfo, Sequence
+from playground.types.sizes import MAX_TOP_N_TOKENS
 from playground.wire import checks, outbound
 
 
@@ -35,7 +36,9 @@ class RemoteConfig(BaseModel):
     max_total_tokens: int = Field(
         default=4096, gt=1, description="Context size to show when the server does not report it."
     )
-    max_top_n_tokens: int = Field(default=20, ge=0, description="Most alternatives per token the server returns.")
+    max_top_n_tokens: int = Field(
+        default=MAX_TOP_N_TOKENS, ge=0, description="Most alternatives per token the server returns."
+    )
 
 
 class RemoteProvider:

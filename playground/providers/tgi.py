@@ -16,10 +16,10 @@ from pydantic import Field
 from playground.constraints import Constraint
 from playground.errors import ParameterError
 from playground.providers import mapping
-from playground.providers.base import Capabilities, Inputs, ModelInfo, SimpleToken
+from playground.providers.base import Capabilities, Inputs, SimpleToken
 from playground.providers.openai_compat import OpenAICompatProvider, refuse_constrained_view
 from playground.providers.remote import RemoteConfig, RemoteProvider
-from playground.types import GenerateParameters, GenerationResult, NextTokenDistribution, Token, TokenEvent
+from playground.types import GenerateParameters, GenerationResult, ModelInfo, NextTokenDistribution, Token, TokenEvent
 from playground.wire import outbound
 
 

@@ -7,7 +7,6 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from playground.errors import ParameterError
-from playground.providers.base import ModelInfo
 from playground.types import (
     BestOfSequence,
     ChatMessage,
@@ -17,6 +16,7 @@ from playground.types import (
     GenerateResponse,
     GenerationResult,
     InputText,
+    ModelInfo,
     Name,
     Sequence,
     StreamDetails,

@@ -2,28 +2,26 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from playground.debug.check import CheckRequest, CheckResult, check_text
 from playground.debug.why import ReasonRequest, ReasonResult, reasons_at
-from playground.errors import ParameterError
+from playground.providers import base
 from playground.server.tgi import resolve
+
+if TYPE_CHECKING:
+    from playground.decoding.engine import Engine
 
 router = APIRouter(tags=["Constraint debugger"])
 
 
-def local_engine(request: Request, model: str | None, what: str):
-    """The local engine serving `model`; a remote model can't show masks, and the error says so."""
+def local_engine(request: Request, model: str | None, what: str) -> Engine:
+    """The local engine serving `model` (TGI clients' 'tgi' and 'dummy' mean the default one)."""
     provider, model_id = resolve(request, model)
-    engine_of = getattr(provider, "engine", None)
-    if engine_of is None:
-        raise ParameterError(
-            f"{what} needs the model's tokenizer and masks, which provider {provider.provider_id!r} "
-            f"({provider.provider_type}) does not expose; use a local model",
-            field="model",
-        )
-    return engine_of(model_id)
+    return base.local_engine(provider, model_id, what)
 
 
 @router.post("/check", summary="Test an instance: walk a text through the constraint's masks and EOS gate")

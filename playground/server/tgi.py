@@ -10,8 +10,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from playground.constraints import backends
 from playground.processors import list_factories
-from playground.providers.base import Provider
+from playground.providers.base import Provider, stalled_s
 from playground.providers.registry import Registry
 from playground.server import convert
 from playground.server.docs import HEALTH_RESPONSES, JSON_OR_STREAM, STREAM_RESPONSES
@@ -121,7 +122,12 @@ async def info(request: Request, model: str | None = ModelQuery) -> dict[str, An
     body = convert.tgi_info(
         model_info, processors=processors, models=models, max_concurrent_requests=admission["max_concurrent_requests"]
     )
-    return {**body, **admission, **limits_info(), "capabilities": provider.capabilities.as_json()}
+    engines = [
+        {"name": b.name, "kinds": sorted(b.kinds), "ignored_keywords": sorted(b.ignored_keywords), "notes": b.notes}
+        for b in map(backends.get, backends.names())
+    ]
+    capabilities = provider.capabilities.as_json()
+    return {**body, **admission, **limits_info(), "capabilities": capabilities, "constraint_engines": engines}
 
 
 @open_router.get(
@@ -134,8 +140,7 @@ async def health(request: Request) -> Any:
     registry = registry_of(request)
     limit = request.app.state.stall_timeout_s
     for provider_id, provider in registry.providers.items():
-        heartbeat = getattr(provider, "heartbeat", None)
-        stalled = heartbeat.stalled_s() if heartbeat is not None else 0.0
+        stalled = stalled_s(provider)
         if stalled > limit:
             message = (
                 f"provider {provider_id!r}: the engine has made no progress for {stalled:.0f} s (limit {limit:g} s)"

@@ -35,6 +35,7 @@ from playground.types.tgi import BestOfSequence as BestOfSequence
 from playground.types.tgi import Details as Details
 from playground.types.tgi import GenerateRequest as GenerateRequest
 from playground.types.tgi import GenerateResponse as GenerateResponse
+from playground.types.tgi import ModelInfo as ModelInfo
 from playground.types.tgi import PrefillToken as PrefillToken
 from playground.types.tgi import StreamDetails as StreamDetails
 from playground.types.tgi import StreamResponse as StreamResponse

@@ -10,7 +10,8 @@ from playground.types.sizes import MAX_INPUT_CHARS, MAX_NAME_CHARS, MAX_PROCESSO
 
 FinishReason = Literal["length", "eos_token", "stop_sequence"]
 ConstraintKind = Literal["none", "json_schema", "regex", "choice", "grammar"]
-EngineName = Literal["auto", "llguidance", "xgrammar", "outlines_core"]
+# "auto" or a registered constraint engine (GET /info lists them; the compiler refuses others by name).
+EngineName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", examples=["auto", "llguidance"])]
 InputText = Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
 Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
 StopText = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
@@ -25,6 +26,6 @@ class Strict(BaseModel):
 
 
 class ResponseBody(BaseModel):
-    """ResponseBody shapes (TGI's and OpenAI's): their fields, plus our extras (raw logprobs, verdicts) as extra keys."""
+    """Response shapes (TGI's and OpenAI's): their fields, plus our extras (raw logprobs, verdicts) as extra keys."""
 
     model_config = ConfigDict(extra="allow")

@@ -20,6 +20,10 @@ MAX_PROCESSOR_PARAMS = 64
 MAX_PROCESSOR_PARAM_CHARS = 4_096
 # Model, provider and adapter names, user ids.
 MAX_NAME_CHARS = 512
+# What a local model accepts per request (TGI's --max-best-of, --max-stop-sequences, --max-top-n-tokens).
+MAX_BEST_OF = 4
+MAX_STOP_SEQUENCES = 4
+MAX_TOP_N_TOKENS = 20
 
 
 def limits_info() -> dict[str, Any]:

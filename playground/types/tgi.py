@@ -6,6 +6,7 @@ from pydantic import BaseModel, Field
 
 from playground.types.base import FinishReason, InputText, ResponseBody, Strict
 from playground.types.params import GenerateParameters
+from playground.types.sizes import MAX_BEST_OF, MAX_STOP_SEQUENCES, MAX_TOP_N_TOKENS
 
 
 class PrefillToken(BaseModel):
@@ -81,3 +82,21 @@ class GenerateRequest(Strict):
     inputs: InputText
     parameters: GenerateParameters = Field(default_factory=GenerateParameters)
     stream: bool = False
+
+
+class ModelInfo(BaseModel):
+    """What /info reports about one served model."""
+
+    model_id: str
+    provider_id: str
+    provider_type: str
+    max_input_tokens: int
+    max_total_tokens: int
+    max_best_of: int = MAX_BEST_OF
+    max_stop_sequences: int = MAX_STOP_SEQUENCES
+    max_top_n_tokens: int = MAX_TOP_N_TOKENS
+    model_sha: str | None = None
+    device: str | None = None
+    compile_limits: dict[str, float | int] | None = None  # local engines: timeout_s, memory_mb, workers
+    prefix_cache: dict[str, int] | None = None  # local engines: budget, tokens and bytes held, hits, misses, reused
+    batch: dict[str, int] | None = None  # local engines: scheduler.usage() and batch_weights_mb

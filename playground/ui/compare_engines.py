@@ -13,7 +13,7 @@ from typing import Any
 import gradio as gr
 
 from playground import render
-from playground.constraints.compiler import ENGINES
+from playground.constraints import backends
 from playground.errors import ParameterError
 from playground.providers.registry import Registry
 from playground.types import GeneratedToken, GenerationResult
@@ -44,7 +44,7 @@ def compare_engines(registry: Registry, form: Form, state: ChatState, user_text:
         params = params_of(form)
     except Exception as exc:  # noqa: BLE001
         return render.error_box(error_message(exc))
-    runs = [(form.model, engine, engine) for engine in ENGINES]
+    runs = [(form.model, engine, engine) for engine in backends.names()]
     if other_model and other_model != form.model:
         runs.append((other_model, form.constraint_engine, f"{other_model} ({form.constraint_engine})"))
     columns = [

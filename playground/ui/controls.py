@@ -117,7 +117,8 @@ def choose_model(registry: Registry, name: str, settings: UISettings, progress: 
 
 def _load_local(registry: Registry, name: str, settings: UISettings) -> None:
     """Load into the registry's local provider (one is added when none is configured) and serve it."""
-    from playground.providers.local import LocalOptions, make_local
+    from playground.options import LocalOptions
+    from playground.providers.local import make_local
 
     local = next((p for p in registry.providers.values() if p.capabilities.model_loading), None)
     if local is None:

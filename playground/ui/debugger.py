@@ -49,15 +49,6 @@ def _turn_key(state: ChatState) -> str:
     return f"{len(state.messages)}:{stopped.answer_text(state.tokens)}"
 
 
-def _engine(registry: Registry, model: str, what: str) -> Any:
-    """The local engine behind `model`; a remote provider has no masks to explain, and the message says so."""
-    provider, model_id = registry.resolve(model)
-    engine_of = getattr(provider, "engine", None)
-    if engine_of is None:
-        raise ParameterError(f"{what} needs the local engine: provider {provider.provider_id!r} does not expose masks")
-    return engine_of(model_id)
-
-
 # --- test an instance ------------------------------------------------------------------------------
 
 
@@ -67,7 +58,7 @@ def check_instance(registry: Registry, form: Form, text: str) -> str:
         grammar = inbound.grammar_for(form.kind, form.constraint_text)
         if grammar is None:
             raise ParameterError("pick a constraint first: there is nothing to check the text against")
-        engine = _engine(registry, form.model, "checking an instance")
+        engine = registry.local_engine(form.model, "checking an instance")
         result = check_text(engine, grammar, text, form.constraint_engine)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the UI
         return render.error_box(error_message(exc))
@@ -133,7 +124,7 @@ def reasons_html(registry: Registry, state: ChatState, index: int | None, top_k:
         params = state.request.params
         if params.grammar is None:
             return render.box("muted", "no constraint: nothing was refused")
-        engine = _engine(registry, state.request.model, "explaining a refused token")
+        engine = registry.local_engine(state.request.model, "explaining a refused token")
         provider, model_id = registry.resolve(state.request.model)
         dist = provider.next_token(
             model_id, state.request.inputs, params.model_copy(update={"best_of": None}), prefix=prefix, top_k=top_k

@@ -10,7 +10,6 @@ import gradio as gr
 from playground import render
 from playground.constraints import Constraint
 from playground.constraints.inspection import EngineReport, InspectResponse, inspect_constraint, summary
-from playground.errors import ParameterError
 from playground.providers.registry import Registry
 from playground.ui.handlers import error_message
 from playground.wire import tools
@@ -26,11 +25,7 @@ DEBOUNCE_JS = f"""(kind, text, model) => {{
 
 def inspect_report(registry: Registry, model: str | None, constraint: Constraint) -> InspectResponse:
     """Every engine's report, compiled with the tokenizer of the local engine serving `model`."""
-    provider, model_id = registry.resolve(model)
-    engine_of = getattr(provider, "engine", None)
-    if engine_of is None:
-        raise ParameterError(f"model {model_id!r} is served remotely: the inspect panel needs a local model")
-    return inspect_constraint(engine_of(model_id).compiler, constraint)
+    return inspect_constraint(registry.local_engine(model, "the inspect panel").compiler, constraint)
 
 
 def inspect_panel(registry: Registry, kind: str, text: str | None, model: str | None) -> Any:

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import gradio as gr
 
+from playground.constraints import backends
 from playground.providers.registry import Registry
 from playground.render import tokens_html
+from playground.types.sizes import MAX_BEST_OF, MAX_TOP_N_TOKENS
 from playground.ui import controls, debugger
 from playground.ui.compare_engines import render_engine_compare
 from playground.ui.drafts import example_title
@@ -22,7 +24,6 @@ PAGE_CSS = (Path(__file__).parent / "static" / "page.css").read_text(encoding="u
 TOKEN_CLICK_JS = (Path(__file__).parent / "static" / "tokens.js").read_text(encoding="utf-8")
 # The chatbot's class while it shows messages exactly (no Markdown): page.css keeps their whitespace.
 EXACT_CLASS = "pg-exact"
-ENGINES = ["auto", "llguidance", "xgrammar", "outlines_core"]
 # (key, tab label, editor label) of each snippet in the Code tab.
 CODE_TABS = [
     ("curl_generate", "curl /generate", "curl: POST /generate (TGI)"),
@@ -37,8 +38,8 @@ CODE_TABS = [
 class Limits:
     """Slider ranges from the default model's /info, so the UI offers what the server accepts."""
 
-    max_best_of: int = 4
-    max_top_n_tokens: int = 20
+    max_best_of: int = MAX_BEST_OF
+    max_top_n_tokens: int = MAX_TOP_N_TOKENS
     max_new_tokens: int = 1024
 
 
@@ -156,7 +157,7 @@ def _details_controls(limits: Limits) -> dict[str, gr.Component]:
 def _advanced_controls() -> dict[str, gr.Component]:
     return {
         "constraint_engine": gr.Dropdown(
-            choices=ENGINES, value="auto", label="constraint engine", elem_id="param-engine"
+            choices=["auto", *backends.names()], value="auto", label="constraint engine", elem_id="param-engine"
         ),
         "watermark": gr.Checkbox(value=False, label="watermark", elem_id="param-watermark"),
         "adapter_id": gr.Textbox(

@@ -17,7 +17,7 @@ from playground.wire.controls import SAMPLING
 from playground.wire.errors import parameter_error
 
 if TYPE_CHECKING:
-    from playground.providers.local import LocalOptions
+    from playground.options import LocalOptions
 
 SESSION_FORMAT = "structured-playground-session"
 SESSION_VERSION = 1

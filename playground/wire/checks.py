@@ -7,8 +7,7 @@ stop sequences within the model's limits, max_new_tokens leaving room in the con
 from __future__ import annotations
 
 from playground.errors import ParameterError
-from playground.providers.base import ModelInfo
-from playground.types import GenerateParameters
+from playground.types import GenerateParameters, ModelInfo
 from playground.wire.controls import SAMPLING
 
 _WARPERS = ", ".join(c.name for c in SAMPLING if c.warper)

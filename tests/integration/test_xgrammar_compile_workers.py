@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from playground.constraints import Constraint, engines
+from playground.constraints import Constraint
+from playground.constraints.backends import xgrammar
 from playground.constraints.compile_pool import CompileLimits
 from playground.constraints.compiler import ConstraintCompiler
 from playground.errors import CompileMemoryError
@@ -62,9 +63,9 @@ def test_xgrammar_compiles_large_schemas_through_the_workers_and_masks_them(engi
 
 
 def test_an_xgrammar_compile_the_worker_stopped_never_runs_in_the_server(loaded_model, monkeypatch):
-    compiled_here: list[str] = []  # compile_template calls in this process; the spawned workers keep the original
-    real = engines.compile_template
-    monkeypatch.setattr(engines, "compile_template", lambda *a: compiled_here.append(a[3]) or real(*a))
+    compiled_here: list[str] = []  # xgrammar compiles in this process; the spawned workers keep the original
+    real = xgrammar._template
+    monkeypatch.setattr(xgrammar, "_template", lambda *a: compiled_here.append(a[2]) or real(*a))
     limits = CompileLimits(timeout_s=600, memory_mb=64, workers=1)
     compiler = ConstraintCompiler(loaded_model.tokenizer, limits=limits)
     try:

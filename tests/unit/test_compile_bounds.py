@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from app import parse_args
+from playground.cli import parse_args
+from playground.constraints.backends import EngineRefusal
+from playground.constraints.backends.outlines_core import OUTLINES_CORE_MAX_REPEAT, check_bounds, max_repetition
 from playground.constraints.compile_pool import CompileLimits
-from playground.constraints.engines import (
-    OUTLINES_CORE_MAX_REPEAT,
-    EngineRefusal,
-    _check_outlines_core_bounds,
-    max_repetition,
-)
 
 
 @pytest.mark.parametrize(
@@ -37,14 +33,14 @@ def test_max_repetition_multiplies_nested_counts(pattern, expected):
 
 def test_outlines_core_refuses_counts_it_would_unroll():
     with pytest.raises(EngineRefusal, match=f"up to 100000 exceeds its limit of {OUTLINES_CORE_MAX_REPEAT}") as info:
-        _check_outlines_core_bounds("regex", "[a-z]{1,100000}")
+        check_bounds("regex", "[a-z]{1,100000}")
     assert info.value.kind == "unsupported"
-    _check_outlines_core_bounds("regex", "[a-z]{1,20}")
+    check_bounds("regex", "[a-z]{1,20}")
 
 
 def test_outlines_core_bound_applies_to_the_regex_a_schema_becomes():
     with pytest.raises(EngineRefusal, match="up to 50000"):
-        _check_outlines_core_bounds("json_schema", '{"type": "string", "maxLength": 50000}')
+        check_bounds("json_schema", '{"type": "string", "maxLength": 50000}')
 
 
 def test_compile_limit_flags():

@@ -10,12 +10,13 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-import app
+from playground import cli
 from playground.decoding.batch import BatchCache
 from playground.decoding.runner import ModelRunner
 from playground.models import LoadedModel, cpu_weights
 from playground.models.cpu_weights import BatchLinear, pack_for_cpu
-from playground.providers.local import LocalOptions, make_local
+from playground.options import LocalOptions
+from playground.providers.local import make_local
 from tests.support import tiny_llama
 
 ATOL = 1e-4  # float32 GEMMs of other kernels sum in another order: ~1e-6 here, far below any logprob shown
@@ -164,10 +165,10 @@ def test_each_row_of_a_batch_sees_what_it_sees_alone_without_the_copy() -> None:
 
 
 def test_the_flag_reaches_the_loader() -> None:
-    assert LocalOptions.from_flags(app.parse_args([])).cpu_batch_weights == "auto"
-    assert LocalOptions.from_flags(app.parse_args(["--cpu-batch-weights", "off"])).cpu_batch_weights == "off"
+    assert LocalOptions.from_flags(cli.parse_args([])).cpu_batch_weights == "auto"
+    assert LocalOptions.from_flags(cli.parse_args(["--cpu-batch-weights", "off"])).cpu_batch_weights == "off"
     with pytest.raises(SystemExit):
-        app.parse_args(["--cpu-batch-weights", "sometimes"])
+        cli.parse_args(["--cpu-batch-weights", "sometimes"])
     assert make_local(LocalOptions(cpu_batch_weights="on")).load_options["batch_weights"] == "on"
     with pytest.raises(ValueError, match="batch_weights must be one of auto, on, off, not 'ON'"):
         pack_for_cpu(tiny(), "ON")

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import fields
+from importlib.metadata import entry_points
+from pathlib import Path
 
 import pytest
 
-import app
+from playground import cli
+from playground.constraints.compile_pool import CompileLimits
+from playground.options import LocalOptions, ServerOptions
 from tests.support import REPO_ROOT, child_env
 
 FLAGS = [
@@ -46,15 +51,15 @@ def test_help_documents_every_flag() -> None:
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PLAYGROUND_API_KEY", raising=False)
     monkeypatch.delenv("PLAYGROUND_THREADS", raising=False)
-    args = app.parse_args([])
+    args = cli.parse_args([])
     assert (args.model, args.host, args.port, args.api_key, args.threads) == ("embedded", "127.0.0.1", 7860, None, 1)
     assert (args.compile_timeout, args.trust_remote_code, args.no_ui) == (10.0, False, False)
 
 
 def test_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLAYGROUND_API_KEY", "from-env")
-    assert app.parse_args([]).api_key == "from-env"
-    assert app.parse_args(["--api-key", "flag"]).api_key == "flag"
+    assert cli.parse_args([]).api_key == "from-env"
+    assert cli.parse_args(["--api-key", "flag"]).api_key == "flag"
 
 
 def test_a_custom_module_that_fails_stops_start_up_with_exit_2() -> None:
@@ -72,9 +77,32 @@ def test_a_custom_module_that_fails_stops_start_up_with_exit_2() -> None:
 
 
 def test_prefix_cache_budget_reaches_the_local_engines() -> None:
-    from playground.providers.local import LocalOptions
+    from playground.options import LocalOptions
 
-    assert LocalOptions.from_flags(app.parse_args([])).prefix_cache_tokens == 4096
-    assert LocalOptions.from_flags(app.parse_args(["--prefix-cache-tokens", "0"])).prefix_cache_tokens == 0
+    assert LocalOptions.from_flags(cli.parse_args([])).prefix_cache_tokens == 4096
+    assert LocalOptions.from_flags(cli.parse_args(["--prefix-cache-tokens", "0"])).prefix_cache_tokens == 0
     with pytest.raises(SystemExit):
-        app.parse_args(["--prefix-cache-tokens", "-1"])
+        cli.parse_args(["--prefix-cache-tokens", "-1"])
+
+
+def test_the_console_script_runs_the_composition_root() -> None:
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "structured-playground"]
+    assert script.load() is cli.main
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("structured-playground")), "--help"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0 and "--compile-timeout" in out.stdout, out.stderr
+
+
+def test_every_flag_comes_from_one_options_field_with_its_default() -> None:
+    args = vars(cli.parse_args([]))
+    declared = {f.name: f for options in (ServerOptions, LocalOptions) for f in fields(options)}
+    assert set(args) == set(declared)
+    local = LocalOptions()
+    for name in ("compile_timeout", "compile_memory", "compile_workers", "prefix_cache_tokens", "max_new_tokens"):
+        assert args[name] == getattr(local, name), name
+    assert CompileLimits() == CompileLimits(local.compile_timeout, local.compile_memory, local.compile_workers)

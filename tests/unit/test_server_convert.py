@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from playground.errors import ParameterError
-from playground.providers.base import ModelInfo
 from playground.server import convert
 from playground.types import (
     GeneratedToken,
     GenerateParameters,
     GenerationResult,
+    ModelInfo,
     PrefillToken,
     Sequence,
     Token,

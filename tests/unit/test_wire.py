@@ -6,8 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from playground.errors import ParameterError
-from playground.providers.base import ModelInfo
-from playground.types import GenerateParameters
+from playground.types import GenerateParameters, ModelInfo
 from playground.wire import checks, controls, inbound, outbound
 from playground.wire.errors import parameter_error
 

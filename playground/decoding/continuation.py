@@ -1,7 +1,8 @@
 """Branch from any token: decoding resumes after a given answer prefix, forced through the constraint.
 
 The prefix is tokenized as the model would write it and fed to every row's processors, exactly as if
-the model had sampled it; a prefix the constraint refuses is a 422 naming its first refused token.
+the model had sampled it; a prefix the constraint refuses is a 422 naming its first refused token
+(PrefixRefused: the edges ask the debugger for the reason in words).
 """
 
 from __future__ import annotations
@@ -10,12 +11,21 @@ from typing import TYPE_CHECKING
 
 from playground.constraints import Constraint
 from playground.constraints.compiler import CompiledConstraint
-from playground.debug.check import first_refused
-from playground.debug.state import LocalEngine
+from playground.decoding.walk import LocalEngine, first_refusal
 from playground.errors import InvalidConstraintError, PromptTooLongError
 
 if TYPE_CHECKING:
     from playground.decoding.rows import Row
+
+
+class PrefixRefused(InvalidConstraintError):
+    """continue_from holds a token the constraint refuses: where, and what to explain it with."""
+
+    def __init__(
+        self, message: str, constraint: Constraint, compiled: CompiledConstraint, ids: list[int], field: str
+    ) -> None:
+        super().__init__(message, field=field)
+        self.constraint, self.compiled, self.ids = constraint, compiled, ids
 
 
 def prefix_ids(engine: LocalEngine, text: str | None, prompt_length: int) -> list[int]:
@@ -37,11 +47,16 @@ def check_prefix(
     """A 422 naming the first token of the prefix that the constraint refuses, and why."""
     if compiled is None or not ids:
         return
-    refused = first_refused(engine, constraint, compiled, ids, with_eos=False)
+    refused = first_refusal(engine, constraint, compiled, ids, with_eos=False)
     if refused is not None:
-        raise InvalidConstraintError(
-            f"continue_from: the constraint refuses token {refused.position} ({refused.text!r}, "
-            f"at character {refused.offset}): {refused.reason}",
+        k = refused.position
+        offset = sum(len(engine.token_text(i)) for i in ids[:k])
+        raise PrefixRefused(
+            f"continue_from: the constraint refuses token {k} ({engine.token_text(refused.token)!r}, "
+            f"at character {offset})",
+            constraint,
+            compiled,
+            ids,
             field="continue_from",
         )
 

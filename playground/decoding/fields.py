@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any
 
-from playground.debug.jsonstate import Path, path_text
+from playground.constraints.jsonstate import Path, path_text
 from playground.types import FieldConfidence, GeneratedToken
 
 _WS = " \t\r\n"

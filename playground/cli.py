@@ -1,0 +1,162 @@
+"""The composition root: flags -> providers -> one FastAPI app (HTTP API + Gradio UI) -> uvicorn.
+
+The console script `structured-playground` and `python app.py` (Spaces) both run `main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from playground.options import LocalOptions, ServerOptions, add_flags
+
+if TYPE_CHECKING:
+    from playground.providers.config import LocalConfig
+    from playground.providers.loading import LoadingPolicy
+    from playground.providers.local import LocalProvider
+    from playground.providers.registry import Registry
+
+log = logging.getLogger("playground")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags, one per field of ServerOptions and LocalOptions."""
+    parser = argparse.ArgumentParser(
+        prog="structured-playground",
+        description="Constrained-decoding playground: Gradio UI at / and TGI/OpenAI-compatible API on one port.",
+    )
+    add_flags(parser, ServerOptions, LocalOptions)
+    return parser.parse_args(argv)
+
+
+def load_plugins(args: argparse.Namespace) -> None:
+    """Custom modules and entry points register processors; a failure stops start-up with exit code 2."""
+    from playground.processors import PluginLoadError, load_custom_modules, load_entry_points
+
+    modules = [m for m in args.custom_modules.split(",") if m.strip()]
+    if modules and not getattr(args, "allow_custom_modules", True):
+        log.warning("ignoring --custom-modules on a Hugging Face Space")
+        modules = []
+    try:
+        added = load_custom_modules(modules) + load_entry_points()
+    except PluginLoadError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if added:
+        log.info("registered processors: %s", ", ".join(added))
+
+
+def build_registry(args: argparse.Namespace) -> Registry:
+    """The local engine on --model, or the providers of --providers (whose local entries load their own)."""
+    from playground.providers.registry import Registry
+
+    if not args.providers:
+        local = make_local(args, args.model)
+        registry = Registry([local], default_model=local.list_models()[0])
+        serve_load_name(registry, local, args.model)
+        return registry
+    from playground.providers.config import load_registry
+
+    locals_made: list[tuple[LocalProvider, str]] = []
+
+    def local_factory(config: LocalConfig) -> LocalProvider:
+        local = make_local(
+            args,
+            config.model,
+            device=config.device or args.device,
+            dtype=config.dtype or args.dtype,
+            trust_remote_code=config.trust_remote_code,
+        )
+        locals_made.append((local, config.model))
+        return local
+
+    registry = load_registry(args.providers, local_factory=local_factory)
+    if not locals_made:
+        local = make_local(args, args.model)
+        registry.add_provider(local)
+        locals_made.append((local, args.model))
+        registry.default_model = registry.default_model or local.list_models()[0]
+    for local, name in locals_made:
+        serve_load_name(registry, local, name)
+    return registry
+
+
+def make_local(args: argparse.Namespace, model: str, **load: Any) -> LocalProvider:
+    """A local provider serving `model`, loaded with the flags (a providers file's entry may override some)."""
+    from playground.providers.local import make_local as local_provider
+
+    return local_provider(LocalOptions.from_flags(args, **load), model)
+
+
+def serve_load_name(registry: Registry, local: LocalProvider, name: str) -> None:
+    """Let requests name a local model as the operator did (`--model embedded`), unless the name is taken."""
+    if name not in {model for _, model in registry.models()}:
+        registry.register_model(name, local.provider_id)
+
+
+def loading_policy(args: argparse.Namespace) -> LoadingPolicy:
+    """What requests may load: the operator's flags (a Space turns loading and local paths off)."""
+    from playground.providers.loading import LoadingPolicy
+
+    return LoadingPolicy(
+        allow_requests=args.allow_model_loading,
+        allow_local_paths=getattr(args, "allow_local_paths", True),
+        max_models=args.max_models,
+    )
+
+
+def ui_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What the UI may do here: on a Space no local paths and no loading of more models."""
+    from playground.ui.state import UISettings
+
+    settings = UISettings(
+        allow_local_paths=getattr(args, "allow_local_paths", True),
+        allow_model_loading=args.allow_model_loading,
+        base_url=f"http://{args.host}:{args.port}",
+        local=LocalOptions.from_flags(args),
+    )
+    return {"settings": settings}
+
+
+def main(argv: list[str] | None = None) -> None:
+    started = time.perf_counter()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from playground.space import apply_space_settings
+
+    args = apply_space_settings(parse_args(argv))
+    import torch
+
+    torch.set_num_threads(args.threads)
+    load_plugins(args)
+    from playground.errors import PlaygroundError
+    from playground.providers.loading import loading_problem
+
+    problem = loading_problem(args.allow_model_loading, args.host, args.api_key)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        registry = build_registry(args)
+    except PlaygroundError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        raise SystemExit(1) from None
+    registry.loading = loading_policy(args)
+    import uvicorn
+
+    from playground.server import create_app
+    from playground.server.admission import AdmissionLimits
+
+    ui = not args.no_ui
+    app = create_app(
+        registry,
+        api_key=args.api_key or None,
+        ui=ui,
+        ui_options=ui_options(args) if ui else None,
+        admission=AdmissionLimits(max_running=args.max_concurrent, max_queue=args.max_queue),
+        stall_timeout_s=args.stall_timeout,
+    )
+    log.info("ready in %.1f s: http://%s:%d (API docs at /docs)", time.perf_counter() - started, args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")

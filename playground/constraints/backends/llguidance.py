@@ -1,0 +1,91 @@
+"""llguidance: every kind, Lark and GBNF grammars; refuses what it cannot enforce instead of ignoring it.
+
+The worker's payload is nothing: the grammar is text, and the matcher the server builds from it is
+bounded by llguidance's own parser and lexer limits (fuel, lexer states, grammar size). The worker still
+builds and validates it once, so a refusal or a slow conversion never reaches the server.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from playground.constraints.backends.base import TENSOR_LIBRARY, Backend, EngineRefusal, check_satisfiable, refusing
+
+# Measured on MaskBench (README, "Benchmarks"): llguidance accepts `\\uXXXX` escapes of any printable
+# character (json.dumps writes them for all non-ASCII text).
+JSON_OPTIONS: dict[str, Any] = {"json_allow_general_unicode_escapes": True}
+
+
+def grammar(kind: str, text: str) -> str:
+    """The llguidance grammar spec for (kind, text), as Outlines' LLGuidanceBackend writes it, plus our JSON options."""
+    import llguidance
+
+    if kind == "json_schema":
+        return llguidance.LLMatcher.grammar_from_json_schema(text, defaults=JSON_OPTIONS)
+    if kind in ("regex", "choice"):
+        return llguidance.grammar_from("regex", text)
+    try:
+        return llguidance.grammar_from("grammar", text)
+    except ValueError:
+        return llguidance.grammar_from("lark", text)
+
+
+class LLGuidance(Backend):
+    name: ClassVar[str] = "llguidance"
+    kinds: ClassVar[frozenset[str]] = frozenset({"json_schema", "regex", "choice", "grammar"})
+    notes: ClassVar[str] = "compiles fastest; refuses the keywords it cannot enforce; reads Lark and GBNF"
+
+    def worker_backend(self, tokenizer: Any) -> Any:
+        import llguidance.hf
+
+        return llguidance.hf.from_tokenizer(tokenizer)  # what Outlines' LLGuidanceBackend builds
+
+    def compile_payload(self, backend: Any, kind: str, text: str) -> tuple[Any, list[str]]:
+        if kind == "json_schema":
+            check_satisfiable(text)
+        return None, refusing(self.name, kind, lambda: _warnings(grammar(kind, text), backend, kind))
+
+    def server_backend(self, tokenizer: Any) -> Any:
+        from outlines.backends import LLGuidanceBackend
+        from outlines.models.transformers import Transformers
+
+        backend = LLGuidanceBackend(Transformers(None, tokenizer))
+        _warm(backend)
+        return backend
+
+    def rebuild_template(self, backend: Any, kind: str, text: str, payload: Any) -> Any:
+        from outlines.backends.llguidance import LLGuidanceLogitsProcessor
+
+        return LLGuidanceLogitsProcessor(grammar(kind, text), backend.llg_tokenizer, TENSOR_LIBRARY)
+
+    def compiled_form(self, constraint: Any, template: Any) -> str:
+        import json
+
+        try:
+            return json.dumps(json.loads(template.grammar), indent=2, ensure_ascii=False)
+        except ValueError:
+            return template.grammar
+
+
+def _warnings(spec: str, llg_tokenizer: Any, kind: str) -> list[str]:
+    import llguidance
+
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(spec, llg_tokenizer)
+    if is_error:
+        unsatisfiable = any("Unsatisfiable" in m for m in messages)
+        refusal = "unsatisfiable" if unsatisfiable else "invalid" if kind == "grammar" else "unsupported"
+        raise EngineRefusal(refusal, f"llguidance refused the {kind}: {'; '.join(messages)}")
+    return list(messages)
+
+
+def _warm(backend: Any) -> None:
+    """llguidance builds its token trie on the first mask (seconds); pay that at start, not in a request."""
+    import llguidance
+    import llguidance.torch
+
+    matcher = llguidance.LLMatcher(backend.llg_tokenizer, llguidance.grammar_from("regex", "a"))
+    bitmask = llguidance.torch.allocate_token_bitmask(1, backend.llg_tokenizer.vocab_size)
+    llguidance.torch.fill_next_token_bitmask(matcher, bitmask, 0)
+
+
+BACKEND = LLGuidance()

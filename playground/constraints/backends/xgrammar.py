@@ -1,0 +1,83 @@
+"""xgrammar: every kind, GBNF grammars only; compiles more schemas but ignores some keywords.
+
+The worker's payload is nothing: the server compiles the same input again with the same options, once the
+worker has shown that the compile ends within the limits. Shipping the result costs more than compiling
+twice: xgrammar 0.2's `CompiledGrammar.serialize_json()` writes the grammar's complete FSM once per rule
+(MaskBench's Github_hard---o21372: a 3.3 MB grammar becomes 119 MB of JSON, 4.6 s to write, 2 s to read
+back, over 1 GB while writing), against 1.8 s to compile it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from playground.constraints.backends.base import TENSOR_LIBRARY, Backend, check_satisfiable, outlines_backend, refusing
+
+# xgrammar's strict mode forbids unlisted properties although JSON Schema allows them (measured on MaskBench).
+JSON_OPTIONS: dict[str, Any] = {"strict_mode": False}
+
+
+@dataclass
+class _InServer:
+    """xgrammar in the server: the worker's kind of backend, and a lock so one proven compile runs at a time."""
+
+    backend: Any
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class XGrammar(Backend):
+    name: ClassVar[str] = "xgrammar"
+    kinds: ClassVar[frozenset[str]] = frozenset({"json_schema", "regex", "choice", "grammar"})
+    # Measured with xgrammar 0.2.9: a one-keyword schema whose violating instance the mask still accepts.
+    ignored_keywords: ClassVar[frozenset[str]] = frozenset(
+        {"allOf", "contains", "dependencies", "dependentRequired", "if", "not", "oneOf", "unevaluatedProperties"}
+        | {"uniqueItems"}
+    )
+    notes: ClassVar[str] = "compiles the most schemas; ignores some keywords; reads GBNF, not Lark"
+
+    def refusal(self, kind: str, dialect: str | None) -> str | None:
+        if kind == "grammar" and dialect == "lark":
+            return "xgrammar reads GBNF grammars (root ::= ...), not Lark; use llguidance or auto for Lark"
+        return super().refusal(kind, dialect)
+
+    def worker_backend(self, tokenizer: Any) -> Any:
+        import xgrammar
+
+        backend = outlines_backend("xgrammar", tokenizer)
+        # playground.constraints.compiler keeps the cache of outcomes; xgrammar's own would only grow the process.
+        info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer.get_vocab()))
+        backend.grammar_compiler = xgrammar.GrammarCompiler(info, cache_enabled=False)
+        return backend
+
+    def compile_payload(self, backend: Any, kind: str, text: str) -> tuple[Any, list[str]]:
+        if kind == "json_schema":
+            check_satisfiable(text)
+        refusing(self.name, kind, lambda: _template(backend, kind, text))
+        return None, []  # the server compiles it again (module docstring)
+
+    def server_backend(self, tokenizer: Any) -> Any:
+        return _InServer(self.warmed(tokenizer))
+
+    def rebuild_template(self, backend: Any, kind: str, text: str, payload: Any) -> Any:
+        with backend.lock:  # a worker compiled it within the limits; one at a time, so the server grows by one
+            return _template(backend.backend, kind, text)
+
+    def compiled_form(self, constraint: Any, template: Any) -> str:
+        return str(template.compiled_grammar.grammar)
+
+
+def _template(backend: Any, kind: str, text: str) -> Any:
+    """The Outlines processor template; Outlines passes no options to compile_json_schema, so we do."""
+    if kind == "json_schema":
+        from outlines.backends.xgrammar import XGrammarLogitsProcessor
+
+        compiled = backend.grammar_compiler.compile_json_schema(text, **JSON_OPTIONS)
+        return XGrammarLogitsProcessor(compiled, TENSOR_LIBRARY)
+    if kind in ("regex", "choice"):
+        return backend.get_regex_logits_processor(text)
+    return backend.get_cfg_logits_processor(text)
+
+
+BACKEND = XGrammar()

@@ -1,0 +1,185 @@
+"""Every operator option, declared once: its default, its command-line flag and its help.
+
+playground.cli builds the flags from these types; the local provider, the engine and the compile pool
+take their defaults from them, so a default is written in one place only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+MIN_COMPILE_MEMORY_MB = 64
+
+
+def option(default: Any, help: str, *, flag_default: Any = MISSING, **argparse_options: Any) -> Any:
+    """A dataclass field that is also a flag: `--name-with-dashes`, with its help and argparse options.
+
+    `flag_default` is the flag's default where it differs from the library's (adapters: none from the
+    command line, any in a notebook).
+    """
+    meta = {"help": help, "flag_default": default if flag_default is MISSING else flag_default, **argparse_options}
+    return field(default=default, metadata=meta)
+
+
+def names(text: str) -> tuple[str, ...]:
+    """A comma-separated list of names."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def positive(text: str) -> int:
+    value = non_negative(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def megabytes(text: str) -> int:
+    value = positive(text)
+    if value < MIN_COMPILE_MEMORY_MB:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_COMPILE_MEMORY_MB} (MB), got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """How local models are loaded and decoded here; the names are the command line's flags."""
+
+    device: str | None = option(None, "cuda, mps or cpu (default: the best available)")
+    dtype: str | None = option(None, "torch dtype, e.g. bfloat16 or float32 (default: bf16 on CUDA, fp32 else)")
+    threads: int | None = option(
+        1,
+        "torch CPU threads (default: $PLAYGROUND_THREADS or 1)",
+        flag_default=lambda: int(os.environ.get("PLAYGROUND_THREADS", "1")),
+        type=int,
+    )
+    trust_remote_code: bool = option(False, "allow hub models that ship their own code (default: off)")
+    compile_timeout: float = option(
+        10.0,
+        "time limit for compiling one constraint; the compile is stopped past it (default: 10)",
+        type=float,
+        metavar="SECONDS",
+    )
+    compile_memory: int = option(
+        1024,
+        "memory one compile may take beyond a warm compile worker; the compile is stopped past it (default: 1024)",
+        type=megabytes,
+        metavar="MB",
+    )
+    compile_workers: int = option(2, "compile worker processes per model (default: 2)", type=positive, metavar="N")
+    prefix_cache_tokens: int = option(
+        4096,
+        "KV cache of recent sequences kept per local model, in tokens, so chat turns, retries and the "
+        "next-token view prefill only what is new; 0 turns it off (default: 4096)",
+        type=non_negative,
+        metavar="N",
+    )
+    max_batch_size: int = option(
+        32,
+        "rows that decode together in one batch per local model (a best_of request counts each candidate); "
+        "more requests wait to join between steps (default: 32)",
+        type=positive,
+        metavar="N",
+    )
+    cpu_batch_weights: str = option(
+        "auto",
+        "on the CPU, keep a second copy of a float32 model's linear weights in oneDNN's blocked layout, "
+        "which multiplies a batch's rows about 1.3x faster; auto: when the copy takes at most an eighth of "
+        "the machine's (or its container's) memory (default: auto)",
+        choices=("auto", "on", "off"),
+    )
+    max_new_tokens: int = option(256, "max_new_tokens when a request leaves it unset (default: 256)", type=int)
+    adapters: tuple[str, ...] | None = option(
+        None,
+        "PEFT adapters (hub ids or folders) that requests may name in adapter_id (default: none)",
+        flag_default=(),
+        type=names,
+        metavar="ID[,ID]",
+    )
+
+    @classmethod
+    def from_flags(cls, args: Any, **overrides: Any) -> LocalOptions:
+        """From parsed flags of the same names, with a providers file entry's overrides."""
+        given = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
+        return cls(**{**given, **overrides})
+
+
+LOCAL = LocalOptions()  # the defaults, for the library's own signatures
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """What one server serves, where, and to whom."""
+
+    model: str = option(
+        "embedded",
+        "default model: 'embedded' (SmolLM2-135M GGUF), a hub id, a local folder or a .gguf file (default: embedded)",
+    )
+    host: str = option("127.0.0.1", "interface to bind; 0.0.0.0 for all (default: 127.0.0.1)")
+    port: int = option(7860, "port for the UI and the API (default: 7860)", type=int)
+    providers: str | None = option(None, "YAML file of remote providers and the models they serve", metavar="FILE")
+    custom_modules: str = option(
+        "", "Python modules to import at start; they register logits processors", metavar="MOD[,MOD]"
+    )
+    api_key: str | None = option(
+        None,
+        "require the key on the whole server except /health: API routes take `Authorization: Bearer KEY`, the UI "
+        "asks for a login (any user name, KEY as the password) (default: $PLAYGROUND_API_KEY)",
+        flag_default=lambda: os.environ.get("PLAYGROUND_API_KEY"),
+        metavar="KEY",
+    )
+    max_concurrent: int = option(
+        8,
+        "API requests that work at once (a local model decodes them in one batch); more wait in the queue (default: 8)",
+        type=positive,
+        metavar="N",
+    )
+    max_queue: int = option(
+        16,
+        "API requests that may wait for a turn; past that the server answers 429 with Retry-After (default: 16)",
+        type=non_negative,
+        metavar="N",
+    )
+    allow_model_loading: bool = option(
+        False,
+        "let requests (the UI's model picker, POST /v1/models) load more models; on a host other than "
+        "127.0.0.1 only with --api-key (default: off; only the operator's --model and providers file load)",
+    )
+    max_models: int = option(
+        4, "most models the local provider holds when requests may load more (default: 4)", type=positive, metavar="N"
+    )
+    stall_timeout: float = option(
+        60.0,
+        "/health answers 503 while running work has made no progress for this long (default: 60)",
+        type=float,
+        metavar="SECONDS",
+    )
+    no_ui: bool = option(False, "serve only the HTTP API")
+
+
+def add_flags(parser: argparse.ArgumentParser, *types: type) -> None:
+    """One flag per field of each options type: booleans switch on, the rest take a value."""
+    for options in types:
+        for f in fields(options):
+            meta = dict(f.metadata)
+            default = meta.pop("flag_default")
+            if isinstance(default, Callable):  # read from the environment when the flags are parsed
+                default = default()
+            flag = "--" + f.name.replace("_", "-")
+            if f.type in ("bool", bool):
+                parser.add_argument(flag, action="store_true", help=meta["help"])
+            else:
+                parser.add_argument(flag, default=default, **meta)
