@@ -25,6 +25,11 @@ def option(default: Any, help: str, *, flag_default: Any = MISSING, **argparse_o
     return field(default=default, metadata=meta)
 
 
+def seconds(default: float, help: str) -> Any:
+    """An option that is a duration in seconds."""
+    return option(default, help, type=float, metavar="SECONDS")
+
+
 def names(text: str) -> tuple[str, ...]:
     """A comma-separated list of names."""
     return tuple(name.strip() for name in text.split(",") if name.strip())
@@ -67,11 +72,8 @@ class LocalOptions:
         type=int,
     )
     trust_remote_code: bool = option(False, "allow hub models that ship their own code (default: off)")
-    compile_timeout: float = option(
-        10.0,
-        "time limit for compiling one constraint; the compile is stopped past it (default: 10)",
-        type=float,
-        metavar="SECONDS",
+    compile_timeout: float = seconds(
+        10.0, "time limit for compiling one constraint; the compile is stopped past it (default: 10)"
     )
     compile_memory: int = option(
         1024,
@@ -161,13 +163,13 @@ class ServerOptions:
     max_models: int = option(
         4, "most models the local provider holds when requests may load more (default: 4)", type=positive, metavar="N"
     )
-    stall_timeout: float = option(
-        60.0,
-        "/health answers 503 while running work has made no progress for this long (default: 60)",
-        type=float,
-        metavar="SECONDS",
+    stall_timeout: float = seconds(
+        60.0, "/health answers 503 while running work has made no progress for this long (default: 60)"
     )
     no_ui: bool = option(False, "serve only the HTTP API")
+
+
+SERVER = ServerOptions()  # the defaults, for the library's own signatures
 
 
 def add_flags(parser: argparse.ArgumentParser, *types: type) -> None:

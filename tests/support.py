@@ -54,6 +54,20 @@ def child_env(overrides: Mapping[str, str | None] | None = None) -> dict[str, st
     return env
 
 
+def run_app(
+    *args: str, env: Mapping[str, str | None] | None = None, cwd: Path = REPO_ROOT, program: str = "app.py"
+) -> subprocess.CompletedProcess[str]:
+    """`python app.py ARGS` (or another script) run to its end, output captured: for --help and start-up refusals."""
+    return subprocess.run(
+        [sys.executable, program, *args],
+        cwd=cwd,
+        env=child_env(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 class LiveServer:
     """`python app.py ...` running in a subprocess, with its output kept for failure messages."""
 

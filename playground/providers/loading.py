@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from playground.errors import PlaygroundError
+from playground.options import SERVER
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 DISABLED = "loading models at run time is disabled on this server (the operator enables it with --allow-model-loading)"
@@ -29,7 +30,7 @@ class LoadingPolicy:
 
     allow_requests: bool = False
     allow_local_paths: bool = True
-    max_models: int = 4
+    max_models: int = SERVER.max_models
 
 
 def looks_like_path(name: str) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from playground.options import SERVER
 from playground.server.errors import error_body
 
 # How long a request is assumed to take before any has finished (seconds), for Retry-After.
@@ -28,8 +29,8 @@ FIRST_GUESS_S = 5.0
 class AdmissionLimits:
     """The operator's limits (--max-concurrent, --max-queue)."""
 
-    max_running: int = 8
-    max_queue: int = 16
+    max_running: int = SERVER.max_concurrent
+    max_queue: int = SERVER.max_queue
 
     @property
     def max_in_flight(self) -> int:

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.responses import RedirectResponse
 
+from playground.options import SERVER
 from playground.providers.registry import Registry
 from playground.server import debug, inspect, openai, tgi
 from playground.server.admission import Admission, AdmissionGate, AdmissionLimits
@@ -45,7 +46,7 @@ def create_app(
     ui: bool = True,
     ui_options: dict[str, Any] | None = None,
     admission: AdmissionLimits | None = None,
-    stall_timeout_s: float = 60.0,
+    stall_timeout_s: float = SERVER.stall_timeout,
 ) -> FastAPI:
     """The API on every route it names, and the UI (when asked) on everything else under "/"."""
     app = FastAPI(

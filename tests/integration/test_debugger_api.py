@@ -89,27 +89,20 @@ def test_generate_refuses_a_prefix_the_constraint_refuses(server_url: str) -> No
 def test_chat_continues_the_final_assistant_message(server_url: str) -> None:
     client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=300, max_retries=0)
     prefix = '{"kind": "cat", "name": "'
-    completion = client.chat.completions.create(
-        model="embedded",
-        messages=[{"role": "user", "content": "A pet as JSON."}, {"role": "assistant", "content": prefix}],
-        response_format={"type": "json_schema", "json_schema": {"name": "pet", "schema": PET}},
-        max_tokens=30,
-        temperature=0,
-        extra_body={"continue_final_message": True},
-    )
+    request = {
+        "model": "embedded",
+        "messages": [{"role": "user", "content": "A pet as JSON."}, {"role": "assistant", "content": prefix}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "pet", "schema": PET}},
+        "max_tokens": 30,
+        "temperature": 0,
+        "extra_body": {"continue_final_message": True},
+    }
+    completion = client.chat.completions.create(**request)
     choice = completion.choices[0]
     assert json.loads(prefix + choice.message.content)["kind"] == "cat"
     assert choice.model_extra["validation"]["valid"] is True
     assert choice.model_extra["continued_from"] == prefix
-    stream = client.chat.completions.create(
-        model="embedded",
-        messages=[{"role": "user", "content": "A pet as JSON."}, {"role": "assistant", "content": prefix}],
-        response_format={"type": "json_schema", "json_schema": {"name": "pet", "schema": PET}},
-        max_tokens=30,
-        temperature=0,
-        stream=True,
-        extra_body={"continue_final_message": True},
-    )
+    stream = client.chat.completions.create(**request, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == choice.message.content
 
 

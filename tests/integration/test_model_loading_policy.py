@@ -4,8 +4,6 @@ folder, capped, failing fast offline, and never for keyless visitors on a public
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +11,7 @@ import httpx
 import pytest
 
 from playground.models import cache_root, embedded_gguf_path
-from tests.support import REPO_ROOT, LiveServer, child_env, free_port, start_app
+from tests.support import REPO_ROOT, LiveServer, free_port, run_app, start_app
 
 DISABLED = "loading models at run time is disabled on this server (the operator enables it with --allow-model-loading)"
 
@@ -47,14 +45,7 @@ def test_a_served_model_is_still_answered_when_loading_is_off(server_url: str) -
 
 
 def test_loading_on_a_public_interface_without_a_key_is_refused_at_start() -> None:
-    done = subprocess.run(
-        [sys.executable, "app.py", "--host", "0.0.0.0", "--port", str(free_port()), "--allow-model-loading"],
-        cwd=REPO_ROOT,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_app("--host", "0.0.0.0", "--port", str(free_port()), "--allow-model-loading")
     assert done.returncode == 2
     assert "--allow-model-loading on 0.0.0.0 (not a loopback address) needs --api-key" in done.stderr
 

@@ -2,49 +2,26 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 
 from playground.models import EMBEDDED_NAME
-from tests.support import REPO_ROOT, LiveServer, child_env, free_port
+from tests.support import LiveServer, free_port, run_app
 
 FLAGS = ("--model", "--host", "--port", "--providers", "--custom-modules", "--api-key")
 
 
 def assemble_space(dest: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "spaces/deploy.py",
-            "--repo-id",
-            "someone/structured-playground",
-            "--dry-run",
-            "--output",
-            str(dest),
-        ],
-        cwd=REPO_ROOT,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    args = ("--repo-id", "someone/structured-playground", "--dry-run", "--output", str(dest))
+    done = run_app(*args, program="spaces/deploy.py")
     assert done.returncode == 0, done.stderr
     assert not (dest / "tests").exists() and not (dest / "spaces").exists()
 
 
 def test_assembled_space_shows_its_help_alone(tmp_path: Path) -> None:
     assemble_space(tmp_path / "space")
-    done = subprocess.run(
-        [sys.executable, "app.py", "--help"],
-        cwd=tmp_path / "space",
-        env=child_env({"PYTHONPATH": None}),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_app("--help", cwd=tmp_path / "space", env={"PYTHONPATH": None})
     assert done.returncode == 0, done.stderr
     assert [flag for flag in FLAGS if flag not in done.stdout] == []
 

@@ -13,7 +13,7 @@ import pytest
 from playground import cli
 from playground.constraints.compile_pool import CompileLimits
 from playground.options import LocalOptions, ServerOptions
-from tests.support import REPO_ROOT, child_env
+from tests.support import child_env, run_app
 
 FLAGS = [
     "--model",
@@ -34,14 +34,7 @@ FLAGS = [
 
 
 def test_help_documents_every_flag() -> None:
-    out = subprocess.run(
-        [sys.executable, "app.py", "--help"],
-        cwd=REPO_ROOT,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_app("--help")
     assert out.returncode == 0
     for flag in FLAGS:
         assert flag in out.stdout, flag
@@ -63,14 +56,7 @@ def test_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_custom_module_that_fails_stops_start_up_with_exit_2() -> None:
-    out = subprocess.run(
-        [sys.executable, "app.py", "--no-ui", "--custom-modules", "no_such_plugin_module"],
-        cwd=REPO_ROOT,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_app("--no-ui", "--custom-modules", "no_such_plugin_module")
     assert out.returncode == 2
     assert "cannot import custom module 'no_such_plugin_module'" in out.stderr
     assert "Traceback" not in out.stderr

@@ -23,6 +23,16 @@ from tests.support import REPO_ROOT, child_env
 CARD = REPO_ROOT / "spaces" / "README.md"
 DEPLOY = REPO_ROOT / "spaces" / "deploy.py"
 
+# What assemble() copies from make_source_tree(): what the Space runs, nothing else.
+ASSEMBLED = [
+    "README.md",
+    "app.py",
+    "playground/__init__.py",
+    "playground/ui/render.py",
+    "requirements.txt",
+    "widgets/static/view.js",
+]
+
 
 def load_deploy() -> ModuleType:
     """Import spaces/deploy.py by path: a package named `spaces` would shadow Hugging Face's."""
@@ -76,14 +86,7 @@ def make_source_tree(root: Path) -> None:
 def test_assemble_copies_what_the_space_runs_and_nothing_else(tmp_path: Path) -> None:
     make_source_tree(tmp_path / "src")
     files = load_deploy().assemble(tmp_path / "out", root=tmp_path / "src", card=CARD)
-    assert files == [
-        "README.md",
-        "app.py",
-        "playground/__init__.py",
-        "playground/ui/render.py",
-        "requirements.txt",
-        "widgets/static/view.js",
-    ]
+    assert files == ASSEMBLED
     assert (tmp_path / "out" / "README.md").read_text() == CARD.read_text()
 
 
@@ -180,18 +183,7 @@ def test_upload_creates_the_space_and_uploads_the_folder(
     )
     upload = RecordingHfApi.calls[2][2]
     assert (upload["repo_id"], upload["repo_type"]) == ("me/pg", "space")
-    assert (
-        upload["files"]
-        == report["files"]
-        == [
-            "README.md",
-            "app.py",
-            "playground/__init__.py",
-            "playground/ui/render.py",
-            "requirements.txt",
-            "widgets/static/view.js",
-        ]
-    )
+    assert upload["files"] == report["files"] == ASSEMBLED
     assert report["url"] == "https://huggingface.co/spaces/me/pg"
 
 
