@@ -16,10 +16,9 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from playground.errors import ModelError, ParameterError, PlaygroundError, ProviderError
+from playground.errors import PlaygroundError, ProviderError
 from playground.providers.base import Provider
 from playground.providers.hf_inference import HFInferenceProvider
-from playground.providers.loading import DISABLED, LoadingRefused
 from playground.providers.openai_compat import OpenAICompatProvider
 from playground.providers.registry import Registry
 from playground.providers.remote import RemoteProvider
@@ -128,29 +127,6 @@ def load_registry(path: str | Path, *, local_factory: LocalFactory) -> Registry:
     for problem in problems:
         log.warning("providers: %s", problem)
     return registry
-
-
-def register_model(registry: Registry, model: str, provider_id: str) -> str:
-    """Serve `model` through a configured provider at run time (POST /v1/models); returns its name."""
-    provider = registry.providers.get(provider_id)
-    if provider is None:
-        known = ", ".join(sorted(registry.providers)) or "none"
-        raise ModelError(f"unknown provider {provider_id!r} (configured: {known})")
-    if (provider_id, model) in registry.models():
-        return model
-    if not registry.loading.allow_requests:
-        raise LoadingRefused(DISABLED)
-    # A local provider loads it, as the operator's policy allows; a remote one checks the server has it.
-    name = provider.add_model(model, registry.loading)
-    _check_free(registry, name, provider_id)
-    registry.register_model(name, provider_id)
-    return name
-
-
-def _check_free(registry: Registry, name: str, provider_id: str) -> None:
-    owner = _owners(registry).get(name, provider_id)
-    if owner != provider_id:
-        raise ParameterError(f"model {name!r} is already served by provider {owner!r}", field="model")
 
 
 # --- helpers --------------------------------------------------------------------------------------

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from playground.errors import ModelError
+from playground.errors import ModelError, ParameterError
 from playground.providers.base import Provider, local_engine
-from playground.providers.loading import LoadingPolicy
+from playground.providers.loading import DISABLED, LoadingPolicy, LoadingRefused
 
 if TYPE_CHECKING:
     from playground.decoding.engine import Engine
@@ -50,6 +50,30 @@ class Registry:
             known = ", ".join(sorted(self._models)) or "none"
             raise ModelError(f"no provider serves model {name!r} (served: {known})")
         return self.providers[provider_id], name
+
+    def load(self, model: str, provider_id: str) -> str:
+        """The one rule for a request's load (the UI's model picker, POST /v1/models); returns the served name.
+
+        A served model is answered as it is; otherwise the operator's policy decides, the provider loads it
+        (a local one) or checks its server has it (a remote one), and it is served by the name returned
+        and (a model loaded here, when that name is free) by the one asked for.
+        """
+        provider = self.providers.get(provider_id)
+        if provider is None:
+            known = ", ".join(sorted(self.providers)) or "none"
+            raise ModelError(f"unknown provider {provider_id!r} (configured: {known})")
+        if (provider_id, model) in self.models():
+            return model
+        if not self.loading.allow_requests:
+            raise LoadingRefused(DISABLED)
+        name = provider.add_model(model, self.loading)
+        owners = {m: pid for pid, m in self.models()}
+        if owners.get(name, provider_id) != provider_id:
+            raise ParameterError(f"model {name!r} is already served by provider {owners[name]!r}", field="model")
+        self.register_model(name, provider_id)
+        if provider.capabilities.model_loading and owners.get(model, provider_id) == provider_id:
+            self.register_model(model, provider_id)  # a loaded model answers to the name it was asked by
+        return name
 
     def local_engine(self, model: str | None, what: str) -> Engine:
         """The local engine serving `model` (for `what`: the debugger, /check, /inspect); remote ones refuse by name."""

@@ -11,7 +11,6 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from playground.providers.base import Provider
-from playground.providers.config import register_model as register_model_at_run_time
 from playground.server import chat
 from playground.server.docs import JSON_OR_STREAM
 from playground.server.errors import exception_event
@@ -42,7 +41,7 @@ async def list_models(request: Request) -> dict[str, Any]:
 
 @router.post("/models", summary="Serve a model through a configured provider, at run time")
 async def register_model(request: Request, body: RegisterModel) -> dict[str, Any]:
-    name = await run_in_threadpool(register_model_at_run_time, registry_of(request), body.id, body.provider_id)
+    name = await run_in_threadpool(registry_of(request).load, body.id, body.provider_id)
     return _model_card(name, body.provider_id)
 
 

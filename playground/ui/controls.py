@@ -124,9 +124,7 @@ def _load_local(registry: Registry, name: str, settings: UISettings) -> None:
     if local is None:
         local = make_local(settings.local or LocalOptions(adapters=()))
         registry.add_provider(local)
-    model_id = local.add_model(name, registry.loading)
-    registry.register_model(model_id, local.provider_id)
-    registry.register_model(name, local.provider_id)
+    registry.load(name, local.provider_id)
 
 
 # --- code tab ------------------------------------------------------------------------------------

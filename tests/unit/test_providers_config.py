@@ -16,7 +16,6 @@ from playground.providers.config import (
     build_registry,
     load_registry,
     read_providers_file,
-    register_model,
 )
 from playground.providers.loading import LoadingPolicy, LoadingRefused
 from playground.providers.tgi import TGIProvider
@@ -249,19 +248,19 @@ providers:
     )
     stub.routes["GET /v1/models"] = StubReply(json=models_list("qwen", "late", "newer"))
     with pytest.raises(LoadingRefused, match="loading models at run time is disabled on this server"):
-        register_model(registry, "newer", "v")
+        registry.load("newer", "v")
     registry.loading = LoadingPolicy(allow_requests=True)  # the operator's --allow-model-loading
-    assert register_model(registry, "newer", "v") == "v/newer"
-    assert register_model(registry, "v/late", "v") == "v/late"
+    assert registry.load("newer", "v") == "v/newer"
+    assert registry.load("v/late", "v") == "v/late"
     assert isinstance(registry.resolve("v/newer")[0], VLLMProvider)
     with pytest.raises(ModelError, match=r"provider 'v' does not serve model 'gpt-9' \(it serves: qwen, late, newer\)"):
-        register_model(registry, "gpt-9", "v")
-    assert register_model(registry, "gpt-4o-mini", "o") == "gpt-4o-mini"  # discovery off: taken as declared
-    assert register_model(registry, "HuggingFaceTB/SmolLM2-360M", "local") == "HuggingFaceTB/SmolLM2-360M"
+        registry.load("gpt-9", "v")
+    assert registry.load("gpt-4o-mini", "o") == "gpt-4o-mini"  # discovery off: taken as declared
+    assert registry.load("HuggingFaceTB/SmolLM2-360M", "local") == "HuggingFaceTB/SmolLM2-360M"
     with pytest.raises(ModelError, match=r"unknown provider 'x' \(configured: local, o, v\)"):
-        register_model(registry, "m", "x")
+        registry.load("m", "x")
     with pytest.raises(ParameterError, match="model 'gpt-4o-mini' is already served by provider 'o'"):
-        register_model(registry, "gpt-4o-mini", "local")
+        registry.load("gpt-4o-mini", "local")
     stub.stop()
     with pytest.raises(ProviderError, match="provider 'v' failed: cannot connect"):
-        register_model(registry, "more", "v")
+        registry.load("more", "v")

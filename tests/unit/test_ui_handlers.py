@@ -8,6 +8,7 @@ import pytest
 
 from playground.errors import ParameterError
 from playground.providers.base import Capabilities, Provider
+from playground.providers.loading import LoadingPolicy
 from playground.providers.registry import Registry
 from playground.ui import controls, handlers
 from playground.ui.state import ChatState, Form, UISettings
@@ -139,6 +140,7 @@ def test_a_provider_that_loads_models_is_asked_to_load() -> None:
         provider_id="loader", capabilities=Capabilities(model_loading=True), models=(), addable=("org/m",)
     )
     registry = Registry([FakeProvider(), loader])
+    registry.loading = LoadingPolicy(allow_requests=True)  # the one rule: the operator's policy, as for the API
     assert "org/m" in controls.choose_model(registry, "org/m", UISettings())
     assert registry.resolve("org/m")[0] is loader
 
