@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from playground.constraints import matching, schema_check
+from playground.constraints import jsonformat, matching, schema_check
 from playground.errors import (
     ConstraintError,
     InvalidConstraintError,
@@ -30,6 +30,7 @@ class Constraint:
 
     kind: ConstraintKind
     value: Any = None
+    layout: str = jsonformat.DEFAULT_LAYOUT  # JSON whitespace (playground.constraints.jsonformat)
 
     @classmethod
     def none(cls) -> Constraint:
@@ -80,8 +81,8 @@ class Constraint:
         )
 
     @classmethod
-    def json_schema(cls, schema: Any) -> Constraint:
-        """Accepts a dict, JSON text, or a pydantic model class."""
+    def json_schema(cls, schema: Any, *, layout: str = jsonformat.DEFAULT_LAYOUT, closed: bool = False) -> Constraint:
+        """Accepts a dict, JSON text, or a pydantic model class; `closed`: no keys the schema does not declare."""
         if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
             schema = schema.model_json_schema()
         if isinstance(schema, str):
@@ -91,7 +92,9 @@ class Constraint:
         if not isinstance(schema, dict):
             raise InvalidConstraintError(f"a JSON schema must be an object, got {type(schema).__name__}")
         schema_check.check_schema(schema)
-        return cls("json_schema", _Frozen(schema))
+        if closed:
+            schema = jsonformat.closed(schema)
+        return cls("json_schema", _Frozen(schema), jsonformat.check_layout(layout))
 
     @classmethod
     def regex(cls, pattern: Any) -> Constraint:
@@ -149,7 +152,7 @@ class Constraint:
     def engine_input(self) -> str:
         """The text an engine compiles: schema JSON, a regex (choices become an alternation), a grammar."""
         if self.kind == "json_schema":
-            return json.dumps(self.schema)
+            return json.dumps(jsonformat.with_layout(self.schema, self.layout))
         if self.kind == "choice":
             return "(" + "|".join(_escape_rust_regex(c) for c in self.value) + ")"
         return self.value

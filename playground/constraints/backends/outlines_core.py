@@ -6,9 +6,11 @@ repetition, so counted repetition past OUTLINES_CORE_MAX_REPEAT is refused befor
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, ClassVar
 
+from playground.constraints import jsonformat
 from playground.constraints.backends.base import (
     TENSOR_LIBRARY,
     Backend,
@@ -42,11 +44,8 @@ class OutlinesCore(Backend):
     def compile_payload(self, backend: Any, kind: str, text: str) -> tuple[Any, list[str]]:
         if kind == "json_schema":
             check_satisfiable(text)
-        check_bounds(kind, text)
-        if kind == "json_schema":
-            template = refusing(self.name, kind, lambda: backend.get_json_schema_logits_processor(text))
-        else:
-            template = refusing(self.name, kind, lambda: backend.get_regex_logits_processor(text))
+        pattern = check_bounds(kind, text)
+        template = refusing(self.name, kind, lambda: backend.get_regex_logits_processor(pattern))
         return template.index, []
 
     def rebuild_template(self, backend: Any, kind: str, text: str, payload: Any) -> Any:
@@ -55,22 +54,30 @@ class OutlinesCore(Backend):
         return OutlinesCoreLogitsProcessor(payload, TENSOR_LIBRARY)
 
     def compiled_form(self, constraint: Any, template: Any) -> str:
-        if constraint.kind == "json_schema":
-            from outlines_core.json_schema import build_regex_from_schema
-
-            return build_regex_from_schema(constraint.engine_input())
-        return constraint.engine_input()
+        return regex_of(constraint.kind, constraint.engine_input())
 
 
-def check_bounds(kind: str, text: str) -> None:
-    """Refuse counted repetition outlines_core would unroll past OUTLINES_CORE_MAX_REPEAT states."""
-    if kind == "json_schema":
-        from outlines_core.json_schema import build_regex_from_schema
+def regex_of(kind: str, text: str) -> str:
+    """The regex outlines_core compiles: a schema's, with its JSON layout as the whitespace, or the text itself."""
+    if kind != "json_schema":
+        return text
+    from outlines_core.json_schema import build_regex_from_schema
 
-        try:
-            text = build_regex_from_schema(text)
-        except Exception as exc:
-            raise EngineRefusal("unsupported", f"outlines_core refused the json_schema: {first_line(exc)}") from None
+    schema, layout = jsonformat.layout_of(json.loads(text))
+    named = {
+        "pretty": jsonformat.PRETTY_PATTERN,
+        "compact": jsonformat.COMPACT_PATTERN,
+        "free": jsonformat.FREE_PATTERN,
+    }
+    try:
+        return build_regex_from_schema(json.dumps(schema), whitespace_pattern=named.get(layout, layout))
+    except Exception as exc:
+        raise EngineRefusal("unsupported", f"outlines_core refused the json_schema: {first_line(exc)}") from None
+
+
+def check_bounds(kind: str, text: str) -> str:
+    """The regex to compile; refused when counted repetition would unroll past OUTLINES_CORE_MAX_REPEAT states."""
+    text = regex_of(kind, text)
     repeat = max_repetition(text)
     if repeat > OUTLINES_CORE_MAX_REPEAT:
         raise EngineRefusal(
@@ -78,6 +85,7 @@ def check_bounds(kind: str, text: str) -> None:
             f"outlines_core unrolls counted repetition into states: a repetition of up to {repeat} "
             f"exceeds its limit of {OUTLINES_CORE_MAX_REPEAT} (llguidance and xgrammar take it)",
         )
+    return text
 
 
 BACKEND = OutlinesCore()

@@ -9,11 +9,20 @@ back, over 1 GB while writing), against 1.8 s to compile it.
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from playground.constraints.backends.base import TENSOR_LIBRARY, Backend, check_satisfiable, outlines_backend, refusing
+from playground.constraints import jsonformat
+from playground.constraints.backends.base import (
+    TENSOR_LIBRARY,
+    Backend,
+    EngineRefusal,
+    check_satisfiable,
+    outlines_backend,
+    refusing,
+)
 
 # xgrammar's strict mode forbids unlisted properties although JSON Schema allows them (measured on MaskBench).
 JSON_OPTIONS: dict[str, Any] = {"strict_mode": False}
@@ -73,11 +82,24 @@ def _template(backend: Any, kind: str, text: str) -> Any:
     if kind == "json_schema":
         from outlines.backends.xgrammar import XGrammarLogitsProcessor
 
-        compiled = backend.grammar_compiler.compile_json_schema(text, **JSON_OPTIONS)
+        schema, layout = jsonformat.layout_of(json.loads(text))
+        options = {**JSON_OPTIONS, **_whitespace(layout)}
+        compiled = backend.grammar_compiler.compile_json_schema(json.dumps(schema), **options)
         return XGrammarLogitsProcessor(compiled, TENSOR_LIBRARY)
     if kind in ("regex", "choice"):
         return backend.get_regex_logits_processor(text)
     return backend.get_cfg_logits_processor(text)
+
+
+def _whitespace(layout: str) -> dict[str, Any]:
+    """A JSON layout as xgrammar's options: exact separators for compact, a bounded count for pretty."""
+    if layout == "compact":
+        return {"any_whitespace": False}
+    if layout == "pretty":
+        return {"any_whitespace": True, "max_whitespace_cnt": jsonformat.PRETTY_INDENT + 1}
+    if layout == "free":
+        return {"any_whitespace": True}
+    raise EngineRefusal("unsupported", "xgrammar takes no whitespace_pattern (only compact, pretty or free layouts)")
 
 
 BACKEND = XGrammar()

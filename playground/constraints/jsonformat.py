@@ -1,0 +1,103 @@
+"""How constrained JSON may be laid out and which keys it may write, for every engine alike.
+
+Whitespace: an engine's free JSON whitespace lets a model run away in spaces, newlines and tabs until
+max_tokens (the anchors bound it: TGI's outlines-core `[ ]?`, vLLM's `disable_any_whitespace`, Outlines'
+`whitespace_pattern`). Every JSON constraint carries one of
+- "pretty" (the default): at each place JSON allows whitespace, one space, or a newline and up to
+  PRETTY_INDENT spaces of indentation;
+- "compact": at most one space (TGI's `[ ]?`; xgrammar writes `, ` and `: `);
+- "free": any whitespace, as the engines do by default;
+- any other text: a regex for the whitespace (Outlines' `whitespace_pattern`; llguidance and
+  outlines_core take it, xgrammar refuses it by name).
+The layout travels inside the schema the engines read, as llguidance's own `x-guidance` options; the other
+backends translate those options into theirs (see `layout_of`).
+
+Keys: `closed` adds `additionalProperties: false` to every object schema that lists properties and says
+nothing about others, so a model never invents keys: OpenAI's strict contract, used for tool arguments,
+`strict: true` schemas and the anchors whose engines do it by default (TGI, vLLM).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playground.constraints import matching
+from playground.errors import InvalidConstraintError
+
+PRETTY_INDENT = 32
+COMPACT_PATTERN = "[ ]?"
+PRETTY_PATTERN = f"(?:[ ]|\\n[ ]{{0,{PRETTY_INDENT}}})?"
+FREE_PATTERN = "[ \\t\\n\\r]*"
+LAYOUTS = ("pretty", "compact", "free")
+DEFAULT_LAYOUT = "pretty"
+MAX_PATTERN_CHARS = 256
+# The keywords that already say what an object's unlisted keys may be.
+_OTHER_KEYS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+# allOf is left open: closing each branch would refuse the keys another branch declares.
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
+_SUBSCHEMAS = ("items", "additionalItems", "contains", "not", "if", "then", "else", "propertyNames")
+
+
+def check_layout(layout: str) -> str:
+    """A layout name, or a whitespace regex the engines can read; anything else is refused by name."""
+    if layout in LAYOUTS:
+        return layout
+    if not layout or len(layout) > MAX_PATTERN_CHARS:
+        raise InvalidConstraintError(
+            f"whitespace: one of {', '.join(LAYOUTS)}, or a regex of at most {MAX_PATTERN_CHARS} characters",
+            field="whitespace_pattern",
+        )
+    problem = matching.syntax_error("regex", layout)
+    if problem:
+        raise InvalidConstraintError(f"whitespace_pattern: invalid regex {problem}", field="whitespace_pattern")
+    return layout
+
+
+def guidance_options(layout: str) -> dict[str, Any]:
+    """The layout as llguidance's `x-guidance` JSON options."""
+    if layout == "free":
+        return {"whitespace_flexible": True}
+    pattern = {"pretty": PRETTY_PATTERN, "compact": COMPACT_PATTERN}.get(layout, layout)
+    return {"whitespace_flexible": False, "whitespace_pattern": pattern}
+
+
+def layout_of(schema: dict) -> tuple[dict, str]:
+    """(the schema without our `x-guidance` layout, the layout it asked for) for engines other than llguidance."""
+    options = schema.get("x-guidance")
+    if not isinstance(options, dict):
+        return schema, "free"
+    rest = {k: v for k, v in options.items() if k not in ("whitespace_flexible", "whitespace_pattern")}
+    stripped = {k: v for k, v in schema.items() if k != "x-guidance"}
+    if rest:
+        stripped["x-guidance"] = rest
+    if options.get("whitespace_flexible", True) and "whitespace_pattern" not in options:
+        return stripped, "free"
+    pattern = options.get("whitespace_pattern", COMPACT_PATTERN)
+    named = {PRETTY_PATTERN: "pretty", COMPACT_PATTERN: "compact"}
+    return stripped, named.get(pattern, pattern)
+
+
+def with_layout(schema: dict, layout: str) -> dict:
+    """The schema the engines read: its own `x-guidance` options first, the layout's where it sets none."""
+    own = schema.get("x-guidance") if isinstance(schema.get("x-guidance"), dict) else {}
+    return {**schema, "x-guidance": {**guidance_options(layout), **own}}
+
+
+def closed(schema: Any, depth: int = 0) -> Any:
+    """The schema with `additionalProperties: false` on every object schema that lists properties alone."""
+    if not isinstance(schema, dict) or depth > 64:
+        return schema
+    out = dict(schema)
+    if "properties" in out and not any(k in out for k in _OTHER_KEYS):
+        out["additionalProperties"] = False
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed(sub, depth + 1) for name, sub in out[key].items()}
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed(sub, depth + 1) for sub in out[key]]
+    for key in _SUBSCHEMAS:
+        if key in out:
+            out[key] = closed(out[key], depth + 1)
+    return out

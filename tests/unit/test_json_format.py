@@ -1,0 +1,53 @@
+"""JSON layouts and closed objects: what the engines are told, read back as each backend reads it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from playground.constraints import Constraint, jsonformat
+from playground.errors import InvalidConstraintError
+
+PET = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+
+
+@pytest.mark.parametrize("layout", ["pretty", "compact", "free", "[ \\t]?"])
+def test_the_layout_travels_in_the_schema_and_reads_back(layout: str) -> None:
+    text = Constraint.json_schema(PET, layout=layout).engine_input()
+    schema, read = jsonformat.layout_of(json.loads(text))
+    assert (schema, read) == (PET, layout)
+
+
+def test_json_constraints_are_bounded_by_default_and_a_schema_keeps_its_own_options() -> None:
+    sent = json.loads(Constraint.json_schema(PET).engine_input())["x-guidance"]
+    assert sent == {"whitespace_flexible": False, "whitespace_pattern": jsonformat.PRETTY_PATTERN}
+    own = {**PET, "x-guidance": {"whitespace_pattern": "[ ]{0,2}", "lenient": True}}
+    sent = json.loads(Constraint.json_schema(own).engine_input())["x-guidance"]
+    assert sent["whitespace_pattern"] == "[ ]{0,2}" and sent["lenient"] is True
+    assert Constraint.json_schema(PET) != Constraint.json_schema(PET, layout="compact")  # two cache entries
+
+
+def test_a_bad_whitespace_pattern_is_refused_by_name() -> None:
+    with pytest.raises(InvalidConstraintError, match="whitespace_pattern: invalid regex"):
+        Constraint.json_schema(PET, layout="[unclosed")
+
+
+def test_closed_objects_refuse_undeclared_keys_in_every_nested_object() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"owner": {"$ref": "#/$defs/Owner"}, "tags": {"type": "array", "items": PET}},
+        "$defs": {"Owner": {"type": "object", "properties": {"name": {"type": "string"}}}},
+        "anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}, "additionalProperties": True}],
+        "allOf": [{"properties": {"c": {}}}],
+    }
+    constraint = Constraint.json_schema(schema, closed=True)
+    closed = constraint.schema
+    assert closed["additionalProperties"] is False
+    assert closed["$defs"]["Owner"]["additionalProperties"] is False
+    assert closed["properties"]["tags"]["items"]["additionalProperties"] is False
+    assert closed["anyOf"][0]["additionalProperties"] is False
+    assert closed["anyOf"][1]["additionalProperties"] is True  # what a schema says of other keys stands
+    assert "additionalProperties" not in closed["allOf"][0]  # closing a branch would refuse the others' keys
+    assert constraint.validate('{"owner": {"name": "Ann", "age": 3}}').valid is False
+    assert Constraint.json_schema(schema).validate('{"owner": {"name": "Ann", "age": 3}}').valid is True
