@@ -43,8 +43,12 @@ class Constraint:
             return cls.none()
         if isinstance(grammar, dict):
             grammar = GrammarType.model_validate(grammar)
+        json_options = {
+            "layout": grammar.whitespace or jsonformat.DEFAULT_LAYOUT,
+            "closed": grammar.strict is True,
+        }
         if grammar.type == "json":
-            return cls.json_schema(grammar.value)
+            return cls.json_schema(grammar.value, **json_options)
         if grammar.type == "json_schema":
             value = grammar.value
             if isinstance(value, str):
@@ -53,7 +57,7 @@ class Constraint:
                 raise InvalidConstraintError(
                     "grammar of type json_schema needs a value {name?, schema}", field="parameters.grammar.value"
                 )
-            return cls.json_schema(value["schema"])
+            return cls.json_schema(value["schema"], **json_options)
         if grammar.type == "regex":
             return cls.regex(grammar.value)
         if grammar.type == "choice":
@@ -135,7 +139,8 @@ class Constraint:
         if self.kind == "none":
             return None
         if self.kind == "json_schema":
-            return GrammarType(type="json", value=self.schema)
+            whitespace = None if self.layout == jsonformat.DEFAULT_LAYOUT else self.layout
+            return GrammarType(type="json", value=self.schema, whitespace=whitespace)
         if self.kind == "choice":
             return GrammarType(type="choice", value=list(self.value))
         return GrammarType(type=self.kind, value=self.value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_serializer
 
 from playground.types.base import EngineName, Name, ParamText, StopText, Strict
 from playground.types.sizes import MAX_PREFIX_CHARS, MAX_PROCESSOR_PARAMS, MAX_PROCESSORS
@@ -15,6 +15,23 @@ class GrammarType(Strict):
 
     type: Literal["json", "json_schema", "regex", "choice", "grammar"]
     value: Any
+    whitespace: str | None = Field(
+        default=None,
+        max_length=256,
+        description="JSON only (extension): pretty (the default: one space, or a newline and indentation), compact "
+        "(at most one space), free (any whitespace), or a regex for the whitespace (Outlines' whitespace_pattern).",
+    )
+    strict: bool | None = Field(
+        default=None,
+        description="JSON only (extension): true: no object key the schema does not declare (OpenAI's strict "
+        "contract, as TGI and vLLM decode); unset or false: JSON Schema as written.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_unset_extensions(self, handler: Any) -> dict[str, Any]:
+        """TGI's two keys, and ours only when set: a body sent on stays the body TGI knows."""
+        data = handler(self)
+        return {k: v for k, v in data.items() if k in ("type", "value") or v is not None}
 
 
 class ProcessorSpec(Strict):

@@ -47,7 +47,7 @@ def test_generate_parameters_cover_huggingface_hub() -> None:
 
 def test_grammar_type_covers_huggingface_hub_and_tgi_kinds() -> None:
     hub_fields = {f.name for f in dataclasses.fields(TextGenerationInputGrammarType)}
-    assert hub_fields == set(GrammarType.model_fields)
+    assert hub_fields | {"whitespace", "strict"} == set(GrammarType.model_fields)  # JSON options: our extensions
     tgi_kinds = {variant["properties"]["type"]["enum"][0] for variant in SCHEMAS["GrammarType"]["oneOf"]}
     ours = set(get_args(GrammarType.model_fields["type"].annotation))
     assert ours == tgi_kinds | {"choice", "grammar"}
