@@ -151,7 +151,7 @@ async def _chunks(
                 else:
                     yield item
     except Exception as exc:  # after the stream started: a last error event, as TGI does
-        yield exception_event(exc)
+        yield exception_event(exc, openai=True)
         return
     if include_usage:
         yield sse({**base, "choices": [], "usage": chat.usage(results)})

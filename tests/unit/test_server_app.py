@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 from playground.providers.registry import Registry
 from playground.server import create_app
 from playground.wire.errors import validation_message
+from tests.support import error_of
 
 KEY = "s3cret"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -37,8 +38,9 @@ def test_every_api_route_needs_the_key(client: TestClient, method: str, path: st
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
         response = client.request(method, path, headers=headers, json={})
         assert response.status_code == 401, (path, headers)
-        assert response.json()["error_type"] == "authentication"
-        assert "Authorization: Bearer" in response.json()["error"]
+        message, error_type = error_of(path, response.json())
+        assert error_type == "authentication"
+        assert "Authorization: Bearer" in message
 
 
 def test_health_stays_open_and_the_docs_take_the_key(client: TestClient) -> None:
@@ -87,10 +89,12 @@ def test_health_stays_open_and_the_docs_take_the_key(client: TestClient) -> None
     ],
 )
 def test_bad_requests_are_422_naming_the_field(client: TestClient, path: str, body: dict, message: str) -> None:
+    """422 on TGI's routes, 400 on OpenAI's (each in its protocol's error shape)."""
     response = client.post(path, json=body, headers=AUTH)
-    assert response.status_code == 422
-    assert response.json()["error_type"] == "validation"
-    assert message in response.json()["error"]
+    assert response.status_code == (400 if path.startswith("/v1/") else 422)
+    text, error_type = error_of(path, response.json())
+    assert error_type == "validation"
+    assert message in text
 
 
 def test_invalid_json_body(client: TestClient) -> None:
@@ -104,10 +108,17 @@ def test_unknown_model_and_provider(client: TestClient) -> None:
         "/v1/chat/completions", headers=AUTH, json={"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}
     )
     assert response.status_code == 404
-    assert response.json() == {"error": "no provider serves model 'gpt-9' (served: none)", "error_type": "model"}
+    assert response.json() == {
+        "error": {
+            "message": "no provider serves model 'gpt-9' (served: none)",
+            "type": "not_found_error",
+            "param": None,
+            "code": "model",
+        }
+    }
     response = client.post("/v1/models", headers=AUTH, json={"id": "m", "provider_id": "far"})
     assert response.status_code == 404
-    assert "unknown provider 'far'" in response.json()["error"]
+    assert "unknown provider 'far'" in response.json()["error"]["message"]
 
 
 def test_unknown_route_uses_the_same_shape(client: TestClient) -> None:
