@@ -8,7 +8,6 @@ from fastapi.testclient import TestClient
 from playground.providers.registry import Registry
 from playground.server import create_app
 from playground.types import sizes
-
 from tests.support import error_of
 
 USER = {"role": "user", "content": "x"}
