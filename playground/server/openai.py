@@ -17,7 +17,7 @@ from playground.server.errors import exception_event
 from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.server.tgi import registry_of, resolve, sse
 from playground.types import GenerateParameters, GenerationResult, Name, Strict, TokenEvent
-from playground.wire import checks, inbound, tools
+from playground.wire import chat_fields, checks, inbound, tools
 from playground.wire.inbound import ChatRequest
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
@@ -108,7 +108,9 @@ async def _choice_chunks(
                 delta.pop("role", None)
                 yield _chunk(base, index, delta, logprobs=chat.choice_logprobs(item.best.tokens, req))
                 finish = "tool_calls" if called else chat.FINISH_REASONS[item.best.finish_reason]
-                yield _chunk(base, index, {}, finish_reason=finish, **chat.choice_extras(item))
+                yield _chunk(
+                    base, index, {}, finish_reason=finish, **chat.choice_extras(item, chat_fields.warnings(req))
+                )
                 yield item
         return
     async for item in events:
@@ -125,7 +127,7 @@ async def _choice_chunks(
         if rest or (req.logprobs and pending):
             yield _chunk(base, index, {"content": rest}, logprobs=chat.choice_logprobs(pending, req))
         finish = chat.FINISH_REASONS[item.best.finish_reason]
-        yield _chunk(base, index, {}, finish_reason=finish, **chat.choice_extras(item))
+        yield _chunk(base, index, {}, finish_reason=finish, **chat.choice_extras(item, chat_fields.warnings(req)))
         yield item
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, ValidationError
 
 from playground.errors import InvalidConstraintError, ParameterError
-from playground.types import ChatCompletionRequest, ChatMessage, GrammarType, NamedToolChoice, Strict, ToolSpec
+from playground.types import ChatCompletionRequest, ChatMessage, GrammarType, Strict, ToolSpec
+from playground.types.chat import ToolChoice
 from playground.wire.errors import parameter_error
 
 INSTRUCTIONS = (
@@ -30,7 +31,8 @@ class ToolsConstraint(Strict):
     """The UI's "tools" kind: tool definitions as OpenAI takes them, and the tool_choice."""
 
     tools: list[ToolSpec] = Field(min_length=1, max_length=64)
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = "auto"
+    tool_choice: ToolChoice | None = "auto"
+    tool_prompt: str | None = None
 
 
 ToolRequest = ChatCompletionRequest | ToolsConstraint
@@ -45,9 +47,9 @@ def mode(req: ToolRequest) -> str | None:
     choice = req.tool_choice or "auto"
     if choice == "none":
         return None
-    if isinstance(choice, str):
+    if choice in ("auto", "required"):
         return choice
-    name = choice.function.name
+    name = _choice_name(req)
     if name not in {t.function.name for t in req.tools}:
         raise ParameterError(f"tool_choice: no tool named {name!r} in `tools`", field="tool_choice")
     return "named"
@@ -86,8 +88,14 @@ def grammar(req: ToolRequest, other: dict[str, Any] | None) -> dict[str, Any] | 
     }
 
 
+def _choice_name(req: ToolRequest) -> str:
+    """The function a named tool_choice names: OpenAI's object, or TGI's bare string."""
+    choice = req.tool_choice
+    return choice if isinstance(choice, str) else choice.function.name  # type: ignore[union-attr]
+
+
 def _named(req: ToolRequest) -> ToolSpec:
-    name = req.tool_choice.function.name  # type: ignore[union-attr]
+    name = _choice_name(req)
     return next(t for t in req.tools or [] if t.function.name == name)
 
 
@@ -97,6 +105,8 @@ def with_tools(req: ToolRequest, messages: list[ChatMessage]) -> list[ChatMessag
         return messages
     described = json.dumps([t.function.model_dump(exclude_none=True) for t in req.tools or []])
     note = INSTRUCTIONS.format(tools=described)
+    if req.tool_prompt:  # TGI's: the user's words before the tools, in place of ours
+        note = f"{req.tool_prompt}\n{described}\n{note.splitlines()[-1]}"
     if mode(req) == "named":
         note += f"\nCall `{_named(req).function.name}` now: answer with its arguments object only."
     out = [_as_text(m) for m in messages]

@@ -77,7 +77,7 @@ def test_health_stays_open_and_the_docs_take_the_key(client: TestClient) -> None
         ),
         (
             "/v1/chat/completions",
-            {"messages": [{"role": "user", "content": "x"}], "tool_choice": "maybe"},
+            {"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function"}},
             "tool_choice",
         ),
         (
