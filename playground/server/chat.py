@@ -104,14 +104,14 @@ def completion_response(model: str, results: list[GenerationResult], req: ChatCo
     notes = chat_fields.warnings(req)
     for index, result in enumerate(results):
         seq = result.best
-        message, called = tools.answer(req, trim_stop(seq.generated_text, seq))
+        message, finish, cut_off = tools.answer(req, trim_stop(seq.generated_text, seq), seq.finish_reason)
         choices.append(
             {
                 "index": index,
                 "message": message,
                 "logprobs": choice_logprobs(seq.tokens, req),
-                "finish_reason": "tool_calls" if called else FINISH_REASONS[seq.finish_reason],
-                **choice_extras(result, notes),
+                "finish_reason": finish,
+                **choice_extras(result, [*notes, *cut_off]),
             }
         )
     body = {**envelope(model, "chat.completion"), "choices": choices, "usage": usage(results)}

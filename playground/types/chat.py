@@ -170,7 +170,7 @@ class ChatCompletionRequest(Request):
     constraint_engine: EngineName = "auto"
     fast_forward: bool = True
     user: Name | None = None
-    tools: list[ToolSpec] | None = Field(default=None, max_length=64)
+    tools: list[ToolSpec] | None = Field(default=None, min_length=1, max_length=64)
     tool_choice: ToolChoice | None = None
     tool_prompt: str | None = Field(default=None, max_length=4096, description="TGI's: the text before the tools.")
     parallel_tool_calls: bool | None = None

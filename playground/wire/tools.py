@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError
 from playground.errors import InvalidConstraintError, ParameterError
 from playground.types import ChatCompletionRequest, ChatMessage, GrammarType, Strict, ToolSpec
 from playground.types.chat import ToolChoice
+from playground.wire import tool_calls, tool_schema
 from playground.wire.errors import parameter_error
 
 INSTRUCTIONS = (
@@ -39,33 +40,29 @@ ToolRequest = ChatCompletionRequest | ToolsConstraint
 
 
 def mode(req: ToolRequest) -> str | None:
-    """none/auto/required, or the name of the one function to call; None when no tool can be called."""
+    """none/auto/required, or "named" (one function to call); None when no tool can be called."""
     if not req.tools:
         if req.tool_choice not in (None, "none"):
             raise ParameterError("tool_choice: needs `tools`", field="tool_choice")
         return None
+    names = [t.function.name for t in req.tools]
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise ParameterError(f"tools: two tools are named {twice!r}", field="tools")
     choice = req.tool_choice or "auto"
     if choice == "none":
         return None
     if choice in ("auto", "required"):
         return choice
     name = _choice_name(req)
-    if name not in {t.function.name for t in req.tools}:
+    if name not in names:
         raise ParameterError(f"tool_choice: no tool named {name!r} in `tools`", field="tool_choice")
     return "named"
 
 
-def _call_schema(tool: ToolSpec) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {"name": {"const": tool.function.name}, "arguments": _parameters(tool)},
-        "required": ["name", "arguments"],
-        "additionalProperties": False,
-    }
-
-
-def _parameters(tool: ToolSpec) -> dict[str, Any]:
-    return tool.function.parameters or {"type": "object"}
+def parallel(req: ToolRequest) -> bool:
+    """parallel_tool_calls true: one or more calls in one answer (a JSON list); unset or false: exactly one."""
+    return getattr(req, "parallel_tool_calls", None) is True
 
 
 def grammar(req: ToolRequest, other: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -77,14 +74,16 @@ def grammar(req: ToolRequest, other: dict[str, Any] | None) -> dict[str, Any] | 
         raise ParameterError("tools: give tools or a response format / structured output, not both", field="tools")
     tools = req.tools or []
     if how == "named":
-        return {"type": "json", "value": _parameters(_named(req))}
-    calls = [_call_schema(t) for t in tools]
-    schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
+        tool_schema.check([_named(req)])
+        return {"type": "json", "value": tool_schema.parameters(_named(req))}
+    tool_schema.check(tools)
+    schema = tool_schema.call_schema(tools, parallel=parallel(req))
     if how == "required":
         return {"type": "json", "value": schema}
+    starts = "{[" if parallel(req) else "{"
     return {
         "type": "grammar",
-        "value": f"start: call | text\ncall: %json {json.dumps(schema)}\ntext: /[^{{][\\s\\S]*/\n",
+        "value": f"start: call | text\ncall: %json {json.dumps(schema)}\ntext: /[^{starts}][\\s\\S]*/\n",
     }
 
 
@@ -92,6 +91,11 @@ def _choice_name(req: ToolRequest) -> str:
     """The function a named tool_choice names: OpenAI's object, or TGI's bare string."""
     choice = req.tool_choice
     return choice if isinstance(choice, str) else choice.function.name  # type: ignore[union-attr]
+
+
+def named_function(req: ToolRequest) -> str:
+    """The name of the one function a named tool_choice calls."""
+    return _named(req).function.name
 
 
 def _named(req: ToolRequest) -> ToolSpec:
@@ -120,31 +124,39 @@ def _as_text(message: ChatMessage) -> ChatMessage:
     calls = (message.model_extra or {}).get("tool_calls")
     if message.role != "assistant" or not calls:
         return message
-    written = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])} for c in calls]
+    try:
+        written = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])} for c in calls]
+    except (TypeError, KeyError, ValueError):
+        raise ParameterError(
+            "messages: an assistant's tool_calls need function.name and function.arguments (JSON text)",
+            field="messages",
+        ) from None
     return ChatMessage(role="assistant", content=json.dumps(written[0] if len(written) == 1 else written))
 
 
-def answer(req: ToolRequest, text: str) -> tuple[dict[str, Any], bool]:
-    """The assistant message (content, or tool_calls in OpenAI's shape) and whether it is a call."""
+CUT_OFF = "the tool call was cut off by max_tokens: no call is returned (raise max_tokens)"
+
+
+def answer(req: ToolRequest, text: str, finish_reason: str = "stop") -> tuple[dict[str, Any], str, list[str]]:
+    """The assistant message (content, or tool_calls in OpenAI's shape), OpenAI's finish_reason and warnings.
+
+    A call cut off by max_tokens is no call: finish_reason "length", empty content, a warning (as vLLM does).
+    """
     how = mode(req)
-    if how is None or (how == "auto" and not text.lstrip().startswith("{")):
-        return {"role": "assistant", "content": text}, False
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:  # cut off by max_tokens: not a call that can be made
-        return {"role": "assistant", "content": text}, False
-    if how == "named":
-        name, arguments = _named(req).function.name, data
-    elif isinstance(data, dict):
-        name, arguments = data.get("name"), data.get("arguments")
-    else:
-        return {"role": "assistant", "content": text}, False
-    call = {
-        "id": f"call_{uuid.uuid4().hex[:24]}",
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(arguments)},
-    }
-    return {"role": "assistant", "content": None, "tool_calls": [call]}, True
+    finish = "length" if finish_reason == "length" else "stop"
+    starts = ("{", "[") if parallel(req) else ("{",)
+    if how is None or (how == "auto" and not text.lstrip().startswith(starts)):
+        return {"role": "assistant", "content": text}, finish, []
+    calls = tool_calls.final(text, _named(req).function.name if how == "named" else None, parallel(req))
+    if calls is None and finish == "length":
+        return {"role": "assistant", "content": ""}, "length", [CUT_OFF]
+    if calls is None:  # free text under auto that happens to start like JSON
+        return {"role": "assistant", "content": text}, finish, []
+    wire = [
+        {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": n, "arguments": a}}
+        for n, a in calls
+    ]
+    return {"role": "assistant", "content": None, "tool_calls": wire}, "tool_calls", []
 
 
 # --- the UI's "tools" kind ------------------------------------------------------------------------------

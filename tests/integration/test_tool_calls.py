@@ -72,12 +72,14 @@ def test_none_leaves_the_answer_as_text(client: openai.OpenAI) -> None:
     assert choice.message.tool_calls is None and choice.message.content
 
 
-def test_streamed_call_adds_up_to_the_same_call(client: openai.OpenAI) -> None:
+def test_streamed_call_comes_head_first_then_adds_up_to_the_same_call(client: openai.OpenAI) -> None:
     named = {"type": "function", "function": {"name": "get_weather"}}
     whole = create(client, tool_choice=named, temperature=0).choices[0].message.tool_calls[0]
     chunks = list(create(client, tool_choice=named, temperature=0, stream=True))
     calls = [c for chunk in chunks for c in (chunk.choices[0].delta.tool_calls or []) if chunk.choices]
-    assert [c.function.name for c in calls] == ["get_weather"]
+    head, *rest = calls  # OpenAI's order: the id, type and name first, then the arguments as they are decoded
+    assert head.id.startswith("call_") and head.function.name == "get_weather" and head.function.arguments == ""
+    assert len(rest) > 1 and all(c.id is None and c.function.name is None and c.index == 0 for c in rest)
     assert "".join(c.function.arguments for c in calls) == whole.function.arguments
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
