@@ -20,7 +20,7 @@ from playground.server.auth import (
     ui_login,
 )
 from playground.server.convert import VERSION
-from playground.server.docs import API_ERRORS, add_docs
+from playground.server.docs import API_ERRORS, OPENAI_ERRORS, add_docs
 from playground.server.errors import install_error_handlers
 from playground.server.guards import (
     MAX_BODY_BYTES,
@@ -66,7 +66,8 @@ def create_app(
     checks = [Depends(guard), Depends(valid_unicode)]
     app.include_router(tgi.open_router)
     for router in (tgi.router, openai.router, completions.router, debug.router, inspect.router):
-        app.include_router(router, dependencies=checks, max_body_size=MAX_BODY_BYTES, responses=API_ERRORS)
+        errors = OPENAI_ERRORS if router.prefix == "/v1" else API_ERRORS
+        app.include_router(router, dependencies=checks, max_body_size=MAX_BODY_BYTES, responses=errors)
     add_docs(app, guard)
     methods = api_methods(
         [tgi.open_router, tgi.router, openai.router, completions.router, debug.router, inspect.router]

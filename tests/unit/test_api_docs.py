@@ -30,17 +30,24 @@ def test_the_docs_need_the_key_like_the_api(path: str) -> None:
 
 
 def test_every_api_operation_lists_our_errors_in_our_shape(spec: dict) -> None:
+    """TGI's shape and 422 on TGI's routes; OpenAI's shape and 400 (no 422) on /v1/*."""
     for path, operations in spec["paths"].items():
         if path == "/health":
             continue
+        openai = path.startswith("/v1/")
+        errors = (ERRORS - {"422"}) | {"400"} if openai else ERRORS
+        shape = "OpenAIErrorResponse" if openai else "ErrorResponse"
         for method, operation in operations.items():
             responses = operation["responses"]
-            assert ERRORS <= set(responses), (method, path)
-            for status in ERRORS:
+            assert errors <= set(responses), (method, path)
+            assert not (openai and "422" in responses), (method, path)
+            for status in errors:
                 schema = responses[status]["content"]["application/json"]["schema"]
-                assert schema == {"$ref": "#/components/schemas/ErrorResponse"}, (method, path, status)
+                assert schema == {"$ref": f"#/components/schemas/{shape}"}, (method, path, status)
     error = spec["components"]["schemas"]["ErrorResponse"]
     assert set(error["required"]) == {"error", "error_type"}
+    openai_error = spec["components"]["schemas"]["OpenAIError"]
+    assert set(openai_error["required"]) == {"message", "type", "param", "code"}
     assert "HTTPValidationError" not in spec["components"]["schemas"]
 
 

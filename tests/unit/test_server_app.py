@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -135,3 +137,21 @@ def test_validation_message_joins_every_error() -> None:
     assert validation_message(errors) == (
         "parameters.seed: Input should be greater than or equal to 0; messages[0].role: bad role"
     )
+
+
+def test_a_stream_that_fails_after_it_started_ends_with_an_error_in_its_routes_shape() -> None:
+    from playground.errors import ParameterError
+    from playground.server.errors import exception_event
+
+    failure = ParameterError("logit_bias: token id 99 is not in the vocabulary", field="logit_bias")
+    tgi = json.loads(exception_event(failure).removeprefix("data: "))
+    assert tgi == {"error": "logit_bias: token id 99 is not in the vocabulary", "error_type": "validation"}
+    openai = json.loads(exception_event(failure, openai=True).removeprefix("data: "))
+    assert openai == {
+        "error": {
+            "message": "logit_bias: token id 99 is not in the vocabulary",
+            "type": "invalid_request_error",
+            "param": "logit_bias",
+            "code": "validation",
+        }
+    }
