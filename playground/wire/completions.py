@@ -19,6 +19,7 @@ from playground.wire.inbound import ChatResponseFormat
 
 MAX_PROMPTS = 8
 MAX_CHOICES = 8
+MAX_TOTAL_CHOICES = 16
 
 
 class CompletionRequest(Request):
@@ -65,6 +66,8 @@ def _check(req: CompletionRequest) -> None:
         raise ParameterError(f"prompt: give 1 to {MAX_PROMPTS} prompts", field="prompt")
     if req.n > MAX_CHOICES:
         raise ParameterError(f"n: at most {MAX_CHOICES} choices per prompt, got {req.n}", field="n")
+    if req.n * len(req.prompts()) > MAX_TOTAL_CHOICES:
+        raise ParameterError(f"n: at most {MAX_TOTAL_CHOICES} choices for all prompts together", field="n")
     if req.suffix:
         raise ParameterError("suffix: not supported (no fill-in-the-middle)", field="suffix")
     if req.best_of is not None and req.best_of < req.n:

@@ -95,3 +95,28 @@ def test_fields_that_would_change_the_answer_are_refused_by_name(server_url: str
         assert (
             response.json()["error"]["message"].startswith(f"{field}: ") and response.json()["error"]["param"] == field
         )
+
+
+ODD = [
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "logit_bias": {"99999999": 5}}, 400),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "logit_bias": {"1": 5}, "stream": True}, 200),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "chat_template_kwargs": {"x": {"y": [1]}}}, 200),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "prompt_logprobs": 3, "stream": True}, 200),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "min_tokens": 5, "guided_choice": ["a"]}, 400),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "tool_choice": None, "tools": None, "n": None}, 200),
+    ("/v1/completions", {"prompt": "Hi", "max_tokens": 2, "echo": True, "logprobs": 1, "stream": True}, 200),
+    ("/v1/completions", {"prompt": ["a"] * 8, "n": 8, "max_tokens": 1}, 400),
+    ("/v1/completions", {"prompt": [], "max_tokens": 1}, 400),
+    ("/v1/completions", {"prompt": "Hi", "max_tokens": 10**9}, 400),
+    ("/v1/completions", {"prompt": "Hi", "best_of": 2, "max_tokens": 1, "temperature": 0}, 400),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status"), ODD, ids=[f"{p}-{i}" for i, (p, _, _) in enumerate(ODD)])
+def test_odd_uses_of_the_new_fields_answer_without_a_500(server_url: str, path: str, body: dict, status: int) -> None:
+    response = httpx.post(f"{server_url}{path}", json=body, timeout=120)
+    assert response.status_code == status, response.text
+    if status == 400:
+        assert response.json()["error"]["message"]
+    elif body.get("stream"):
+        assert response.text.rstrip().endswith("data: [DONE]") and '"error"' not in response.text

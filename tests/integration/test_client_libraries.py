@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 from typing import Literal
 
+import huggingface_hub
 import instructor
 import jsonschema
 import openai
 import pytest
+from huggingface_hub import InferenceClient
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_ai import Agent
@@ -108,3 +110,17 @@ def test_pydantic_ai_nested_output_model(server_url: str) -> None:
     result = agent.run_sync("A pet and its owner.", model_settings={"max_tokens": 80, "temperature": 0})
     assert isinstance(result.output, OwnedPet)
     OwnedPet.model_validate(result.output.model_dump())
+
+
+def test_huggingface_hub_chat_completion_with_a_bare_string_tool_choice(
+    server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # the suite is offline; ours is local
+    client = InferenceClient(base_url=server_url, timeout=120)
+    tools = [{"type": "function", "function": {"name": "describe_pet", "parameters": PET_SCHEMA}}]
+    output = client.chat_completion(
+        messages=[{"role": "user", "content": ASK}], tools=tools, tool_choice="describe_pet", max_tokens=30
+    )
+    (call,) = output.choices[0].message.tool_calls
+    arguments = call.function.arguments
+    Pet.model_validate(json.loads(arguments) if isinstance(arguments, str) else arguments)
