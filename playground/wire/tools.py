@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from playground.errors import InvalidConstraintError, ParameterError
+from playground.constraints import Constraint
+from playground.errors import ConstraintError, InvalidConstraintError, ParameterError, UnsupportedConstraintError
 from playground.types import ChatCompletionRequest, ChatMessage, GrammarType, Strict, ToolSpec
 from playground.types.chat import ToolChoice
 from playground.wire import tool_calls, tool_schema
@@ -80,11 +81,41 @@ def grammar(req: ToolRequest, other: dict[str, Any] | None) -> dict[str, Any] | 
     schema = tool_schema.call_schema(tools, parallel=parallel(req))
     if how == "required":
         return {"type": "json", "value": schema}
-    starts = "{[" if parallel(req) else "{"
-    return {
-        "type": "grammar",
-        "value": f"start: call | text\ncall: %json {json.dumps(schema)}\ntext: /[^{starts}][\\s\\S]*/\n",
-    }
+    return {"type": "grammar", "value": _auto_grammar(tools, parallel(req))}
+
+
+def _auto_grammar(tools: list[ToolSpec], many: bool) -> str:
+    """tool_choice auto: free text (not starting like a call) or a call, as a Lark grammar llguidance compiles.
+
+    A schema llguidance cannot compile inside the grammar is refused naming the tool (never "the grammar",
+    which the user did not write).
+    """
+    text = _auto_text(tools, many)
+    problem = _problem(text)
+    if problem is None:
+        return text
+    culprit = next((i for i, t in enumerate(tools) if len(tools) > 1 and _problem(_auto_text([t], many))), 0)
+    where = f"tools[{culprit}].function.parameters"
+    raise UnsupportedConstraintError(
+        f"{where} ({tools[culprit].function.name}): under tool_choice auto, llguidance cannot enforce this "
+        f"schema: {problem}",
+        field=where,
+    )
+
+
+def _auto_text(tools: list[ToolSpec], many: bool) -> str:
+    schema = tool_schema.call_schema(tools, parallel=many)
+    starts = "{[" if many else "{"
+    return f"start: call | text\ncall: %json {json.dumps(schema)}\ntext: /[^{starts}][\\s\\S]*/\n"
+
+
+def _problem(grammar_text: str) -> str | None:
+    """Why llguidance refuses the grammar, in the JSON schema's terms; None when it compiles."""
+    try:
+        Constraint.grammar(grammar_text)
+    except ConstraintError as exc:
+        return exc.message.split("failed to compile JSON schema: ")[-1]
+    return None
 
 
 def _choice_name(req: ToolRequest) -> str:
@@ -190,7 +221,7 @@ def ui_system(kind: str, text: str, system_prompt: str) -> str:
         return system_prompt
     try:
         tools = from_text(text)
-    except (InvalidConstraintError, ParameterError):
+    except (ConstraintError, ParameterError):
         return system_prompt  # the request itself reports the problem
     messages = with_tools(tools, [ChatMessage(role="system", content=system_prompt)] if system_prompt.strip() else [])
     return messages[0].text() if messages else system_prompt
@@ -200,6 +231,6 @@ def problem(text: str) -> str | None:
     """The live check under the editor: what is wrong with the tools, or None."""
     try:
         from_text(text)
-    except (InvalidConstraintError, ParameterError) as exc:
+    except (ConstraintError, ParameterError) as exc:
         return exc.message
     return None

@@ -129,3 +129,22 @@ def test_inputs_the_peers_refuse_are_400(server_url: str, fields: dict[str, Any]
     response = post(server_url, **body)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["message"].startswith(message)
+
+
+ODD_NOT = {"type": "object", "properties": {"a": {"not": {"type": "string"}}}}
+ODD_EMPTY = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 5, "maximum": 1}}, "required": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("others", "parameters", "reason"),
+    [(TOOLS[1:], ODD_NOT, "not"), ([], ODD_EMPTY, "nsatisfiable")],
+)
+def test_a_schema_the_engine_cannot_enforce_under_auto_names_the_tool(
+    server_url: str, others: list, parameters: dict, reason: str
+) -> None:
+    tools = [*others, {"type": "function", "function": {"name": "odd", "parameters": parameters}}]
+    response = post(server_url, tools=tools, tool_choice="auto", max_tokens=3)
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    where = f"tools[{len(others)}].function.parameters (odd): "
+    assert message.startswith(where) and "grammar" not in message and reason in message, message
