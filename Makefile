@@ -51,8 +51,13 @@ $(STAMP_RUNTIME): requirements.txt constraints.txt pyproject.toml | $(PY)
 	$(PIP) install --no-deps -e . --config-settings editable_mode=compat
 	touch $@
 
+# TGI's `text-generation` client and instructor pin huggingface-hub < 1 and jiter < 0.15; both run fine on
+# ours, so they go in without their dependencies (the ones they import are in requirements-test.txt).
+CLIENTS_NO_DEPS := text-generation instructor
+
 $(STAMP_TEST): requirements-test.txt constraints.txt $(STAMP_RUNTIME)
 	$(PIP) install -c constraints.txt -r requirements-test.txt
+	$(PIP) install --no-deps -c constraints.txt $(CLIENTS_NO_DEPS)
 	touch $@
 
 # Browser tests drive Debian's Chromium; playwright never downloads a browser of its own.

@@ -154,3 +154,14 @@ def tiny_llama(**config: object):  # -> LlamaForCausalLM; transformers loads onl
         "num_key_value_heads": 2,
     }
     return LlamaForCausalLM(LlamaConfig(**{**shape, **config})).eval()
+
+
+def error_of(path: str, body: dict) -> tuple[str, str]:
+    """(message, error type) of an error body, checking it has the shape the route's protocol uses:
+    OpenAI's `{"error": {"message", "type", "param", "code"}}` on /v1/*, TGI's `{"error", "error_type"}` elsewhere."""
+    if path.startswith("/v1/"):
+        error = body["error"]
+        assert set(error) == {"message", "type", "param", "code"}, body
+        return error["message"], error["code"]
+    assert isinstance(body["error"], str), body
+    return body["error"], body["error_type"]

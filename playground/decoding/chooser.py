@@ -44,7 +44,9 @@ class TokenChooser:
         self.sampling = params.sampling
         self.generator = generator
         self.top_n = max(params.top_n_tokens or 0, 1)
-        self.shared = sampling.shared_processors(params, runner.vocab_size, runner.device, prompt_length)
+        self.shared = sampling.shared_processors(
+            params, runner.vocab_size, runner.device, prompt_length, runner.eos_ids
+        )
         self.warpers = sampling.warpers(params)
         # Only a lone constraint processor can be probed ahead: custom processors may change any logit.
         self.fast_forward = fast_forward

@@ -14,7 +14,7 @@ import torch
 from playground.constraints import Constraint
 from playground.constraints.compile_pool import CompileLimits
 from playground.constraints.compiler import CompiledConstraint, ConstraintCompiler, compiling_with
-from playground.decoding import continuation, sampling
+from playground.decoding import chat_template, continuation, sampling
 from playground.decoding.chooser import TokenChooser, first_refused
 from playground.decoding.fields import field_confidence
 from playground.decoding.prefix_cache import PrefixCache
@@ -82,17 +82,21 @@ class Engine:
 
     # --- prompts ---------------------------------------------------------------------------
 
-    def render_prompt(self, inputs: Inputs) -> str:
-        """Messages through the model's chat template; a plain prompt as is."""
+    def render_prompt(self, inputs: Inputs, params: GenerateParameters | None = None) -> str:
+        """Messages through the model's chat template (with the request's template options); a plain prompt as is."""
         if isinstance(inputs, str):
             return inputs
+        params = params or GenerateParameters()
         messages = [{"role": m.role, "content": m.text()} for m in inputs]
+        header = params.add_generation_prompt
         if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+            return chat_template.render(self.tokenizer, messages, header, params.chat_template_kwargs)
+        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + ("assistant: " if header else "")
 
-    def encode_prompt(self, inputs: Inputs, truncate: int | None = None) -> tuple[str, list[int]]:
-        prompt = self.render_prompt(inputs)
+    def encode_prompt(
+        self, inputs: Inputs, truncate: int | None = None, params: GenerateParameters | None = None
+    ) -> tuple[str, list[int]]:
+        prompt = self.render_prompt(inputs, params)
         ids = self._encode(prompt, add_special_tokens=isinstance(inputs, str))
         if truncate:
             ids = ids[-truncate:]
@@ -164,7 +168,7 @@ class Engine:
     def stream(self, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
         """Token events as they are decoded, then the GenerationResult."""
         start = time.perf_counter()
-        prompt, prompt_ids = self.encode_prompt(inputs, params.truncate)
+        prompt, prompt_ids = self.encode_prompt(inputs, params.truncate, params)
         prefix_ids = continuation.prefix_ids(self, params.continue_from, len(prompt_ids))
         best_of, max_new = self._check(params, len(prompt_ids) + len(prefix_ids))
         compile_start = time.perf_counter()
@@ -308,7 +312,7 @@ class Engine:
     ) -> NextTokenDistribution:
         """The next token's distribution, raw and after processors and the constraint, without sampling."""
         params = params or GenerateParameters()
-        _, prompt_ids = self.encode_prompt(inputs, params.truncate)
+        _, prompt_ids = self.encode_prompt(inputs, params.truncate, params)
         prefix_ids = self._encode(prefix, add_special_tokens=False) if prefix else []
         constraint, compiled = self.compile(params)
         ids = prompt_ids + list(prefix_ids)

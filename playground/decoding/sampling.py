@@ -1,12 +1,12 @@
 """One decoding step's scoring: penalties, custom processors, the constraint mask, warpers, logprobs.
 
-transformers' own processors and warpers are used wherever they exist; only OpenAI-style frequency
-penalty (which transformers lacks) is written here.
+transformers' own processors and warpers are used wherever they exist; only OpenAI's frequency and
+presence penalties and logit bias, and vLLM's min_tokens (which transformers lacks in these forms), are written here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +47,51 @@ class FrequencyPenalty:
         return scores - self.penalty * counts
 
 
+class PresencePenalty(FrequencyPenalty):
+    """OpenAI's presence penalty: logit -= penalty once for every token the answer already holds."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        generated = input_ids[:, self.prompt_length :]
+        if generated.shape[1] == 0:
+            return scores
+        present = torch.zeros_like(scores, dtype=torch.bool)
+        present.scatter_(1, generated, True)
+        return scores - self.penalty * present.to(scores.dtype)
+
+
+class LogitBias:
+    """OpenAI's logit_bias: a fixed amount added to chosen tokens' logits (-100 bans, 100 all but forces)."""
+
+    def __init__(self, bias: dict[str, float], vocab_size: int) -> None:
+        ids = [int(key) for key in bias]
+        too_big = [i for i in ids if i >= vocab_size]
+        if too_big:
+            raise ParameterError(f"logit_bias: token id {too_big[0]} is not in the vocabulary (size {vocab_size})")
+        self.ids = torch.tensor(ids, dtype=torch.long)
+        self.values = torch.tensor(list(bias.values()))
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        ids, values = self.ids.to(scores.device), self.values.to(scores.device, scores.dtype)
+        return scores.index_add(1, ids, values.expand(scores.shape[0], -1))
+
+
+class MinTokens:
+    """vLLM's min_tokens: the end-of-sequence tokens are out until the answer has this many tokens."""
+
+    def __init__(self, min_tokens: int, prompt_length: int, eos_ids: Iterable[int]) -> None:
+        self.min_tokens = min_tokens
+        self.prompt_length = prompt_length
+        self.eos_ids = sorted(eos_ids)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if input_ids.shape[1] - self.prompt_length >= self.min_tokens:
+            return scores
+        eos = [i for i in self.eos_ids if i < scores.shape[1]]
+        return scores.index_fill(1, torch.tensor(eos, dtype=torch.long, device=scores.device), NEG_INF)
+
+
 def shared_processors(
-    params: GenerateParameters, vocab_size: int, device: Any, prompt_length: int
+    params: GenerateParameters, vocab_size: int, device: Any, prompt_length: int, eos_ids: Iterable[int] = ()
 ) -> LogitsProcessorList:
     """Stateless processors applied to the whole batch before the per-row masks (TGI's order)."""
     processors = LogitsProcessorList()
@@ -58,6 +101,12 @@ def shared_processors(
         processors.append(RepetitionPenaltyLogitsProcessor(penalty=params.repetition_penalty))
     if params.frequency_penalty:
         processors.append(FrequencyPenalty(params.frequency_penalty, prompt_length))
+    if params.presence_penalty:
+        processors.append(PresencePenalty(params.presence_penalty, prompt_length))
+    if params.logit_bias:
+        processors.append(LogitBias(params.logit_bias, vocab_size))
+    if params.min_tokens:
+        processors.append(MinTokens(params.min_tokens, prompt_length, eos_ids))
     return processors
 
 

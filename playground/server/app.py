@@ -9,7 +9,7 @@ from fastapi.responses import RedirectResponse
 
 from playground.options import SERVER
 from playground.providers.registry import Registry
-from playground.server import debug, inspect, openai, tgi
+from playground.server import completions, debug, inspect, openai, tgi
 from playground.server.admission import Admission, AdmissionGate, AdmissionLimits
 from playground.server.auth import (
     LOGIN_MESSAGE,
@@ -20,7 +20,7 @@ from playground.server.auth import (
     ui_login,
 )
 from playground.server.convert import VERSION
-from playground.server.docs import API_ERRORS, add_docs
+from playground.server.docs import API_ERRORS, OPENAI_ERRORS, add_docs
 from playground.server.errors import install_error_handlers
 from playground.server.guards import (
     MAX_BODY_BYTES,
@@ -65,10 +65,13 @@ def create_app(
     guard = api_key_guard(api_key, guesses)
     checks = [Depends(guard), Depends(valid_unicode)]
     app.include_router(tgi.open_router)
-    for router in (tgi.router, openai.router, debug.router, inspect.router):
-        app.include_router(router, dependencies=checks, max_body_size=MAX_BODY_BYTES, responses=API_ERRORS)
+    for router in (tgi.router, openai.router, completions.router, debug.router, inspect.router):
+        errors = OPENAI_ERRORS if router.prefix == "/v1" else API_ERRORS
+        app.include_router(router, dependencies=checks, max_body_size=MAX_BODY_BYTES, responses=errors)
     add_docs(app, guard)
-    methods = api_methods([tgi.open_router, tgi.router, openai.router, debug.router, inspect.router])
+    methods = api_methods(
+        [tgi.open_router, tgi.router, openai.router, completions.router, debug.router, inspect.router]
+    )
     add_method_not_allowed(app, methods)
     work = {path for path, allowed in methods.items() if "POST" in allowed}
     app.add_middleware(

@@ -8,7 +8,7 @@ from typing import Any
 
 from playground.server.convert import VERSION, debugger_extras
 from playground.types import ChatCompletion, ChatCompletionRequest, GeneratedToken, GenerationResult, Sequence
-from playground.wire import tools
+from playground.wire import chat_fields, tools
 
 FINISH_REASONS = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
 FINGERPRINT = f"structured-playground-{VERSION}"
@@ -85,10 +85,11 @@ def choice_logprobs(tokens: list[GeneratedToken], req: ChatCompletionRequest) ->
     return {"content": [logprob_entry(t, req.top_logprobs or 0) for t in tokens if not t.special]}
 
 
-def choice_extras(result: GenerationResult) -> dict[str, Any]:
-    """Non-standard keys on each choice (SDKs keep unknown keys): the verdict and the seed."""
+def choice_extras(result: GenerationResult, notes: list[str] | None = None) -> dict[str, Any]:
+    """Non-standard keys on each choice (SDKs keep unknown keys): the verdict, the seed and the warnings."""
     seq = result.best
     return {
+        "warnings": [*(notes or []), *result.warnings],
         "validation": seq.validation.model_dump(),
         "seed": seq.seed,
         "constraint_kind": result.constraint_kind,
@@ -100,20 +101,35 @@ def choice_extras(result: GenerationResult) -> dict[str, Any]:
 def completion_response(model: str, results: list[GenerationResult], req: ChatCompletionRequest) -> dict[str, Any]:
     """OpenAI's ChatCompletion for n results (one per choice)."""
     choices = []
+    notes = chat_fields.warnings(req)
     for index, result in enumerate(results):
         seq = result.best
-        message, called = tools.answer(req, trim_stop(seq.generated_text, seq))
+        message, finish, cut_off = tools.answer(req, trim_stop(seq.generated_text, seq), seq.finish_reason)
         choices.append(
             {
                 "index": index,
                 "message": message,
                 "logprobs": choice_logprobs(seq.tokens, req),
-                "finish_reason": "tool_calls" if called else FINISH_REASONS[seq.finish_reason],
-                **choice_extras(result),
+                "finish_reason": finish,
+                **choice_extras(result, [*notes, *cut_off]),
             }
         )
     body = {**envelope(model, "chat.completion"), "choices": choices, "usage": usage(results)}
+    body["warnings"] = list(dict.fromkeys(w for choice in choices for w in choice["warnings"]))
+    if req.prompt_logprobs is not None and results:
+        body["prompt_logprobs"] = prompt_logprobs(results[0])
     return ChatCompletion.model_validate(body).model_dump(exclude_unset=True)
+
+
+def prompt_logprobs(result: GenerationResult) -> list[dict[str, Any] | None]:
+    """vLLM's prompt_logprobs: per prompt token {id: {logprob, rank, decoded_token}}; None for the first."""
+    out: list[dict[str, Any] | None] = []
+    for token in result.prefill:
+        if token.logprob is None:
+            out.append(None)
+            continue
+        out.append({str(token.id): {"logprob": token.logprob, "rank": None, "decoded_token": token.text}})
+    return out
 
 
 def envelope(model: str, kind: str, completion_id: str | None = None) -> dict[str, Any]:

@@ -32,6 +32,32 @@ API_ERRORS: dict[int | str, dict[str, Any]] = {
     429: _error("Too many requests waiting (max_queue), or too many wrong API keys; see Retry-After."),
     502: _error("A remote provider could not be reached, or answered something that is not its protocol."),
 }
+
+
+class OpenAIError(BaseModel):
+    """OpenAI's ErrorObject: `code` is our error kind, `param` the field at fault when there is one."""
+
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class OpenAIErrorResponse(BaseModel):
+    """Every error on /v1/* (OpenAI's shape, so OpenAI-based clients show the message)."""
+
+    error: OpenAIError
+
+
+def _openai_error(description: str) -> dict[str, Any]:
+    return {"model": OpenAIErrorResponse, "description": description}
+
+
+OPENAI_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: _openai_error("Invalid request: the message names the field or the problem (OpenAI's and vLLM's 400)."),
+    # 422 is listed only so FastAPI does not add its own; the published description leaves it out.
+    **{status: _openai_error(entry["description"]) for status, entry in API_ERRORS.items()},
+}
 HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {503: _error("An engine has made no progress for --stall-timeout.")}
 SSE = {"text/event-stream": {"schema": {"description": "`data: {...}` events, one JSON object each"}}}
 STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {200: {"description": "Server-sent events.", "content": SSE}}
@@ -46,7 +72,7 @@ def add_docs(app: FastAPI, guard: Callable[..., Any]) -> None:
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=checks)
     async def openapi() -> JSONResponse:
-        return JSONResponse(app.openapi())
+        return JSONResponse(_without_422_on_v1(app.openapi()))
 
     @app.get("/docs", include_in_schema=False, dependencies=checks)
     async def swagger() -> HTMLResponse:
@@ -55,3 +81,12 @@ def add_docs(app: FastAPI, guard: Callable[..., Any]) -> None:
     @app.get("/redoc", include_in_schema=False, dependencies=checks)
     async def redoc() -> HTMLResponse:
         return get_redoc_html(openapi_url="/openapi.json", title=f"{app.title} - ReDoc")
+
+
+def _without_422_on_v1(spec: dict[str, Any]) -> dict[str, Any]:
+    """FastAPI documents a 422 for every body; OpenAI's routes answer an invalid request with 400 instead."""
+    for path, operations in spec.get("paths", {}).items():
+        if path.startswith("/v1/"):
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+    return spec

@@ -1,9 +1,12 @@
-"""One error mapping for the whole HTTP API: every failure becomes `{"error", "error_type"}`."""
+"""One error mapping for the whole HTTP API: TGI's `{"error", "error_type"}`, and OpenAI's
+`{"error": {"message", "type", "param", "code"}}` (400 for an invalid request) on `/v1/*`."""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -11,7 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from playground.errors import PlaygroundError
-from playground.wire.errors import validation_message
+from playground.wire.errors import field_name, validation_message
 
 log = logging.getLogger("playground.server")
 
@@ -40,18 +43,58 @@ def error_body(message: str, error_type: str) -> dict[str, str]:
     return {"error": shorten(message, MAX_ERROR_CHARS), "error_type": error_type}
 
 
-def error_response(status: int, message: str, error_type: str) -> JSONResponse:
-    return JSONResponse(error_body(message, error_type), status_code=status)
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
 
 
-async def _playground_error(_: Request, exc: Exception) -> JSONResponse:
+def openai_route(path: str) -> bool:
+    """OpenAI's routes answer errors in OpenAI's shape; every other route in TGI's."""
+    return path.startswith("/v1/")
+
+
+def openai_status(status: int) -> int:
+    """OpenAI (and vLLM) answer an invalid request with 400 where TGI answers 422."""
+    return 400 if status == 422 else status
+
+
+def openai_error_body(status: int, message: str, error_type: str, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's ErrorObject; `code` is our error_type, `param` the field at fault when known."""
+    kind = _OPENAI_TYPES.get(status) or ("server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": shorten(message, MAX_ERROR_CHARS), "type": kind, "param": param, "code": error_type}}
+
+
+def error_response(
+    status: int,
+    message: str,
+    error_type: str,
+    *,
+    path: str = "",
+    param: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """The error in the shape the route's protocol uses."""
+    if openai_route(path):
+        status = openai_status(status)
+        return JSONResponse(openai_error_body(status, message, error_type, param), status_code=status, headers=headers)
+    return JSONResponse(error_body(message, error_type), status_code=status, headers=headers)
+
+
+async def _playground_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PlaygroundError)
-    return error_response(exc.status, exc.message, exc.error_type)
+    return error_response(exc.status, exc.message, exc.error_type, path=request.url.path, param=exc.field)
 
 
-async def _request_validation_error(_: Request, exc: Exception) -> JSONResponse:
+async def _request_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return error_response(422, validation_message(exc.errors()), "validation")
+    errors = exc.errors()
+    param = field_name(errors[0].get("loc", ())) if errors else None
+    return error_response(422, validation_message(errors), "validation", path=request.url.path, param=param or None)
 
 
 def _parse_failure(cause: BaseException | None) -> str:
@@ -67,27 +110,38 @@ def _parse_failure(cause: BaseException | None) -> str:
     return f"request body could not be parsed: {reason}"
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    path = request.url.path
     if exc.status_code == 400 and exc.detail == _BODY_PARSE_FAILED:
-        return error_response(422, _parse_failure(exc.__cause__), "validation")
+        return error_response(422, _parse_failure(exc.__cause__), "validation", path=path)
     error_type = _HTTP_ERROR_TYPES.get(exc.status_code, "http")
-    return JSONResponse(error_body(str(exc.detail), error_type), status_code=exc.status_code, headers=exc.headers)
+    return error_response(exc.status_code, str(exc.detail), error_type, path=path, headers=exc.headers)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     """A genuine server bug: log the traceback, answer without it."""
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(500, f"internal server error ({type(exc).__name__}); see the server log", "internal")
+    message = f"internal server error ({type(exc).__name__}); see the server log"
+    return error_response(500, message, "internal", path=request.url.path)
 
 
-def exception_event(exc: BaseException) -> str:
-    """The final SSE event of a stream that failed after it started (TGI sends the same shape)."""
+def exception_event(exc: BaseException, *, openai: bool = False) -> str:
+    """The final SSE event of a stream that failed after it started (TGI's shape, or OpenAI's as vLLM sends it)."""
     if isinstance(exc, PlaygroundError):
-        body = error_body(exc.message, exc.error_type)
+        status, message, error_type, param = exc.status, exc.message, exc.error_type, exc.field
     else:
         log.error("stream failed", exc_info=exc)
-        body = error_body(f"internal server error ({type(exc).__name__}); see the server log", "internal")
+        status, message, error_type, param = (
+            500,
+            f"internal server error ({type(exc).__name__}); see the server log",
+            "internal",
+            None,
+        )
+    if openai:
+        body: dict[str, Any] = openai_error_body(openai_status(status), message, error_type, param)
+    else:
+        body = error_body(message, error_type)
     return f"data: {json.dumps(body)}\n\n"
 
 

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from playground.errors import ParameterError
-from playground.server.errors import error_body
+from playground.server.errors import error_body, openai_error_body, openai_route, openai_status
 from playground.wire.errors import field_name
 
 # Far above any prompt a model here takes (8k tokens) and any sane schema; a bigger body is refused
@@ -124,7 +124,8 @@ class DeclaredBodyLimit:
 
 
 class ErrorShape:
-    """404 and 405 answers that arrive in FastAPI's `{"detail": ...}` (the mounted UI's) in our error shape."""
+    """Error answers in our shapes: FastAPI's `{"detail": ...}` 404 and 405 (the mounted UI's) in TGI's, and on
+    `/v1/*` every error from the layers around the routes (401, 413, 429) in OpenAI's."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -133,12 +134,13 @@ class ErrorShape:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        openai = openai_route(scope["path"])
         start: Message | None = None
         chunks: list[bytes] = []
 
         async def reshaping(message: Message) -> None:
             nonlocal start
-            if message["type"] == "http.response.start" and _detail_error(message):
+            if message["type"] == "http.response.start" and _detail_error(message, openai):
                 start = message
                 return
             if start is None or message["type"] != "http.response.body":
@@ -147,24 +149,35 @@ class ErrorShape:
             chunks.append(message.get("body", b""))
             if message.get("more_body"):
                 return
-            body = _reshaped(b"".join(chunks), start["status"])
+            status, body = _reshaped(b"".join(chunks), start["status"], openai)
             headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
-            await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+            await send({**start, "status": status, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
 
         await self.app(scope, receive, reshaping)
 
 
-def _detail_error(start: Message) -> bool:
+def _detail_error(start: Message, openai: bool) -> bool:
     content_type = dict(start.get("headers", [])).get(b"content-type", b"")
-    return start["status"] in _SHAPED and content_type.startswith(b"application/json")
+    shaped = start["status"] >= 400 if openai else start["status"] in _SHAPED
+    return shaped and content_type.startswith(b"application/json")
 
 
-def _reshaped(body: bytes, status: int) -> bytes:
+def _reshaped(body: bytes, status: int, openai: bool) -> tuple[int, bytes]:
+    """The status and body to send: unchanged unless the body is FastAPI's or, on /v1/*, TGI's error shape."""
     try:
         data = json.loads(body)
     except ValueError:
-        return body
-    if not isinstance(data, dict) or "detail" not in data or "error" in data:
-        return body
-    return json.dumps(error_body(str(data["detail"]), _SHAPED[status])).encode()
+        return status, body
+    if not isinstance(data, dict):
+        return status, body
+    if "detail" in data and "error" not in data:
+        message, error_type = str(data["detail"]), _SHAPED.get(status, "http")
+    elif openai and isinstance(data.get("error"), str):
+        message, error_type = data["error"], str(data.get("error_type", "http"))
+    else:
+        return status, body
+    if not openai:
+        return status, json.dumps(error_body(message, error_type)).encode()
+    status = openai_status(status)
+    return status, json.dumps(openai_error_body(status, message, error_type)).encode()

@@ -16,8 +16,9 @@ from playground.server.docs import JSON_OR_STREAM
 from playground.server.errors import exception_event
 from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.server.tgi import registry_of, resolve, sse
+from playground.server.tool_stream import ToolStream
 from playground.types import GenerateParameters, GenerationResult, Name, Strict, TokenEvent
-from playground.wire import checks, inbound, tools
+from playground.wire import chat_fields, checks, inbound, tools
 from playground.wire.inbound import ChatRequest
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
@@ -100,16 +101,9 @@ async def _choice_chunks(
     holdback = chat.StopHoldback(params.stop)
     pending: list[Any] = []
     yield _chunk(base, index, {"role": "assistant", "content": ""})
-    if tools.mode(req) is not None:  # a call is known once it is whole: one delta at the end
-        async for item in events:
-            if isinstance(item, GenerationResult):
-                message, called = tools.answer(req, chat.trim_stop(item.best.generated_text, item.best))
-                delta = {"tool_calls": [{"index": 0, **message["tool_calls"][0]}]} if called else message
-                delta.pop("role", None)
-                yield _chunk(base, index, delta, logprobs=chat.choice_logprobs(item.best.tokens, req))
-                finish = "tool_calls" if called else chat.FINISH_REASONS[item.best.finish_reason]
-                yield _chunk(base, index, {}, finish_reason=finish, **chat.choice_extras(item))
-                yield item
+    if tools.mode(req) is not None:
+        async for chunk in _tool_chunks(events, req, params, index, base):
+            yield chunk
         return
     async for item in events:
         if isinstance(item, TokenEvent):
@@ -125,7 +119,35 @@ async def _choice_chunks(
         if rest or (req.logprobs and pending):
             yield _chunk(base, index, {"content": rest}, logprobs=chat.choice_logprobs(pending, req))
         finish = chat.FINISH_REASONS[item.best.finish_reason]
-        yield _chunk(base, index, {}, finish_reason=finish, **chat.choice_extras(item))
+        yield _chunk(base, index, {}, finish_reason=finish, **chat.choice_extras(item, chat_fields.warnings(req)))
+        yield item
+
+
+async def _tool_chunks(
+    events: AsyncIterator[TokenEvent | GenerationResult],
+    req: ChatRequest,
+    params: GenerateParameters,
+    index: int,
+    base: dict[str, Any],
+) -> AsyncIterator[str | GenerationResult]:
+    """A choice that may call tools: each call's head, then its arguments as they are decoded."""
+    stream = ToolStream(req, params.stop)
+    pending: list[Any] = []
+    async for item in events:
+        if isinstance(item, TokenEvent):
+            if item.token.special:
+                continue
+            pending.append(item.token)
+            for delta in stream.feed(item.token.text):
+                yield _chunk(base, index, delta, logprobs=chat.choice_logprobs(pending, req))
+                pending = []
+            continue
+        deltas, finish, notes = stream.finish(item, chat.trim_stop(item.best.generated_text, item.best))
+        for delta in deltas:
+            yield _chunk(base, index, delta, logprobs=chat.choice_logprobs(pending, req))
+            pending = []
+        extras = chat.choice_extras(item, [*chat_fields.warnings(req), *notes])
+        yield _chunk(base, index, {}, finish_reason=finish, **extras)
         yield item
 
 
@@ -151,7 +173,7 @@ async def _chunks(
                 else:
                     yield item
     except Exception as exc:  # after the stream started: a last error event, as TGI does
-        yield exception_event(exc)
+        yield exception_event(exc, openai=True)
         return
     if include_usage:
         yield sse({**base, "choices": [], "usage": chat.usage(results)})

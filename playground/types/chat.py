@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -47,7 +47,18 @@ def check_messages_size(messages: list[ChatMessage]) -> list[ChatMessage]:
     return messages
 
 
-class ResponseFormat(Strict):
+class Request(Strict):
+    """A request body part in which `null` means unset, as OpenAI, vLLM and TGI read it (clients send nulls)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_unset(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
+
+class ResponseFormat(Request):
     """OpenAI's response_format: text, json_object, or json_schema {name, schema, strict}."""
 
     type: Literal["text", "json_object", "json_schema"]
@@ -60,29 +71,37 @@ class ResponseFormat(Strict):
         return self
 
 
-class StructuredOutputs(Strict):
-    """vLLM's structured_outputs: exactly one of json, regex, choice, grammar."""
+class StructuredOutputs(Request):
+    """vLLM's structured_outputs: exactly one of json, regex, choice, grammar, json_object; and its options."""
 
     json_: dict[str, Any] | str | None = Field(default=None, alias="json")
     regex: str | None = None
     choice: list[str] | None = None
     grammar: str | None = None
+    json_object: bool | None = None
+    # Options of how the engine compiles: accepted, each named in `warnings` (our engines pick their own).
+    whitespace_pattern: str | None = None
+    disable_any_whitespace: bool | None = None
+    disable_fallback: bool | None = None
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> StructuredOutputs:
         given = [k for k in ("json_", "regex", "choice", "grammar") if getattr(self, k) is not None]
+        if self.json_object:
+            given.append("json_object")
         if len(given) != 1:
-            raise ValueError("structured_outputs needs exactly one of json, regex, choice, grammar")
+            raise ValueError("structured_outputs needs exactly one of json, regex, choice, grammar, json_object")
         return self
 
 
-class StreamOptions(Strict):
+class StreamOptions(Request):
     include_usage: bool = False
+    continuous_usage_stats: bool = Field(default=False, description="vLLM's: accepted, named in `warnings`.")
 
 
-class FunctionDefinition(Strict):
+class FunctionDefinition(Request):
     """OpenAI's FunctionDefinition: the arguments are constrained by `parameters` (a JSON schema)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
@@ -91,26 +110,34 @@ class FunctionDefinition(Strict):
     strict: bool | None = None
 
 
-class ToolSpec(Strict):
+class ToolSpec(Request):
     """OpenAI's ChatCompletionTool."""
 
     type: Literal["function"]
     function: FunctionDefinition
 
 
-class ToolName(Strict):
+class ToolName(Request):
     name: str
 
 
-class NamedToolChoice(Strict):
+class NamedToolChoice(Request):
     """OpenAI's named tool choice: {"type": "function", "function": {"name": ...}}."""
 
     type: Literal["function"]
     function: ToolName
 
 
-class ChatCompletionRequest(Strict):
-    """OpenAI's chat completion request, with vLLM's structured_outputs and our processors."""
+# "none", "auto", "required", or (TGI's and huggingface_hub's form) the name of the function to call.
+ToolChoice = Annotated[str, Field(max_length=64)] | NamedToolChoice
+
+
+class ChatCompletionRequest(Request):
+    """OpenAI's chat completion request, with vLLM's and TGI's extensions and our processors.
+
+    Every field is implemented, or accepted and named in `warnings` (it cannot change the tokens), or
+    refused by name: `playground.wire.chat_fields` says which, and the README's table lists them.
+    """
 
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     model: Name | None = None
@@ -119,6 +146,8 @@ class ChatCompletionRequest(Strict):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1, description="vLLM's: 0 and -1 mean off.")
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0, description="vLLM's and TGI's.")
     n: int = Field(default=1, ge=1)
     seed: int | None = Field(default=None, ge=0)
     stop: StopText | list[StopText] | None = None
@@ -126,8 +155,11 @@ class ChatCompletionRequest(Strict):
     stream_options: StreamOptions | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=20, description="vLLM's: the prompt's logprobs.")
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = Field(default=None, max_length=1024)
+    min_tokens: int | None = Field(default=None, ge=0, description="vLLM's: no end of sequence before this many.")
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
     guided_json: dict[str, Any] | str | None = None
@@ -138,12 +170,52 @@ class ChatCompletionRequest(Strict):
     constraint_engine: EngineName = "auto"
     fast_forward: bool = True
     user: Name | None = None
-    tools: list[ToolSpec] | None = Field(default=None, max_length=64)
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tools: list[ToolSpec] | None = Field(default=None, min_length=1, max_length=64)
+    tool_choice: ToolChoice | None = None
+    tool_prompt: str | None = Field(default=None, max_length=4096, description="TGI's: the text before the tools.")
     parallel_tool_calls: bool | None = None
     continue_final_message: bool = Field(
         default=False, description="vLLM's: continue the final assistant message, forced through the constraint."
     )
+    add_generation_prompt: bool = Field(default=True, description="vLLM's: end the prompt with the assistant header.")
+    chat_template_kwargs: dict[str, Any] | None = Field(default=None, max_length=32)
+    truncate_prompt_tokens: int | None = Field(default=None, ge=1, description="vLLM's: keep the last k tokens.")
+    # Accepted and named in `warnings`, or refused by name: see playground.wire.chat_fields.
+    metadata: Any = None
+    store: Any = None
+    service_tier: Any = None
+    prompt_cache_key: Any = None
+    prompt_cache_options: Any = None
+    prompt_cache_retention: Any = None
+    moderation: Any = None
+    safety_identifier: Any = None
+    prediction: Any = None
+    modalities: Any = None
+    priority: Any = None
+    request_id: Any = None
+    guided_decoding_backend: Any = None
+    guided_whitespace_pattern: Any = None
+    skip_special_tokens: Any = None
+    spaces_between_special_tokens: Any = None
+    functions: Any = None
+    function_call: Any = None
+    audio: Any = None
+    web_search_options: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
+    echo: Any = None
+    ignore_eos: Any = None
+    include_stop_str_in_output: Any = None
+    stop_token_ids: Any = None
+    bad_words: Any = None
+    allowed_token_ids: Any = None
+    use_beam_search: Any = None
+    length_penalty: Any = None
+    chat_template: Any = None
+    documents: Any = None
+    mm_processor_kwargs: Any = None
+    add_special_tokens: Any = None
+    return_tokens_as_token_ids: Any = None
 
     @field_validator("messages")
     @classmethod

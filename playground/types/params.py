@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_serializer
+from pydantic import Field, field_validator, model_serializer
 
 from playground.types.base import EngineName, Name, ParamText, StopText, Strict
 from playground.types.sizes import MAX_PREFIX_CHARS, MAX_PROCESSOR_PARAMS, MAX_PROCESSORS
@@ -75,6 +75,27 @@ class GenerateParameters(Strict):
     fast_forward: bool = Field(
         default=True, description="Append tokens the constraint forces without sampling, in one forward (local)."
     )
+    presence_penalty: float | None = Field(
+        default=None, ge=-2.0, le=2.0, description="OpenAI's: logit -= penalty for each token already generated."
+    )
+    logit_bias: dict[str, float] | None = Field(
+        default=None, max_length=1024, description="OpenAI's: token id (as a string) -> bias added to its logit."
+    )
+    min_tokens: int | None = Field(default=None, ge=0, description="vLLM's: no end of sequence before this many.")
+    add_generation_prompt: bool = Field(default=True, description="vLLM's: the chat template's assistant header.")
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        default=None, max_length=32, description="vLLM's: extra variables for the chat template (enable_thinking)."
+    )
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key, bias in (value or {}).items():
+            if not key.isdigit():
+                raise ValueError(f"keys are token ids, got {key[:40]!r}")
+            if not -100 <= bias <= 100:
+                raise ValueError(f"a bias is between -100 and 100, got {bias} for token {key}")
+        return value
 
     @property
     def sampling(self) -> bool:

@@ -14,12 +14,11 @@ from pydantic import ValidationError, model_validator
 
 from playground.constraints import Constraint
 from playground.errors import ParameterError
-from playground.types import ChatCompletionRequest, ChatMessage, GenerateParameters, GrammarType, ProcessorSpec, Strict
-from playground.wire import checks, tools
+from playground.types import ChatCompletionRequest, ChatMessage, GenerateParameters, GrammarType, ProcessorSpec
+from playground.types.chat import Request
+from playground.wire import chat_fields, checks, tools
 from playground.wire.controls import BY_NAME, carried_by, sampling_values
 from playground.wire.errors import parameter_error
-
-MAX_CHOICES = 8
 
 
 def parameters(values: Mapping[str, Any], *, prefix: Sequence[Any] = ()) -> GenerateParameters:
@@ -76,7 +75,7 @@ def from_controls(
 # --- the OpenAI / vLLM chat body ------------------------------------------------------------------
 
 
-class ChatResponseFormat(Strict):
+class ChatResponseFormat(Request):
     """OpenAI's response_format, and TGI's `{type: json|json_object|regex|json_schema, value}` that
     huggingface_hub's InferenceClient sends."""
 
@@ -130,7 +129,9 @@ def constraint_of(req: ChatCompletionRequest) -> dict[str, Any] | None:
     if req.response_format is not None and req.response_format.type != "text":
         found.append(("response_format", _response_format_grammar(req.response_format)))  # type: ignore[arg-type]
     so = req.structured_outputs
-    if so is not None:
+    if so is not None and so.json_object:
+        found.append(("structured_outputs", {"type": "json", "value": {"type": "object"}}))
+    elif so is not None:
         kind, value = next((k, getattr(so, a)) for k, a in _SO_FIELDS if getattr(so, a) is not None)
         found.append(("structured_outputs", {"type": kind, "value": value}))
     for field, kind in _GUIDED_FIELDS:
@@ -141,15 +142,6 @@ def constraint_of(req: ChatCompletionRequest) -> dict[str, Any] | None:
         names = ", ".join(name for name, _ in found)
         raise ParameterError(f"{names}: give one constraint, not several", field=found[1][0])
     return found[0][1] if found else None
-
-
-def _check_unsupported(req: ChatCompletionRequest) -> None:
-    if req.n > MAX_CHOICES:
-        raise ParameterError(f"n: at most {MAX_CHOICES} choices per request, got {req.n}", field="n")
-    if req.presence_penalty:
-        raise ParameterError("presence_penalty: not supported; use frequency_penalty", field="presence_penalty")
-    if req.top_logprobs and not req.logprobs:
-        raise ParameterError("top_logprobs: needs logprobs set to true", field="top_logprobs")
 
 
 def base_seed(req: ChatCompletionRequest) -> int:
@@ -177,21 +169,31 @@ def prompt_messages(req: ChatCompletionRequest) -> list[ChatMessage]:
 
 def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters:
     """One choice's GenerateParameters; temperature 0 means greedy, unset means OpenAI's default 1."""
-    _check_unsupported(req)
+    chat_fields.check(req)
     greedy = req.temperature == 0
     sampling = {name: getattr(req, name) for name in carried_by("chat") if not (greedy and BY_NAME[name].warper)}
+    max_new = req.max_completion_tokens or req.max_tokens
     values: dict[str, Any] = {
         "details": True,
         "do_sample": not greedy,
         **{name: value for name, value in sampling.items() if value},
-        "max_new_tokens": req.max_completion_tokens or req.max_tokens,
+        "top_k": req.top_k if req.top_k and req.top_k > 0 and not greedy else None,
+        "repetition_penalty": req.repetition_penalty,
+        "presence_penalty": req.presence_penalty or None,
+        "logit_bias": req.logit_bias or None,
+        "min_tokens": max_new if req.ignore_eos else req.min_tokens,
+        "max_new_tokens": max_new,
         "stop": [req.stop] if isinstance(req.stop, str) else list(req.stop or []),
         "seed": seed,
         "top_n_tokens": req.top_logprobs if req.logprobs and req.top_logprobs else None,
+        "decoder_input_details": req.prompt_logprobs is not None or None,
+        "truncate": req.truncate_prompt_tokens,
         "grammar": tools.grammar(req, constraint_of(req)),
         "logits_processors": [spec.model_dump() for spec in req.logits_processors],
         "constraint_engine": req.constraint_engine,
         "continue_from": final_message(req),
         "fast_forward": req.fast_forward,
+        "add_generation_prompt": req.add_generation_prompt or bool(req.continue_final_message),
+        "chat_template_kwargs": req.chat_template_kwargs,
     }
     return parameters({k: v for k, v in values.items() if v is not None})

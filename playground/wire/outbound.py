@@ -23,8 +23,18 @@ TGI_FIELDS = frozenset(
 )
 EXTENSIONS = tuple(n for n in GenerateParameters.model_fields if n not in TGI_FIELDS and n not in BY_NAME)
 _NOT_OPENAI = ("watermark", "truncate", "adapter_id", "decoder_input_details", "return_full_text", *EXTENSIONS)
+# Extensions of ours that a dialect's chat body carries by the same name (OpenAI's own, vLLM's).
+CARRIED: dict[Dialect, tuple[str, ...]] = {
+    "openai": ("presence_penalty", "logit_bias"),
+    "vllm": ("presence_penalty", "logit_bias", "min_tokens", "chat_template_kwargs", "add_generation_prompt"),
+    "chat": ("presence_penalty", "logit_bias", "min_tokens", "chat_template_kwargs", "add_generation_prompt"),
+}
 # Non-sampling GenerateParameters fields each dialect has no field for.
-_NOT_CARRIED: dict[Dialect, tuple[str, ...]] = {"openai": _NOT_OPENAI, "vllm": _NOT_OPENAI, "tgi": EXTENSIONS}
+_NOT_CARRIED: dict[Dialect, tuple[str, ...]] = {
+    "openai": tuple(n for n in _NOT_OPENAI if n not in CARRIED["openai"]),
+    "vllm": tuple(n for n in _NOT_OPENAI if n not in CARRIED["vllm"]),
+    "tgi": EXTENSIONS,
+}
 
 
 def unsupported(dialect: Dialect) -> tuple[str, ...]:
@@ -42,6 +52,10 @@ def sampling_fields(params: GenerateParameters, dialect: Dialect) -> dict[str, A
     for name in carried_by(dialect):
         value = getattr(params, name)
         if value is not None and not (name == "temperature" and not params.sampling):
+            fields[name] = value
+    for name in CARRIED.get(dialect, ()):
+        value = getattr(params, name)
+        if value is not None and value != GenerateParameters.model_fields[name].default:
             fields[name] = value
     if params.seed is not None:
         fields["seed"] = params.seed

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, ValidationError
 
-from playground.errors import InvalidConstraintError, ParameterError
-from playground.types import ChatCompletionRequest, ChatMessage, GrammarType, NamedToolChoice, Strict, ToolSpec
+from playground.constraints import Constraint
+from playground.errors import ConstraintError, InvalidConstraintError, ParameterError, UnsupportedConstraintError
+from playground.types import ChatCompletionRequest, ChatMessage, GrammarType, Strict, ToolSpec
+from playground.types.chat import ToolChoice
+from playground.wire import tool_calls, tool_schema
 from playground.wire.errors import parameter_error
 
 INSTRUCTIONS = (
@@ -30,40 +33,37 @@ class ToolsConstraint(Strict):
     """The UI's "tools" kind: tool definitions as OpenAI takes them, and the tool_choice."""
 
     tools: list[ToolSpec] = Field(min_length=1, max_length=64)
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = "auto"
+    tool_choice: ToolChoice | None = "auto"
+    tool_prompt: str | None = None
 
 
 ToolRequest = ChatCompletionRequest | ToolsConstraint
 
 
 def mode(req: ToolRequest) -> str | None:
-    """none/auto/required, or the name of the one function to call; None when no tool can be called."""
+    """none/auto/required, or "named" (one function to call); None when no tool can be called."""
     if not req.tools:
         if req.tool_choice not in (None, "none"):
             raise ParameterError("tool_choice: needs `tools`", field="tool_choice")
         return None
+    names = [t.function.name for t in req.tools]
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise ParameterError(f"tools: two tools are named {twice!r}", field="tools")
     choice = req.tool_choice or "auto"
     if choice == "none":
         return None
-    if isinstance(choice, str):
+    if choice in ("auto", "required"):
         return choice
-    name = choice.function.name
-    if name not in {t.function.name for t in req.tools}:
+    name = _choice_name(req)
+    if name not in names:
         raise ParameterError(f"tool_choice: no tool named {name!r} in `tools`", field="tool_choice")
     return "named"
 
 
-def _call_schema(tool: ToolSpec) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {"name": {"const": tool.function.name}, "arguments": _parameters(tool)},
-        "required": ["name", "arguments"],
-        "additionalProperties": False,
-    }
-
-
-def _parameters(tool: ToolSpec) -> dict[str, Any]:
-    return tool.function.parameters or {"type": "object"}
+def parallel(req: ToolRequest) -> bool:
+    """parallel_tool_calls true: one or more calls in one answer (a JSON list); unset or false: exactly one."""
+    return getattr(req, "parallel_tool_calls", None) is True
 
 
 def grammar(req: ToolRequest, other: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -75,19 +75,62 @@ def grammar(req: ToolRequest, other: dict[str, Any] | None) -> dict[str, Any] | 
         raise ParameterError("tools: give tools or a response format / structured output, not both", field="tools")
     tools = req.tools or []
     if how == "named":
-        return {"type": "json", "value": _parameters(_named(req))}
-    calls = [_call_schema(t) for t in tools]
-    schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
+        tool_schema.check([_named(req)])
+        return {"type": "json", "value": tool_schema.parameters(_named(req))}
+    tool_schema.check(tools)
+    schema = tool_schema.call_schema(tools, parallel=parallel(req))
     if how == "required":
         return {"type": "json", "value": schema}
-    return {
-        "type": "grammar",
-        "value": f"start: call | text\ncall: %json {json.dumps(schema)}\ntext: /[^{{][\\s\\S]*/\n",
-    }
+    return {"type": "grammar", "value": _auto_grammar(tools, parallel(req))}
+
+
+def _auto_grammar(tools: list[ToolSpec], many: bool) -> str:
+    """tool_choice auto: free text (not starting like a call) or a call, as a Lark grammar llguidance compiles.
+
+    A schema llguidance cannot compile inside the grammar is refused naming the tool (never "the grammar",
+    which the user did not write).
+    """
+    text = _auto_text(tools, many)
+    problem = _problem(text)
+    if problem is None:
+        return text
+    culprit = next((i for i, t in enumerate(tools) if len(tools) > 1 and _problem(_auto_text([t], many))), 0)
+    where = f"tools[{culprit}].function.parameters"
+    raise UnsupportedConstraintError(
+        f"{where} ({tools[culprit].function.name}): under tool_choice auto, llguidance cannot enforce this "
+        f"schema: {problem}",
+        field=where,
+    )
+
+
+def _auto_text(tools: list[ToolSpec], many: bool) -> str:
+    schema = tool_schema.call_schema(tools, parallel=many)
+    starts = "{[" if many else "{"
+    return f"start: call | text\ncall: %json {json.dumps(schema)}\ntext: /[^{starts}][\\s\\S]*/\n"
+
+
+def _problem(grammar_text: str) -> str | None:
+    """Why llguidance refuses the grammar, in the JSON schema's terms; None when it compiles."""
+    try:
+        Constraint.grammar(grammar_text)
+    except ConstraintError as exc:
+        return exc.message.split("failed to compile JSON schema: ")[-1]
+    return None
+
+
+def _choice_name(req: ToolRequest) -> str:
+    """The function a named tool_choice names: OpenAI's object, or TGI's bare string."""
+    choice = req.tool_choice
+    return choice if isinstance(choice, str) else choice.function.name  # type: ignore[union-attr]
+
+
+def named_function(req: ToolRequest) -> str:
+    """The name of the one function a named tool_choice calls."""
+    return _named(req).function.name
 
 
 def _named(req: ToolRequest) -> ToolSpec:
-    name = req.tool_choice.function.name  # type: ignore[union-attr]
+    name = _choice_name(req)
     return next(t for t in req.tools or [] if t.function.name == name)
 
 
@@ -97,6 +140,8 @@ def with_tools(req: ToolRequest, messages: list[ChatMessage]) -> list[ChatMessag
         return messages
     described = json.dumps([t.function.model_dump(exclude_none=True) for t in req.tools or []])
     note = INSTRUCTIONS.format(tools=described)
+    if req.tool_prompt:  # TGI's: the user's words before the tools, in place of ours
+        note = f"{req.tool_prompt}\n{described}\n{note.splitlines()[-1]}"
     if mode(req) == "named":
         note += f"\nCall `{_named(req).function.name}` now: answer with its arguments object only."
     out = [_as_text(m) for m in messages]
@@ -110,31 +155,39 @@ def _as_text(message: ChatMessage) -> ChatMessage:
     calls = (message.model_extra or {}).get("tool_calls")
     if message.role != "assistant" or not calls:
         return message
-    written = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])} for c in calls]
+    try:
+        written = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])} for c in calls]
+    except (TypeError, KeyError, ValueError):
+        raise ParameterError(
+            "messages: an assistant's tool_calls need function.name and function.arguments (JSON text)",
+            field="messages",
+        ) from None
     return ChatMessage(role="assistant", content=json.dumps(written[0] if len(written) == 1 else written))
 
 
-def answer(req: ToolRequest, text: str) -> tuple[dict[str, Any], bool]:
-    """The assistant message (content, or tool_calls in OpenAI's shape) and whether it is a call."""
+CUT_OFF = "the tool call was cut off by max_tokens: no call is returned (raise max_tokens)"
+
+
+def answer(req: ToolRequest, text: str, finish_reason: str = "stop") -> tuple[dict[str, Any], str, list[str]]:
+    """The assistant message (content, or tool_calls in OpenAI's shape), OpenAI's finish_reason and warnings.
+
+    A call cut off by max_tokens is no call: finish_reason "length", empty content, a warning (as vLLM does).
+    """
     how = mode(req)
-    if how is None or (how == "auto" and not text.lstrip().startswith("{")):
-        return {"role": "assistant", "content": text}, False
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:  # cut off by max_tokens: not a call that can be made
-        return {"role": "assistant", "content": text}, False
-    if how == "named":
-        name, arguments = _named(req).function.name, data
-    elif isinstance(data, dict):
-        name, arguments = data.get("name"), data.get("arguments")
-    else:
-        return {"role": "assistant", "content": text}, False
-    call = {
-        "id": f"call_{uuid.uuid4().hex[:24]}",
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(arguments)},
-    }
-    return {"role": "assistant", "content": None, "tool_calls": [call]}, True
+    finish = "length" if finish_reason == "length" else "stop"
+    starts = ("{", "[") if parallel(req) else ("{",)
+    if how is None or (how == "auto" and not text.lstrip().startswith(starts)):
+        return {"role": "assistant", "content": text}, finish, []
+    calls = tool_calls.final(text, _named(req).function.name if how == "named" else None, parallel(req))
+    if calls is None and finish == "length":
+        return {"role": "assistant", "content": ""}, "length", [CUT_OFF]
+    if calls is None:  # free text under auto that happens to start like JSON
+        return {"role": "assistant", "content": text}, finish, []
+    wire = [
+        {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": n, "arguments": a}}
+        for n, a in calls
+    ]
+    return {"role": "assistant", "content": None, "tool_calls": wire}, "tool_calls", []
 
 
 # --- the UI's "tools" kind ------------------------------------------------------------------------------
@@ -168,7 +221,7 @@ def ui_system(kind: str, text: str, system_prompt: str) -> str:
         return system_prompt
     try:
         tools = from_text(text)
-    except (InvalidConstraintError, ParameterError):
+    except (ConstraintError, ParameterError):
         return system_prompt  # the request itself reports the problem
     messages = with_tools(tools, [ChatMessage(role="system", content=system_prompt)] if system_prompt.strip() else [])
     return messages[0].text() if messages else system_prompt
@@ -178,6 +231,6 @@ def problem(text: str) -> str | None:
     """The live check under the editor: what is wrong with the tools, or None."""
     try:
         from_text(text)
-    except (InvalidConstraintError, ParameterError) as exc:
+    except (ConstraintError, ParameterError) as exc:
         return exc.message
     return None

@@ -1,4 +1,4 @@
-"""Every bad input gets `{"error", "error_type"}` naming the problem, never a 500; the API key guards the API."""
+"""Every bad input gets an error naming the problem (TGI's shape, OpenAI's on /v1/*), never a 500; the API key guards the API."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from huggingface_hub.errors import TextGenerationError
 from huggingface_hub.errors import ValidationError as HubValidationError
 
 from tests.spec import validate
+from tests.support import error_of
 
 KEY = "test-key-123"
 
@@ -96,22 +97,39 @@ def test_inference_client_sees_the_message(server_url: str) -> None:
         client.text_generation("Hi", max_new_tokens=3, grammar={"type": "regex", "value": "(ab"})
 
 
-def test_openai_sdk_gets_422_with_the_message(server_url: str) -> None:
+def test_openai_sdk_gets_400_and_str_names_the_problem(server_url: str) -> None:
+    """OpenAI's error shape on /v1/*: the SDK raises BadRequestError and its str() carries our message."""
     client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=60, max_retries=0)
     bad_schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 12}}}
-    with pytest.raises(openai.UnprocessableEntityError) as caught:
+    with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(
             model="embedded", messages=[{"role": "user", "content": "x"}], response_format=bad_schema, max_tokens=3
         )
-    assert "not a valid JSON Schema" in caught.value.body
-    with pytest.raises(openai.UnprocessableEntityError) as caught:
+    assert caught.value.status_code == 400
+    assert "not a valid JSON Schema" in str(caught.value)
+    assert caught.value.code == "constraint" and caught.value.type == "invalid_request_error"
+    with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(
             model="embedded", messages=[{"role": "user", "content": "x"}], logprobs=True, top_logprobs=30
         )
-    assert "top_logprobs: Input should be less than or equal to 20" in caught.value.body
+    assert "top_logprobs: Input should be less than or equal to 20" in str(caught.value)
+    assert caught.value.param == "top_logprobs"
     with pytest.raises(openai.NotFoundError) as caught:
         client.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "x"}])
-    assert "no provider serves model 'gpt-9'" in caught.value.body
+    assert "no provider serves model 'gpt-9'" in str(caught.value)
+
+
+def test_openai_sdk_stream_error_names_the_problem(server_url: str) -> None:
+    """An error before the first chunk is a 400 the SDK raises as BadRequestError, like any other."""
+    client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=60, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model="embedded",
+            messages=[{"role": "user", "content": "x"}],
+            stream=True,
+            extra_body={"guided_regex": "(ab"},
+        )
+    assert "guided_regex" in str(caught.value) or "regex" in str(caught.value)
 
 
 def test_api_key_guards_every_api_route(start_server: Any) -> None:
@@ -125,7 +143,7 @@ def test_api_key_guards_every_api_route(start_server: Any) -> None:
     ]:
         response = httpx.request(method, f"{url}{path}", json=_params(), timeout=30)
         assert response.status_code == 401, path
-        assert response.json()["error_type"] == "authentication"
+        assert error_of(path, response.json())[1] == "authentication"
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).models.list()
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, timeout=120, max_retries=0)

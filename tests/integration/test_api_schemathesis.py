@@ -27,7 +27,14 @@ from tests.support import LiveServer, start_app
 
 # Cases per operation and mode; routes that decode get fewer, the rest answer in milliseconds.
 EXAMPLES = {GenerationMode.POSITIVE: 30, GenerationMode.NEGATIVE: 8}
-DECODING = {"POST /generate", "POST /generate_stream", "POST /", "POST /v1/chat/completions", "POST /reason"}
+DECODING = {
+    "POST /generate",
+    "POST /generate_stream",
+    "POST /",
+    "POST /v1/chat/completions",
+    "POST /v1/completions",
+    "POST /reason",
+}
 DECODING_EXAMPLES = {GenerationMode.POSITIVE: 12, GenerationMode.NEGATIVE: 4}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 SMALL = {"max_new_tokens": 2, "max_tokens": 2, "max_completion_tokens": 2, "n": 2, "best_of": 2, "top_n_tokens": 3}

@@ -109,7 +109,7 @@ def test_chat_continues_the_final_assistant_message(server_url: str) -> None:
 def test_continue_final_message_needs_an_assistant_message(server_url: str) -> None:
     body = {"messages": [{"role": "user", "content": "hi"}], "continue_final_message": True}
     response = post(server_url, "/v1/chat/completions", body)
-    assert response.status_code == 422 and "continue_final_message" in response.json()["error"]
+    assert response.status_code == 400 and "continue_final_message" in response.json()["error"]["message"]
 
 
 def test_fields_roll_tokens_up_by_json_path(server_url: str) -> None:

@@ -36,7 +36,9 @@ def loading_server() -> Iterator[LiveServer]:
 def test_by_default_requests_load_nothing_and_learn_nothing(server_url: str, name: str) -> None:
     response = load(server_url, name)
     assert response.status_code == 403
-    assert response.json() == {"error": DISABLED, "error_type": "forbidden"}
+    assert response.json() == {
+        "error": {"message": DISABLED, "type": "permission_error", "param": None, "code": "forbidden"}
+    }
 
 
 def test_a_served_model_is_still_answered_when_loading_is_off(server_url: str) -> None:
@@ -63,7 +65,7 @@ def test_on_a_space_the_api_cannot_load_either() -> None:
             timeout=60,
         )
         assert response.status_code == 403
-        assert response.json()["error"] == DISABLED
+        assert response.json()["error"]["message"] == DISABLED
     finally:
         server.stop()
 
@@ -71,7 +73,7 @@ def test_on_a_space_the_api_cannot_load_either() -> None:
 def test_paths_that_exist_or_not_fail_alike(loading_server: LiveServer) -> None:
     answers = {name: load(loading_server.url, name) for name in ("/etc/passwd", "/etc", "/no/such/folder")}
     assert {r.status_code for r in answers.values()} == {404}
-    assert {r.json()["error"].replace(repr(name), "NAME") for name, r in answers.items()} == {
+    assert {r.json()["error"]["message"].replace(repr(name), "NAME") for name, r in answers.items()} == {
         "cannot load model NAME: not a model folder or .gguf file this server can load"
     }
 
@@ -79,7 +81,7 @@ def test_paths_that_exist_or_not_fail_alike(loading_server: LiveServer) -> None:
 def test_an_unknown_hub_id_fails_at_once_when_offline(loading_server: LiveServer) -> None:
     response = load(loading_server.url, "no-org/no-model")
     assert response.status_code == 404
-    assert response.json()["error"] == (
+    assert response.json()["error"]["message"] == (
         "model 'no-org/no-model' is not in the local Hugging Face cache (this server is offline)"
     )
 
@@ -93,4 +95,4 @@ def test_every_spelling_of_a_folder_loads_one_copy_and_the_cap_holds(loading_ser
     assert [m["id"] for m in local].count(str(folder.resolve())) == 1
     refused = load(loading_server.url, str(embedded_gguf_path()))  # a third model: over --max-models 2
     assert refused.status_code == 403
-    assert "already holds 2 models, its limit (--max-models 2)" in refused.json()["error"]
+    assert "already holds 2 models, its limit (--max-models 2)" in refused.json()["error"]["message"]

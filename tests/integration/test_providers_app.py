@@ -87,9 +87,9 @@ def test_a_remote_model_through_the_api_with_logprobs(app_url: str) -> None:
 def test_an_unreachable_provider_is_502_and_the_app_keeps_serving(app_url: str) -> None:
     response = chat(app_url, "ghost")
     assert response.status_code == 502
-    body = response.json()
-    assert body["error_type"] == "provider"
-    assert body["error"].startswith("provider 'dead' failed: cannot connect to http://127.0.0.1:")
+    body = response.json()["error"]
+    assert body["code"] == "provider" and body["type"] == "server_error"
+    assert body["message"].startswith("provider 'dead' failed: cannot connect to http://127.0.0.1:")
     local = chat(app_url, "embedded", response_format=JSON_FORMAT)
     assert local.status_code == 200 and local.json()["choices"][0]["validation"]["valid"] is True
 
@@ -97,8 +97,8 @@ def test_an_unreachable_provider_is_502_and_the_app_keeps_serving(app_url: str) 
 def test_a_provider_answering_garbage_is_502(app_url: str) -> None:
     response = chat(app_url, "junk")
     assert response.status_code == 502
-    assert response.json()["error"].startswith("provider 'garbage' failed: ")
-    assert "not JSON: '<html>maintenance</html>'" in response.json()["error"]
+    assert response.json()["error"]["message"].startswith("provider 'garbage' failed: ")
+    assert "not JSON: '<html>maintenance</html>'" in response.json()["error"]["message"]
 
 
 def test_a_provider_that_ignores_the_constraint_is_flagged_not_enforced(app_url: str, stubs) -> None:
@@ -115,8 +115,12 @@ def test_a_provider_that_ignores_the_constraint_is_flagged_not_enforced(app_url:
 def test_register_a_model_at_run_time_over_http(app_url: str) -> None:
     refused = httpx.post(f"{app_url}/v1/models", json={"id": "gpt-9", "provider_id": "upstream"}, timeout=30)
     assert refused.status_code == 404
-    assert refused.json()["error"].startswith("provider 'upstream' does not serve model 'gpt-9' (it serves: ")
+    assert refused.json()["error"]["message"].startswith(
+        "provider 'upstream' does not serve model 'gpt-9' (it serves: "
+    )
     down = httpx.post(f"{app_url}/v1/models", json={"id": "later", "provider_id": "dead"}, timeout=30)
-    assert down.status_code == 502 and down.json()["error"].startswith("provider 'dead' failed: cannot connect")
+    assert down.status_code == 502 and down.json()["error"]["message"].startswith(
+        "provider 'dead' failed: cannot connect"
+    )
     added = httpx.post(f"{app_url}/v1/models", json={"id": "embedded", "provider_id": "upstream"}, timeout=30)
     assert added.status_code == 200 and added.json()["id"] == "up/embedded"

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from tests.listener import Listener, listening
+from tests.support import error_of
 
 
 @pytest.fixture
@@ -41,10 +42,10 @@ ROUTES = [pytest.param(_generate, id="generate"), pytest.param(_chat, id="chat")
 def _refused(url: str, route: Callable[[Any], tuple[str, dict]], schema: Any) -> str:
     path, body = route(schema)
     response = httpx.post(f"{url}{path}", json=body, timeout=120)
-    assert response.status_code == 422, response.text
-    error = response.json()
-    assert set(error) == {"error", "error_type"} and error["error_type"] == "constraint"
-    return error["error"]
+    assert response.status_code == (400 if path.startswith("/v1/") else 422), response.text
+    message, error_type = error_of(path, response.json())
+    assert error_type == "constraint"
+    return message
 
 
 @pytest.mark.parametrize("route", ROUTES)

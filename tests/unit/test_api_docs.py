@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 
 from playground.providers.registry import Registry
 from playground.server import create_app
+from tests.support import error_of
 
 KEY = "s3cret"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -29,17 +30,24 @@ def test_the_docs_need_the_key_like_the_api(path: str) -> None:
 
 
 def test_every_api_operation_lists_our_errors_in_our_shape(spec: dict) -> None:
+    """TGI's shape and 422 on TGI's routes; OpenAI's shape and 400 (no 422) on /v1/*."""
     for path, operations in spec["paths"].items():
         if path == "/health":
             continue
+        openai = path.startswith("/v1/")
+        errors = (ERRORS - {"422"}) | {"400"} if openai else ERRORS
+        shape = "OpenAIErrorResponse" if openai else "ErrorResponse"
         for method, operation in operations.items():
             responses = operation["responses"]
-            assert ERRORS <= set(responses), (method, path)
-            for status in ERRORS:
+            assert errors <= set(responses), (method, path)
+            assert not (openai and "422" in responses), (method, path)
+            for status in errors:
                 schema = responses[status]["content"]["application/json"]["schema"]
-                assert schema == {"$ref": "#/components/schemas/ErrorResponse"}, (method, path, status)
+                assert schema == {"$ref": f"#/components/schemas/{shape}"}, (method, path, status)
     error = spec["components"]["schemas"]["ErrorResponse"]
     assert set(error["required"]) == {"error", "error_type"}
+    openai_error = spec["components"]["schemas"]["OpenAIError"]
+    assert set(openai_error["required"]) == {"message", "type", "param", "code"}
     assert "HTTPValidationError" not in spec["components"]["schemas"]
 
 
@@ -66,5 +74,4 @@ def test_with_the_ui_unknown_routes_answer_in_our_shape(method: str, path: str, 
     client = TestClient(create_app(Registry([]), ui=True))
     response = client.request(method, path)
     assert response.status_code == status
-    assert set(response.json()) == {"error", "error_type"}
-    assert response.json()["error_type"] == error_type
+    assert error_of(path, response.json())[1] == error_type

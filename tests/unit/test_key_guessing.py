@@ -17,8 +17,11 @@ def test_wrong_keys_get_429_with_retry_after_and_then_even_the_right_key_waits()
     assert statuses == [401] * 10
     refused = client.get("/v1/models", headers={"Authorization": f"Bearer {KEY}"})
     assert refused.status_code == 429
-    assert refused.json()["error_type"] == "too_many_attempts"
-    assert refused.json()["error"].startswith("too many wrong API keys from this client (10 in 60 s); retry in ")
+    assert refused.json()["error"]["type"] == "rate_limit_error"  # OpenAI's shape on /v1/*
+    assert refused.json()["error"]["code"] == "too_many_attempts"
+    assert refused.json()["error"]["message"].startswith(
+        "too many wrong API keys from this client (10 in 60 s); retry in "
+    )
     assert 1 <= int(refused.headers["retry-after"]) <= 60
     assert client.get("/health").status_code == 200
 

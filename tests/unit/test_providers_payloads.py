@@ -297,3 +297,20 @@ def test_the_api_key_never_appears_in_errors_or_reprs(serve, monkeypatch) -> Non
     assert "bad key" in caught.value.message
     for text in (caught.value.message, repr(provider), repr(provider.client), repr(provider.config)):
         assert "sk-very-secret" not in text
+
+
+def test_penalties_bias_and_template_options_reach_the_servers_that_take_them(serve) -> None:
+    """OpenAI takes presence_penalty and logit_bias; vLLM also min_tokens and the template options; TGI none."""
+    stub = serve(CHAT)
+    params = GenerateParameters(max_new_tokens=3, presence_penalty=0.5, logit_bias={"7": -100.0})
+    openai(stub.url).generate("gpt-x", MESSAGES, params)
+    sent = stub.last("/v1/chat/completions").body
+    assert (sent["presence_penalty"], sent["logit_bias"]) == (0.5, {"7": -100.0}) and "min_tokens" not in sent
+    with pytest.raises(ParameterError, match="min_tokens is not supported by"):
+        openai(stub.url).generate("gpt-x", MESSAGES, GenerateParameters(min_tokens=2))
+    extras = {"min_tokens": 2, "chat_template_kwargs": {"enable_thinking": False}, "add_generation_prompt": False}
+    vllm(stub.url).generate("m", MESSAGES, params.model_copy(update=extras))
+    sent = stub.last("/v1/chat/completions").body
+    assert {k: sent[k] for k in extras} == extras and sent["presence_penalty"] == 0.5
+    with pytest.raises(ParameterError, match="presence_penalty is not supported by"):
+        tgi(stub.url).generate("m", "count", GenerateParameters(presence_penalty=0.5))

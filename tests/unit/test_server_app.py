@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 
 from playground.providers.registry import Registry
 from playground.server import create_app
 from playground.wire.errors import validation_message
+from tests.support import error_of
 
 KEY = "s3cret"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -37,8 +40,9 @@ def test_every_api_route_needs_the_key(client: TestClient, method: str, path: st
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
         response = client.request(method, path, headers=headers, json={})
         assert response.status_code == 401, (path, headers)
-        assert response.json()["error_type"] == "authentication"
-        assert "Authorization: Bearer" in response.json()["error"]
+        message, error_type = error_of(path, response.json())
+        assert error_type == "authentication"
+        assert "Authorization: Bearer" in message
 
 
 def test_health_stays_open_and_the_docs_take_the_key(client: TestClient) -> None:
@@ -75,7 +79,7 @@ def test_health_stays_open_and_the_docs_take_the_key(client: TestClient) -> None
         ),
         (
             "/v1/chat/completions",
-            {"messages": [{"role": "user", "content": "x"}], "tool_choice": "maybe"},
+            {"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function"}},
             "tool_choice",
         ),
         (
@@ -87,10 +91,12 @@ def test_health_stays_open_and_the_docs_take_the_key(client: TestClient) -> None
     ],
 )
 def test_bad_requests_are_422_naming_the_field(client: TestClient, path: str, body: dict, message: str) -> None:
+    """422 on TGI's routes, 400 on OpenAI's (each in its protocol's error shape)."""
     response = client.post(path, json=body, headers=AUTH)
-    assert response.status_code == 422
-    assert response.json()["error_type"] == "validation"
-    assert message in response.json()["error"]
+    assert response.status_code == (400 if path.startswith("/v1/") else 422)
+    text, error_type = error_of(path, response.json())
+    assert error_type == "validation"
+    assert message in text
 
 
 def test_invalid_json_body(client: TestClient) -> None:
@@ -104,10 +110,17 @@ def test_unknown_model_and_provider(client: TestClient) -> None:
         "/v1/chat/completions", headers=AUTH, json={"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}
     )
     assert response.status_code == 404
-    assert response.json() == {"error": "no provider serves model 'gpt-9' (served: none)", "error_type": "model"}
+    assert response.json() == {
+        "error": {
+            "message": "no provider serves model 'gpt-9' (served: none)",
+            "type": "not_found_error",
+            "param": None,
+            "code": "model",
+        }
+    }
     response = client.post("/v1/models", headers=AUTH, json={"id": "m", "provider_id": "far"})
     assert response.status_code == 404
-    assert "unknown provider 'far'" in response.json()["error"]
+    assert "unknown provider 'far'" in response.json()["error"]["message"]
 
 
 def test_unknown_route_uses_the_same_shape(client: TestClient) -> None:
@@ -124,3 +137,21 @@ def test_validation_message_joins_every_error() -> None:
     assert validation_message(errors) == (
         "parameters.seed: Input should be greater than or equal to 0; messages[0].role: bad role"
     )
+
+
+def test_a_stream_that_fails_after_it_started_ends_with_an_error_in_its_routes_shape() -> None:
+    from playground.errors import ParameterError
+    from playground.server.errors import exception_event
+
+    failure = ParameterError("logit_bias: token id 99 is not in the vocabulary", field="logit_bias")
+    tgi = json.loads(exception_event(failure).removeprefix("data: "))
+    assert tgi == {"error": "logit_bias: token id 99 is not in the vocabulary", "error_type": "validation"}
+    openai = json.loads(exception_event(failure, openai=True).removeprefix("data: "))
+    assert openai == {
+        "error": {
+            "message": "logit_bias: token id 99 is not in the vocabulary",
+            "type": "invalid_request_error",
+            "param": "logit_bias",
+            "code": "validation",
+        }
+    }

@@ -72,7 +72,10 @@ def test_sampling_mapping() -> None:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"presence_penalty": 0.5}, "presence_penalty: not supported"),
+        ({"functions": [{"name": "f"}]}, "functions: OpenAI's deprecated form; use tools and tool_choice"),
+        ({"ignore_eos": True}, "ignore_eos: needs max_tokens"),
+        ({"echo": True}, "echo: not supported"),
+        ({"modalities": ["text", "audio"]}, "modalities: only text output is supported"),
         ({"n": 9}, "n: at most 8 choices per request, got 9"),
         ({"top_logprobs": 2}, "top_logprobs: needs logprobs"),
         ({"frequency_penalty": -2.0}, "frequency_penalty: Input should be greater than -2"),
@@ -86,8 +89,8 @@ def test_refused_parameters_name_the_field(fields: dict[str, Any], message: str)
 def test_bad_response_format_is_a_validation_error() -> None:
     with pytest.raises(ValidationError, match="type 'json_schema' needs json_schema"):
         _request(response_format={"type": "json_schema"})
-    with pytest.raises(ValidationError, match="whitespace_pattern"):
-        _request(structured_outputs={"json": SCHEMA, "whitespace_pattern": " "})
+    with pytest.raises(ValidationError, match="exactly one of json, regex, choice, grammar, json_object"):
+        _request(structured_outputs={"whitespace_pattern": " "})
 
 
 def _seq(text: str, reason: str = "stop_sequence", stop: str | None = "END") -> Sequence:

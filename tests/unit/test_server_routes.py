@@ -48,7 +48,8 @@ def test_min_p_out_of_range_is_a_422_naming_it(client: TestClient) -> None:
     reply = client.post("/generate", json={"inputs": "Q?", "parameters": {"min_p": 2}})
     assert reply.status_code == 422 and reply.json()["error"].startswith("parameters.min_p:")
     reply = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "min_p": -1})
-    assert reply.status_code == 422 and reply.json()["error"].startswith("min_p:")
+    assert reply.status_code == 400 and reply.json()["error"]["message"].startswith("min_p:")
+    assert reply.json()["error"]["param"] == "min_p"
 
 
 def test_stream_sends_each_token_then_the_final_event(client: TestClient) -> None:
@@ -83,7 +84,7 @@ def test_models_are_added_through_their_provider(fake: FakeProvider) -> None:
     assert reply.status_code == 200 and reply.json()["id"] == "fake-2"
     assert "fake-2" in {m["id"] for m in client.get("/v1/models").json()["data"]}
     refused = client.post("/v1/models", json={"id": "other", "provider_id": "fake"})
-    assert refused.status_code == 404 and "cannot serve 'other'" in refused.json()["error"]
+    assert refused.status_code == 404 and "cannot serve 'other'" in refused.json()["error"]["message"]
 
 
 def test_next_token_replays_at_a_prefix(client: TestClient, fake: FakeProvider) -> None:

@@ -29,7 +29,13 @@ from playground.types import (
 from tests.spec import SPEC_PATH, validate
 
 SCHEMAS: dict[str, Any] = json.loads(SPEC_PATH.read_text())["components"]["schemas"]
-OUR_EXTENSIONS = {"logits_processors", "constraint_engine", "min_p", "continue_from", "fast_forward"}
+OUR_EXTENSIONS = {"logits_processors", "constraint_engine", "min_p", "continue_from", "fast_forward"} | {
+    "presence_penalty",
+    "logit_bias",
+    "min_tokens",
+    "add_generation_prompt",
+    "chat_template_kwargs",
+}
 
 
 def test_generate_parameters_fields_equal_tgi_spec() -> None:

@@ -86,6 +86,7 @@ def test_min_p_reaches_the_local_sampler() -> None:
 def test_every_extension_is_refused_by_remote_dialects_unless_carried() -> None:
     extensions = set(GenerateParameters.model_fields) - outbound.TGI_FIELDS
     for dialect in ("openai", "vllm", "tgi"):
-        carried = set(controls.carried_by(dialect))
+        carried = set(controls.carried_by(dialect)) | set(outbound.CARRIED.get(dialect, ()))
         assert extensions - carried <= set(outbound.unsupported(dialect)), dialect
+        assert not carried & set(outbound.unsupported(dialect)), dialect
     assert "min_p" not in outbound.unsupported("vllm") and "min_p" in outbound.unsupported("tgi")

@@ -1,0 +1,103 @@
+"""The fate of each chat request field that is not simply implemented: accepted and named in `warnings`
+(it cannot change the tokens), or refused by name (ignoring it would silently change the answer).
+
+`null` means unset everywhere (types.chat.Request), so a field sent as null has no fate at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playground.errors import ParameterError
+from playground.types import ChatCompletionRequest
+
+MAX_CHOICES = 8
+
+# Accepted, and named in the answer's `warnings`: none of them changes which tokens are generated.
+IGNORED: dict[str, str] = {
+    "metadata": "nothing is stored",
+    "store": "nothing is stored",
+    "user": "no per-user accounting",
+    "service_tier": "one tier",
+    "prompt_cache_key": "the prefix cache needs no key",
+    "prompt_cache_options": "the prefix cache needs no options",
+    "prompt_cache_retention": "the prefix cache keeps what fits",
+    "moderation": "no moderation here",
+    "safety_identifier": "no per-user accounting",
+    "prediction": "a predicted output only saves time",
+    "priority": "requests are served in arrival order",
+    "request_id": "the answer's id is ours",
+    "guided_decoding_backend": "use constraint_engine to choose the engine",
+    "spaces_between_special_tokens": "special tokens are left out of the text",
+    "mm_processor_kwargs": "text models only",
+    "guided_whitespace_pattern": "the constraint engine chooses the whitespace it allows",
+}
+# Options inside structured_outputs / stream_options, accepted the same way.
+IGNORED_OPTIONS: dict[tuple[str, str], str] = {
+    ("structured_outputs", "whitespace_pattern"): "the constraint engine chooses the whitespace it allows",
+    ("structured_outputs", "disable_any_whitespace"): "the constraint engine chooses the whitespace it allows",
+    ("structured_outputs", "disable_fallback"): "constraint_engine chooses the engine",
+    ("stream_options", "continuous_usage_stats"): "usage comes in the last chunk (include_usage)",
+}
+
+
+def _refusal(name: str, value: Any, req: ChatCompletionRequest) -> str | None:
+    """Why a field set to `value` is refused, or None when that value is what we do anyway."""
+    if name in ("functions", "function_call"):
+        return "OpenAI's deprecated form; use tools and tool_choice"
+    if name in ("audio", "web_search_options", "documents", "chat_template", "reasoning_effort", "verbosity"):
+        return "not supported by this server"
+    if name == "modalities":
+        return None if value == ["text"] else "only text output is supported"
+    if name in ("stop_token_ids", "bad_words", "allowed_token_ids"):
+        return None if not value else "not supported; use logit_bias or a constraint"
+    truthy = {
+        "echo",
+        "include_stop_str_in_output",
+        "use_beam_search",
+        "add_special_tokens",
+        "return_tokens_as_token_ids",
+    }
+    if name in truthy:
+        return None if value is False else "not supported"
+    if name == "skip_special_tokens":
+        return None if value is True else "special tokens are always left out of the text"
+    if name == "length_penalty":
+        return None if value == 1 else "only beam search uses it, and it is not supported"
+    if name == "ignore_eos" and value is True and not (req.max_tokens or req.max_completion_tokens):
+        return "needs max_tokens (the answer then has exactly that many tokens)"
+    return None
+
+
+REFUSABLE = (
+    "functions function_call audio web_search_options documents chat_template reasoning_effort verbosity modalities "
+    "stop_token_ids bad_words allowed_token_ids echo include_stop_str_in_output use_beam_search add_special_tokens "
+    "return_tokens_as_token_ids skip_special_tokens length_penalty ignore_eos"
+).split()
+
+
+def check(req: ChatCompletionRequest) -> None:
+    """Refuse, by name, what would silently change the answer if ignored."""
+    if req.n > MAX_CHOICES:
+        raise ParameterError(f"n: at most {MAX_CHOICES} choices per request, got {req.n}", field="n")
+    if req.top_logprobs and not req.logprobs:
+        raise ParameterError("top_logprobs: needs logprobs set to true", field="top_logprobs")
+    for name in REFUSABLE:
+        value = getattr(req, name)
+        if value is None:
+            continue
+        why = _refusal(name, value, req)
+        if why:
+            raise ParameterError(f"{name}: {why}", field=name)
+
+
+def warnings(req: ChatCompletionRequest) -> list[str]:
+    """One line for each field accepted without effect."""
+    out = [f"{name}: accepted and ignored ({why})" for name, why in IGNORED.items() if getattr(req, name) is not None]
+    for (part, option), why in IGNORED_OPTIONS.items():
+        container = getattr(req, part)
+        if container is not None and option in container.model_fields_set:
+            out.append(f"{part}.{option}: accepted and ignored ({why})")
+    if req.prompt_logprobs:
+        out.append("prompt_logprobs: each position lists the prompt's own token, without alternatives")
+    return out

@@ -1,0 +1,122 @@
+"""The chat fields OpenAI, vLLM and TGI clients send, on the live server: each changes the answer as the
+peers' does, or is named in `warnings`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+CHAT = [{"role": "user", "content": "Say hello."}]
+
+
+def chat(url: str, **fields: Any) -> dict[str, Any]:
+    body = {"messages": CHAT, "temperature": 0, "max_tokens": 6, **fields}
+    response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def token_id(url: str, text: str) -> int:
+    tokens = httpx.post(f"{url}/tokenize", json={"inputs": text}, timeout=30).json()
+    assert len(tokens) == 1, tokens
+    return tokens[0]["id"]
+
+
+def test_logit_bias_bans_the_greedy_token_and_min_tokens_holds_off_the_end(server_url: str) -> None:
+    first = chat(server_url, max_tokens=1)["choices"][0]["message"]["content"]
+    banned = chat(server_url, max_tokens=1, logit_bias={str(token_id(server_url, first)): -100})
+    assert banned["choices"][0]["message"]["content"] != first
+    eos = str(token_id(server_url, "<|im_end|>"))
+    ends_at_once = chat(server_url, logit_bias={eos: 100})
+    assert ends_at_once["choices"][0]["message"]["content"] == ""
+    held = chat(server_url, logit_bias={eos: 100}, min_tokens=3)
+    assert held["usage"]["completion_tokens"] >= 3 and held["choices"][0]["message"]["content"]
+    assert held["choices"][0]["finish_reason"] == "stop"
+
+
+def test_presence_penalty_lowers_each_repeated_token(server_url: str) -> None:
+    """The logprob of a token the answer already holds drops below what the model gave it (raw_logprob)."""
+    messages = [{"role": "user", "content": "Write the word cat ten times: cat cat cat"}]
+    answer = chat(server_url, messages=messages, max_tokens=8, presence_penalty=2.0, logprobs=True)
+    entries = answer["choices"][0]["logprobs"]["content"]
+    repeated = [e for i, e in enumerate(entries) if e["token"] in {x["token"] for x in entries[:i]}]
+    assert repeated and all(e["logprob"] < e["raw_logprob"] - 0.01 for e in repeated), entries
+    first = entries[0]
+    assert abs(first["logprob"] - first["raw_logprob"]) < 1e-4  # nothing generated yet: nothing penalised
+
+
+def test_ignore_eos_generates_exactly_max_tokens(server_url: str) -> None:
+    eos = str(token_id(server_url, "<|im_end|>"))
+    answer = chat(server_url, logit_bias={eos: 100}, ignore_eos=True, max_tokens=4)
+    assert answer["usage"]["completion_tokens"] == 4 and answer["choices"][0]["finish_reason"] == "length"
+
+
+def test_add_generation_prompt_false_leaves_the_assistant_header_out(server_url: str) -> None:
+    with_header = chat(server_url, max_tokens=1)["usage"]["prompt_tokens"]
+    without = chat(server_url, max_tokens=1, add_generation_prompt=False)["usage"]["prompt_tokens"]
+    assert without < with_header
+
+
+def test_chat_template_kwargs_reach_the_template_and_bad_ones_are_400(server_url: str) -> None:
+    assert chat(server_url, max_tokens=1, chat_template_kwargs={"enable_thinking": False})["choices"]
+    body = {"messages": CHAT, "max_tokens": 1, "chat_template_kwargs": {"tokenize": True}}
+    refused = httpx.post(f"{server_url}/v1/chat/completions", json=body, timeout=60)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "chat_template_kwargs"
+
+
+def test_prompt_logprobs_cover_every_prompt_token(server_url: str) -> None:
+    answer = chat(server_url, max_tokens=1, prompt_logprobs=0)
+    rows = answer["prompt_logprobs"]
+    assert len(rows) == answer["usage"]["prompt_tokens"] and rows[0] is None
+    entry = next(iter(rows[1].values()))
+    assert entry["logprob"] <= 0 and isinstance(entry["decoded_token"], str)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"metadata": {"run": "1"}, "store": False, "service_tier": "auto", "user": "me"}, "metadata"),
+        ({"stream_options": {"include_usage": True, "continuous_usage_stats": True}, "stream": False}, "stream_opt"),
+    ],
+)
+def test_fields_without_effect_are_named_in_warnings(server_url: str, fields: dict[str, Any], named: str) -> None:
+    answer = chat(server_url, max_tokens=1, **fields)
+    assert any(w.startswith(named) for w in answer["warnings"]), answer["warnings"]
+    assert answer["choices"][0]["warnings"] == answer["warnings"]
+
+
+def test_fields_that_would_change_the_answer_are_refused_by_name(server_url: str) -> None:
+    for field, value in (("functions", [{"name": "f"}]), ("use_beam_search", True), ("stop_token_ids", [5])):
+        body = {"messages": CHAT, "max_tokens": 1, field: value}
+        response = httpx.post(f"{server_url}/v1/chat/completions", json=body, timeout=60)
+        assert response.status_code == 400, response.text
+        assert (
+            response.json()["error"]["message"].startswith(f"{field}: ") and response.json()["error"]["param"] == field
+        )
+
+
+ODD = [
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "logit_bias": {"99999999": 5}}, 400),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "logit_bias": {"1": 5}, "stream": True}, 200),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "chat_template_kwargs": {"x": {"y": [1]}}}, 200),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "prompt_logprobs": 3, "stream": True}, 200),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "min_tokens": 5, "guided_choice": ["a"]}, 400),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "tool_choice": None, "tools": None, "n": None}, 200),
+    ("/v1/completions", {"prompt": "Hi", "max_tokens": 2, "echo": True, "logprobs": 1, "stream": True}, 200),
+    ("/v1/completions", {"prompt": ["a"] * 8, "n": 8, "max_tokens": 1}, 400),
+    ("/v1/completions", {"prompt": [], "max_tokens": 1}, 400),
+    ("/v1/completions", {"prompt": "Hi", "max_tokens": 10**9}, 400),
+    ("/v1/completions", {"prompt": "Hi", "best_of": 2, "max_tokens": 1, "temperature": 0}, 400),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status"), ODD, ids=[f"{p}-{i}" for i, (p, _, _) in enumerate(ODD)])
+def test_odd_uses_of_the_new_fields_answer_without_a_500(server_url: str, path: str, body: dict, status: int) -> None:
+    response = httpx.post(f"{server_url}{path}", json=body, timeout=120)
+    assert response.status_code == status, response.text
+    if status == 400:
+        assert response.json()["error"]["message"]
+    elif body.get("stream"):
+        assert response.text.rstrip().endswith("data: [DONE]") and '"error"' not in response.text

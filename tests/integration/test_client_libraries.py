@@ -1,0 +1,126 @@
+"""The client libraries people already use, against the live server on the embedded model: TGI's own
+`text-generation`, instructor, langchain-openai and pydantic-ai. Each parses a structured answer, and the
+test checks the parsed object validates (closed schemas with short fields: the embedded model is tiny)."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import huggingface_hub
+import instructor
+import jsonschema
+import openai
+import pytest
+from huggingface_hub import InferenceClient
+from langchain_openai import ChatOpenAI
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_ai import Agent
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+from text_generation import Client as TGIClient
+from text_generation.types import Grammar, GrammarType, Message, Tool
+
+
+class Pet(BaseModel):
+    """A pet."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["cat", "dog"]
+    age: int = Field(ge=0, le=30)
+
+
+class Owner(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(max_length=10)
+
+
+class OwnedPet(BaseModel):
+    """A pet and its owner: a nested model, so the schema has $defs."""
+
+    model_config = ConfigDict(extra="forbid")
+    pet: Pet
+    owner: Owner
+
+
+PET_SCHEMA = Pet.model_json_schema()
+ASK = "Describe a pet."
+
+
+def test_tgi_client_chat_with_its_nulls_and_a_bare_string_tool_choice(server_url: str) -> None:
+    client = TGIClient(server_url, timeout=120)
+    answer = client.chat(messages=[Message(role="user", content="Hi")], max_tokens=4, seed=1)
+    assert answer.choices[0].message.content and answer.usage["completion_tokens"] <= 4
+    tool = Tool(type="function", function={"name": "describe_pet", "parameters": PET_SCHEMA})
+    called = client.chat(
+        messages=[Message(role="user", content=ASK)], tools=[tool], tool_choice="describe_pet", max_tokens=30
+    )
+    (call,) = called.choices[0].message.tool_calls
+    assert call["function"]["name"] == "describe_pet" and called.choices[0].finish_reason == "tool_calls"
+    Pet.model_validate_json(call["function"]["arguments"])
+
+
+def test_tgi_client_generate_with_a_json_grammar(server_url: str) -> None:
+    client = TGIClient(server_url, timeout=120)
+    response = client.generate(
+        "A pet as JSON: ", max_new_tokens=30, grammar=Grammar(type=GrammarType.Json, value=PET_SCHEMA)
+    )
+    jsonschema.validate(json.loads(response.generated_text), PET_SCHEMA)
+    assert response.details.finish_reason.value == "eos_token"
+
+
+@pytest.mark.parametrize("mode", [instructor.Mode.TOOLS, instructor.Mode.JSON_SCHEMA])
+def test_instructor_returns_a_valid_model(server_url: str, mode: instructor.Mode) -> None:
+    client = instructor.from_openai(
+        openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=120, max_retries=0), mode=mode
+    )
+    pet = client.chat.completions.create(
+        model="embedded",
+        response_model=Pet,
+        messages=[{"role": "user", "content": ASK}],
+        max_tokens=40,
+        temperature=0,
+        max_retries=0,
+    )
+    assert isinstance(pet, Pet) and Pet.model_validate(pet.model_dump()).model_dump() == pet.model_dump()
+
+
+def _langchain(server_url: str) -> ChatOpenAI:
+    return ChatOpenAI(
+        base_url=f"{server_url}/v1", api_key="unused", model="embedded", max_tokens=40, temperature=0, max_retries=0
+    )
+
+
+@pytest.mark.parametrize("method", ["json_schema", "function_calling"])
+def test_langchain_structured_output(server_url: str, method: str) -> None:
+    pet = _langchain(server_url).with_structured_output(Pet, method=method).invoke(ASK)
+    assert isinstance(pet, Pet) and Pet.model_validate(pet.model_dump()).model_dump() == pet.model_dump()
+
+
+def test_langchain_bind_tools_with_a_named_tool(server_url: str) -> None:
+    message = _langchain(server_url).bind_tools([Pet], tool_choice="Pet").invoke(ASK)
+    (call,) = message.tool_calls
+    assert call["name"] == "Pet"
+    Pet.model_validate(call["args"])
+
+
+def test_pydantic_ai_nested_output_model(server_url: str) -> None:
+    model = OpenAIChatModel("embedded", provider=OpenAIProvider(base_url=f"{server_url}/v1", api_key="unused"))
+    agent = Agent(model, output_type=OwnedPet)
+    result = agent.run_sync("A pet and its owner.", model_settings={"max_tokens": 80, "temperature": 0})
+    assert isinstance(result.output, OwnedPet)
+    OwnedPet.model_validate(result.output.model_dump())
+
+
+def test_huggingface_hub_chat_completion_with_a_bare_string_tool_choice(
+    server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # the suite is offline; ours is local
+    client = InferenceClient(base_url=server_url, timeout=120)
+    tools = [{"type": "function", "function": {"name": "describe_pet", "parameters": PET_SCHEMA}}]
+    output = client.chat_completion(
+        messages=[{"role": "user", "content": ASK}], tools=tools, tool_choice="describe_pet", max_tokens=30
+    )
+    (call,) = output.choices[0].message.tool_calls
+    arguments = call.function.arguments
+    Pet.model_validate(json.loads(arguments) if isinstance(arguments, str) else arguments)

@@ -1,0 +1,127 @@
+"""POST /v1/completions through the openai SDK: prompts, n, best_of, seed, echo, logprobs, stop, stream with
+usage, and the constraint fields of chat, each choice carrying our verdict."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import openai
+import pytest
+
+PET = {
+    "type": "object",
+    "properties": {"kind": {"enum": ["cat", "dog"]}, "age": {"type": "integer", "minimum": 0, "maximum": 30}},
+    "required": ["kind", "age"],
+    "additionalProperties": False,
+}
+PROMPT = "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def client(server_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=300, max_retries=0)
+
+
+def test_a_prompt_completes_greedily_with_usage(client: openai.OpenAI) -> None:
+    answer = client.completions.create(model="embedded", prompt=PROMPT, max_tokens=5, temperature=0)
+    assert answer.object == "text_completion" and answer.id.startswith("cmpl-")
+    (choice,) = answer.choices
+    assert choice.text and choice.finish_reason in ("length", "stop") and choice.index == 0
+    assert answer.usage.completion_tokens <= 5 and answer.usage.prompt_tokens > 0
+    again = client.completions.create(model="embedded", prompt=PROMPT, max_tokens=5, temperature=0)
+    assert again.choices[0].text == choice.text
+
+
+def test_a_list_of_prompts_gets_n_choices_each_in_order(client: openai.OpenAI) -> None:
+    answer = client.completions.create(
+        model="embedded", prompt=["One, two,", "Red, green,"], n=2, max_tokens=3, seed=7, temperature=1.0
+    )
+    assert [c.index for c in answer.choices] == [0, 1, 2, 3]
+    assert all(c.model_extra["seed"] is not None for c in answer.choices)
+    same = client.completions.create(
+        model="embedded", prompt=["One, two,", "Red, green,"], n=2, max_tokens=3, seed=7, temperature=1.0
+    )
+    assert [c.text for c in same.choices] == [c.text for c in answer.choices]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "pet", "schema": PET}}},
+        {"structured_outputs": {"json": PET}},
+        {"guided_json": PET},
+    ],
+)
+def test_constraint_fields_of_chat_hold(client: openai.OpenAI, extra: dict) -> None:
+    answer = client.completions.create(
+        model="embedded", prompt="A pet as JSON:", max_tokens=40, temperature=0, extra_body=extra
+    )
+    choice = answer.choices[0]
+    jsonschema.validate(json.loads(choice.text), PET)
+    assert choice.model_extra["validation"]["valid"] is True and choice.model_extra["constraint_kind"] == "json_schema"
+
+
+def test_guided_choice_and_stop(client: openai.OpenAI) -> None:
+    answer = client.completions.create(
+        model="embedded", prompt="Yes or no?", max_tokens=5, extra_body={"guided_choice": ["yes", "no"]}
+    )
+    assert answer.choices[0].text in ("yes", "no")
+    stopped = client.completions.create(
+        model="embedded", prompt="1, 2, 3, 4,", max_tokens=12, temperature=0, stop=["6"]
+    )
+    assert "6" not in stopped.choices[0].text and stopped.choices[0].finish_reason == "stop"
+
+
+def test_echo_and_logprobs_in_the_completions_shape(client: openai.OpenAI) -> None:
+    answer = client.completions.create(
+        model="embedded", prompt=PROMPT, max_tokens=3, temperature=0, logprobs=2, echo=True
+    )
+    choice = answer.choices[0]
+    assert choice.text.startswith(PROMPT)
+    lp = choice.logprobs
+    assert "".join(lp.tokens) == choice.text
+    assert lp.token_logprobs[0] is None and all(x <= 0 for x in lp.token_logprobs[1:])
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
+    generated = lp.top_logprobs[-3:]
+    assert all(1 <= len(top) <= 2 for top in generated)
+
+
+def test_best_of_picks_one_of_several_samples(client: openai.OpenAI) -> None:
+    answer = client.completions.create(
+        model="embedded", prompt=PROMPT, max_tokens=4, best_of=3, n=1, temperature=1.0, seed=3
+    )
+    assert len(answer.choices) == 1 and answer.usage.completion_tokens >= 1
+
+
+def test_stream_adds_up_with_usage_last(client: openai.OpenAI) -> None:
+    whole = client.completions.create(model="embedded", prompt=PROMPT, max_tokens=6, temperature=0).choices[0]
+    chunks = list(
+        client.completions.create(
+            model="embedded",
+            prompt=PROMPT,
+            max_tokens=6,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == whole.text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.finish_reason
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens >= 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"suffix": "end"}, "suffix: not supported"),
+        ({"best_of": 1, "n": 2}, "best_of: must be >= n"),
+        ({"prompt": [[1, 2, 3]]}, "prompt"),
+        ({"extra_body": {"guided_regex": "(ab"}}, "invalid regex"),
+    ],
+)
+def test_bad_requests_are_400_naming_the_problem(client: openai.OpenAI, kwargs: dict, message: str) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(**{"model": "embedded", "prompt": PROMPT, "max_tokens": 2, **kwargs})
+    assert message in str(caught.value)

@@ -1,0 +1,176 @@
+"""Chat request fields as the peers read them: null means unset, every field has a fate (implemented,
+accepted with a warning, or refused by name), and the new sampling fields reach the decoder."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai.types.chat.completion_create_params as openai_params
+import pytest
+import torch
+from text_generation.types import ChatRequest as TGIChatRequest
+from text_generation.types import Message
+
+from playground.decoding import chat_template, sampling
+from playground.errors import ParameterError
+from playground.types import GenerateParameters
+from playground.wire import chat_fields, inbound, tools
+
+USER = [{"role": "user", "content": "hi"}]
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
+]
+
+
+def _request(**fields: Any) -> inbound.ChatRequest:
+    return inbound.ChatRequest.model_validate({"messages": USER, **fields})
+
+
+def test_tgi_clients_body_with_its_nulls_is_read_as_unset() -> None:
+    body = TGIChatRequest(model="embedded", messages=[Message(role="user", content="hi")]).model_dump()
+    assert body["n"] is None and body["logit_bias"] is None and body["repetition_penalty"] is None
+    params = inbound.chat_parameters(inbound.ChatRequest.model_validate(body), seed=1)
+    assert params.presence_penalty is None and params.logit_bias is None and params.repetition_penalty is None
+
+
+def test_every_openai_chat_field_sent_as_null_is_unset() -> None:
+    names = set(openai_params.CompletionCreateParamsBase.__annotations__) | {"stream"}
+    body = {name: None for name in names} | {"messages": USER}
+    req = inbound.ChatRequest.model_validate(body)
+    assert (req.n, req.stream, req.logprobs) == (1, False, False)
+    assert chat_fields.warnings(req) == []
+    inbound.chat_parameters(req, seed=1)
+
+
+def test_every_openai_chat_field_is_known() -> None:
+    """A field OpenAI documents is never "unknown": implemented, ignored with a warning, or refused by name."""
+    names = set(openai_params.CompletionCreateParamsBase.__annotations__)
+    assert names <= set(inbound.ChatRequest.model_fields)
+
+
+@pytest.mark.parametrize(
+    ("fields", "warning"),
+    [
+        ({"metadata": {"k": "v"}}, "metadata: accepted and ignored"),
+        ({"store": True}, "store: accepted and ignored"),
+        ({"user": "u1"}, "user: accepted and ignored"),
+        ({"service_tier": "auto"}, "service_tier: accepted and ignored"),
+        ({"stream_options": {"continuous_usage_stats": True}}, "stream_options.continuous_usage_stats: accepted"),
+        ({"structured_outputs": {"json": {}, "whitespace_pattern": " "}}, "structured_outputs.whitespace_pattern"),
+        ({"structured_outputs": {"regex": "a", "disable_any_whitespace": True}}, "disable_any_whitespace"),
+    ],
+)
+def test_fields_that_cannot_change_the_tokens_are_warned_about(fields: dict[str, Any], warning: str) -> None:
+    req = _request(**fields)
+    inbound.chat_parameters(req, seed=1)
+    assert any(warning in w for w in chat_fields.warnings(req)), chat_fields.warnings(req)
+
+
+def test_structured_outputs_json_object_is_any_json_object() -> None:
+    params = inbound.chat_parameters(_request(structured_outputs={"json_object": True}), seed=1)
+    assert params.grammar is not None and params.grammar.model_dump() == {"type": "json", "value": {"type": "object"}}
+
+
+def test_new_sampling_fields_reach_the_parameters() -> None:
+    req = _request(
+        presence_penalty=0.5,
+        logit_bias={"42": -100, "7": 3.5},
+        min_tokens=4,
+        top_k=5,
+        repetition_penalty=1.2,
+        prompt_logprobs=0,
+        add_generation_prompt=False,
+        chat_template_kwargs={"enable_thinking": False},
+        truncate_prompt_tokens=100,
+    )
+    params = inbound.chat_parameters(req, seed=1)
+    assert (params.presence_penalty, params.logit_bias, params.min_tokens) == (0.5, {"42": -100, "7": 3.5}, 4)
+    assert (params.top_k, params.repetition_penalty, params.truncate) == (5, 1.2, 100)
+    assert params.decoder_input_details is True
+    assert (params.add_generation_prompt, params.chat_template_kwargs) == (False, {"enable_thinking": False})
+    assert inbound.chat_parameters(_request(ignore_eos=True, max_tokens=9), seed=1).min_tokens == 9
+
+
+def test_continue_final_message_keeps_the_generation_prompt_as_vllm_users_send_it() -> None:
+    messages = [*USER, {"role": "assistant", "content": "Hel"}]
+    req = _request(messages=messages, continue_final_message=True, add_generation_prompt=False)
+    assert inbound.chat_parameters(req, seed=1).add_generation_prompt is True
+
+
+def test_logit_bias_keys_must_be_token_ids() -> None:
+    with pytest.raises(ParameterError, match="logit_bias: keys are token ids"):
+        inbound.chat_parameters(_request(logit_bias={"hello": 1}), seed=1)
+    with pytest.raises(ParameterError, match="between -100 and 100"):
+        inbound.chat_parameters(_request(logit_bias={"1": 101}), seed=1)
+
+
+def test_tgi_bare_string_tool_choice_names_the_function() -> None:
+    req = _request(tools=TOOLS, tool_choice="get_time")
+    assert tools.mode(req) == "named"
+    params = inbound.chat_parameters(req, seed=1)
+    assert params.grammar is not None and params.grammar.value == {"type": "object"}
+    assert "Call `get_time` now" in tools.with_tools(req, req.messages)[0].text()
+    with pytest.raises(ParameterError, match="tool_choice: no tool named 'nope'"):
+        tools.mode(_request(tools=TOOLS, tool_choice="nope"))
+
+
+def test_tgi_tool_prompt_replaces_our_words() -> None:
+    req = _request(tools=TOOLS, tool_choice="required", tool_prompt="Pick a tool, human.")
+    system = tools.with_tools(req, req.messages)[0].text()
+    assert system.startswith("Pick a tool, human.\n") and "You can call these functions" not in system
+
+
+def _scores(vocab: int = 6) -> torch.Tensor:
+    return torch.zeros((1, vocab))
+
+
+def test_presence_penalty_counts_each_token_once() -> None:
+    ids = torch.tensor([[9, 9, 1, 1, 1, 2]])  # prompt of 2 tokens, then 1, 1, 1, 2
+    out = sampling.PresencePenalty(0.5, prompt_length=2)(ids, _scores())
+    assert out[0].tolist() == [0.0, -0.5, -0.5, 0.0, 0.0, 0.0]
+
+
+def test_logit_bias_adds_to_the_named_tokens_and_refuses_ids_outside_the_vocabulary() -> None:
+    out = sampling.LogitBias({"3": 100.0, "0": -100.0}, vocab_size=6)(torch.zeros((1, 1), dtype=torch.long), _scores())
+    assert out[0].tolist() == [-100.0, 0.0, 0.0, 100.0, 0.0, 0.0]
+    with pytest.raises(ParameterError, match="token id 6 is not in the vocabulary"):
+        sampling.LogitBias({"6": 1.0}, vocab_size=6)
+
+
+def test_min_tokens_keeps_eos_out_until_enough_tokens() -> None:
+    rule = sampling.MinTokens(2, prompt_length=3, eos_ids={5})
+    early = rule(torch.zeros((1, 4), dtype=torch.long), _scores())
+    assert early[0, 5] == float("-inf") and early[0, 4] == 0
+    assert rule(torch.zeros((1, 5), dtype=torch.long), _scores())[0, 5] == 0
+
+
+def test_shared_processors_include_the_new_ones() -> None:
+    params = GenerateParameters(presence_penalty=1.0, logit_bias={"1": 2.0}, min_tokens=1)
+    chain = sampling.shared_processors(params, 6, "cpu", 0, {5})
+    kinds = {type(p) for p in chain}
+    assert kinds == {sampling.PresencePenalty, sampling.LogitBias, sampling.MinTokens}
+
+
+class _Recorder:
+    """A tokenizer stand-in that records what the chat template was given."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.kwargs: dict[str, Any] = {}
+        self.fail = fail
+
+    def apply_chat_template(self, messages: list, **kwargs: Any) -> str:
+        if self.fail:
+            raise TypeError("undefined is not callable")
+        self.kwargs = kwargs
+        return "rendered"
+
+
+def test_chat_template_kwargs_reach_the_template() -> None:
+    recorder = _Recorder()
+    chat_template.render(recorder, [{"role": "user", "content": "x"}], False, {"enable_thinking": False})
+    assert recorder.kwargs == {"tokenize": False, "add_generation_prompt": False, "enable_thinking": False}
+    with pytest.raises(ParameterError, match="chat_template_kwargs: tokenize cannot be set"):
+        chat_template.render(recorder, [], True, {"tokenize": True})
+    with pytest.raises(ParameterError, match="the chat template failed with them: undefined is not callable"):
+        chat_template.render(_Recorder(fail=True), [], True, {"x": 1})

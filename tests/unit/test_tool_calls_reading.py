@@ -1,0 +1,109 @@
+"""Tool calls without a model: each tool's `$defs` moved into the one call schema, parallel calls as a list,
+and calls read out of text as far as it is written (what the stream sends)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+
+from playground.server.tool_stream import ToolStream
+from playground.types import ToolSpec
+from playground.wire import inbound, tool_calls, tool_schema, tools
+
+OWNER = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+PET = {
+    "$defs": {"Owner": OWNER},
+    "type": "object",
+    "properties": {"kind": {"enum": ["cat", "dog"]}, "owner": {"$ref": "#/$defs/Owner"}},
+    "required": ["kind", "owner"],
+}
+TREE = {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#"}}}}
+ZONE = {"definitions": {"Z": {"enum": ["UTC"]}}, "type": "object", "properties": {"zone": {"$ref": "#/definitions/Z"}}}
+
+
+def _tool(name: str, parameters: dict[str, Any]) -> ToolSpec:
+    return ToolSpec.model_validate({"type": "function", "function": {"name": name, "parameters": parameters}})
+
+
+def test_refs_resolve_inside_the_combined_schema() -> None:
+    schema = tool_schema.call_schema([_tool("pet", PET), _tool("tree", TREE), _tool("zone", ZONE)])
+    assert set(schema["$defs"]) == {"pet__Owner", "tree", "zone__Z"}
+    validator = jsonschema.Draft202012Validator(schema)
+    good = {"name": "pet", "arguments": {"kind": "cat", "owner": {"name": "Ann"}}}
+    assert validator.is_valid(good)
+    assert not validator.is_valid({"name": "pet", "arguments": {"kind": "cat", "owner": {}}})
+    assert validator.is_valid({"name": "tree", "arguments": {"children": [{"children": []}]}})
+    assert not validator.is_valid({"name": "tree", "arguments": {"children": [{"children": 3}]}})
+    assert not validator.is_valid({"name": "zone", "arguments": {"zone": "CET"}})
+
+
+def test_a_ref_key_inside_data_is_left_alone() -> None:
+    body, _ = tool_schema.relocated(_tool("t", {"type": "object", "const": {"$ref": "#/x"}}))
+    assert body["const"] == {"$ref": "#/x"}
+
+
+def test_parallel_calls_are_a_list_of_one_to_eight() -> None:
+    req = inbound.ChatRequest.model_validate(
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "function", "function": {"name": "pet", "parameters": PET}}],
+            "tool_choice": "required",
+            "parallel_tool_calls": True,
+        }
+    )
+    schema = tools.grammar(req, None)["value"]  # type: ignore[index]
+    assert (schema["type"], schema["minItems"], schema["maxItems"]) == ("array", 1, 8)
+    one = tools.grammar(req.model_copy(update={"parallel_tool_calls": False}), None)["value"]  # type: ignore[index]
+    assert one["type"] == "object"
+    text = '[{"name": "pet", "arguments": {"kind": "cat", "owner": {"name": "A"}}}, {"name": "pet", "arguments": {}}]'
+    message, finish, _ = tools.answer(req, text)
+    assert finish == "tool_calls" and [c["function"]["arguments"] for c in message["tool_calls"]] == [
+        '{"kind": "cat", "owner": {"name": "A"}}',
+        "{}",
+    ]
+
+
+def test_partial_calls_appear_once_named_and_grow() -> None:
+    text = '{"name": "get_weather", "arguments": {"city": "Par'
+    assert tool_calls.partial('{"name": "get_wea', None, False) == []
+    (call,) = tool_calls.partial(text, None, False)
+    assert (call.name, call.arguments, call.complete) == ("get_weather", '{"city": "Par', False)
+    (done,) = tool_calls.partial(text + 'is", "n": [1, "}"]}}', None, False)
+    assert done.complete and json.loads(done.arguments) == {"city": "Paris", "n": [1, "}"]}
+    two = tool_calls.partial('[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": 1', None, True)
+    assert [(c.name, c.arguments, c.complete) for c in two] == [("a", "{}", True), ("b", '{"x": 1', False)]
+    assert tool_calls.value_end('{"a": 12} ', 6) == 8 and tool_calls.value_end('{"a": 12', 6) is None
+
+
+def test_the_stream_sends_the_head_then_argument_pieces_that_add_up() -> None:
+    req = inbound.ChatRequest.model_validate(
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "function", "function": {"name": "pet", "parameters": PET}}],
+            "tool_choice": "required",
+        }
+    )
+    stream = ToolStream(req, [])
+    text = '{"name": "pet", "arguments": {"kind": "cat", "owner": {"name": "Ann"}}}'
+    deltas = [d for i in range(0, len(text), 3) for d in stream.feed(text[i : i + 3])]
+    head, *pieces = [d["tool_calls"][0] for d in deltas]
+    assert head["id"].startswith("call_") and head["function"] == {"name": "pet", "arguments": ""}
+    assert len(pieces) > 3 and all(set(p) == {"index", "function"} for p in pieces)
+    assert "".join(p["function"]["arguments"] for p in pieces) == '{"kind": "cat", "owner": {"name": "Ann"}}'
+
+
+def test_free_text_under_auto_streams_as_content() -> None:
+    req = inbound.ChatRequest.model_validate(
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "function", "function": {"name": "pet", "parameters": PET}}],
+        }
+    )
+    stream = ToolStream(req, [])
+    assert (
+        stream.feed("  ") == []
+        and stream.feed("Hi") == [{"content": "  Hi"}]
+        and stream.feed("!") == [{"content": "!"}]
+    )
