@@ -30,12 +30,9 @@ IGNORED: dict[str, str] = {
     "guided_decoding_backend": "use constraint_engine to choose the engine",
     "spaces_between_special_tokens": "special tokens are left out of the text",
     "mm_processor_kwargs": "text models only",
-    "guided_whitespace_pattern": "the constraint engine chooses the whitespace it allows",
 }
 # Options inside structured_outputs / stream_options, accepted the same way.
 IGNORED_OPTIONS: dict[tuple[str, str], str] = {
-    ("structured_outputs", "whitespace_pattern"): "the constraint engine chooses the whitespace it allows",
-    ("structured_outputs", "disable_any_whitespace"): "the constraint engine chooses the whitespace it allows",
     ("structured_outputs", "disable_fallback"): "constraint_engine chooses the engine",
     ("stream_options", "continuous_usage_stats"): "usage comes in the last chunk (include_usage)",
 }

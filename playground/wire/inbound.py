@@ -108,8 +108,8 @@ def _response_format_grammar(fmt: ChatResponseFormat) -> dict[str, Any] | None:
     if fmt.type == "regex":
         return {"type": "regex", "value": fmt.value}
     if fmt.type == "json_schema":
-        if fmt.json_schema is not None:
-            return {"type": "json", "value": fmt.json_schema["schema"]}
+        if fmt.json_schema is not None:  # strict: true is OpenAI's contract of no undeclared keys
+            return {"type": "json", "value": fmt.json_schema["schema"], "strict": fmt.json_schema.get("strict") is True}
         return {"type": "json_schema", "value": fmt.value}
     return {"type": "json", "value": fmt.value if fmt.value is not None else {"type": "object"}}
 
@@ -141,7 +141,22 @@ def constraint_of(req: ChatCompletionRequest) -> dict[str, Any] | None:
     if len(found) > 1:
         names = ", ".join(name for name, _ in found)
         raise ParameterError(f"{names}: give one constraint, not several", field=found[1][0])
-    return found[0][1] if found else None
+    grammar = found[0][1] if found else None
+    whitespace = _whitespace(req)
+    if grammar is not None and whitespace is not None and grammar["type"] in ("json", "json_schema"):
+        grammar = {**grammar, "whitespace": whitespace}
+    return grammar
+
+
+def _whitespace(req: ChatCompletionRequest) -> str | None:
+    """vLLM's and Outlines' JSON whitespace options as our layout: a pattern, or compact for no free whitespace."""
+    so = req.structured_outputs
+    if so is not None and so.whitespace_pattern:
+        return so.whitespace_pattern
+    if so is not None and so.disable_any_whitespace:
+        return "compact"
+    pattern = req.guided_whitespace_pattern
+    return pattern if isinstance(pattern, str) and pattern else None
 
 
 def base_seed(req: ChatCompletionRequest) -> int:

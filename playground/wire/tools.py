@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from playground.constraints import Constraint
+from playground.constraints import Constraint, jsonformat
 from playground.errors import ConstraintError, InvalidConstraintError, ParameterError, UnsupportedConstraintError
 from playground.types import ChatCompletionRequest, ChatMessage, GrammarType, Strict, ToolSpec
 from playground.types.chat import ToolChoice
@@ -74,13 +74,14 @@ def grammar(req: ToolRequest, other: dict[str, Any] | None) -> dict[str, Any] | 
     if other is not None:
         raise ParameterError("tools: give tools or a response format / structured output, not both", field="tools")
     tools = req.tools or []
+    # Arguments never get keys their schema does not declare (OpenAI's strict contract for tools).
     if how == "named":
         tool_schema.check([_named(req)])
-        return {"type": "json", "value": tool_schema.parameters(_named(req))}
+        return {"type": "json", "value": tool_schema.parameters(_named(req)), "strict": True}
     tool_schema.check(tools)
     schema = tool_schema.call_schema(tools, parallel=parallel(req))
     if how == "required":
-        return {"type": "json", "value": schema}
+        return {"type": "json", "value": schema, "strict": True}
     return {"type": "grammar", "value": _auto_grammar(tools, parallel(req))}
 
 
@@ -104,7 +105,7 @@ def _auto_grammar(tools: list[ToolSpec], many: bool) -> str:
 
 
 def _auto_text(tools: list[ToolSpec], many: bool) -> str:
-    schema = tool_schema.call_schema(tools, parallel=many)
+    schema = jsonformat.with_layout(jsonformat.closed(tool_schema.call_schema(tools, parallel=many)), "pretty")
     starts = "{[" if many else "{"
     return f"start: call | text\ncall: %json {json.dumps(schema)}\ntext: /[^{starts}][\\s\\S]*/\n"
 

@@ -57,8 +57,6 @@ def test_every_openai_chat_field_is_known() -> None:
         ({"user": "u1"}, "user: accepted and ignored"),
         ({"service_tier": "auto"}, "service_tier: accepted and ignored"),
         ({"stream_options": {"continuous_usage_stats": True}}, "stream_options.continuous_usage_stats: accepted"),
-        ({"structured_outputs": {"json": {}, "whitespace_pattern": " "}}, "structured_outputs.whitespace_pattern"),
-        ({"structured_outputs": {"regex": "a", "disable_any_whitespace": True}}, "disable_any_whitespace"),
     ],
 )
 def test_fields_that_cannot_change_the_tokens_are_warned_about(fields: dict[str, Any], warning: str) -> None:
@@ -174,3 +172,30 @@ def test_chat_template_kwargs_reach_the_template() -> None:
         chat_template.render(recorder, [], True, {"tokenize": True})
     with pytest.raises(ParameterError, match="the chat template failed with them: undefined is not callable"):
         chat_template.render(_Recorder(fail=True), [], True, {"x": 1})
+
+
+@pytest.mark.parametrize(
+    ("fields", "whitespace"),
+    [
+        ({"structured_outputs": {"json": {"type": "object"}, "whitespace_pattern": "[ ]?"}}, "[ ]?"),
+        ({"structured_outputs": {"json": {"type": "object"}, "disable_any_whitespace": True}}, "compact"),
+        ({"guided_json": {"type": "object"}, "guided_whitespace_pattern": "[ \\n]?"}, "[ \\n]?"),
+        ({"guided_json": {"type": "object"}}, None),
+    ],
+)
+def test_vllm_whitespace_options_set_the_json_layout(fields: dict[str, Any], whitespace: str | None) -> None:
+    req = _request(**fields)
+    grammar = inbound.chat_parameters(req, seed=1).grammar
+    assert grammar is not None and grammar.whitespace == whitespace
+    assert not any("whitespace" in w for w in chat_fields.warnings(req))
+
+
+def test_strict_schemas_and_tool_arguments_are_closed_and_others_as_written() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    strict = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "strict": True}}
+    loose = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+    assert inbound.chat_parameters(_request(response_format=strict), seed=1).grammar.strict is True
+    assert inbound.chat_parameters(_request(response_format=loose), seed=1).grammar.strict is False
+    for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
+        grammar = inbound.chat_parameters(_request(tools=TOOLS, tool_choice=choice), seed=1).grammar
+        assert grammar is not None and grammar.strict is True, choice

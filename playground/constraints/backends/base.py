@@ -6,6 +6,8 @@ import json
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from playground.constraints import jsonformat
+
 TENSOR_LIBRARY = "torch"
 
 
@@ -67,7 +69,7 @@ def first_line(exc: BaseException) -> str:
 
 def check_satisfiable(schema_text: str) -> None:
     """Refuse a schema no value satisfies, whatever the engine: one that ignores the problem emits invalid output."""
-    if json.loads(schema_text) == {"not": {}}:
+    if jsonformat.layout_of(json.loads(schema_text))[0] == {"not": {}}:
         raise EngineRefusal("unsatisfiable", "the schema is `false`: no value satisfies it")
     import llguidance
 
