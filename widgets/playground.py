@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import sys
 import threading
-from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
 import anywidget
 import traitlets
 
-import playground
 from playground import render
 from playground.constraints import check_constraint
+from playground.constraints.examples import EXAMPLES
 from playground.errors import ParameterError, PlaygroundError
 from playground.providers.base import Inputs, Provider
 from playground.providers.registry import Registry
@@ -314,20 +312,8 @@ class Playground(_SamplingTraits):
 
 
 def _examples() -> dict[str, list[dict[str, str]]]:
-    """The UI's ready examples per kind, loaded from its file: playground/ui/__init__.py imports gradio (~10 s)."""
-    name = "widgets._ui_examples"
-    module = sys.modules.get(name)
-    if module is None:  # importlib's recipe for importing a source file directly
-        path = Path(playground.__file__).resolve().parent / "ui" / "examples.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return {
-        kind: [{"title": e.title, "text": e.text, "message": e.message} for e in items]
-        for kind, items in module.EXAMPLES.items()
-    }
+    """The library's ready examples per kind, the ones the UI's example picker offers."""
+    return {kind: [asdict(example) for example in items] for kind, items in EXAMPLES.items()}
 
 
 def _processor_choices() -> list[list[str]]:

@@ -8,13 +8,14 @@ from pathlib import Path
 import gradio as gr
 
 from playground.constraints import backends
+from playground.constraints.examples import example_titles
 from playground.providers.registry import Registry
 from playground.render import tokens_html
 from playground.types.sizes import MAX_BEST_OF, MAX_TOP_N_TOKENS
 from playground.ui import controls, debugger
 from playground.ui.compare_engines import render_engine_compare
 from playground.ui.drafts import example_title
-from playground.ui.examples import KINDS, LANGUAGES, SYSTEM_PROMPT, example_titles
+from playground.ui.examples import KINDS, LANGUAGES, SYSTEM_PROMPT
 from playground.ui.panels import html
 from playground.ui.state import Form
 from playground.wire.controls import SAMPLING
