@@ -18,8 +18,8 @@ from playground.errors import ParameterError
 from playground.providers.registry import Registry
 from playground.types import GeneratedToken, GenerationResult
 from playground.ui import controls
+from playground.ui.components import Components, EngineCompare, html
 from playground.ui.handlers import _last_user, _without_last_exchange, error_message
-from playground.ui.panels import html
 from playground.ui.state import ChatState, Form, chat_inputs, params_of
 from playground.wire import tools
 
@@ -115,7 +115,7 @@ def _difference(result: GenerationResult, first: GenerationResult | None) -> str
     return "same tokens as the first column"
 
 
-def render_engine_compare(registry: Registry) -> dict[str, Any]:
+def render_engine_compare(registry: Registry) -> EngineCompare:
     """The engines row of the Compare tab: a button, an optional second model, the columns."""
     with gr.Row(equal_height=True):
         run = gr.Button("Compare engines", scale=1, elem_id="compare-engines-btn")
@@ -126,10 +126,10 @@ def render_engine_compare(registry: Registry) -> dict[str, Any]:
             scale=3,
             elem_id="compare-model",
         )
-    return {"compare_engines_btn": run, "compare_model": model, "compare_engines": html("compare-engines")}
+    return EngineCompare(run=run, model=model, panel=html("compare-engines"))
 
 
-def setup_engine_compare_events(registry: Registry, c: dict[str, Any], form: list[Any]) -> None:
+def setup_engine_compare_events(registry: Registry, c: Components) -> None:
     """Run the engines comparison from the tab's message box, the conversation and the form."""
 
     def on_click(text: str, state: ChatState, other_model: str | None, *values: Any) -> str:
@@ -139,5 +139,5 @@ def setup_engine_compare_events(registry: Registry, c: dict[str, Any], form: lis
             return render.error_box(error_message(exc))
         return compare_engines(registry, parsed, state, text, other_model)
 
-    inputs = [c["compare_input"], c["state"], c["compare_model"], *form]
-    c["compare_engines_btn"].click(on_click, inputs, c["compare_engines"])
+    engines = c.compare.engines
+    engines.run.click(on_click, [c.compare.input, c.state, engines.model, *c.form_inputs()], engines.panel)

@@ -20,8 +20,8 @@ from playground.errors import ParameterError
 from playground.providers.registry import Registry
 from playground.types import FieldConfidence, GenerationResult
 from playground.ui import stopped
+from playground.ui.components import Components, Debugger, InstanceCheck, html
 from playground.ui.handlers import error_message
-from playground.ui.panels import html
 from playground.ui.state import ChatState, Form
 from playground.wire import inbound
 
@@ -214,71 +214,64 @@ def _branch_view(body: str, seq: Any, kind: str) -> str:
 # --- layout and events ---------------------------------------------------------------------------------
 
 
-def render_panels() -> dict[str, Any]:
+def render_panels() -> Debugger:
     """The debugger's components, placed under the chat's insight panels."""
     gr.Markdown("**Confidence per field** — the model's own probability of each JSON value")
-    fields = html("field-panel", fields_html(ChatState()))
+    field_panel = html("field-panel", fields_html(ChatState()))
     with gr.Accordion("Why refused · branch from a token", open=True, elem_id="debugger"):
         gr.Markdown("Click a token above: the alternatives the constraint refused there, and why.")
-        reasons = html("reason-panel", REASONS_EMPTY)
+        reason_panel = html("reason-panel", REASONS_EMPTY)
         with gr.Row(equal_height=True):
-            text = gr.Textbox(
+            branch_text = gr.Textbox(
                 show_label=False, placeholder="Text to put at the clicked token", scale=4, elem_id="branch-text"
             )
-            run = gr.Button("Continue from here", scale=1, elem_id="branch-btn")
-        picker = gr.Radio(
+            branch_btn = gr.Button("Continue from here", scale=1, elem_id="branch-btn")
+        branch_picker = gr.Radio(
             [ORIGINAL], value=ORIGINAL, label="Branches of this turn", visible=False, elem_id="branch-picker"
         )
-        panel = html("branch-panel")
+        branch_panel = html("branch-panel")
     with gr.Accordion("Test an instance", open=False, elem_id="check"):
         candidate = gr.Textbox(
             lines=4, label="Candidate output, tokenized as the model would write it", elem_id="check-text"
         )
-        check = gr.Button("Check against the constraint", elem_id="check-btn")
-        result = html("check-result")
-    return {
-        "field_panel": fields,
-        "reason_panel": reasons,
-        "branch_text": text,
-        "branch_btn": run,
-        "branch_picker": picker,
-        "branch_panel": panel,
-        "check_text": candidate,
-        "check_btn": check,
-        "check_result": result,
-        "branch_state": gr.State(BranchState()),
-    }
+        check = InstanceCheck(
+            candidate, gr.Button("Check against the constraint", elem_id="check-btn"), html("check-result")
+        )
+    branches = gr.State(BranchState())
+    # Positional, in the dataclass's field order: each local is named as its field.
+    return Debugger(field_panel, reason_panel, branch_text, branch_btn, branch_picker, branch_panel, branches, check)
 
 
-def setup(registry: Registry, c: dict[str, Any], form: list[Any]) -> None:
+def setup(registry: Registry, c: Components) -> None:
     """Wire the debugger's events next to the chat's (token clicks, finished turns)."""
+    d, chat = c.debugger, c.chat
 
     def on_click(state: ChatState, branches: BranchState, evt: gr.EventData) -> tuple:
         index = getattr(evt, "index", None)
         return pin(state, branches, int(index) if isinstance(index, (int, float)) else None)
 
-    c["tokens"].click(on_click, [c["state"], c["branch_state"]], [c["branch_state"], c["branch_text"]]).then(
+    chat.tokens.click(on_click, [c.state, d.branches], [d.branches, d.branch_text]).then(
         lambda state, branches: reasons_html(registry, state, branches.pinned),
-        [c["state"], c["branch_state"]],
-        c["reason_panel"],
+        [c.state, d.branches],
+        d.reason_panel,
         show_progress="minimal",
     )
-    for trigger in (c["branch_btn"].click, c["branch_text"].submit):
-        trigger(
-            lambda state, branches, text: branch(registry, state, branches, text),
-            [c["state"], c["branch_state"], c["branch_text"]],
-            [c["branch_state"], c["branch_picker"], c["branch_panel"]],
-        )
-    c["branch_picker"].input(branch_html, [c["state"], c["branch_state"], c["branch_picker"]], c["branch_panel"])
+    gr.on(
+        [d.branch_btn.click, d.branch_text.submit],
+        lambda state, branches, text: branch(registry, state, branches, text),
+        [c.state, d.branches, d.branch_text],
+        [d.branches, d.branch_picker, d.branch_panel],
+    )
+    d.branch_picker.input(branch_html, [c.state, d.branches, d.branch_picker], d.branch_panel)
 
     def on_turn(state: ChatState) -> tuple:
         fresh = BranchState(turn=_turn_key(state))
         return fields_html(state), fresh, gr.update(choices=[ORIGINAL], value=ORIGINAL, visible=False), "", ""
 
-    c["verdict"].change(
+    chat.verdict.change(
         on_turn,
-        c["state"],
-        [c["field_panel"], c["branch_state"], c["branch_picker"], c["branch_panel"], c["reason_panel"]],
+        c.state,
+        [d.field_panel, d.branches, d.branch_picker, d.branch_panel, d.reason_panel],
         show_progress="hidden",
     )
 
@@ -289,4 +282,4 @@ def setup(registry: Registry, c: dict[str, Any], form: list[Any]) -> None:
             return render.error_box(error_message(exc))
         return check_instance(registry, parsed, text)
 
-    c["check_btn"].click(on_check, [c["check_text"], *form], c["check_result"])
+    d.check.button.click(on_check, [d.check.text, *c.form_inputs()], d.check.result)

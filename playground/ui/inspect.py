@@ -11,6 +11,7 @@ from playground import render
 from playground.constraints import Constraint
 from playground.constraints.inspection import EngineReport, InspectResponse, inspect_constraint, summary
 from playground.providers.registry import Registry
+from playground.ui.components import Components
 from playground.ui.handlers import error_message
 from playground.wire import tools
 
@@ -80,10 +81,15 @@ def _code_spans(escaped: str) -> str:
     return re.sub(r"`([^`<>]*)`", r"<code>\1</code>", escaped)
 
 
-def setup_inspect_events(registry: Registry, c: dict[str, Any]) -> None:
+def setup_inspect_events(registry: Registry, c: Components) -> None:
     """Refresh the panel whenever the constraint text changes (picking a kind or an example sets it); debounced."""
-    inputs = [c["kind"], c["constraint_text"], c["model"]]
+    ed = c.constraint
     panel = lambda kind, text, model: inspect_panel(registry, kind, text, model)  # noqa: E731
-    c["constraint_text"].change(
-        panel, inputs, c["inspect_panel"], js=DEBOUNCE_JS, show_progress="hidden", trigger_mode="always_last"
+    ed.text.change(
+        panel,
+        [ed.kind, ed.text, c.model],
+        ed.inspect_panel,
+        js=DEBOUNCE_JS,
+        show_progress="hidden",
+        trigger_mode="always_last",
     )
