@@ -16,6 +16,7 @@ from playground.constraints.examples import EXAMPLES
 from playground.errors import ParameterError, PlaygroundError
 from playground.providers.base import Inputs, Provider
 from playground.providers.registry import Registry
+from playground.render.debugger import check_summary
 from playground.types import ChatMessage, GenerateParameters, GenerationResult, NextTokenDistribution
 from playground.wire import inbound
 from playground.wire.controls import SAMPLING, spec
@@ -279,7 +280,7 @@ class Playground(_SamplingTraits):
         """Test an instance under the current constraint: the first refused token and why, and the verdict."""
         grammar = inbound.grammar_for(self.constraint_kind, self.constraint_text)
         result = debugger.check(self._provider, self.model, grammar, text, "auto")
-        self.check_result = result.model_dump(mode="json")
+        self.check_result = {**result.model_dump(mode="json"), "summary": check_summary(result)}
         return result
 
     def branch(self, position: int, text: str) -> GenerationResult:

@@ -75,6 +75,11 @@ def error_box(message: str) -> str:
     return f'<div class="pg-box pg-bad pg-error" role="alert"><b>Error:</b> {esc(message)}</div>'
 
 
+def code_spans(escaped: str) -> str:
+    """`keyword` -> <code>keyword</code>, on text that is already escaped."""
+    return re.sub(r"`([^`<>]*)`", r"<code>\1</code>", escaped)
+
+
 def kv_cells(items: list[tuple[str, str]]) -> str:
     """Label-value pairs of a details line, escaped."""
     return "".join(f'<span class="kv"><b>{esc(k)}</b> {esc(v)}</span>' for k, v in items)

@@ -72,7 +72,7 @@ def processor_help(name: str | None) -> tuple[str, str]:
     for info in list_factories():
         if info.name == name:
             text = info.description or "no description"
-            return f'<div class="pg-box pg-muted">{render.esc(text)}</div>', PROCESSOR_PARAMS.get(info.name, "")
+            return render.box("muted", text), PROCESSOR_PARAMS.get(info.name, "")
     return render.box("warn", "pick a registered processor"), ""
 
 

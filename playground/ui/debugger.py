@@ -7,7 +7,6 @@ layout and create_ui call to put the panels under the chat's insight panels.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import gradio as gr
@@ -18,7 +17,11 @@ from playground.debug.check import check_text
 from playground.debug.why import reasons_at
 from playground.errors import ParameterError
 from playground.providers.registry import Registry
-from playground.types import FieldConfidence, GenerationResult
+from playground.render.debugger import BRANCH_EMPTY, REASONS_EMPTY, check_html
+from playground.render.debugger import branch_html as render_branch
+from playground.render.debugger import fields_html as render_fields
+from playground.render.debugger import reasons_html as render_reasons
+from playground.types import GenerationResult
 from playground.ui import stopped
 from playground.ui.components import Components, Debugger, InstanceCheck, html
 from playground.ui.handlers import error_message
@@ -26,7 +29,6 @@ from playground.ui.state import ChatState, Form
 from playground.wire import inbound
 
 ORIGINAL = "original answer"
-REASONS_EMPTY = '<div class="pg-reasons pg-empty">Click a token to see why the alternatives were refused.</div>'
 
 
 class Branch(BaseModel):
@@ -62,52 +64,15 @@ def check_instance(registry: Registry, form: Form, text: str) -> str:
         result = check_text(engine, grammar, text, form.constraint_engine)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the UI
         return render.error_box(error_message(exc))
-    verdict = render.box(
-        "ok" if result.validation.valid else "bad" if result.validation.valid is False else "muted",
-        f"final verdict: {result.validation.message}",
-    )
-    if result.accepted:
-        walk = render.box("ok", f"✓ accepted by the masks of {result.constraint_engine} ({len(result.tokens)} tokens)")
-        shown = render.esc(text)
-    else:
-        refused = result.first_refused
-        assert refused is not None
-        where = "the end of text" if refused.position == len(result.tokens) else f"token #{refused.position}"
-        walk = render.box("bad", f"✗ {where} {refused.text!r} refused: {refused.reason}")
-        at = refused.offset
-        shown = f'{render.esc(text[:at])}<mark class="refused">{render.esc(text[at:] or "⏎ end")}</mark>'
-    agree = "" if result.agree else render.box("warn", "⚠ the masks and the final verdict disagree")
-    return f'<div class="pg-check" data-accepted="{str(result.accepted).lower()}">{walk}{verdict}{agree}<pre>{shown}</pre></div>'
+    return check_html(result, text)
 
 
 # --- confidence per field ----------------------------------------------------------------------------
 
 
 def fields_html(state: ChatState) -> str:
-    """One row per JSON value of the answer: model probability (min, product), mass kept, overrides, forced."""
-    fields: list[FieldConfidence] | None = state.result.best.fields if state.result else None
-    if not fields:
-        return '<div class="pg-fields pg-empty">Confidence per field appears for JSON schema answers.</div>'
-    rows = "".join(
-        f'<tr data-path="{render.esc(f.path)}"><td><code>{render.esc(f.path)}</code></td>'
-        f'<td class="cand-text"><pre>{render.esc(repr_value(f.value))}</pre></td>'
-        f'<td class="num" style="background:{render.colour(f.prob_min)}">{render.pct(f.prob_min)}</td>'
-        f'<td class="num">{render.pct(f.prob_product)}</td>'
-        f'<td class="num">{"—" if f.mass_kept_min is None else render.pct(f.mass_kept_min)}</td>'
-        f'<td>{"⚠ yes" if f.overridden else "no"}</td><td class="num">{f.forced}/{f.tokens}</td></tr>'
-        for f in fields
-    )
-    head = (
-        "<tr><th>field</th><th>value</th><th>model p (min token)</th><th>model p (value)</th>"
-        "<th>mass kept (min)</th><th>overridden</th><th>forced/tokens</th></tr>"
-    )
-    return f'<div class="pg-fields"><table>{head}{rows}</table></div>'
-
-
-def repr_value(value: object) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
+    """Confidence per JSON field of the answer on screen."""
+    return render_fields(state.result.best.fields if state.result else None)
 
 
 # --- why a token was refused -------------------------------------------------------------------------
@@ -136,20 +101,7 @@ def reasons_html(registry: Registry, state: ChatState, index: int | None, top_k:
     except Exception as exc:  # noqa: BLE001
         return render.error_box(error_message(exc))
     raw = {c.id: c.raw_logprob for c in dist.candidates}
-    rows = "".join(
-        f'<tr class="{"ok" if r.allowed else "refused"}"><td>{render.token_label(r.text)}</td>'
-        f'<td class="num">{render.pct(render.prob(raw[r.id])) if r.id in raw else "—"}</td>'
-        f'<td class="reason">{reason_html(r.reason)}</td></tr>'
-        for r in result.reasons
-    )
-    where = f"before token #{index} ({state.tokens[index].text!r})"
-    head = "<tr><th>token</th><th>model p</th><th>why</th></tr>"
-    return f'<div class="pg-reasons"><div class="legend">{render.esc(where)}</div><table>{head}{rows}</table></div>'
-
-
-def reason_html(reason: str) -> str:
-    """A reason with its `quoted` parts as code, everything escaped."""
-    return re.sub(r"`([^`]*)`", r"<code>\1</code>", render.esc(reason))
+    return render_reasons(f"before token #{index} ({state.tokens[index].text!r})", result.reasons, raw)
 
 
 # --- branches ------------------------------------------------------------------------------------------
@@ -194,21 +146,10 @@ def branch_html(state: ChatState, branches: BranchState, label: str | None) -> s
     """The chosen branch: the kept prefix, the forced text, the continuation's tokens, verdict and logprob."""
     labels = branch_labels(branches)
     if label not in labels or label == ORIGINAL or state.result is None:
-        if state.result is None:
-            return '<div class="pg-branch pg-empty">Click a token, then continue from there.</div>'
-        seq = state.result.best
-        return _branch_view(render.tokens_html(seq.tokens, state.mode), seq, state.result.constraint_kind)
+        return BRANCH_EMPTY if state.result is None else render_branch(state.result, state.mode)
     chosen = branches.branches[labels.index(label) - 1]
-    seq = chosen.result.best
-    kept = render.esc(stopped.answer_text(state.tokens[: chosen.position]))
-    forced = f'<mark class="forced" title="forced through the constraint">{render.esc(chosen.text)}</mark>'
-    body = f'<pre class="answer">{kept}{forced}{render.esc(seq.generated_text)}</pre>'
-    return _branch_view(body + render.tokens_html(seq.tokens, state.mode), seq, chosen.result.constraint_kind)
-
-
-def _branch_view(body: str, seq: Any, kind: str) -> str:
-    total = f'<div class="legend">total logprob {seq.total_logprob:.3f} · {seq.generated_tokens} tokens</div>'
-    return f'<div class="pg-branch">{body}{render.validation_html(seq, kind)}{total}</div>'
+    kept = stopped.answer_text(state.tokens[: chosen.position])
+    return render_branch(chosen.result, state.mode, kept, chosen.text)
 
 
 # --- layout and events ---------------------------------------------------------------------------------

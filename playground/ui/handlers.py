@@ -234,7 +234,7 @@ def set_mode(state: ChatState, mode: str) -> tuple[ChatState, str]:
 def next_token(registry: Registry, state: ChatState, index: int | None = None, top_k: int = 20) -> str:
     """The next-token chart at the end of the prompt (index None) or just before answer token `index`."""
     if state.request is None:
-        return '<div class="pg-chart pg-empty">Send a message to see the next-token distribution.</div>'
+        return render.NEXT_TOKEN_EMPTY
     tokens = state.tokens
     try:
         if index is None:
@@ -250,14 +250,6 @@ def next_token(registry: Registry, state: ChatState, index: int | None = None, t
     except Exception as exc:  # noqa: BLE001
         return render.error_box(error_message(exc))
     return render.next_token_html(dist, where)
-
-
-def _side(title: str, result: GenerationResult, verdict_html: str) -> str:
-    return (
-        f'<div class="pg-side"><h4>{render.esc(title)}</h4>'
-        f'<pre class="answer">{render.esc(result.generated_text)}</pre>'
-        f"{verdict_html}{render.details_html(result)}{render.tokens_html(result.best.tokens)}</div>"
-    )
 
 
 def compare(registry: Registry, form: Form, state: ChatState, user_text: str) -> tuple[str, str]:
@@ -279,7 +271,7 @@ def compare(registry: Registry, form: Form, state: ChatState, user_text: str) ->
     else:
         verdict = Constraint.parse(form.kind, form.constraint_text).validate(free.generated_text)
         judged = render.validation_html(free.best.model_copy(update={"validation": verdict}), form.kind)
-    return _side("unconstrained", free, judged), _side(
+    return render.side_html("unconstrained", free, judged), render.side_html(
         "constrained", bound, render.validation_html(bound.best, bound.constraint_kind)
     )
 
