@@ -60,13 +60,6 @@ def build_inputs(mode: str, prompt: str, system_prompt: str, messages: list[dict
     return chat
 
 
-def describe(exc: Exception) -> str:
-    """The message a user sees: a PlaygroundError's own words, anything else as a model failure."""
-    if isinstance(exc, PlaygroundError):
-        return f"{type(exc).__name__}: {exc.message}"
-    return f"model failure ({type(exc).__name__}): {exc}"
-
-
 # One synced trait per sampling control of the wire layer's table, at its neutral value ("off").
 _SamplingTraits = type(
     "_SamplingTraits",
@@ -159,7 +152,7 @@ class Playground(_SamplingTraits):
             self._provider, _ = self._registry.resolve(change["new"])
             self.error = ""
         except PlaygroundError as exc:
-            self.error = describe(exc)
+            self.error = render.error_text(exc)
 
     @traitlets.observe("constraint_kind", "constraint_text")
     def _check_constraint(self, _change: dict[str, Any]) -> None:
@@ -274,7 +267,7 @@ class Playground(_SamplingTraits):
         """Show the failure inside the widget; unexpected ones also go to the log with their traceback."""
         if not isinstance(exc, PlaygroundError):
             log.exception("playground widget run failed")
-        self.error = describe(exc)
+        self.error = render.error_text(exc)
 
     def check(self, text: str) -> debugger.CheckResult:
         """Test an instance under the current constraint: the first refused token and why, and the verdict."""

@@ -63,11 +63,20 @@ class Panels:
 
 
 def error_message(exc: BaseException) -> str:
-    """A PlaygroundError's own message; anything else is named with its type (and logged in full)."""
-    if isinstance(exc, PlaygroundError):
-        return exc.message
-    log.exception("unexpected error in a UI handler", exc_info=exc)
-    return f"unexpected error: {type(exc).__name__}: {exc}"
+    """The failure in the wording the widgets share (render.error_text); an unexpected one is logged in full."""
+    _log_unexpected(exc)
+    return render.error_text(exc)
+
+
+def error_reason(exc: BaseException) -> str:
+    """The failure inside a note that says what failed (render.error_reason); an unexpected one is logged."""
+    _log_unexpected(exc)
+    return render.error_reason(exc)
+
+
+def _log_unexpected(exc: BaseException) -> None:
+    if not isinstance(exc, PlaygroundError):
+        log.exception("unexpected error in a UI handler", exc_info=exc)
 
 
 def result_panels(state: ChatState, result: GenerationResult) -> Panels:

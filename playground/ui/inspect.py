@@ -12,7 +12,7 @@ from playground.constraints.inspection import InspectResponse, inspect_constrain
 from playground.providers.registry import Registry
 from playground.render.inspection import inspect_html
 from playground.ui.components import Components
-from playground.ui.handlers import error_message
+from playground.ui.handlers import error_reason
 from playground.wire import tools
 
 STALE = "\x00stale"  # what the debounce hands Python for a keystroke that a later one superseded
@@ -41,7 +41,7 @@ def inspect_panel(registry: Registry, kind: str, text: str | None, model: str | 
             return ""
         report = inspect_report(registry, model, constraint)
     except Exception as exc:  # noqa: BLE001 - the constraint's own status box explains a bad constraint
-        return render.box("muted", f"engines not compared: {error_message(exc)}")
+        return render.box("muted", f"engines not compared: {error_reason(exc)}")
     return inspect_html(report)
 
 

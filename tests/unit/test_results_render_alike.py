@@ -12,6 +12,7 @@ import pytest
 
 from playground import render
 from playground.debug.check import CheckResult, RefusedToken
+from playground.errors import ParameterError
 from playground.providers.registry import Registry
 from playground.render import debugger as render_debugger
 from playground.types import FieldConfidence, GeneratedToken, GenerationResult, Sequence, Token, Validation
@@ -160,6 +161,16 @@ def test_one_wording_for_an_instance_check(monkeypatch: pytest.MonkeyPatch) -> N
     playground = Playground(provider=FakeProvider(), constraint_kind="regex", constraint_text="a+")
     playground.check(HOSTILE)
     assert playground.check_result["summary"] == " · ".join(lines) == render_debugger.check_summary(_check())
+
+
+def test_one_wording_for_an_error() -> None:
+    failure = ParameterError(f"bad {HOSTILE}")
+    widget = Playground(provider=FakeProvider(error=failure), prompt="hi")
+    assert widget.run(raise_errors=False) is None
+    ui = Panels.failed(ChatState(), failure).error
+    assert widget.error == render.error_text(failure) == f"ParameterError: bad {HOSTILE}"
+    assert ui == render.error_box(widget.error) and "<img" not in ui
+    assert render.error_text(RuntimeError("boom")) == "model failure (RuntimeError): boom"
 
 
 def test_the_debugger_inspect_and_side_panels_escape_hostile_text() -> None:
