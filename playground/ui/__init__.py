@@ -9,8 +9,8 @@ import gradio as gr
 
 from playground import render
 from playground.providers.registry import Registry
+from playground.render.chat import chatbot_value
 from playground.ui import controls, debugger, drafts, handlers, layout, sharing
-from playground.ui.chat_view import chatbot_value
 from playground.ui.compare_engines import setup_engine_compare_events
 from playground.ui.components import Components
 from playground.ui.handlers import Panels

@@ -14,9 +14,9 @@ from playground import render
 from playground.constraints import Constraint
 from playground.errors import ParameterError, PlaygroundError
 from playground.providers.registry import Registry
+from playground.render.chat import CONSTRAINT_KEY, chatbot_value
 from playground.types import GenerationResult, TokenEvent
 from playground.ui import stopped
-from playground.ui.chat_view import CONSTRAINT_KEY, chatbot_value
 from playground.ui.state import ChatState, Form, LastRequest, chat_inputs, params_of
 from playground.wire import tools
 

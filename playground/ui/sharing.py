@@ -16,8 +16,8 @@ import gradio as gr
 
 from playground import render
 from playground.errors import PlaygroundError
+from playground.render.chat import chatbot_value
 from playground.ui import layout
-from playground.ui.chat_view import chatbot_value
 from playground.ui.components import Components
 from playground.ui.handlers import error_message
 from playground.ui.state import ChatState, Form, export_session, import_session
