@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import sys
 import threading
-from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
 import anywidget
 import traitlets
 
-import playground
 from playground import render
 from playground.constraints import check_constraint
+from playground.constraints.examples import EXAMPLES
 from playground.errors import ParameterError, PlaygroundError
 from playground.providers.base import Inputs, Provider
 from playground.providers.registry import Registry
+from playground.render.debugger import check_summary
 from playground.types import ChatMessage, GenerateParameters, GenerationResult, NextTokenDistribution
 from playground.wire import inbound
 from playground.wire.controls import SAMPLING, spec
@@ -59,13 +58,6 @@ def build_inputs(mode: str, prompt: str, system_prompt: str, messages: list[dict
     if prompt.strip():
         chat.append(ChatMessage(role="user", content=prompt))
     return chat
-
-
-def describe(exc: Exception) -> str:
-    """The message a user sees: a PlaygroundError's own words, anything else as a model failure."""
-    if isinstance(exc, PlaygroundError):
-        return f"{type(exc).__name__}: {exc.message}"
-    return f"model failure ({type(exc).__name__}): {exc}"
 
 
 # One synced trait per sampling control of the wire layer's table, at its neutral value ("off").
@@ -160,7 +152,7 @@ class Playground(_SamplingTraits):
             self._provider, _ = self._registry.resolve(change["new"])
             self.error = ""
         except PlaygroundError as exc:
-            self.error = describe(exc)
+            self.error = render.error_text(exc)
 
     @traitlets.observe("constraint_kind", "constraint_text")
     def _check_constraint(self, _change: dict[str, Any]) -> None:
@@ -275,13 +267,13 @@ class Playground(_SamplingTraits):
         """Show the failure inside the widget; unexpected ones also go to the log with their traceback."""
         if not isinstance(exc, PlaygroundError):
             log.exception("playground widget run failed")
-        self.error = describe(exc)
+        self.error = render.error_text(exc)
 
     def check(self, text: str) -> debugger.CheckResult:
         """Test an instance under the current constraint: the first refused token and why, and the verdict."""
         grammar = inbound.grammar_for(self.constraint_kind, self.constraint_text)
         result = debugger.check(self._provider, self.model, grammar, text, "auto")
-        self.check_result = result.model_dump(mode="json")
+        self.check_result = {**result.model_dump(mode="json"), "summary": check_summary(result)}
         return result
 
     def branch(self, position: int, text: str) -> GenerationResult:
@@ -314,20 +306,8 @@ class Playground(_SamplingTraits):
 
 
 def _examples() -> dict[str, list[dict[str, str]]]:
-    """The UI's ready examples per kind, loaded from its file: playground/ui/__init__.py imports gradio (~10 s)."""
-    name = "widgets._ui_examples"
-    module = sys.modules.get(name)
-    if module is None:  # importlib's recipe for importing a source file directly
-        path = Path(playground.__file__).resolve().parent / "ui" / "examples.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return {
-        kind: [{"title": e.title, "text": e.text, "message": e.message} for e in items]
-        for kind, items in module.EXAMPLES.items()
-    }
+    """The library's ready examples per kind, the ones the UI's example picker offers."""
+    return {kind: [asdict(example) for example in items] for kind, items in EXAMPLES.items()}
 
 
 def _processor_choices() -> list[list[str]]:

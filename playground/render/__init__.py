@@ -4,13 +4,16 @@ Imports no UI toolkit. One palette, one wording, one best-of order and one handl
 probability (grey, never 0); every piece of model or user text goes through `esc` or `token_label`.
 """
 
-from playground.render.chart import Bar, chart_rows, next_token_html
+from playground.render.chart import NEXT_TOKEN_EMPTY, Bar, chart_rows, next_token_html
 from playground.render.core import (
     UNKNOWN,
     box,
     candidates,
+    code_spans,
     colour,
     error_box,
+    error_reason,
+    error_text,
     esc,
     finish_text,
     kv_cells,
@@ -20,6 +23,7 @@ from playground.render.core import (
     token_label,
     verdict,
 )
+from playground.render.panels import side_html
 from playground.render.results import (
     DIALECT_NOTES,
     STYLESHEET,
@@ -34,6 +38,7 @@ from playground.render.tokens import token_span, tokens_html
 
 __all__ = [
     "DIALECT_NOTES",
+    "NEXT_TOKEN_EMPTY",
     "STYLESHEET",
     "UNKNOWN",
     "Bar",
@@ -41,10 +46,13 @@ __all__ = [
     "box",
     "candidates",
     "chart_rows",
+    "code_spans",
     "colour",
     "constraint_status",
     "details_html",
     "error_box",
+    "error_reason",
+    "error_text",
     "esc",
     "finish_text",
     "kv_cells",
@@ -54,6 +62,7 @@ __all__ = [
     "prob",
     "quoted",
     "result_html",
+    "side_html",
     "token_label",
     "token_span",
     "tokens_html",

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from playground.render.core import esc, pct, prob, token_label
 from playground.types import NextTokenDistribution
 
+NEXT_TOKEN_EMPTY = '<div class="pg-chart pg-empty">Send a message to see the next-token distribution.</div>'
+
 
 @dataclass(frozen=True)
 class Bar:

@@ -11,6 +11,7 @@ import math
 import re
 from decimal import ROUND_HALF_UP, Decimal
 
+from playground.errors import PlaygroundError
 from playground.types import GenerationResult, Sequence, Validation
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -73,6 +74,24 @@ def box(kind: str, text: str, *, elem_class: str = "") -> str:
 def error_box(message: str) -> str:
     """How a PlaygroundError reaches the user: a red box with its message, never a traceback."""
     return f'<div class="pg-box pg-bad pg-error" role="alert"><b>Error:</b> {esc(message)}</div>'
+
+
+def error_text(exc: BaseException) -> str:
+    """A failure in the one wording every surface shows: a PlaygroundError by its type and own message,
+    anything else as a model failure."""
+    if isinstance(exc, PlaygroundError):
+        return f"{type(exc).__name__}: {exc.message}"
+    return f"model failure ({type(exc).__name__}): {exc}"
+
+
+def error_reason(exc: BaseException) -> str:
+    """A failure inside a sentence that already says what failed: a PlaygroundError's own message alone."""
+    return exc.message if isinstance(exc, PlaygroundError) else error_text(exc)
+
+
+def code_spans(escaped: str) -> str:
+    """`keyword` -> <code>keyword</code>, on text that is already escaped."""
+    return re.sub(r"`([^`<>]*)`", r"<code>\1</code>", escaped)
 
 
 def kv_cells(items: list[tuple[str, str]]) -> str:

@@ -9,16 +9,15 @@ import gradio as gr
 
 from playground import render
 from playground.providers.registry import Registry
+from playground.render.chat import chatbot_value
 from playground.ui import controls, debugger, drafts, handlers, layout, sharing
-from playground.ui.chat_view import chatbot_value
 from playground.ui.compare_engines import setup_engine_compare_events
+from playground.ui.components import Components
 from playground.ui.handlers import Panels
 from playground.ui.inspect import setup_inspect_events
 from playground.ui.state import ChatState, Form, ModelPick, UISettings
 
 __all__ = ["create_ui", "page_assets", "UISettings"]
-
-Comps = dict[str, Any]
 
 
 def page_assets() -> dict[str, str]:
@@ -35,26 +34,13 @@ def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.B
             "Constrain a model with a JSON schema, a regex, a choice list or a grammar, then see what the "
             "constraint did to every token."
         )
-        comps = layout.render_all(registry)
-        comps["state"] = gr.State(ChatState())
-        comps["model_pick"] = gr.State(ModelPick())
-        comps["drafts"] = gr.State({})
-        _setup_events(demo, registry, settings, comps)
+        _setup_events(demo, registry, settings, layout.render_all(registry))
     return demo
 
 
-def _panel_outputs(c: Comps) -> list[Any]:
-    return [
-        c["state"],
-        c["chatbot"],
-        c["tokens"],
-        c["finish"],
-        c["verdict"],
-        c["bestof"],
-        c["error"],
-        c["chat_input"],
-        c["stop_btn"],
-    ]
+def _panel_outputs(c: Components) -> list[Any]:
+    ch = c.chat
+    return [c.state, ch.chatbot, ch.tokens, ch.finish, ch.verdict, ch.bestof, ch.error, ch.input, ch.stop]
 
 
 def _stop_button(running: bool | None) -> Any:
@@ -79,46 +65,38 @@ def _form(values: tuple) -> Form:
     return Form.from_values(list(values))
 
 
-def _chat_fn(registry: Registry) -> Callable[..., Iterator[tuple]]:
-    def chat(user_text: str, state: ChatState, *values: Any) -> Iterator[tuple]:
-        try:
-            form = _form(values)
-        except Exception as exc:  # noqa: BLE001
-            yield _panel_values(Panels.failed(state, exc))
-            return
-        for panels in handlers.chat(registry, form, state, user_text):
-            yield _panel_values(panels)
-
-    return chat
+def _streamed(state: ChatState, values: tuple, turn: Callable[[Form], Iterator[Panels]]) -> Iterator[tuple]:
+    """One streamed chat step: read the form (a bad one is an error box), then every Panels `turn` yields."""
+    try:
+        form = _form(values)
+    except Exception as exc:  # noqa: BLE001
+        yield _panel_values(Panels.failed(state, exc))
+        return
+    for panels in turn(form):
+        yield _panel_values(panels)
 
 
-def _retry_fn(registry: Registry) -> Callable[..., Iterator[tuple]]:
-    def retry(state: ChatState, *values: Any) -> Iterator[tuple]:
-        try:
-            form = _form(values)
-        except Exception as exc:  # noqa: BLE001
-            yield _panel_values(Panels.failed(state, exc))
-            return
-        for panels in handlers.retry(registry, form, state):
-            yield _panel_values(panels)
-
-    return retry
+def _panels_of(step: Callable[[ChatState], Panels]) -> Callable[[ChatState], tuple]:
+    """A one-shot chat step (undo, clear) as a handler of the chat's outputs."""
+    return lambda state: _panel_values(step(state))
 
 
-def _setup_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: Comps) -> None:
+def _setup_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: Components) -> None:
     """Response every event; each handler is a plain function from handlers.py or controls.py."""
     _setup_constraint_events(demo, c)
     setup_inspect_events(registry, c)
     _setup_model_events(demo, registry, settings, c)
-    saved, autosave = sharing.autosaver(c, layout.form_inputs(c))
+    saved, autosave = sharing.autosaver(c)
     _setup_chat_events(registry, c, autosave)
     _setup_tab_events(registry, settings, c)
     _setup_session_events(c)
-    sharing.setup(demo, c, layout.form_inputs(c), saved)
-    debugger.setup(registry, c, layout.form_inputs(c))
+    sharing.setup(demo, c, saved)
+    debugger.setup(registry, c)
 
 
-def _setup_constraint_events(demo: gr.Blocks, c: Comps) -> None:
+def _setup_constraint_events(demo: gr.Blocks, c: Components) -> None:
+    ed = c.constraint
+
     def on_kind(kind: str, message: str, saved: dict[str, str]) -> tuple:
         text, example_message = drafts.text_for(saved, kind)
         examples, editor, processor_group = layout.kind_view(kind, text)
@@ -132,28 +110,26 @@ def _setup_constraint_events(demo: gr.Blocks, c: Comps) -> None:
     def on_text(kind: str, text: str | None, saved: dict[str, str]) -> tuple:
         return drafts.remember(saved, kind, text), gr.update(value=drafts.example_title(kind, text))
 
-    status = (controls.constraint_status, [c["kind"], c["constraint_text"]], c["constraint_status"])
-    c["kind"].input(
-        on_kind,
-        [c["kind"], c["chat_input"], c["drafts"]],
-        [c["example"], c["constraint_text"], c["processor_group"], c["chat_input"]],
+    status = (controls.constraint_status, [ed.kind, ed.text], ed.status)
+    ed.kind.input(
+        on_kind, [ed.kind, c.chat.input, c.drafts], [ed.example, ed.text, ed.processor_group, c.chat.input]
     ).then(*status, show_progress="hidden")
-    c["example"].input(
-        on_example, [c["kind"], c["example"], c["chat_input"]], [c["constraint_text"], c["chat_input"]]
-    ).then(*status, show_progress="hidden")
-    c["constraint_text"].change(*status, show_progress="hidden", trigger_mode="always_last")
-    c["constraint_text"].change(
+    ed.example.input(on_example, [ed.kind, ed.example, c.chat.input], [ed.text, c.chat.input]).then(
+        *status, show_progress="hidden"
+    )
+    ed.text.change(*status, show_progress="hidden", trigger_mode="always_last")
+    ed.text.change(
         on_text,
-        [c["kind"], c["constraint_text"], c["drafts"]],
-        [c["drafts"], c["example"]],
+        [ed.kind, ed.text, c.drafts],
+        [c.drafts, ed.example],
         show_progress="hidden",
         trigger_mode="always_last",
     )
-    c["processor"].input(controls.processor_help, c["processor"], [c["processor_help"], c["processor_params"]])
-    demo.load(lambda: gr.update(choices=controls.processor_choices()), None, c["processor"])
+    ed.processor.input(controls.processor_help, ed.processor, [ed.processor_help, ed.processor_params])
+    demo.load(lambda: gr.update(choices=controls.processor_choices()), None, ed.processor)
 
 
-def _setup_model_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: Comps) -> None:
+def _setup_model_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: Components) -> None:
     def on_model(name: str, picked: ModelPick, progress: gr.Progress = gr.Progress(track_tqdm=True)) -> tuple:
         if picked.reverting and name == picked.good:  # the picker going back after a failure: keep its message
             return gr.skip(), gr.skip(), ModelPick(good=picked.good)
@@ -167,63 +143,57 @@ def _setup_model_events(demo: gr.Blocks, registry: Registry, settings: UISetting
             return gr.update(value=picked.good), box, ModelPick(good=picked.good, reverting=True)
         return gr.update(choices=controls.model_choices(registry), value=name), status, ModelPick(good=name)
 
-    outputs = [c["model"], c["model_status"], c["model_pick"]]
-    c["model"].change(on_model, [c["model"], c["model_pick"]], outputs, trigger_mode="always_last")
-    demo.load(on_model, [c["model"], c["model_pick"]], outputs)
+    outputs = [c.model, c.model_status, c.model_pick]
+    c.model.change(on_model, [c.model, c.model_pick], outputs, trigger_mode="always_last")
+    demo.load(on_model, [c.model, c.model_pick], outputs)
 
 
-def _edit_fn(registry: Registry) -> Callable[..., Iterator[tuple]]:
-    def edit(evt: gr.EditData, state: ChatState, *values: Any) -> Iterator[tuple]:
-        try:
-            form = _form(values)
-        except Exception as exc:  # noqa: BLE001
-            yield _panel_values(Panels.failed(state, exc))
-            return
-        index = evt.index if isinstance(evt.index, int) else evt.index[0]
-        for panels in handlers.edit(registry, form, state, index, str(evt.value)):
-            yield _panel_values(panels)
-
-    return edit
-
-
-def _setup_chat_events(registry: Registry, c: Comps, autosave: Callable[[Any], Any]) -> None:
+def _setup_chat_events(registry: Registry, c: Components, autosave: Callable[[Any], Any]) -> None:
     """The chat's events; every one that changes the conversation is autosaved before the chart updates."""
-    form = layout.form_inputs(c)
-    outputs = _panel_outputs(c)
+    ch, form, outputs = c.chat, c.form_inputs(), _panel_outputs(c)
     next_token = lambda state: handlers.next_token(registry, state)  # noqa: E731
-    for trigger in (c["chat_input"].submit, c["send"].click):
-        event = trigger(_chat_fn(registry), [c["chat_input"], c["state"], *form], outputs, show_progress="minimal")
-        autosave(event).then(next_token, c["state"], c["next_token"], show_progress="hidden")
-    for trigger in (c["retry"].click, c["chatbot"].retry):
-        event = trigger(_retry_fn(registry), [c["state"], *form], outputs, show_progress="minimal")
-        autosave(event).then(next_token, c["state"], c["next_token"], show_progress="hidden")
-    event = c["chatbot"].edit(_edit_fn(registry), [c["state"], *form], outputs, show_progress="minimal")
-    autosave(event).then(next_token, c["state"], c["next_token"], show_progress="hidden")
+
+    def chat(user_text: str, state: ChatState, *values: Any) -> Iterator[tuple]:
+        yield from _streamed(state, values, lambda form: handlers.chat(registry, form, state, user_text))
+
+    def retry(state: ChatState, *values: Any) -> Iterator[tuple]:
+        yield from _streamed(state, values, lambda form: handlers.retry(registry, form, state))
+
+    def edit(evt: gr.EditData, state: ChatState, *values: Any) -> Iterator[tuple]:
+        index = evt.index if isinstance(evt.index, int) else evt.index[0]
+        yield from _streamed(state, values, lambda form: handlers.edit(registry, form, state, index, str(evt.value)))
+
+    turns = [
+        ([ch.input.submit, ch.send.click], chat, [ch.input, c.state, *form]),
+        ([ch.retry.click, ch.chatbot.retry], retry, [c.state, *form]),
+        ([ch.chatbot.edit], edit, [c.state, *form]),
+    ]
+    for triggers, fn, inputs in turns:
+        event = gr.on(triggers, fn, inputs, outputs, show_progress="minimal")
+        autosave(event).then(next_token, c.state, ch.next_token, show_progress="hidden")
     # Not `cancels=`: killing the handler mid-step would leave the stored turn out of step with the screen.
-    c["stop_btn"].click(handlers.request_stop, c["state"], None, show_progress="hidden", queue=False)
-    for trigger in (c["undo"].click, c["chatbot"].undo):
-        event = trigger(lambda state: _panel_values(handlers.undo(state)), c["state"], outputs)
-        autosave(event).then(lambda: "", None, c["next_token"])
-    for trigger in (c["clear"].click, c["chatbot"].clear):
-        event = trigger(lambda state: _panel_values(handlers.clear(state)), c["state"], outputs)
-        autosave(event).then(lambda: "", None, c["next_token"])
-    c["mode"].change(handlers.set_mode, [c["state"], c["mode"]], [c["state"], c["tokens"]], show_progress="hidden")
+    ch.stop.click(handlers.request_stop, c.state, None, show_progress="hidden", queue=False)
+    resets = [([ch.undo.click, ch.chatbot.undo], handlers.undo), ([ch.clear.click, ch.chatbot.clear], handlers.clear)]
+    for triggers, reset in resets:
+        event = gr.on(triggers, _panels_of(reset), c.state, outputs)
+        autosave(event).then(lambda: "", None, ch.next_token)
+    ch.mode.change(handlers.set_mode, [c.state, ch.mode], [c.state, ch.tokens], show_progress="hidden")
 
     def on_markdown(state: ChatState, markdown: bool) -> tuple:
         state, view = handlers.set_markdown(state, markdown)
         return state, gr.update(**view, elem_classes=[] if state.markdown else [layout.EXACT_CLASS])
 
-    c["markdown"].change(on_markdown, [c["state"], c["markdown"]], [c["state"], c["chatbot"]], show_progress="hidden")
+    ch.markdown.change(on_markdown, [c.state, ch.markdown], [c.state, ch.chatbot], show_progress="hidden")
 
     def on_token_click(state: ChatState, evt: gr.EventData) -> str:
         index = getattr(evt, "index", None)
         return handlers.next_token(registry, state, int(index) if isinstance(index, (int, float)) else None)
 
-    c["tokens"].click(on_token_click, c["state"], c["next_token"], show_progress="minimal")
+    ch.tokens.click(on_token_click, c.state, ch.next_token, show_progress="minimal")
 
 
-def _setup_tab_events(registry: Registry, settings: UISettings, c: Comps) -> None:
-    form = layout.form_inputs(c)
+def _setup_tab_events(registry: Registry, settings: UISettings, c: Components) -> None:
+    form, compare = c.form_inputs(), c.compare
 
     def on_compare(text: str, state: ChatState, *values: Any) -> tuple[str, str]:
         try:
@@ -232,9 +202,9 @@ def _setup_tab_events(registry: Registry, settings: UISettings, c: Comps) -> Non
             box = render.error_box(handlers.error_message(exc))
             return box, box
 
-    c["compare"].click(on_compare, [c["compare_input"], c["state"], *form], [c["compare_left"], c["compare_right"]])
-    setup_engine_compare_events(registry, c, form)
-    code_outputs = [c[f"code_{key}"] for key, _, _ in layout.CODE_TABS]
+    compare.run.click(on_compare, [compare.input, c.state, *form], [compare.left, compare.right])
+    setup_engine_compare_events(registry, c)
+    code_outputs = [c.code.snippets[key] for key, _, _ in layout.CODE_TABS]
 
     def on_code(state: ChatState, *values: Any) -> list[str]:
         try:
@@ -244,11 +214,11 @@ def _setup_tab_events(registry: Registry, settings: UISettings, c: Comps) -> Non
             return [message] * len(code_outputs)
         return [code[key] for key, _, _ in layout.CODE_TABS]
 
-    c["code_tab"].select(on_code, [c["state"], *form], code_outputs)
+    c.code.tab.select(on_code, [c.state, *form], code_outputs)
 
 
-def _setup_session_events(c: Comps) -> None:
-    form = layout.form_inputs(c)
+def _setup_session_events(c: Components) -> None:
+    form, session, ed = c.form_inputs(), c.session, c.constraint
 
     def on_export(state: ChatState, *values: Any) -> tuple:
         try:
@@ -266,9 +236,7 @@ def _setup_session_events(c: Comps) -> None:
         note = render.box("ok", f"✓ imported {len(fresh.messages)} messages and the settings")
         return (*loaded.values(), fresh, chatbot_value(fresh.messages, state.markdown), note)
 
-    c["session_export"].click(on_export, [c["state"], *form], [c["session_file"], c["session_status"]])
-    c["session_import"].upload(
-        on_import, [c["session_import"], c["state"]], [*form, c["state"], c["chatbot"], c["session_status"]]
-    ).then(
-        layout.kind_view, [c["kind"], c["constraint_text"]], [c["example"], c["constraint_text"], c["processor_group"]]
-    ).then(controls.constraint_status, [c["kind"], c["constraint_text"]], c["constraint_status"])
+    session.export.click(on_export, [c.state, *form], [session.file, session.status])
+    session.upload.upload(on_import, [session.upload, c.state], [*form, c.state, c.chat.chatbot, session.status]).then(
+        layout.kind_view, [ed.kind, ed.text], [ed.example, ed.text, ed.processor_group]
+    ).then(controls.constraint_status, [ed.kind, ed.text], ed.status)

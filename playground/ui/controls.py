@@ -9,12 +9,13 @@ from pathlib import Path
 
 from playground import render
 from playground.constraints import check_constraint
+from playground.constraints.examples import EXAMPLES, find_example
 from playground.errors import ModelError, PlaygroundError
 from playground.processors import list_factories
 from playground.providers.loading import looks_like_path
 from playground.providers.registry import Registry
 from playground.ui import snippets
-from playground.ui.examples import EXAMPLES, PROCESSOR_PARAMS, find_example
+from playground.ui.examples import PROCESSOR_PARAMS
 from playground.ui.handlers import error_message
 from playground.ui.state import ChatState, Form, UISettings, chat_inputs, export_session, import_session, params_of
 from playground.wire import tools
@@ -71,7 +72,7 @@ def processor_help(name: str | None) -> tuple[str, str]:
     for info in list_factories():
         if info.name == name:
             text = info.description or "no description"
-            return f'<div class="pg-box pg-muted">{render.esc(text)}</div>', PROCESSOR_PARAMS.get(info.name, "")
+            return render.box("muted", text), PROCESSOR_PARAMS.get(info.name, "")
     return render.box("warn", "pick a registered processor"), ""
 
 

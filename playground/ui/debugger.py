@@ -7,7 +7,6 @@ layout and create_ui call to put the panels under the chat's insight panels.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import gradio as gr
@@ -18,15 +17,18 @@ from playground.debug.check import check_text
 from playground.debug.why import reasons_at
 from playground.errors import ParameterError
 from playground.providers.registry import Registry
-from playground.types import FieldConfidence, GenerationResult
+from playground.render.debugger import BRANCH_EMPTY, REASONS_EMPTY, check_html
+from playground.render.debugger import branch_html as render_branch
+from playground.render.debugger import fields_html as render_fields
+from playground.render.debugger import reasons_html as render_reasons
+from playground.types import GenerationResult
 from playground.ui import stopped
+from playground.ui.components import Components, Debugger, InstanceCheck, html
 from playground.ui.handlers import error_message
-from playground.ui.panels import html
 from playground.ui.state import ChatState, Form
 from playground.wire import inbound
 
 ORIGINAL = "original answer"
-REASONS_EMPTY = '<div class="pg-reasons pg-empty">Click a token to see why the alternatives were refused.</div>'
 
 
 class Branch(BaseModel):
@@ -62,52 +64,15 @@ def check_instance(registry: Registry, form: Form, text: str) -> str:
         result = check_text(engine, grammar, text, form.constraint_engine)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the UI
         return render.error_box(error_message(exc))
-    verdict = render.box(
-        "ok" if result.validation.valid else "bad" if result.validation.valid is False else "muted",
-        f"final verdict: {result.validation.message}",
-    )
-    if result.accepted:
-        walk = render.box("ok", f"✓ accepted by the masks of {result.constraint_engine} ({len(result.tokens)} tokens)")
-        shown = render.esc(text)
-    else:
-        refused = result.first_refused
-        assert refused is not None
-        where = "the end of text" if refused.position == len(result.tokens) else f"token #{refused.position}"
-        walk = render.box("bad", f"✗ {where} {refused.text!r} refused: {refused.reason}")
-        at = refused.offset
-        shown = f'{render.esc(text[:at])}<mark class="refused">{render.esc(text[at:] or "⏎ end")}</mark>'
-    agree = "" if result.agree else render.box("warn", "⚠ the masks and the final verdict disagree")
-    return f'<div class="pg-check" data-accepted="{str(result.accepted).lower()}">{walk}{verdict}{agree}<pre>{shown}</pre></div>'
+    return check_html(result, text)
 
 
 # --- confidence per field ----------------------------------------------------------------------------
 
 
 def fields_html(state: ChatState) -> str:
-    """One row per JSON value of the answer: model probability (min, product), mass kept, overrides, forced."""
-    fields: list[FieldConfidence] | None = state.result.best.fields if state.result else None
-    if not fields:
-        return '<div class="pg-fields pg-empty">Confidence per field appears for JSON schema answers.</div>'
-    rows = "".join(
-        f'<tr data-path="{render.esc(f.path)}"><td><code>{render.esc(f.path)}</code></td>'
-        f'<td class="cand-text"><pre>{render.esc(repr_value(f.value))}</pre></td>'
-        f'<td class="num" style="background:{render.colour(f.prob_min)}">{render.pct(f.prob_min)}</td>'
-        f'<td class="num">{render.pct(f.prob_product)}</td>'
-        f'<td class="num">{"—" if f.mass_kept_min is None else render.pct(f.mass_kept_min)}</td>'
-        f'<td>{"⚠ yes" if f.overridden else "no"}</td><td class="num">{f.forced}/{f.tokens}</td></tr>'
-        for f in fields
-    )
-    head = (
-        "<tr><th>field</th><th>value</th><th>model p (min token)</th><th>model p (value)</th>"
-        "<th>mass kept (min)</th><th>overridden</th><th>forced/tokens</th></tr>"
-    )
-    return f'<div class="pg-fields"><table>{head}{rows}</table></div>'
-
-
-def repr_value(value: object) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
+    """Confidence per JSON field of the answer on screen."""
+    return render_fields(state.result.best.fields if state.result else None)
 
 
 # --- why a token was refused -------------------------------------------------------------------------
@@ -136,20 +101,7 @@ def reasons_html(registry: Registry, state: ChatState, index: int | None, top_k:
     except Exception as exc:  # noqa: BLE001
         return render.error_box(error_message(exc))
     raw = {c.id: c.raw_logprob for c in dist.candidates}
-    rows = "".join(
-        f'<tr class="{"ok" if r.allowed else "refused"}"><td>{render.token_label(r.text)}</td>'
-        f'<td class="num">{render.pct(render.prob(raw[r.id])) if r.id in raw else "—"}</td>'
-        f'<td class="reason">{reason_html(r.reason)}</td></tr>'
-        for r in result.reasons
-    )
-    where = f"before token #{index} ({state.tokens[index].text!r})"
-    head = "<tr><th>token</th><th>model p</th><th>why</th></tr>"
-    return f'<div class="pg-reasons"><div class="legend">{render.esc(where)}</div><table>{head}{rows}</table></div>'
-
-
-def reason_html(reason: str) -> str:
-    """A reason with its `quoted` parts as code, everything escaped."""
-    return re.sub(r"`([^`]*)`", r"<code>\1</code>", render.esc(reason))
+    return render_reasons(f"before token #{index} ({state.tokens[index].text!r})", result.reasons, raw)
 
 
 # --- branches ------------------------------------------------------------------------------------------
@@ -194,91 +146,73 @@ def branch_html(state: ChatState, branches: BranchState, label: str | None) -> s
     """The chosen branch: the kept prefix, the forced text, the continuation's tokens, verdict and logprob."""
     labels = branch_labels(branches)
     if label not in labels or label == ORIGINAL or state.result is None:
-        if state.result is None:
-            return '<div class="pg-branch pg-empty">Click a token, then continue from there.</div>'
-        seq = state.result.best
-        return _branch_view(render.tokens_html(seq.tokens, state.mode), seq, state.result.constraint_kind)
+        return BRANCH_EMPTY if state.result is None else render_branch(state.result, state.mode)
     chosen = branches.branches[labels.index(label) - 1]
-    seq = chosen.result.best
-    kept = render.esc(stopped.answer_text(state.tokens[: chosen.position]))
-    forced = f'<mark class="forced" title="forced through the constraint">{render.esc(chosen.text)}</mark>'
-    body = f'<pre class="answer">{kept}{forced}{render.esc(seq.generated_text)}</pre>'
-    return _branch_view(body + render.tokens_html(seq.tokens, state.mode), seq, chosen.result.constraint_kind)
-
-
-def _branch_view(body: str, seq: Any, kind: str) -> str:
-    total = f'<div class="legend">total logprob {seq.total_logprob:.3f} · {seq.generated_tokens} tokens</div>'
-    return f'<div class="pg-branch">{body}{render.validation_html(seq, kind)}{total}</div>'
+    kept = stopped.answer_text(state.tokens[: chosen.position])
+    return render_branch(chosen.result, state.mode, kept, chosen.text)
 
 
 # --- layout and events ---------------------------------------------------------------------------------
 
 
-def render_panels() -> dict[str, Any]:
+def render_panels() -> Debugger:
     """The debugger's components, placed under the chat's insight panels."""
     gr.Markdown("**Confidence per field** — the model's own probability of each JSON value")
-    fields = html("field-panel", fields_html(ChatState()))
+    field_panel = html("field-panel", fields_html(ChatState()))
     with gr.Accordion("Why refused · branch from a token", open=True, elem_id="debugger"):
         gr.Markdown("Click a token above: the alternatives the constraint refused there, and why.")
-        reasons = html("reason-panel", REASONS_EMPTY)
+        reason_panel = html("reason-panel", REASONS_EMPTY)
         with gr.Row(equal_height=True):
-            text = gr.Textbox(
+            branch_text = gr.Textbox(
                 show_label=False, placeholder="Text to put at the clicked token", scale=4, elem_id="branch-text"
             )
-            run = gr.Button("Continue from here", scale=1, elem_id="branch-btn")
-        picker = gr.Radio(
+            branch_btn = gr.Button("Continue from here", scale=1, elem_id="branch-btn")
+        branch_picker = gr.Radio(
             [ORIGINAL], value=ORIGINAL, label="Branches of this turn", visible=False, elem_id="branch-picker"
         )
-        panel = html("branch-panel")
+        branch_panel = html("branch-panel")
     with gr.Accordion("Test an instance", open=False, elem_id="check"):
         candidate = gr.Textbox(
             lines=4, label="Candidate output, tokenized as the model would write it", elem_id="check-text"
         )
-        check = gr.Button("Check against the constraint", elem_id="check-btn")
-        result = html("check-result")
-    return {
-        "field_panel": fields,
-        "reason_panel": reasons,
-        "branch_text": text,
-        "branch_btn": run,
-        "branch_picker": picker,
-        "branch_panel": panel,
-        "check_text": candidate,
-        "check_btn": check,
-        "check_result": result,
-        "branch_state": gr.State(BranchState()),
-    }
+        check = InstanceCheck(
+            candidate, gr.Button("Check against the constraint", elem_id="check-btn"), html("check-result")
+        )
+    branches = gr.State(BranchState())
+    # Positional, in the dataclass's field order: each local is named as its field.
+    return Debugger(field_panel, reason_panel, branch_text, branch_btn, branch_picker, branch_panel, branches, check)
 
 
-def setup(registry: Registry, c: dict[str, Any], form: list[Any]) -> None:
+def setup(registry: Registry, c: Components) -> None:
     """Wire the debugger's events next to the chat's (token clicks, finished turns)."""
+    d, chat = c.debugger, c.chat
 
     def on_click(state: ChatState, branches: BranchState, evt: gr.EventData) -> tuple:
         index = getattr(evt, "index", None)
         return pin(state, branches, int(index) if isinstance(index, (int, float)) else None)
 
-    c["tokens"].click(on_click, [c["state"], c["branch_state"]], [c["branch_state"], c["branch_text"]]).then(
+    chat.tokens.click(on_click, [c.state, d.branches], [d.branches, d.branch_text]).then(
         lambda state, branches: reasons_html(registry, state, branches.pinned),
-        [c["state"], c["branch_state"]],
-        c["reason_panel"],
+        [c.state, d.branches],
+        d.reason_panel,
         show_progress="minimal",
     )
-    for trigger in (c["branch_btn"].click, c["branch_text"].submit):
-        trigger(
-            lambda state, branches, text: branch(registry, state, branches, text),
-            [c["state"], c["branch_state"], c["branch_text"]],
-            [c["branch_state"], c["branch_picker"], c["branch_panel"]],
-        )
-    c["branch_picker"].input(branch_html, [c["state"], c["branch_state"], c["branch_picker"]], c["branch_panel"])
+    gr.on(
+        [d.branch_btn.click, d.branch_text.submit],
+        lambda state, branches, text: branch(registry, state, branches, text),
+        [c.state, d.branches, d.branch_text],
+        [d.branches, d.branch_picker, d.branch_panel],
+    )
+    d.branch_picker.input(branch_html, [c.state, d.branches, d.branch_picker], d.branch_panel)
 
     def on_turn(state: ChatState) -> tuple:
         fresh = BranchState(turn=_turn_key(state))
         return fields_html(state), fresh, gr.update(choices=[ORIGINAL], value=ORIGINAL, visible=False), "", ""
 
-    c["verdict"].change(
+    chat.verdict.change(
         on_turn,
-        c["state"],
-        [c["field_panel"], c["branch_state"], c["branch_picker"], c["branch_panel"], c["reason_panel"]],
+        c.state,
+        [d.field_panel, d.branches, d.branch_picker, d.branch_panel, d.reason_panel],
         show_progress="hidden",
     )
 
@@ -289,4 +223,4 @@ def setup(registry: Registry, c: dict[str, Any], form: list[Any]) -> None:
             return render.error_box(error_message(exc))
         return check_instance(registry, parsed, text)
 
-    c["check_btn"].click(on_check, [c["check_text"], *form], c["check_result"])
+    d.check.button.click(on_check, [d.check.text, *c.form_inputs()], d.check.result)

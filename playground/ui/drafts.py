@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from playground.ui.examples import EXAMPLES, find_example
+from playground.constraints.examples import EXAMPLES, find_example
 
 # Kinds whose constraint is typed into the editor (the others have no text to keep).
 NO_EDITOR = ("none", "processor")

@@ -14,9 +14,9 @@ from playground import render
 from playground.constraints import Constraint
 from playground.errors import ParameterError, PlaygroundError
 from playground.providers.registry import Registry
+from playground.render.chat import CONSTRAINT_KEY, chatbot_value
 from playground.types import GenerationResult, TokenEvent
 from playground.ui import stopped
-from playground.ui.chat_view import CONSTRAINT_KEY, chatbot_value
 from playground.ui.state import ChatState, Form, LastRequest, chat_inputs, params_of
 from playground.wire import tools
 
@@ -63,11 +63,20 @@ class Panels:
 
 
 def error_message(exc: BaseException) -> str:
-    """A PlaygroundError's own message; anything else is named with its type (and logged in full)."""
-    if isinstance(exc, PlaygroundError):
-        return exc.message
-    log.exception("unexpected error in a UI handler", exc_info=exc)
-    return f"unexpected error: {type(exc).__name__}: {exc}"
+    """The failure in the wording the widgets share (render.error_text); an unexpected one is logged in full."""
+    _log_unexpected(exc)
+    return render.error_text(exc)
+
+
+def error_reason(exc: BaseException) -> str:
+    """The failure inside a note that says what failed (render.error_reason); an unexpected one is logged."""
+    _log_unexpected(exc)
+    return render.error_reason(exc)
+
+
+def _log_unexpected(exc: BaseException) -> None:
+    if not isinstance(exc, PlaygroundError):
+        log.exception("unexpected error in a UI handler", exc_info=exc)
 
 
 def result_panels(state: ChatState, result: GenerationResult) -> Panels:
@@ -234,7 +243,7 @@ def set_mode(state: ChatState, mode: str) -> tuple[ChatState, str]:
 def next_token(registry: Registry, state: ChatState, index: int | None = None, top_k: int = 20) -> str:
     """The next-token chart at the end of the prompt (index None) or just before answer token `index`."""
     if state.request is None:
-        return '<div class="pg-chart pg-empty">Send a message to see the next-token distribution.</div>'
+        return render.NEXT_TOKEN_EMPTY
     tokens = state.tokens
     try:
         if index is None:
@@ -250,14 +259,6 @@ def next_token(registry: Registry, state: ChatState, index: int | None = None, t
     except Exception as exc:  # noqa: BLE001
         return render.error_box(error_message(exc))
     return render.next_token_html(dist, where)
-
-
-def _side(title: str, result: GenerationResult, verdict_html: str) -> str:
-    return (
-        f'<div class="pg-side"><h4>{render.esc(title)}</h4>'
-        f'<pre class="answer">{render.esc(result.generated_text)}</pre>'
-        f"{verdict_html}{render.details_html(result)}{render.tokens_html(result.best.tokens)}</div>"
-    )
 
 
 def compare(registry: Registry, form: Form, state: ChatState, user_text: str) -> tuple[str, str]:
@@ -279,7 +280,7 @@ def compare(registry: Registry, form: Form, state: ChatState, user_text: str) ->
     else:
         verdict = Constraint.parse(form.kind, form.constraint_text).validate(free.generated_text)
         judged = render.validation_html(free.best.model_copy(update={"validation": verdict}), form.kind)
-    return _side("unconstrained", free, judged), _side(
+    return render.side_html("unconstrained", free, judged), render.side_html(
         "constrained", bound, render.validation_html(bound.best, bound.constraint_kind)
     )
 

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import gradio as gr
 
 from playground import render
 from playground.constraints import Constraint
-from playground.constraints.inspection import EngineReport, InspectResponse, inspect_constraint, summary
+from playground.constraints.inspection import InspectResponse, inspect_constraint
 from playground.providers.registry import Registry
-from playground.ui.handlers import error_message
+from playground.render.inspection import inspect_html
+from playground.ui.components import Components
+from playground.ui.handlers import error_reason
 from playground.wire import tools
 
 STALE = "\x00stale"  # what the debounce hands Python for a keystroke that a later one superseded
@@ -40,7 +41,7 @@ def inspect_panel(registry: Registry, kind: str, text: str | None, model: str | 
             return ""
         report = inspect_report(registry, model, constraint)
     except Exception as exc:  # noqa: BLE001 - the constraint's own status box explains a bad constraint
-        return render.box("muted", f"engines not compared: {error_message(exc)}")
+        return render.box("muted", f"engines not compared: {error_reason(exc)}")
     return inspect_html(report)
 
 
@@ -51,39 +52,15 @@ def _constraint(kind: str, text: str) -> Constraint:
     return Constraint.parse(kind, text)
 
 
-def inspect_html(report: InspectResponse) -> str:
-    """A summary line, then one row per engine with its form in a collapsed block; all text escaped."""
-    rows = "".join(_row(engine) for engine in report.engines)
-    line = _code_spans(render.esc(summary(report)))
-    kind = "ok" if all(e.compiled and not e.warnings for e in report.engines) else "warn"
-    return (
-        f'<div class="pg-bestof pg-inspect"><div class="pg-box pg-{kind} pg-inspect-summary">{line}</div>'
-        f"<table><tr><th>engine</th><th>compiles</th><th>ms</th><th>what it says</th></tr>{rows}</table></div>"
-    )
-
-
-def _row(engine: EngineReport) -> str:
-    notes = [engine.error] if engine.error else list(engine.warnings)
-    said = "<br>".join(_code_spans(render.esc(note)) for note in notes) or "—"
-    form = ""
-    if engine.compiled_form is not None:
-        form = f"<details><summary>compiled form</summary><pre>{render.esc(engine.compiled_form)}</pre></details>"
-    ms = f"{engine.compile_ms:.1f}" if engine.compile_ms is not None else "—"
-    return (
-        f'<tr class="pg-inspect-{render.esc(engine.engine)}"><td>{render.esc(engine.engine)}</td>'
-        f'<td>{"✓" if engine.compiled else "✗"}</td><td class="num">{ms}</td><td>{said}{form}</td></tr>'
-    )
-
-
-def _code_spans(escaped: str) -> str:
-    """`keyword` -> <code>keyword</code>, on text that is already escaped."""
-    return re.sub(r"`([^`<>]*)`", r"<code>\1</code>", escaped)
-
-
-def setup_inspect_events(registry: Registry, c: dict[str, Any]) -> None:
+def setup_inspect_events(registry: Registry, c: Components) -> None:
     """Refresh the panel whenever the constraint text changes (picking a kind or an example sets it); debounced."""
-    inputs = [c["kind"], c["constraint_text"], c["model"]]
+    ed = c.constraint
     panel = lambda kind, text, model: inspect_panel(registry, kind, text, model)  # noqa: E731
-    c["constraint_text"].change(
-        panel, inputs, c["inspect_panel"], js=DEBOUNCE_JS, show_progress="hidden", trigger_mode="always_last"
+    ed.text.change(
+        panel,
+        [ed.kind, ed.text, c.model],
+        ed.inspect_panel,
+        js=DEBOUNCE_JS,
+        show_progress="hidden",
+        trigger_mode="always_last",
     )

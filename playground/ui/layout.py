@@ -1,4 +1,4 @@
-"""The Gradio layout: small `_render_*` helpers that build components and return them by name."""
+"""The Gradio layout: small `_render_*` helpers that build each section of the typed `Components`."""
 
 from __future__ import annotations
 
@@ -8,15 +8,25 @@ from pathlib import Path
 import gradio as gr
 
 from playground.constraints import backends
+from playground.constraints.examples import example_titles
 from playground.providers.registry import Registry
 from playground.render import tokens_html
 from playground.types.sizes import MAX_BEST_OF, MAX_TOP_N_TOKENS
 from playground.ui import controls, debugger
 from playground.ui.compare_engines import render_engine_compare
+from playground.ui.components import (
+    Chat,
+    Code,
+    Compare,
+    Components,
+    ConstraintEditor,
+    Parameters,
+    Session,
+    html,
+)
 from playground.ui.drafts import example_title
-from playground.ui.examples import KINDS, LANGUAGES, SYSTEM_PROMPT, example_titles
-from playground.ui.panels import html
-from playground.ui.state import Form
+from playground.ui.examples import KINDS, LANGUAGES, SYSTEM_PROMPT
+from playground.ui.state import ChatState, ModelPick
 from playground.wire.controls import SAMPLING
 
 PAGE_CSS = (Path(__file__).parent / "static" / "page.css").read_text(encoding="utf-8")
@@ -53,8 +63,8 @@ def limits_for(registry: Registry) -> Limits:
     return Limits(info.max_best_of, info.max_top_n_tokens, max(16, min(1024, info.max_total_tokens // 2)))
 
 
-def _render_model(registry: Registry) -> dict[str, gr.Component]:
-    picker = gr.Dropdown(
+def _render_model(registry: Registry) -> gr.Dropdown:
+    return gr.Dropdown(
         choices=controls.model_choices(registry),
         value=registry.default_model,
         label="Model (pick one, or type a hub id / local path and press Enter)",
@@ -62,10 +72,9 @@ def _render_model(registry: Registry) -> dict[str, gr.Component]:
         filterable=True,
         elem_id="model-picker",
     )
-    return {"model": picker, "model_status": html("model-status")}
 
 
-def _render_constraint() -> dict[str, gr.Component]:
+def _render_constraint() -> ConstraintEditor:
     kind = gr.Radio(choices=KINDS, value="none", label="Constraint", elem_id="constraint-kind")
     example = gr.Dropdown(
         choices=[], value=None, label="Ready examples", elem_id="constraint-example", interactive=True, visible=False
@@ -88,17 +97,17 @@ def _render_constraint() -> dict[str, gr.Component]:
         )
         processor_help = html("processor-help")
         params = gr.Textbox(label="Params (one per line)", lines=3, elem_id="processor-params")
-    return {
-        "kind": kind,
-        "example": example,
-        "constraint_text": text,
-        "constraint_status": status,
-        "inspect_panel": inspect_panel,
-        "processor_group": processor_group,
-        "processor": processor,
-        "processor_help": processor_help,
-        "processor_params": params,
-    }
+    return ConstraintEditor(
+        kind=kind,
+        example=example,
+        text=text,
+        status=status,
+        inspect_panel=inspect_panel,
+        processor_group=processor_group,
+        processor=processor,
+        processor_help=processor_help,
+        processor_params=params,
+    )
 
 
 # The parameter groups, in the order they appear; each is an accordion, the first two open.
@@ -110,112 +119,95 @@ PARAMETER_GROUPS: list[tuple[str, str, bool]] = [
 ]
 
 
-def _length_controls(limits: Limits) -> dict[str, gr.Component]:
-    return {
-        "max_new_tokens": gr.Slider(
-            1, limits.max_new_tokens, value=64, step=1, label="max_new_tokens", elem_id="param-max-new-tokens"
-        ),
-        "stop": gr.Textbox(label="stop (one sequence per line, at most 4)", lines=2, elem_id="param-stop"),
-        "truncate": gr.Number(
-            value=0,
-            precision=0,
-            minimum=0,
-            label="truncate (keep the last N prompt tokens; 0 = off)",
-            elem_id="param-truncate",
-        ),
-    }
+def _group(index: int) -> gr.Accordion:
+    elem_id, label, is_open = PARAMETER_GROUPS[index]
+    return gr.Accordion(label, open=is_open, elem_id=elem_id)
 
 
-def _sampling_controls() -> dict[str, gr.Component]:
-    """do_sample, one slider per sampling control of the wire layer's table, and the seed."""
-    comps: dict[str, gr.Component] = {
-        "do_sample": gr.Checkbox(value=False, label="do_sample (off = greedy)", elem_id="param-do-sample")
-    }
-    for c in SAMPLING:
-        elem_id = "param-" + c.name.replace("_", "-")
-        comps[c.name] = gr.Slider(c.low, c.high, value=c.neutral, step=c.step, label=c.label, elem_id=elem_id)
-    comps["seed"] = gr.Textbox(value="", label="seed (blank = random)", placeholder="random", elem_id="param-seed")
-    return comps
-
-
-def _details_controls(limits: Limits) -> dict[str, gr.Component]:
-    return {
-        "top_n_tokens": gr.Slider(
-            0,
-            limits.max_top_n_tokens,
-            value=5,
-            step=1,
-            label="top_n_tokens (alternatives per token)",
-            elem_id="param-top-n-tokens",
-        ),
-        "best_of": gr.Slider(
-            1, limits.max_best_of, value=1, step=1, label="best_of (needs sampling)", elem_id="param-best-of"
-        ),
-    }
-
-
-def _advanced_controls() -> dict[str, gr.Component]:
-    return {
-        "constraint_engine": gr.Dropdown(
-            choices=["auto", *backends.names()], value="auto", label="constraint engine", elem_id="param-engine"
-        ),
-        "watermark": gr.Checkbox(value=False, label="watermark", elem_id="param-watermark"),
-        "adapter_id": gr.Textbox(
-            value="",
-            label="adapter_id (PEFT adapter; blank = none)",
-            placeholder="none",
-            elem_id="param-adapter-id",
-        ),
-    }
-
-
-def _render_parameters(limits: Limits) -> dict[str, gr.Component]:
+def _render_parameters(limits: Limits) -> Parameters:
     """TGI's parameters in four groups, so the common ones are not buried under the rare ones."""
-    builders = [
-        lambda: _length_controls(limits),
-        _sampling_controls,
-        lambda: _details_controls(limits),
-        _advanced_controls,
-    ]
-    comps: dict[str, gr.Component] = {}
     with gr.Accordion("Parameters (TGI names)", open=False, elem_id="parameters"):
-        for (elem_id, label, is_open), build in zip(PARAMETER_GROUPS, builders, strict=True):
-            with gr.Accordion(label, open=is_open, elem_id=elem_id):
-                _merge(comps, build())
-    return comps
+        with _group(0):
+            max_new_tokens = gr.Slider(
+                1, limits.max_new_tokens, value=64, step=1, label="max_new_tokens", elem_id="param-max-new-tokens"
+            )
+            stop = gr.Textbox(label="stop (one sequence per line, at most 4)", lines=2, elem_id="param-stop")
+            truncate = gr.Number(
+                value=0,
+                precision=0,
+                minimum=0,
+                label="truncate (keep the last N prompt tokens; 0 = off)",
+                elem_id="param-truncate",
+            )
+        with _group(1):
+            do_sample = gr.Checkbox(value=False, label="do_sample (off = greedy)", elem_id="param-do-sample")
+            sampling = _sampling_sliders()
+            seed = gr.Textbox(value="", label="seed (blank = random)", placeholder="random", elem_id="param-seed")
+        with _group(2):
+            top_n_tokens = gr.Slider(
+                0,
+                limits.max_top_n_tokens,
+                value=5,
+                step=1,
+                label="top_n_tokens (alternatives per token)",
+                elem_id="param-top-n-tokens",
+            )
+            best_of = gr.Slider(
+                1, limits.max_best_of, value=1, step=1, label="best_of (needs sampling)", elem_id="param-best-of"
+            )
+        with _group(3):
+            constraint_engine = gr.Dropdown(
+                choices=["auto", *backends.names()], value="auto", label="constraint engine", elem_id="param-engine"
+            )
+            watermark = gr.Checkbox(value=False, label="watermark", elem_id="param-watermark")
+            adapter_id = gr.Textbox(
+                value="",
+                label="adapter_id (PEFT adapter; blank = none)",
+                placeholder="none",
+                elem_id="param-adapter-id",
+            )
+    return Parameters(
+        max_new_tokens=max_new_tokens,
+        stop=stop,
+        truncate=truncate,
+        do_sample=do_sample,
+        sampling=sampling,
+        seed=seed,
+        top_n_tokens=top_n_tokens,
+        best_of=best_of,
+        constraint_engine=constraint_engine,
+        watermark=watermark,
+        adapter_id=adapter_id,
+    )
 
 
-def _render_session() -> dict[str, gr.Component]:
-    c: dict[str, gr.Component] = {}  # each component under the name the handlers know it by
+def _sampling_sliders() -> dict[str, gr.Slider]:
+    """One slider per sampling control of the wire layer's table, by the control's name."""
+    return {
+        c.name: gr.Slider(
+            c.low, c.high, value=c.neutral, step=c.step, label=c.label, elem_id="param-" + c.name.replace("_", "-")
+        )
+        for c in SAMPLING
+    }
+
+
+def _render_session() -> Session:
     with gr.Accordion("Session", open=False, elem_id="session"):
-        c["session_export"] = gr.Button("Export conversation + settings (JSON)", elem_id="session-export", size="sm")
-        c["session_file"] = gr.File(label="Session file", visible=False, elem_id="session-file", interactive=False)
-        c["session_import"] = gr.UploadButton(
+        export = gr.Button("Export conversation + settings (JSON)", elem_id="session-export", size="sm")
+        file = gr.File(label="Session file", visible=False, elem_id="session-file", interactive=False)
+        upload = gr.UploadButton(
             "Import session JSON", file_types=[".json"], type="filepath", elem_id="session-import", size="sm"
         )
-        c["share"] = gr.Button("Share link (settings, seed and conversation)", elem_id="session-share", size="sm")
-        c["share_link"] = gr.Textbox(
+        share = gr.Button("Share link (settings, seed and conversation)", elem_id="session-share", size="sm")
+        share_link = gr.Textbox(
             label="Share link", elem_id="share-link", visible=False, interactive=False, buttons=["copy"]
         )
-        c["session_status"] = html("session-status")
-    return c
+        status = html("session-status")
+    return Session(export=export, file=file, upload=upload, share=share, share_link=share_link, status=status)
 
 
-def _render_sidebar(registry: Registry, limits: Limits) -> dict[str, gr.Component]:
-    comps = _render_model(registry)
-    _merge(comps, _render_constraint())
-    _merge(
-        comps,
-        {"system_prompt": gr.Textbox(value=SYSTEM_PROMPT, label="System prompt", lines=2, elem_id="system-prompt")},
-    )
-    _merge(comps, _render_parameters(limits))
-    _merge(comps, _render_session())
-    return comps
-
-
-def _render_chat_tab() -> dict[str, gr.Component]:
-    c: dict[str, gr.Component] = {}  # each component under the name the handlers know it by
-    c["chatbot"] = gr.Chatbot(
+def _render_chat_tab() -> Chat:
+    chatbot = gr.Chatbot(
         label="Chat",
         height=360,
         elem_id="chatbot",
@@ -225,36 +217,44 @@ def _render_chat_tab() -> dict[str, gr.Component]:
         elem_classes=[EXACT_CLASS],
     )
     with gr.Row(equal_height=True):
-        c["chat_input"] = gr.Textbox(
-            placeholder="Type a message and press Enter", show_label=False, scale=5, elem_id="chat-input"
-        )
-        c["send"] = gr.Button("Send", variant="primary", scale=1, elem_id="send-btn")
-        c["stop_btn"] = gr.Button(
-            "Stop", variant="secondary", scale=0, min_width=80, interactive=False, elem_id="stop-btn"
-        )
+        text = gr.Textbox(placeholder="Type a message and press Enter", show_label=False, scale=5, elem_id="chat-input")
+        send = gr.Button("Send", variant="primary", scale=1, elem_id="send-btn")
+        stop = gr.Button("Stop", variant="secondary", scale=0, min_width=80, interactive=False, elem_id="stop-btn")
     with gr.Row(equal_height=True):
-        c["retry"] = gr.Button("Retry", size="sm", elem_id="retry-btn")
-        c["undo"] = gr.Button("Undo", size="sm", elem_id="undo-btn")
-        c["clear"] = gr.Button("Clear", size="sm", elem_id="clear-btn")
-        c["markdown"] = gr.Checkbox(
+        retry = gr.Button("Retry", size="sm", elem_id="retry-btn")
+        undo = gr.Button("Undo", size="sm", elem_id="undo-btn")
+        clear = gr.Button("Clear", size="sm", elem_id="clear-btn")
+        markdown = gr.Checkbox(
             value=False, label="Markdown for unconstrained answers", elem_id="chat-markdown", container=False
         )
-    c["error"] = html("chat-error")
-    c["finish"] = html("finish-reason")
-    c["verdict"] = html("validation-status")
+    error, finish, verdict = html("chat-error"), html("finish-reason"), html("validation-status")
     gr.Markdown("**Tokens** — hover or focus for alternatives; click or press Enter to pin one and chart its position")
-    c["mode"] = gr.Radio(
-        ["constrained", "raw"], value="constrained", label="Colour by probability", elem_id="token-mode"
-    )
-    c["tokens"] = html("token-panel", tokens_html([]), js_on_load=TOKEN_CLICK_JS)
+    mode = gr.Radio(["constrained", "raw"], value="constrained", label="Colour by probability", elem_id="token-mode")
+    tokens = html("token-panel", tokens_html([]), js_on_load=TOKEN_CLICK_JS)
     gr.Markdown("**Next token** — raw model against the constraint")
-    c["next_token"] = html("next-token-panel")
+    next_token = html("next-token-panel")
     gr.Markdown("**Best-of candidates**")
-    c["bestof"] = html("bestof-panel")
-    return c
+    bestof = html("bestof-panel")
+    return Chat(
+        chatbot=chatbot,
+        input=text,
+        send=send,
+        stop=stop,
+        retry=retry,
+        undo=undo,
+        clear=clear,
+        markdown=markdown,
+        error=error,
+        finish=finish,
+        verdict=verdict,
+        mode=mode,
+        tokens=tokens,
+        next_token=next_token,
+        bestof=bestof,
+    )
 
 
-def _render_compare_tab(registry: Registry) -> dict[str, gr.Component]:
+def _render_compare_tab(registry: Registry) -> Compare:
     gr.Markdown(
         "The same turn twice: without the constraint and with it; or once per constraint engine (and with "
         "another model). Blank input re-runs your last message."
@@ -265,57 +265,61 @@ def _render_compare_tab(registry: Registry) -> dict[str, gr.Component]:
     with gr.Row():
         left = html("compare-unconstrained")
         right = html("compare-constrained")
-    comps = {"compare_input": text, "compare": run, "compare_left": left, "compare_right": right}
-    return {**comps, **render_engine_compare(registry)}  # the same turn once per engine (ui/compare_engines.py)
+    # the same turn once per engine (ui/compare_engines.py)
+    return Compare(input=text, run=run, left=left, right=right, engines=render_engine_compare(registry))
 
 
-def _render_code_tab() -> dict[str, gr.Component]:
+def _render_code_snippets() -> dict[str, gr.Code]:
     gr.Markdown("Reproduce the last turn against this server: your settings, with the last turn's conversation.")
-    comps: dict[str, gr.Component] = {}
+    snippets: dict[str, gr.Code] = {}
     with gr.Tabs(elem_id="code-tabs"):
         for key, tab, label in CODE_TABS:
             with gr.Tab(tab, id=f"code-{key}"):
-                comps[f"code_{key}"] = gr.Code(
+                snippets[key] = gr.Code(
                     label=label,
                     language="shell" if key.startswith("curl") else "python",
                     interactive=False,
                     wrap_lines=True,
                     elem_id=f"code-{key.replace('_', '-')}",
                 )
-    return comps
+    return snippets
 
 
-def render_all(registry: Registry) -> dict[str, gr.Component]:
-    """Build every component inside the current Blocks; returns them by name (names never repeat)."""
+def render_all(registry: Registry) -> Components:
+    """Build every component inside the current Blocks, and the per-user states."""
     limits = limits_for(registry)
-    comps: dict[str, gr.Component] = {}
     with gr.Row(elem_id="layout-row"):
         with gr.Column(scale=2, min_width=320, elem_id="sidebar"):
-            _merge(comps, _render_sidebar(registry, limits))
+            model = _render_model(registry)
+            model_status = html("model-status")
+            constraint = _render_constraint()
+            system_prompt = gr.Textbox(value=SYSTEM_PROMPT, label="System prompt", lines=2, elem_id="system-prompt")
+            params = _render_parameters(limits)
+            session = _render_session()
         with gr.Column(scale=5, elem_id="main-column"):
             with gr.Tabs():
                 with gr.Tab("Chat", id="chat"):
-                    _merge(comps, _render_chat_tab())
-                    _merge(comps, debugger.render_panels())
+                    chat = _render_chat_tab()
+                    debug = debugger.render_panels()
                 with gr.Tab("Compare", id="compare"):
-                    _merge(comps, _render_compare_tab(registry))
+                    compare = _render_compare_tab(registry)
                 with gr.Tab("Code", id="code") as code_tab:
-                    _merge(comps, _render_code_tab())
-    comps["code_tab"] = code_tab
-    return comps
-
-
-def _merge(comps: dict[str, gr.Component], more: dict[str, gr.Component]) -> None:
-    """Add components by name; a repeated name would silently rewire events, so it is refused."""
-    clash = comps.keys() & more.keys()
-    if clash:
-        raise ValueError(f"component names used twice: {sorted(clash)}")
-    comps.update(more)
-
-
-def form_inputs(comps: dict[str, gr.Component]) -> list[gr.Component]:
-    """The form's components in Form field order."""
-    return [comps[name] for name in Form.model_fields]
+                    code = Code(tab=code_tab, snippets=_render_code_snippets())
+    return Components(
+        model=model,
+        model_status=model_status,
+        constraint=constraint,
+        system_prompt=system_prompt,
+        params=params,
+        session=session,
+        chat=chat,
+        debugger=debug,
+        compare=compare,
+        code=code,
+        state=gr.State(ChatState()),
+        model_pick=gr.State(ModelPick()),
+        drafts=gr.State({}),
+    )
 
 
 def kind_view(kind: str, text: str | None = None) -> tuple[dict, dict, dict]:

@@ -16,8 +16,9 @@ import gradio as gr
 
 from playground import render
 from playground.errors import PlaygroundError
+from playground.render.chat import chatbot_value
 from playground.ui import layout
-from playground.ui.chat_view import chatbot_value
+from playground.ui.components import Components
 from playground.ui.handlers import error_message
 from playground.ui.state import ChatState, Form, export_session, import_session
 
@@ -58,7 +59,7 @@ def restored(query: str | None, saved: str | None) -> tuple[Form, list[dict[str,
     return None
 
 
-def autosaver(c: dict[str, Any], form: list[Any]) -> tuple[gr.BrowserState, Callable[[Any], Any]]:
+def autosaver(c: Components) -> tuple[gr.BrowserState, Callable[[Any], Any]]:
     """The browser's copy of the session, and a step to chain after each turn that writes it."""
     saved = gr.BrowserState(None, storage_key=STORAGE_KEY, secret=STORAGE_SECRET)
 
@@ -68,11 +69,12 @@ def autosaver(c: dict[str, Any], form: list[Any]) -> tuple[gr.BrowserState, Call
         except Exception:  # noqa: BLE001 - an unreadable form is not saved; the last good copy stays
             return gr.skip()
 
-    return saved, lambda event: event.then(save, [c["state"], *form], saved, show_progress="hidden")
+    return saved, lambda event: event.then(save, [c.state, *c.form_inputs()], saved, show_progress="hidden")
 
 
-def setup(demo: gr.Blocks, c: dict[str, Any], form: list[Any], saved: gr.BrowserState) -> None:
+def setup(demo: gr.Blocks, c: Components, saved: gr.BrowserState) -> None:
     """Restore on load (a share link first, else the autosave), and the Share button."""
+    form, ed, session = c.form_inputs(), c.constraint, c.session
 
     def on_load(stored: str | None, state: ChatState, request: gr.Request) -> tuple:
         query = request.query_params.get(QUERY_KEY) if request else None
@@ -88,8 +90,8 @@ def setup(demo: gr.Blocks, c: dict[str, Any], form: list[Any], saved: gr.Browser
         status = render.box("ok", note) if note else gr.skip()
         return (*loaded.values(), fresh, chatbot_value(messages, fresh.markdown), status)
 
-    demo.load(on_load, [saved, c["state"]], [*form, c["state"], c["chatbot"], c["session_status"]]).then(
-        layout.kind_view, [c["kind"], c["constraint_text"]], [c["example"], c["constraint_text"], c["processor_group"]]
+    demo.load(on_load, [saved, c.state], [*form, c.state, c.chat.chatbot, session.status]).then(
+        layout.kind_view, [ed.kind, ed.text], [ed.example, ed.text, ed.processor_group]
     )
 
     def on_share(state: ChatState, *values: Any) -> tuple:
@@ -99,6 +101,6 @@ def setup(demo: gr.Blocks, c: dict[str, Any], form: list[Any], saved: gr.Browser
             return "", render.error_box(error_message(exc))
         return gr.update(value=query, visible=True), render.box("ok", "✓ copy the link above: it opens this setup")
 
-    c["share"].click(on_share, [c["state"], *form], [c["share_link"], c["session_status"]]).then(
-        None, c["share_link"], c["share_link"], js=LINK_JS
+    session.share.click(on_share, [c.state, *form], [session.share_link, session.status]).then(
+        None, session.share_link, session.share_link, js=LINK_JS
     )

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from playground.errors import ParameterError, PlaygroundError
+from playground.render.chat import CONSTRAINT_KEY
 from playground.types import ChatMessage, GeneratedToken, GenerateParameters, GenerationResult, ProcessorSpec
-from playground.ui.chat_view import CONSTRAINT_KEY
 from playground.ui.examples import SYSTEM_PROMPT
 from playground.wire import inbound
 from playground.wire.controls import SAMPLING

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from playground import render
 from playground.constraints import Constraint
+from playground.render.panels import STOPPED, stopped_details_html, stopped_verdict_html
 from playground.types import GeneratedToken, GenerateParameters
-
-STOPPED = "stopped by the user"
 
 
 def answer_text(tokens: list[GeneratedToken]) -> str:
@@ -16,8 +14,7 @@ def answer_text(tokens: list[GeneratedToken]) -> str:
 
 def details_html(model: str, tokens: list[GeneratedToken]) -> str:
     """The details line of a stopped turn, in the shape of a finished one."""
-    items = [("finish reason", STOPPED), ("tokens", f"{len(tokens)} generated"), ("model", model)]
-    return f'<div class="pg-details" data-finish="stopped">{render.kv_cells(items)}</div>'
+    return stopped_details_html(model, len(tokens))
 
 
 def verdict_html(params: GenerateParameters, tokens: list[GeneratedToken]) -> str:
@@ -29,5 +26,4 @@ def verdict_html(params: GenerateParameters, tokens: list[GeneratedToken]) -> st
         verdict = Constraint.from_grammar(params.grammar).validate(answer_text(tokens))
         word = {True: "✓ already valid", False: "✗ not valid (yet)", None: "not checked"}[verdict.valid]
         text, valid = f"{head} — the partial answer is {word} ({params.grammar.type}): {verdict.message}", verdict.valid
-    attr = {True: "valid", False: "invalid", None: "none"}[valid]
-    return f'<div class="pg-box pg-warn pg-verdict pg-stopped" data-valid="{attr}">{render.esc(text)}</div>'
+    return stopped_verdict_html(text, valid)

@@ -7,7 +7,7 @@ import json
 
 from playwright.sync_api import Page, expect
 
-from playground.ui.examples import PERSON_SCHEMA
+from playground.constraints.examples import PERSON_SCHEMA
 from tests.browser.ui_helpers import open_app, paste_constraint, pick_kind, send
 
 OWN_SCHEMA = '{"type": "object", "properties": {"colour": {"enum": ["red", "blue"]}}, "required": ["colour"]}'

@@ -8,7 +8,7 @@ import re
 import jsonschema
 from playwright.sync_api import Page, expect
 
-from playground.ui.examples import PERSON_SCHEMA
+from playground.constraints.examples import PERSON_SCHEMA
 from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter
 
 

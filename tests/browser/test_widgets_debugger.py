@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from playground.debug.check import CheckResult
+from playground.render.debugger import check_summary
 from tests.browser.test_widgets_esm import _mount, _playground_state, harness_url  # noqa: F401 (fixture)
 from tests.unit.test_widgets import SCRIPT, sample_result
 from widgets.token_view import result_payload
@@ -58,6 +60,7 @@ def test_chart_reasons_fields_and_check(page, harness_url: str) -> None:  # noqa
         "first_refused": {"position": 4, "token": 1, "text": "c", "offset": 9, "reason": "kind must be one of `cat`"},
         "validation": {"valid": False, "message": "schema violation at kind", "enforced": True},
     }
+    check["summary"] = check_summary(CheckResult.model_validate(check))  # worded in Python, as Playground.check does
     page.evaluate("c => window.model.set('check_result', c)", check)
     out = page.locator("#mount .sp-check-result")
     assert (

@@ -80,7 +80,7 @@ def test_branch_before_a_click_asks_for_one(registry: Registry) -> None:
 
 
 def test_tools_kind_answers_a_valid_call_with_token_insight(registry: Registry) -> None:
-    from playground.ui.examples import WEATHER_TOOLS
+    from playground.constraints.examples import WEATHER_TOOLS
 
     state = ChatState()
     form = Form(model=registry.default_model, kind="tools", constraint_text=WEATHER_TOOLS, max_new_tokens=40)

@@ -11,12 +11,12 @@ import re
 import jsonschema
 import pytest
 
+from playground.constraints.examples import PERSON_SCHEMA
 from playground.models import EMBEDDED_FILE, embedded_gguf_path
 from playground.providers.loading import LoadingPolicy
 from playground.providers.local import LocalProvider
 from playground.providers.registry import Registry
 from playground.ui import controls, handlers
-from playground.ui.examples import PERSON_SCHEMA
 from playground.ui.state import ChatState, Form, UISettings
 
 

@@ -11,7 +11,11 @@ import sys
 import pytest
 
 from playground import render
-from playground.types import GeneratedToken, GenerationResult, Sequence, Token, Validation
+from playground.debug.check import CheckResult, RefusedToken
+from playground.errors import ParameterError
+from playground.providers.registry import Registry
+from playground.render import debugger as render_debugger
+from playground.types import FieldConfidence, GeneratedToken, GenerationResult, Sequence, Token, Validation
 from playground.ui.handlers import Panels, result_panels
 from playground.ui.state import ChatState
 from tests.fakes import FakeProvider
@@ -128,3 +132,69 @@ def test_the_renderer_and_the_widgets_import_no_gradio() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120, cwd=REPO_ROOT
     )
     assert out.stdout.strip() == "[]"
+
+
+# --- the panels moved into playground/render: one wording for a check and an error, every text escaped ---
+
+
+def _check() -> CheckResult:
+    refused = RefusedToken(position=1, token=7, text=HOSTILE, offset=2, reason=f"`{HOSTILE}` is not allowed")
+    validation = Validation(valid=False, message=HOSTILE)
+    return CheckResult(accepted=False, first_refused=refused, validation=validation, agree=False, tokens=["a", "b"])
+
+
+def test_one_wording_for_an_instance_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    from playground.ui import debugger as ui_debugger
+    from playground.ui.state import Form
+    from widgets import debugger as widget_debugger
+
+    monkeypatch.setattr(ui_debugger, "check_text", lambda *args: _check())
+    monkeypatch.setattr(widget_debugger, "check_text", lambda *args: _check())
+    monkeypatch.setattr(widget_debugger, "local_engine", lambda *args: None)
+    monkeypatch.setattr(Registry, "local_engine", lambda *args: None)
+    lines = [text for _, text in render_debugger.check_lines(_check())]
+    assert lines[0] == f"✗ token 1 {render.quoted(HOSTILE)} refused: `{HOSTILE}` is not allowed"
+    form = Form(model="fake-model", kind="regex", constraint_text="a+")
+    ui = ui_debugger.check_instance(Registry([FakeProvider()]), form, HOSTILE)
+    assert ui == render_debugger.check_html(_check(), HOSTILE)
+    assert all(render.esc(line) in ui for line in lines) and "<img" not in ui
+    playground = Playground(provider=FakeProvider(), constraint_kind="regex", constraint_text="a+")
+    playground.check(HOSTILE)
+    assert playground.check_result["summary"] == " · ".join(lines) == render_debugger.check_summary(_check())
+
+
+def test_one_wording_for_an_error() -> None:
+    failure = ParameterError(f"bad {HOSTILE}")
+    widget = Playground(provider=FakeProvider(error=failure), prompt="hi")
+    assert widget.run(raise_errors=False) is None
+    ui = Panels.failed(ChatState(), failure).error
+    assert widget.error == render.error_text(failure) == f"ParameterError: bad {HOSTILE}"
+    assert ui == render.error_box(widget.error) and "<img" not in ui
+    assert render.error_text(RuntimeError("boom")) == "model failure (RuntimeError): boom"
+
+
+def test_the_debugger_inspect_and_side_panels_escape_hostile_text() -> None:
+    from playground.constraints.inspection import EngineReport, InspectResponse
+    from playground.debug.why import TokenReason
+    from playground.render.inspection import inspect_html
+    from playground.render.panels import Column, columns_html, side_html, stopped_verdict_html
+    from playground.ui import debugger as ui_debugger
+
+    result = _result()
+    leaf = {"tokens": 1, "prob_min": 0.5, "prob_product": 0.5, "mass_kept_min": None, "overridden": False, "forced": 0}
+    fields = [FieldConfidence(path=HOSTILE, value=HOSTILE, **leaf)]
+    state = ChatState(result=result.model_copy(update={"best": result.best.model_copy(update={"fields": fields})}))
+    reasons = [TokenReason(id=1, text=HOSTILE, allowed=False, reason=f"`{HOSTILE}` refused")]
+    report = InspectResponse(engines=[EngineReport(engine="xgrammar", compiled=False, error=HOSTILE)])
+    pages = [
+        ui_debugger.fields_html(state),
+        render_debugger.reasons_html(f"before {HOSTILE}", reasons, {1: -1.0}),
+        render_debugger.branch_html(result, "constrained", kept=HOSTILE, forced=HOSTILE),
+        inspect_html(report),
+        side_html(HOSTILE, result, render.validation_html(result.best, "regex")),
+        columns_html([Column(HOSTILE, result=result), Column("x", error=HOSTILE)]),
+        stopped_verdict_html(HOSTILE, None),
+    ]
+    assert pages[0] == render_debugger.fields_html(fields)
+    for page in pages:
+        assert "<img" not in page and "&lt;img" in page

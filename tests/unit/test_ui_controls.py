@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from playground.constraints.examples import EXAMPLES
 from playground.ui import controls
-from playground.ui.examples import EXAMPLES, PROCESSOR_PARAMS
+from playground.ui.examples import PROCESSOR_PARAMS
 
 
 def test_live_check_names_the_problem_or_says_valid() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from playground.constraints.examples import PERSON_SCHEMA
 from playground.ui import drafts
-from playground.ui.examples import PERSON_SCHEMA
 
 
 def test_a_kind_comes_back_with_the_users_text_and_only_an_unchanged_example_is_named() -> None:

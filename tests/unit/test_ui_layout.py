@@ -50,7 +50,7 @@ def test_form_components_follow_the_form_fields() -> None:
         "best_of": "param-best-of",
         "constraint_engine": "param-engine",
     }
-    inputs = dict(zip(FIELDS, layout.form_inputs(comps), strict=True))
+    inputs = dict(zip(FIELDS, comps.form_inputs(), strict=True))
     assert {name: inputs[name].elem_id for name in expected} == expected
     assert all(inputs[name].elem_id.startswith("param-") for name in FIELDS[FIELDS.index("max_new_tokens") :])
 
@@ -58,11 +58,16 @@ def test_form_components_follow_the_form_fields() -> None:
 def test_parameter_ranges_follow_tgi() -> None:
     with gr.Blocks():
         comps = layout.render_all(Registry([]))
-    assert (comps["best_of"].minimum, comps["best_of"].maximum) == (1, 4)
-    assert (comps["top_n_tokens"].minimum, comps["top_n_tokens"].maximum) == (0, 20)
-    assert comps["top_p"].maximum == 1.0 and comps["typical_p"].maximum == 1.0
-    assert comps["frequency_penalty"].minimum > -2.0 and comps["frequency_penalty"].maximum == 2.0
-    assert comps["constraint_engine"].choices == [(e, e) for e in ("auto", "llguidance", "xgrammar", "outlines_core")]
+    assert (comps.params.best_of.minimum, comps.params.best_of.maximum) == (1, 4)
+    assert (comps.params.top_n_tokens.minimum, comps.params.top_n_tokens.maximum) == (0, 20)
+    assert comps.params.sampling["top_p"].maximum == 1.0 and comps.params.sampling["typical_p"].maximum == 1.0
+    assert (
+        comps.params.sampling["frequency_penalty"].minimum > -2.0
+        and comps.params.sampling["frequency_penalty"].maximum == 2.0
+    )
+    assert comps.params.constraint_engine.choices == [
+        (e, e) for e in ("auto", "llguidance", "xgrammar", "outlines_core")
+    ]
 
 
 def test_every_sampling_control_is_a_slider_and_a_form_field_at_its_neutral_value() -> None:
@@ -70,7 +75,10 @@ def test_every_sampling_control_is_a_slider_and_a_form_field_at_its_neutral_valu
         comps = layout.render_all(Registry([]))
     form = Form()
     for control in SAMPLING:
-        slider = comps[control.name]
+        slider = comps.params.sampling[control.name]
         assert slider.elem_id == "param-" + control.name.replace("_", "-") and slider.label == control.label
         assert slider.value == control.neutral == getattr(form, control.name)
-    assert comps["min_p"].label == "min_p (0 = off)" and (comps["min_p"].minimum, comps["min_p"].maximum) == (0, 1)
+    assert comps.params.sampling["min_p"].label == "min_p (0 = off)" and (
+        comps.params.sampling["min_p"].minimum,
+        comps.params.sampling["min_p"].maximum,
+    ) == (0, 1)

@@ -203,7 +203,7 @@ def test_error_and_constraint_boxes_escape_their_message() -> None:
 
 
 def test_chat_shows_every_message_exactly_unless_markdown_is_asked_for():
-    from playground.ui.chat_view import chatbot_value
+    from playground.render.chat import chatbot_value
 
     user = {"role": "user", "content": "# x *a* <b>b</b> & ```"}
     free = {"role": "assistant", "content": "**bold** <i>", "constraint": "none"}

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from playground.constraints.examples import EXAMPLES, PERSON_SCHEMA
 from playground.errors import InvalidConstraintError, ParameterError, PlaygroundError
 from playground.types import ChatMessage
-from playground.ui.examples import EXAMPLES, PERSON_SCHEMA
 from playground.ui.state import FIELDS, ChatState, Form, chat_inputs, export_session, import_session, params_of
 
 

@@ -25,7 +25,7 @@ from playground.wire.inbound import grammar_for
 from tests.fakes import FakeProvider
 from tests.support import free_port
 from widgets import TokenView
-from widgets.playground import Playground, build_inputs, build_parameters, describe
+from widgets.playground import Playground, build_inputs, build_parameters
 from widgets.token_view import result_payload
 
 SCRIPT = "<script>window.__pwned = 1</script>"
@@ -268,8 +268,8 @@ def test_build_inputs_prompt_and_chat() -> None:
 
 
 def test_describe_errors() -> None:
-    assert describe(InvalidConstraintError("bad regex")) == "InvalidConstraintError: bad regex"
-    assert describe(RuntimeError("CUDA out of memory")) == "model failure (RuntimeError): CUDA out of memory"
+    assert render.error_text(InvalidConstraintError("bad regex")) == "InvalidConstraintError: bad regex"
+    assert render.error_text(RuntimeError("CUDA out of memory")) == "model failure (RuntimeError): CUDA out of memory"
 
 
 def test_the_widget_takes_its_sampling_controls_from_the_wire_table() -> None:

@@ -283,7 +283,8 @@ function requestButton(model, className, label, counter) {
   return button;
 }
 
-// Test an instance: the first token the masks refuse (and why), beside the final verdict.
+// Test an instance: the first token the masks refuse (and why), beside the final verdict; worded in Python
+// (playground/render/debugger.py: check_summary), as the UI words it.
 function checkSection(model, offs) {
   const box = h("div", "sp-check");
   const text = boundText(model, offs, "check_text", "sp-check-text", 2, "a candidate output to test against the constraint");
@@ -292,10 +293,7 @@ function checkSection(model, offs) {
   const draw = () => {
     const r = model.get("check_result") || {};
     if (r.accepted === undefined) { out.textContent = ""; return; }
-    const refused = r.first_refused;
-    out.textContent = (r.accepted ? "\u2713 accepted by the masks" :
-      `\u2717 token ${refused.position} ${JSON.stringify(refused.text)} refused: ${refused.reason}`) +
-      ` \u00b7 final verdict: ${r.validation.message}` + (r.agree ? "" : " \u00b7 the masks and the verdict disagree");
+    out.textContent = r.summary;
     out.dataset.accepted = String(r.accepted);
   };
   model.on("change:check_result", draw);

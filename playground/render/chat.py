@@ -1,4 +1,4 @@
-"""How the conversation appears in the chatbot: exactly as written, Markdown only when the user asks for it.
+"""How the conversation appears in the UI's chatbot: exactly as written, Markdown only when the user asks for it.
 
 A playground must show what the model wrote: `12*12*12*1` is not italics, `# x` is not a heading and `<b>`
 is not bold. By default the chatbot renders no Markdown and every message is HTML-escaped text (its

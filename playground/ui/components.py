@@ -1,0 +1,174 @@
+"""The page's components as typed attributes: layout.py builds them, the event wiring reads them.
+
+A misspelt component is an AttributeError at build time (and a type checker's error), not a KeyError
+at the first click; each section is built by one `_render_*` helper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, NamedTuple
+
+import gradio as gr
+
+from playground.render import STYLESHEET
+from playground.ui.state import FIELDS
+
+
+def html(elem_id: str, value: str = "", **kwargs: object) -> gr.HTML:
+    """An HTML panel styled by the playground's sheet, with no click behaviour unless asked."""
+    kwargs.setdefault("js_on_load", None)
+    return gr.HTML(value, elem_id=elem_id, css_template=STYLESHEET, **kwargs)
+
+
+@dataclass(frozen=True)
+class ConstraintEditor:
+    """The constraint picker and editor, its status line, the inspect panel and the custom processor."""
+
+    kind: gr.Radio
+    example: gr.Dropdown
+    text: gr.Code
+    status: gr.HTML
+    inspect_panel: gr.HTML
+    processor_group: gr.Group
+    processor: gr.Dropdown
+    processor_help: gr.HTML
+    processor_params: gr.Textbox
+
+
+@dataclass(frozen=True)
+class Parameters:
+    """TGI's parameters; each attribute is named as its Form field (sampling: one slider per table row)."""
+
+    max_new_tokens: gr.Slider
+    stop: gr.Textbox
+    truncate: gr.Number
+    do_sample: gr.Checkbox
+    sampling: dict[str, gr.Slider]
+    seed: gr.Textbox
+    top_n_tokens: gr.Slider
+    best_of: gr.Slider
+    constraint_engine: gr.Dropdown
+    watermark: gr.Checkbox
+    adapter_id: gr.Textbox
+
+    def by_field(self) -> dict[str, Any]:
+        """Each control under its Form field's name."""
+        named = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sampling"}
+        return {**named, **self.sampling}
+
+
+@dataclass(frozen=True)
+class Session:
+    """Export and import a session file, and the share link."""
+
+    export: gr.Button
+    file: gr.File
+    upload: gr.UploadButton
+    share: gr.Button
+    share_link: gr.Textbox
+    status: gr.HTML
+
+
+@dataclass(frozen=True)
+class Chat:
+    """The chat tab: the conversation, its buttons and the insight panels a turn fills."""
+
+    chatbot: gr.Chatbot
+    input: gr.Textbox
+    send: gr.Button
+    stop: gr.Button
+    retry: gr.Button
+    undo: gr.Button
+    clear: gr.Button
+    markdown: gr.Checkbox
+    error: gr.HTML
+    finish: gr.HTML
+    verdict: gr.HTML
+    mode: gr.Radio
+    tokens: gr.HTML
+    next_token: gr.HTML
+    bestof: gr.HTML
+
+
+class InstanceCheck(NamedTuple):
+    """Test an instance: a candidate text, its button and the walk's result."""
+
+    text: gr.Textbox
+    button: gr.Button
+    result: gr.HTML
+
+
+@dataclass(frozen=True)
+class Debugger:
+    """Confidence per field, why a token was refused, branches from a token, testing an instance."""
+
+    field_panel: gr.HTML
+    reason_panel: gr.HTML
+    branch_text: gr.Textbox
+    branch_btn: gr.Button
+    branch_picker: gr.Radio
+    branch_panel: gr.HTML
+    branches: gr.State
+    check: InstanceCheck
+
+
+@dataclass(frozen=True)
+class EngineCompare:
+    """The Compare tab's engines row: one column per constraint engine (and another model)."""
+
+    run: gr.Button
+    model: gr.Dropdown
+    panel: gr.HTML
+
+
+@dataclass(frozen=True)
+class Compare:
+    """The Compare tab: the same turn without and with the constraint, and once per engine."""
+
+    input: gr.Textbox
+    run: gr.Button
+    left: gr.HTML
+    right: gr.HTML
+    engines: EngineCompare
+
+
+@dataclass(frozen=True)
+class Code:
+    """The Code tab and its snippets, by the key of each in layout.CODE_TABS."""
+
+    tab: gr.Tab
+    snippets: dict[str, gr.Code]
+
+
+@dataclass(frozen=True)
+class Components:
+    """Every component create_ui wires, and the per-user states."""
+
+    model: gr.Dropdown
+    model_status: gr.HTML
+    constraint: ConstraintEditor
+    system_prompt: gr.Textbox
+    params: Parameters
+    session: Session
+    chat: Chat
+    debugger: Debugger
+    compare: Compare
+    code: Code
+    state: gr.State
+    model_pick: gr.State
+    drafts: gr.State
+
+    def form_inputs(self) -> list[Any]:
+        """The form's components in Form field order (the order handlers receive their values)."""
+        c = self.constraint
+        named = {
+            "model": self.model,
+            "kind": c.kind,
+            "constraint_text": c.text,
+            "processor": c.processor,
+            "processor_params": c.processor_params,
+            "system_prompt": self.system_prompt,
+            **self.params.by_field(),
+        }
+        return [named[name] for name in FIELDS]
