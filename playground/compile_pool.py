@@ -27,7 +27,7 @@ from typing import Any
 
 import psutil
 
-from playground import engines
+from playground import engines, sandbox
 from playground.errors import CompileMemoryError, CompileTimeoutError
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,7 @@ class CompileLimits:
 
 def _serve(conn: Any) -> None:
     """A worker's life: warm the default engine, then answer jobs until the server closes the pipe."""
+    sandbox.enter()
     try:
         tokenizer = pickle.loads(conn.recv_bytes())
         backends = {"llguidance": engines.worker_backend("llguidance", tokenizer)}
@@ -91,7 +92,8 @@ def _run(job: tuple, backends: dict[str, Any], tokenizer: Any) -> Iterator[tuple
     yield ("started", warmed)
     _limit_self(timeout_s, memory_mb)
     try:
-        payload, warnings = engines.compile_payload(engine, backends[engine], kind, text)
+        # on the sandbox's small stack: what compiles here has room to spare when the server rebuilds it
+        payload, warnings = sandbox.on_probe_stack(engines.compile_payload, engine, backends[engine], kind, text)
     except engines.EngineRefusal as exc:
         reply: tuple = ("refused", exc.kind, exc.message)
     except MemoryError:

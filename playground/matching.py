@@ -11,10 +11,15 @@ deadline between small chunks keeps any one check from holding the GIL or the de
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+from playground import sandbox
 
 # One verdict may spend at most this long; a grammar ambiguous enough to exceed it gets valid=None.
 CHECK_BUDGET_S = 2.0
@@ -105,8 +110,16 @@ def _limits() -> Any:
 
 
 def _build(kind: str, text: str) -> Any:
-    """A fresh matcher for the grammar, kept to copy (copies are cheap); DialectError if unreadable."""
+    """A fresh matcher for the grammar, kept to copy (copies are cheap); DialectError if unreadable.
+
+    In the server only after a sandbox built the same matcher (playground.sandbox): native code never
+    reads a grammar here first."""
     import llguidance
+
+    if not sandbox.inside():
+        problem = syntax_error(kind, text)
+        if problem is not None:
+            raise DialectError(problem)
 
     matcher = llguidance.LLMatcher(_tokenizer(), grammar_spec(kind, text), log_level=0, limits=_limits())
     if matcher.is_error():
@@ -128,7 +141,41 @@ def _matcher(kind: str, text: str) -> Any:
 
 
 def syntax_error(kind: str, text: str) -> str | None:
-    """Why the engines cannot read this regex or grammar, or None when they can."""
+    """Why the engines cannot read this regex or grammar, or None when they can (read in a sandbox)."""
+    if sandbox.inside():
+        return local_syntax_error(kind, text)
+    digest = hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+    return _proven(kind, digest, text)
+
+
+# The sandbox's answers, by (kind, SHA-256 of the text) so 4 MB texts are not kept as keys.
+_verdicts: OrderedDict[tuple[str, str], str | None] = OrderedDict()
+_verdicts_lock = threading.Lock()
+_VERDICTS_KEPT = 4096
+
+
+def _proven(kind: str, digest: str, text: str) -> str | None:
+    """The sandbox's answer for (kind, text), remembered (a crash is an answer too)."""
+    key = (kind, digest)
+    with _verdicts_lock:
+        if key in _verdicts:
+            _verdicts.move_to_end(key)
+            return _verdicts[key]
+    try:
+        problem = sandbox.call("playground.matching:local_syntax_error", kind, text)
+    except sandbox.SandboxError as exc:
+        problem = f"the engines cannot read it safely: {exc}"
+        if exc.transient:
+            return problem
+    with _verdicts_lock:
+        _verdicts[key] = problem
+        while len(_verdicts) > _VERDICTS_KEPT:
+            _verdicts.popitem(last=False)
+    return problem
+
+
+def local_syntax_error(kind: str, text: str) -> str | None:
+    """syntax_error read in this process: only in a sandbox."""
     try:
         _matcher(kind, text)
     except DialectError as exc:

@@ -1,0 +1,70 @@
+"""Native code never reads a constraint in the server first: input that crashes it costs a 422.
+
+On the old code each grammar below killed the test process itself (SIGSEGV in llguidance's parser build,
+a stack overflow), so every test here fails there by crashing.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from fastapi.testclient import TestClient
+
+from playground import matching, sandbox
+from playground.constraints import Constraint
+from playground.errors import InvalidConstraintError
+from playground.providers.registry import Registry
+from playground.server import create_app
+from tests.fakes import FakeProvider
+
+
+def _lark_chain(n: int) -> str:
+    return "start: r0\n" + "\n".join(f'r{i}: r{i + 1} "a"' for i in range(n)) + f'\nr{n}: "b"\n'
+
+
+def _gbnf_chain(n: int) -> str:
+    return "root ::= r0\n" + "\n".join(f'r{i} ::= r{i + 1} "a"' for i in range(n)) + f'\nr{n} ::= "b"\n'
+
+
+@pytest.mark.parametrize("grammar", [_lark_chain(3000), _gbnf_chain(5000)], ids=["lark", "gbnf"])
+def test_a_grammar_that_crashes_the_native_parser_is_a_422(grammar: str) -> None:
+    with pytest.raises(InvalidConstraintError, match="crashed the checker") as caught:
+        Constraint.grammar(grammar)
+    assert caught.value.status == 422
+    outcome = matching.full_match("grammar", grammar, "b" + "a" * 10)  # the verdict path is proven too
+    assert outcome.ok is None and "crashed" in outcome.message
+
+
+def test_every_route_that_reads_a_grammar_answers_422_and_the_server_lives_on() -> None:
+    client = TestClient(create_app(Registry([FakeProvider("b")]), ui=False))
+    grammar = {"type": "grammar", "value": _lark_chain(3000)}
+    body = {"inputs": "x", "parameters": {"max_new_tokens": 1, "grammar": grammar}}
+    assert client.post("/generate", json=body).status_code == 422
+    assert client.post("/inspect", json={"grammar": grammar}).status_code == 422
+    chat = {"messages": [{"role": "user", "content": "x"}], "structured_outputs": {"grammar": grammar["value"]}}
+    assert client.post("/v1/chat/completions", json=chat).status_code in (400, 422)
+    assert client.get("/health").status_code == 200
+    ok = {"inputs": "x", "parameters": {"grammar": {"type": "grammar", "value": 'start: "b"'}}}
+    assert client.post("/generate", json=ok).json()["validation"]["valid"] is True
+
+
+def test_readable_grammars_and_regexes_still_pass_through_the_sandbox() -> None:
+    assert matching.syntax_error("grammar", _lark_chain(100)) is None
+    assert matching.full_match("grammar", _lark_chain(100), "b" + "a" * 100).ok is True
+    assert "unclosed group" in (matching.syntax_error("regex", "(ab") or "")
+
+
+def test_a_sandbox_that_died_while_idle_is_replaced_not_reported() -> None:
+    pool = sandbox.SandboxPool(workers=1)
+    assert pool.call("playground.matching:local_syntax_error", "regex", "a+") is None
+    box = pool._idle.get_nowait()
+    os.kill(box.process.pid, 9)
+    box.process.join(5)
+    pool._idle.put(box)
+    assert pool.call("playground.matching:local_syntax_error", "regex", "b+") is None
+
+
+def test_the_probe_stack_is_smaller_than_the_servers() -> None:
+    assert sandbox.PROBE_STACK * 4 <= max(sandbox._server_stack(), 4 * sandbox.PROBE_STACK)
+    assert sandbox.on_probe_stack(sum, [1, 2, 3]) == 6
