@@ -23,6 +23,9 @@ from playground.errors import UnsupportedConstraintError
 from playground.runner import ModelRunner
 from playground.types import GeneratedToken, GenerateParameters
 
+# The EOS gate's verdict runs inside the batch's step: it may spend this long, then the gate stops for the row.
+GATE_BUDGET_S = 0.05
+
 
 class TokenChooser:
     """Scores, picks and records one row's next token; stateful (the constraint walks with the row)."""
@@ -49,6 +52,8 @@ class TokenChooser:
         # Only a lone constraint processor can be probed ahead: custom processors may change any logit.
         self.fast_forward = fast_forward
         self.pending: torch.Tensor | None = None  # the next position's allowed tokens, already probed
+        self.gate_stopped = False  # the EOS gate gave up on this row (a verdict past its step budget)
+        self.warnings: list[str] = []  # this row's, for the result's warnings
 
     def step(
         self,
@@ -96,7 +101,13 @@ class TokenChooser:
         eos_allowed = [t for t in self.runner.eos_ids if t < masked.shape[0] and torch.isfinite(masked[t])]
         if not eos_allowed:
             return masked
-        if self.constraint.validate(text).valid is not False:
+        if self.gate_stopped:
+            return masked
+        verdict = self.constraint.validate(text, budget_s=GATE_BUDGET_S)
+        if verdict.valid is None:  # too costly to decide at every step: the final verdict (off the batch) decides
+            self.gate_stopped = True
+            self.warnings.append(f"the JSON end-of-text gate stopped ({verdict.message}); the final verdict decides")
+        if verdict.valid is not False:
             return masked
         masked = masked.clone()
         masked[eos_allowed] = sampling.NEG_INF

@@ -382,6 +382,7 @@ def _matcher_errors(rows: list[Row]) -> list[str]:
     """llguidance stops a matcher that hits a limit (say, a grammar row too long) and only warns; report it."""
     errors = []
     for row in rows:
+        errors.extend(getattr(row.chooser, "warnings", ()))
         for processor in row.chooser.processors:
             for matcher in getattr(processor, "ll_matchers", None) or []:
                 if matcher.is_error():

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from playground import sandbox
+from playground import sandbox, verdict_budget
 
 # One verdict may spend at most this long; a grammar ambiguous enough to exceed it gets valid=None.
 CHECK_BUDGET_S = 2.0
@@ -212,19 +212,22 @@ def _feed(matcher: Any, data: bytes, deadline: float) -> Outcome | None:
         pos += step
         now = time.monotonic()
         if now > deadline and pos < len(data):
-            return Outcome(None, f"too costly to check within {CHECK_BUDGET_S:g} s (stopped at byte {pos})")
+            return Outcome(None, f"too costly to check within its time budget (stopped at byte {pos})")
         step = min(step * 2, 4096) if now - started < 0.001 else max(step // 2, 1)
     return None
 
 
-def full_match(kind: str, value: str, text: str) -> Outcome:
-    """Does the whole text match the regex (kind 'regex') or parse with the grammar (kind 'grammar')?"""
+def full_match(kind: str, value: str, text: str, budget_s: float | None = None) -> Outcome:
+    """Does the whole text match the regex (kind 'regex') or parse with the grammar (kind 'grammar')?
+
+    Within `budget_s` (default CHECK_BUDGET_S), and within the enclosing verdict's budget if any."""
     try:
         matcher = _matcher(kind, value)
     except (DialectError, ValueError, RecursionError) as exc:
         return Outcome(None, f"the engines cannot read it: {exc}")
     data = text.encode("utf-8", errors="surrogatepass")
-    stopped = _feed(matcher, data, time.monotonic() + CHECK_BUDGET_S)
+    deadline = min(time.monotonic() + (budget_s or CHECK_BUDGET_S), verdict_budget.deadline())
+    stopped = _feed(matcher, data, deadline)
     if stopped is not None:
         return stopped
     if matcher.is_accepting():
