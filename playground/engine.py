@@ -21,6 +21,7 @@ from playground.debug import continuation
 from playground.debug.fields import field_confidence
 from playground.decode import Decode, Row
 from playground.errors import InvalidConstraintError, ParameterError, PromptTooLongError, first_line
+from playground.limits import MAX_PROMPT_CHARS
 from playground.models import LoadedModel
 from playground.prefix_cache import PrefixCache
 from playground.runner import ModelRunner
@@ -92,6 +93,11 @@ class Engine:
 
     def encode_prompt(self, inputs: Inputs, truncate: int | None = None) -> tuple[str, list[int]]:
         prompt = self.render_prompt(inputs)
+        if len(prompt) > MAX_PROMPT_CHARS:  # counts what the request's own checks could not see (templates, tools)
+            raise PromptTooLongError(
+                f"the prompt as the model reads it has {len(prompt)} characters; at most {MAX_PROMPT_CHARS}",
+                field="inputs",
+            )
         ids = self._encode(prompt, add_special_tokens=isinstance(inputs, str))
         if truncate:
             ids = ids[-truncate:]

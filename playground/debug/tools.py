@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError
 
 from playground.errors import InvalidConstraintError, ParameterError
 from playground.types import ChatCompletionRequest, ChatMessage, GrammarType, NamedToolChoice, Strict, ToolSpec
+from playground.types.chat import describe_tools
 from playground.wire.errors import parameter_error
 
 INSTRUCTIONS = (
@@ -95,8 +96,7 @@ def with_tools(req: ToolRequest, messages: list[ChatMessage]) -> list[ChatMessag
     """The messages with the tools described in a system message, and past calls written out as text."""
     if mode(req) is None:
         return messages
-    described = json.dumps([t.function.model_dump(exclude_none=True) for t in req.tools or []])
-    note = INSTRUCTIONS.format(tools=described)
+    note = INSTRUCTIONS.format(tools=describe_tools(req.tools or []))
     if mode(req) == "named":
         note += f"\nCall `{_named(req).function.name}` now: answer with its arguments object only."
     out = [_as_text(m) for m in messages]
@@ -107,11 +107,8 @@ def with_tools(req: ToolRequest, messages: list[ChatMessage]) -> list[ChatMessag
 
 def _as_text(message: ChatMessage) -> ChatMessage:
     """An assistant turn that called tools becomes the JSON it would have written."""
-    calls = (message.model_extra or {}).get("tool_calls")
-    if message.role != "assistant" or not calls:
-        return message
-    written = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])} for c in calls]
-    return ChatMessage(role="assistant", content=json.dumps(written[0] if len(written) == 1 else written))
+    written = message.written_calls()
+    return message if written is None else ChatMessage(role="assistant", content=written)
 
 
 def answer(req: ToolRequest, text: str) -> tuple[dict[str, Any], bool]:
