@@ -23,7 +23,7 @@ from playground.decode import Decode, Row
 from playground.errors import InvalidConstraintError, ParameterError, PromptTooLongError, first_line
 from playground.limits import MAX_PROMPT_CHARS
 from playground.models import LoadedModel
-from playground.prefix_cache import PrefixCache
+from playground.prefix_cache import PrefixCache, ScopedCache
 from playground.runner import ModelRunner
 from playground.scheduler import Job, Scheduler
 from playground.stopping import StopCriteria
@@ -334,9 +334,9 @@ class Engine:
             step = chooser.step(input_ids, logits, text, warp=False)
         return self._distribution(step, ids, prompt_ids, top_k)
 
-    def _prefix_cache(self, params: GenerateParameters) -> PrefixCache | None:
-        """The KV caches a request may share: not under an adapter, whose weights make other keys and values."""
-        return None if params.adapter_id else self.prefix_cache
+    def _prefix_cache(self, params: GenerateParameters) -> ScopedCache | None:
+        """The KV caches a request may share: its own client's, and not under an adapter (other keys and values)."""
+        return None if params.adapter_id else self.prefix_cache.scoped()
 
     def _prefill(self, ids: list[int], params: GenerateParameters) -> torch.Tensor:
         """The last position's logits for `ids`, running only what the prefix cache does not hold."""

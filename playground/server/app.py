@@ -30,6 +30,7 @@ from playground.server.guards import (
     valid_unicode,
 )
 from playground.server.guesses import KeyGuesses
+from playground.server.scope import ClientScope
 
 DESCRIPTION = """Constrained decoding over TGI- and OpenAI-compatible routes.
 
@@ -79,6 +80,7 @@ def create_app(
     )
     app.add_middleware(DeclaredBodyLimit, paths=set(methods), max_bytes=MAX_BODY_BYTES)
     app.add_middleware(ErrorShape)
+    app.add_middleware(ClientScope)
     if ui:
         return _mount_ui(app, registry, ui_options or {}, api_key, guesses)
 
