@@ -20,6 +20,7 @@ import torch
 from playground import sampling
 from playground.constraints import Constraint
 from playground.errors import UnsupportedConstraintError
+from playground.row_budget import RowBudget
 from playground.runner import ModelRunner
 from playground.types import GeneratedToken, GenerateParameters
 
@@ -52,6 +53,7 @@ class TokenChooser:
         # Only a lone constraint processor can be probed ahead: custom processors may change any logit.
         self.fast_forward = fast_forward
         self.pending: torch.Tensor | None = None  # the next position's allowed tokens, already probed
+        self.budget = RowBudget()  # the constraint work this row may do in the batch's steps
         self.gate_stopped = False  # the EOS gate gave up on this row (a verdict past its step budget)
         self.warnings: list[str] = []  # this row's, for the result's warnings
 
@@ -71,8 +73,9 @@ class TokenChooser:
         scores = self.shared(ids, logits.unsqueeze(0).clone())[0] if len(self.shared) else logits
         if allowed is None and self.pending is not None:
             allowed, self.pending = self.pending, None
-        masked = scores.masked_fill(~allowed, sampling.NEG_INF) if allowed is not None else self.mask(ids, scores)
-        gated = self.gate_eos(masked, text)
+        with self.budget.step():
+            masked = scores.masked_fill(~allowed, sampling.NEG_INF) if allowed is not None else self.mask(ids, scores)
+            gated = self.gate_eos(masked, text)
         if gated is not masked and not bool(torch.isfinite(gated).any()):
             raise UnsupportedConstraintError(
                 f"the output breaks the schema ({self.constraint.validate(text).message}) and the constraint "
@@ -133,8 +136,10 @@ class TokenChooser:
         ids = list(ids)
         while True:
             scores = torch.zeros(1, self.runner.vocab_size, device=self.runner.device)
-            allowed = torch.isfinite(sampling.apply_row_processors(self.processors, self.runner.ids(ids), scores)[0])
-            token = self._forced_token(allowed) if len(out) < limit else None
+            with self.budget.step("probing the tokens the constraint forces"):
+                masked = sampling.apply_row_processors(self.processors, self.runner.ids(ids), scores)[0]
+                allowed = torch.isfinite(masked)
+                token = self._forced_token(allowed) if len(out) < limit else None
             if token is None:
                 self.pending = allowed
                 return out

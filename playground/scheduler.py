@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from playground import row_budget
 from playground.batch import BatchCache, can_batch
 from playground.decode import Decode
 from playground.runner import ModelRunner
@@ -52,11 +53,18 @@ class Job:
     use_model: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
     outbox: queue.Queue[Entry] = field(default_factory=queue.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    deadline: float = field(default_factory=row_budget.deadline)  # its wall-clock bound (monotonic)
 
     def events(self) -> Iterator[list[PrefillToken] | TokenEvent]:
-        """The prompt details first, then token events as they come; raises what the decode raised."""
+        """The prompt details first, then token events as they come; raises what the decode raised.
+
+        Past the job's deadline the reader stops waiting, even if a step never returns."""
         while True:
-            kind, value = self.outbox.get()
+            try:
+                kind, value = self.outbox.get(timeout=max(0.0, self.deadline - time.monotonic()))
+            except queue.Empty:
+                self.cancelled.set()
+                raise row_budget.past_deadline() from None
             if kind == "done":
                 return
             if kind == "error":
@@ -152,9 +160,9 @@ class Scheduler:
             rows = self._batch.rows
             while self._joining:
                 job = self._joining[0]
-                if job.cancelled.is_set():  # the client left while waiting: it never prefills
+                if job.cancelled.is_set() or time.monotonic() > job.deadline:  # it never prefills
                     self._joining.popleft()
-                    job.outbox.put(("done", None))
+                    job.outbox.put(("done", None) if job.cancelled.is_set() else ("error", row_budget.past_deadline()))
                     continue
                 alone = job.exclusive or self.batchable is not True
                 busy = bool(self._active or out)
@@ -236,6 +244,11 @@ class Scheduler:
 
     def _step(self) -> None:
         """One forward for every row that has tokens to run; each request's rows take their logits."""
+        now = time.monotonic()
+        for job in self._active:
+            if now > job.deadline and not job.cancelled.is_set():
+                job.outbox.put(("error", row_budget.past_deadline()))
+                job.cancelled.set()
         feeds = [self._feed(job, i) for job, i in self._slots]
         if not any(feeds):
             return

@@ -1,0 +1,81 @@
+"""One hostile row cannot hold the batch: constraint work has a budget per row and step, and every request
+a wall-clock bound. On the old code the slow rows below decoded to the end, holding every step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from playground import row_budget
+from playground.errors import WorkBudgetError
+from playground.scheduler import Job, Scheduler
+from tests.unit.test_batching import decode_of, run_alone, runner, same, submit_together, tokens_of
+
+__all__ = ["runner"]  # the tiny model fixture, shared with the batching tests
+
+
+class BurnsCpu:
+    """A constraint whose mask costs more each step, as an ambiguous grammar's parse does."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        end = time.thread_time() + self.seconds
+        while time.thread_time() < end:
+            pass
+        return scores
+
+
+class Sleeps:
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.01)
+        return scores
+
+
+@pytest.fixture
+def scheduler(runner) -> Scheduler:
+    return Scheduler(runner, threading.Lock(), max_rows=32)
+
+
+def test_a_row_past_its_step_budget_leaves_the_batch_and_the_others_go_on(runner, scheduler, monkeypatch):
+    monkeypatch.setattr(row_budget, "STEP_CPU_S", 0.02)
+
+    def make():
+        return decode_of(runner, [5, 6, 7], tokens=12)
+
+    want = run_alone(runner, make)
+    hostile, fine = Job(decode_of(runner, [8, 9], tokens=200, processors=[BurnsCpu(0.05)])), Job(make())
+    submit_together(scheduler, [hostile, fine])
+    with pytest.raises(WorkBudgetError, match="left the batch") as caught:
+        tokens_of(hostile)
+    assert caught.value.status == 422 and caught.value.error_type == "budget"
+    same(tokens_of(fine), want)
+    assert scheduler.usage()["requests"] == 0
+
+
+def test_a_row_past_its_budget_in_all_leaves_too(runner, scheduler, monkeypatch):
+    monkeypatch.setattr(row_budget, "ROW_CPU_S", 0.1)
+    job = Job(decode_of(runner, [8, 9], tokens=200, processors=[BurnsCpu(0.01)]))
+    scheduler.submit(job)
+    with pytest.raises(WorkBudgetError, match="over this answer"):
+        tokens_of(job)
+
+
+def test_every_request_has_a_wall_clock_bound(runner, scheduler, monkeypatch):
+    monkeypatch.setattr(row_budget, "REQUEST_WALL_S", 0.3)
+    job = Job(decode_of(runner, [8, 9], tokens=100_000, processors=[Sleeps()]))
+    scheduler.submit(job)
+    with pytest.raises(WorkBudgetError, match="wall-clock bound"):
+        tokens_of(job)
+
+
+def test_the_reader_stops_waiting_at_the_deadline_even_if_no_step_returns(runner) -> None:
+    job = Job(decode_of(runner, [8, 9]), deadline=time.monotonic() + 0.2)  # never scheduled: a stuck loop
+    with pytest.raises(WorkBudgetError, match="wall-clock bound"):
+        next(job.events())
+    assert job.cancelled.is_set()
