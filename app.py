@@ -148,6 +148,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="SECONDS",
         help="/health answers 503 while running work has made no progress for this long (default: 60)",
     )
+    parser.add_argument(
+        "--forwarded-allow-ips",
+        default=None,
+        metavar="IPS",
+        help="proxies (comma-separated addresses, or *) whose X-Forwarded-For names the client; "
+        "by default nobody's, so clients are told apart by their own address",
+    )
     parser.add_argument("--no-ui", action="store_true", help="serve only the HTTP API")
     return parser.parse_args(argv)
 
@@ -309,7 +316,20 @@ def main(argv: list[str] | None = None) -> None:
         stall_timeout_s=args.stall_timeout,
     )
     log.info("ready in %.1f s: http://%s:%d (API docs at /docs)", time.perf_counter() - started, args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    uvicorn.run(app, **uvicorn_options(args))
+
+
+def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
+    """uvicorn's settings: X-Forwarded-For is believed only from the proxies --forwarded-allow-ips names
+    (uvicorn believes loopback by default: rotating the header there would reset the key-guess limiter)."""
+    trusted = args.forwarded_allow_ips
+    return {
+        "host": args.host,
+        "port": args.port,
+        "log_level": "info",
+        "proxy_headers": bool(trusted),
+        "forwarded_allow_ips": trusted or None,
+    }
 
 
 if __name__ == "__main__":

@@ -121,6 +121,12 @@ class Engine:
         """TGI's /tokenize: ids with their character offsets."""
         _check_unicode(text)
         enc = self.tokenizer(text, return_offsets_mapping=True, add_special_tokens=True)
+        if len(enc["input_ids"]) > self.max_input_tokens:  # ~150 bytes of answer a token: keep it bounded
+            raise PromptTooLongError(
+                f"the text has {len(enc['input_ids'])} tokens; /tokenize answers at most {self.max_input_tokens} "
+                "(the model's max_input_tokens)",
+                field="inputs",
+            )
         return [
             {"id": i, "text": text[a:b], "start": a, "stop": b}
             for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"])
