@@ -27,8 +27,9 @@ from typing import Any
 
 import psutil
 
-from playground import engines, sandbox
+from playground import client_scope, engines, sandbox
 from playground.errors import CompileMemoryError, CompileTimeoutError
+from playground.fair_queue import FairQueue
 
 log = logging.getLogger(__name__)
 _exiting = threading.Event()  # set at interpreter exit: workers still starting then are abandoned quietly
@@ -165,7 +166,7 @@ class CompilePool:
     def __init__(self, tokenizer: Any, limits: CompileLimits) -> None:
         self.limits = limits
         self._tokenizer_bytes = pickle.dumps(tokenizer)
-        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._idle: FairQueue[_Worker] = FairQueue()  # free workers, handed out fairly between clients
         self._pids: set[int] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -189,22 +190,42 @@ class CompilePool:
     def compile(self, engine: str, kind: str, text: str) -> tuple[Any, list[str]]:
         """(payload, warnings) from a worker; raises EngineRefusal, CompileTimeoutError or CompileMemoryError."""
         what = f"compiling the {kind} with {engine}"
-        try:  # waiting for a free worker does not count toward the time limit
-            worker = self._idle.get(timeout=START_TIMEOUT_S)
-        except queue.Empty:
-            raise CompileTimeoutError(f"{what}: no compile worker became free within {START_TIMEOUT_S:g} s") from None
+        client = client_scope.current()
+        worker = self._take(what, (engine, kind, text, self.limits.timeout_s, self.limits.memory_mb), client)
         try:
-            worker.conn.send((engine, kind, text, self.limits.timeout_s, self.limits.memory_mb))
             reply = self._watch(worker, what)
             if reply[0] == "memory":
                 raise self._memory_error(what)
         except BaseException:
             self._retire(worker)
             raise
+        finally:
+            self._idle.release(client)
         self._release(worker)
         if reply[0] == "refused":
             raise engines.EngineRefusal(reply[1], reply[2])
         return reply[1], reply[2]
+
+    def _take(self, what: str, job: tuple, client: str) -> _Worker:
+        """A free worker that took the job; one that died while idle is replaced, not this request's error."""
+        for _ in range(max(1, self.limits.workers) + 2):
+            try:  # waiting for a free worker does not count toward the time limit
+                worker = self._idle.get(client, timeout=START_TIMEOUT_S)
+            except queue.Empty:
+                raise CompileTimeoutError(
+                    f"{what}: no compile worker became free within {START_TIMEOUT_S:g} s"
+                ) from None
+            try:
+                if not worker.process.is_alive():
+                    raise BrokenPipeError
+                worker.conn.send(job)
+            except (OSError, ValueError):  # the pipe is gone: it died idle (killed, out of memory)
+                log.warning("a compile worker died while idle (%s); replacing it", _exit_reason(worker))
+                self._idle.release(client)
+                self._retire(worker)
+                continue
+            return worker
+        raise CompileTimeoutError(f"{what}: the compile workers keep dying")
 
     def _memory_error(self, what: str, detail: str = "") -> CompileMemoryError:
         return CompileMemoryError(
