@@ -20,7 +20,7 @@ import torch
 from playground import sampling
 from playground.constraints import Constraint
 from playground.errors import UnsupportedConstraintError
-from playground.row_budget import RowBudget
+from playground.row_budget import RowBudget, walked
 from playground.runner import ModelRunner
 from playground.types import GeneratedToken, GenerateParameters
 
@@ -169,6 +169,7 @@ def first_refused(processors: list[Any], start_ids: list[int], token_ids: list[i
     """Feed `token_ids` through the processors one by one after `start_ids`; the first one masked out."""
     ids = list(start_ids)
     for k, token_id in enumerate(token_ids):
+        walked()
         scores = torch.zeros(1, runner.vocab_size, device=runner.device)
         probe = sampling.apply_row_processors(processors, runner.ids(ids), scores)
         if not torch.isfinite(probe[0, token_id]):

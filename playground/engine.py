@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from playground import sampling
+from playground import row_budget, sampling
 from playground.adapters import Adapters
 from playground.chooser import TokenChooser, first_refused
 from playground.compile_pool import CompileLimits
@@ -327,12 +327,14 @@ class Engine:
             raise PromptTooLongError(f"prompt and prefix have {len(ids)} tokens; at most {self.max_input_tokens}")
         self.adapters.prepare(params.adapter_id)
         chooser = self.chooser(params, compiled, constraint, len(prompt_ids))
-        with self._busy, self.adapters.use(params.adapter_id), torch.inference_mode():
+        # the prefix's walk through the constraint needs no model: nobody waits for it, and it has a budget
+        with torch.inference_mode(), row_budget.walking("the prefix"):
             k = chooser.first_refused(prompt_ids, prefix_ids)
-            if k is not None:
-                raise InvalidConstraintError(
-                    f"the prefix leaves the constraint at token {k} ({self.token_text(prefix_ids[k])!r})"
-                )
+        if k is not None:
+            raise InvalidConstraintError(
+                f"the prefix leaves the constraint at token {k} ({self.token_text(prefix_ids[k])!r})"
+            )
+        with self._busy, self.adapters.use(params.adapter_id), torch.inference_mode():
             input_ids = self.runner.ids(ids)
             logits = self._prefill(ids, params)
             text = self.tokenizer.decode(prefix_ids, skip_special_tokens=True)

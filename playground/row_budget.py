@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from contextvars import ContextVar
 
 from playground.errors import WorkBudgetError
 
@@ -45,6 +46,30 @@ class RowBudget:
                 f"{what} took {self.spent_s:.1f} s over this answer (at most {ROW_CPU_S:g} s per row): "
                 "the request left the batch"
             )
+
+
+# A walk of text through the constraint outside decoding (/next_token's prefix, /check, /reason): its CPU.
+WALK_CPU_S = 10.0
+_walk_limit: ContextVar[float | None] = ContextVar("walk_limit", default=None)
+
+
+@contextlib.contextmanager
+def walking(what: str) -> Iterator[None]:
+    """Within this block, `walked()` refuses to go on past WALK_CPU_S of this thread's CPU."""
+    token = _walk_limit.set(time.thread_time() + WALK_CPU_S)
+    try:
+        yield
+    finally:
+        _walk_limit.reset(token)
+
+
+def walked() -> None:
+    """One more position walked: a WorkBudgetError when the walk is past its budget."""
+    limit = _walk_limit.get()
+    if limit is not None and time.thread_time() > limit:
+        raise WorkBudgetError(
+            f"walking the text through the constraint took more than {WALK_CPU_S:g} s of CPU; send a shorter one"
+        )
 
 
 def deadline() -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from playground import row_budget
 from playground.compiler import CompiledConstraint
 from playground.constraints import Constraint
 from playground.debug import reasons
@@ -51,7 +52,12 @@ class CheckResult(BaseModel):
 
 
 def check_text(engine: LocalEngine, grammar: GrammarType, text: str, constraint_engine: str = "auto") -> CheckResult:
-    """Walk `text` through the constraint's masks, then EOS, and set the final verdict beside it."""
+    """Walk `text` through the constraint's masks, then EOS, and set the final verdict beside it (CPU-bounded)."""
+    with row_budget.walking("the text"):
+        return _check_text(engine, grammar, text, constraint_engine)
+
+
+def _check_text(engine: LocalEngine, grammar: GrammarType, text: str, constraint_engine: str) -> CheckResult:
     if len(text) > MAX_CHECK_CHARS:
         raise ParameterError(f"text: at most {MAX_CHECK_CHARS} characters, got {len(text)}", field="text")
     constraint = Constraint.from_grammar(grammar)

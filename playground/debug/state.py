@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from playground import row_budget
 from playground.compiler import CompiledConstraint, ConstraintCompiler
 from playground.constraints import Constraint
 from playground.errors import ConstraintError
@@ -90,6 +91,7 @@ def masks(
     # The processors consume input_ids[-1] from their second call on: any token can start the row.
     ids = [min(runner.eos_ids)]
     for k in range(len(token_ids) + 1):
+        row_budget.walked()
         with torch.inference_mode():
             scores = torch.zeros(runner.vocab_size, device=runner.device)
             masked = chooser.mask(runner.ids(ids), scores)
