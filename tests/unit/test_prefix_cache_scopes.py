@@ -81,3 +81,23 @@ def test_each_ui_conversation_is_its_own_client() -> None:
     one, other = ChatState(), ChatState()
     assert one.cache_scope() == one.cache_scope() != other.cache_scope()
     assert "_scope" not in one.model_dump()
+
+
+def test_the_compile_cache_never_tells_a_client_what_another_compiled(monkeypatch) -> None:
+    from playground import compiler as compiler_module
+    from playground.compiler import ConstraintCompiler, _Outcome
+    from playground.constraints import Constraint
+
+    compiles = []
+    monkeypatch.setattr(
+        ConstraintCompiler, "_compile_one", lambda self, c, e: compiles.append(e) or _Outcome(template=object())
+    )
+    monkeypatch.setattr(compiler_module, "_for_request", lambda c, e, outcome, cached, r: cached)
+    compiler = ConstraintCompiler(tokenizer=None)
+    secret = Constraint.regex("PIN 4831")
+    with client_scope.scoped("client:victim"):
+        assert compiler.compile(secret) is False
+    with client_scope.scoped("client:attacker"):
+        assert compiler.compile(secret) is False  # compiled afresh: nothing says the victim sent it
+        assert compiler.compile(secret) is True  # its own compile is cached for itself
+    assert len(compiles) == 2
