@@ -78,7 +78,7 @@ class TokenChooser:
             gated = self.gate_eos(masked, text)
         if gated is not masked and not bool(torch.isfinite(gated).any()):
             raise UnsupportedConstraintError(
-                f"the output breaks the schema ({self.constraint.validate(text).message}) and the constraint "
+                f"the output breaks the schema ({self.constraint.validate(text, GATE_BUDGET_S).message}) and the constraint "
                 "engine allows nothing but its end: the engine does not enforce every keyword of this schema"
             )
         chain = self.warpers if warp else sampling.LogitsProcessorList()

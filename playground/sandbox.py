@@ -21,6 +21,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from playground import client_scope
+from playground.fair_queue import FairQueue
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MB = 1 << 20
@@ -148,21 +151,34 @@ class SandboxPool:
 
     def __init__(self, workers: int = WORKERS) -> None:
         self._idle: queue.Queue[_Sandbox] = queue.Queue()
-        self._slots = threading.Semaphore(workers)
+        self._slots: FairQueue[int] = FairQueue()  # turns between clients: one's slow inputs cannot queue out another's
+        for slot in range(workers):
+            self._slots.put(slot)
 
     def call(self, target: str, *args: Any, timeout_s: float = TIMEOUT_S) -> Any:
         """`module:function(*args)` in a sandbox; its value, or SandboxError."""
-        with self._slots:
-            for attempt in range(2):
-                box = self._take()
-                try:
-                    box.conn.send((target, args))
-                except (OSError, EOFError):  # it died while idle: not this input's doing, try a fresh one
-                    box.kill()
-                    if attempt:
-                        raise SandboxError("the sandbox could not be reached", transient=True) from None
-                    continue
-                return self._answer(box, timeout_s)
+        client = client_scope.current()
+        try:
+            slot = self._slots.get(client, timeout=START_TIMEOUT_S)
+        except queue.Empty:
+            raise SandboxError(f"no sandbox became free within {START_TIMEOUT_S:g} s", transient=True) from None
+        try:
+            return self._call(target, args, timeout_s)
+        finally:
+            self._slots.release(client)
+            self._slots.put(slot)
+
+    def _call(self, target: str, args: tuple, timeout_s: float) -> Any:
+        for attempt in range(2):
+            box = self._take()
+            try:
+                box.conn.send((target, args))
+            except (OSError, EOFError):  # it died while idle: not this input's doing, try a fresh one
+                box.kill()
+                if attempt:
+                    raise SandboxError("the sandbox could not be reached", transient=True) from None
+                continue
+            return self._answer(box, timeout_s)
         raise AssertionError("unreachable")
 
     def _take(self) -> _Sandbox:
