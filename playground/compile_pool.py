@@ -19,6 +19,7 @@ import os
 import pickle
 import queue
 import resource
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -227,6 +228,13 @@ class CompilePool:
             return worker
         raise CompileTimeoutError(f"{what}: the compile workers keep dying")
 
+    def _died(self, worker: _Worker, what: str) -> CompileMemoryError:
+        """A worker that died in a job: killed for memory (its own limits), or crashed by the input (a 422 either way)."""
+        reason = _exit_reason(worker)
+        if worker.process.exitcode in (-signal.SIGSEGV, -signal.SIGBUS, -signal.SIGABRT, -signal.SIGILL):
+            return CompileMemoryError(f"{what} crashed the compile worker ({reason}); the server is unaffected")
+        return self._memory_error(what, f" (the worker died: {reason})")
+
     def _memory_error(self, what: str, detail: str = "") -> CompileMemoryError:
         return CompileMemoryError(
             f"{what} needed more than {self.limits.memory_mb} MB (the compile memory limit) and was stopped{detail}"
@@ -253,7 +261,7 @@ class CompilePool:
         limit = base + self.limits.memory_mb * MB
         while not worker.conn.poll(POLL_S):
             if not worker.process.is_alive():
-                raise self._memory_error(what, f" (the worker died: {_exit_reason(worker)})")
+                raise self._died(worker, what)
             if worker.rss() > limit:
                 raise self._memory_error(what)
             if time.monotonic() - start > self.limits.timeout_s:
@@ -261,7 +269,7 @@ class CompilePool:
         try:
             return worker.conn.recv()
         except (EOFError, OSError):
-            raise self._memory_error(what, f" (the worker died: {_exit_reason(worker)})") from None
+            raise self._died(worker, what) from None
 
     def _retire(self, worker: _Worker) -> None:
         with self._lock:

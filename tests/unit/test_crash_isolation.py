@@ -68,3 +68,17 @@ def test_a_sandbox_that_died_while_idle_is_replaced_not_reported() -> None:
 def test_the_probe_stack_is_smaller_than_the_servers() -> None:
     assert sandbox.PROBE_STACK * 4 <= max(sandbox._server_stack(), 4 * sandbox.PROBE_STACK)
     assert sandbox.on_probe_stack(sum, [1, 2, 3]) == 6
+
+
+def test_a_compile_worker_crashed_by_its_input_is_reported_as_a_crash() -> None:
+    from types import SimpleNamespace
+
+    from playground.compile_pool import CompileLimits, CompilePool
+    from playground.errors import CompileMemoryError
+
+    pool = CompilePool.__new__(CompilePool)
+    pool.limits = CompileLimits()
+    worker = SimpleNamespace(process=SimpleNamespace(exitcode=-11, join=lambda timeout: None))
+    error = pool._died(worker, "compiling the grammar with xgrammar")
+    assert isinstance(error, CompileMemoryError) and error.status == 422
+    assert "crashed the compile worker (signal 11)" in error.message
