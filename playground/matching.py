@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from playground import sandbox, verdict_budget
+from playground import client_scope, sandbox, verdict_budget
 
 # One verdict may spend at most this long; a grammar ambiguous enough to exceed it gets valid=None.
 CHECK_BUDGET_S = 2.0
@@ -116,7 +116,9 @@ def _build(kind: str, text: str) -> Any:
     reads a grammar here first."""
     import llguidance
 
-    if not sandbox.inside():
+    if not sandbox.inside() and (kind, _digest(text)) not in _safe:
+        if verdict_budget.active():  # inside a verdict (the batch's step, maybe): never wait for a sandbox
+            raise DialectError("not read by a sandbox yet")
         problem = syntax_error(kind, text)
         if problem is not None:
             raise DialectError(problem)
@@ -144,19 +146,27 @@ def syntax_error(kind: str, text: str) -> str | None:
     """Why the engines cannot read this regex or grammar, or None when they can (read in a sandbox)."""
     if sandbox.inside():
         return local_syntax_error(kind, text)
-    digest = hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
-    return _proven(kind, digest, text)
+    return _proven(kind, _digest(text), text)
 
 
-# The sandbox's answers, by (kind, SHA-256 of the text) so 4 MB texts are not kept as keys.
-_verdicts: OrderedDict[tuple[str, str], str | None] = OrderedDict()
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+# (kind, digest) of every text a sandbox read without trouble: the server may build its matchers.
+_safe: OrderedDict[tuple[str, str], None] = OrderedDict()
+_SAFE_KEPT = 200_000  # ~30 MB of digests
+
+# The sandbox's answers, by (client, kind, SHA-256 of the text) so 4 MB texts are not kept as keys, and a
+# quick answer never tells one client that another sent the same text.
+_verdicts: OrderedDict[tuple[str, str, str], str | None] = OrderedDict()
 _verdicts_lock = threading.Lock()
 _VERDICTS_KEPT = 4096
 
 
 def _proven(kind: str, digest: str, text: str) -> str | None:
     """The sandbox's answer for (kind, text), remembered (a crash is an answer too)."""
-    key = (kind, digest)
+    key = (client_scope.current(), kind, digest)
     with _verdicts_lock:
         if key in _verdicts:
             _verdicts.move_to_end(key)
@@ -171,6 +181,10 @@ def _proven(kind: str, digest: str, text: str) -> str | None:
         _verdicts[key] = problem
         while len(_verdicts) > _VERDICTS_KEPT:
             _verdicts.popitem(last=False)
+        if problem is None:
+            _safe[(kind, digest)] = None
+            while len(_safe) > _SAFE_KEPT:
+                _safe.popitem(last=False)
     return problem
 
 

@@ -64,6 +64,11 @@ def bounded(seconds: float, text_bytes: int) -> Iterator[Budget]:
         _current.reset(token)
 
 
+def active() -> bool:
+    """True inside `bounded` (a verdict with a budget is running)."""
+    return _current.get() is not None
+
+
 def deadline() -> float:
     """When the current verdict's time is up (infinity outside `bounded`)."""
     budget = _current.get()
