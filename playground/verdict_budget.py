@@ -21,6 +21,7 @@ BASE_STEPS = 200_000  # a schema of hundreds of keywords over a modest instance 
 STEPS_PER_BYTE = 20  # a large instance gets more: the budget is linear in the text
 MAX_ERROR_BYTES = 64 << 20  # what the errors made may hold (anyOf keeps every branch's, each with its message)
 ERROR_BYTES = 1024  # an error's own weight, beside its message
+WALL_FACTOR = 4  # the wall clock may run this much longer than the CPU budget (a busy machine)
 
 
 class TooCostly(Exception):
@@ -33,7 +34,8 @@ class Budget:
 
     steps: int
     error_bytes: int
-    deadline: float
+    cpu_deadline: float  # this thread's CPU time: what the verdict costs, however busy the machine
+    deadline: float  # wall clock, a backstop WALL_FACTOR times longer (pattern checks use it too)
     seconds: float
     spent: int = field(default=0)
 
@@ -41,7 +43,7 @@ class Budget:
         self.spent += 1
         if self.spent > self.steps:
             raise TooCostly(f"too costly to check: more than {self.steps:,} schema evaluations")
-        if not self.spent & 255 and time.monotonic() > self.deadline:
+        if not self.spent & 255 and (time.thread_time() > self.cpu_deadline or time.monotonic() > self.deadline):
             raise TooCostly(f"too costly to check within {self.seconds:g} s")
 
     def error(self, message: str) -> None:
@@ -56,7 +58,13 @@ _current: ContextVar[Budget | None] = ContextVar("verdict_budget", default=None)
 @contextlib.contextmanager
 def bounded(seconds: float, text_bytes: int) -> Iterator[Budget]:
     """Within this block, metered keywords spend from one fresh budget."""
-    budget = Budget(BASE_STEPS + STEPS_PER_BYTE * text_bytes, MAX_ERROR_BYTES, time.monotonic() + seconds, seconds)
+    budget = Budget(
+        BASE_STEPS + STEPS_PER_BYTE * text_bytes,
+        MAX_ERROR_BYTES,
+        time.thread_time() + seconds,
+        time.monotonic() + seconds * WALL_FACTOR,
+        seconds,
+    )
     token = _current.set(budget)
     try:
         yield budget
