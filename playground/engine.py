@@ -40,6 +40,7 @@ from playground.types import (
 from playground.wire import limits
 
 Inputs = str | list[ChatMessage]
+PREFILL_CHUNK = 512  # the next-token view's prefill holds the model this many tokens at a time
 
 
 class Engine:
@@ -334,12 +335,11 @@ class Engine:
             raise InvalidConstraintError(
                 f"the prefix leaves the constraint at token {k} ({self.token_text(prefix_ids[k])!r})"
             )
-        with self._busy, self.adapters.use(params.adapter_id), torch.inference_mode():
-            input_ids = self.runner.ids(ids)
-            logits = self._prefill(ids, params)
+        with torch.inference_mode():
+            logits = self._prefill(ids, params)  # takes the model a chunk at a time
             text = self.tokenizer.decode(prefix_ids, skip_special_tokens=True)
             # the distribution decoding draws from at this point, before the sampling warpers
-            step = chooser.step(input_ids, logits, text, warp=False)
+            step = chooser.step(self.runner.ids(ids), logits, text, warp=False)
         return self._distribution(step, ids, prompt_ids, top_k)
 
     def _prefix_cache(self, params: GenerateParameters) -> ScopedCache | None:
@@ -347,10 +347,17 @@ class Engine:
         return None if params.adapter_id else self.prefix_cache.scoped()
 
     def _prefill(self, ids: list[int], params: GenerateParameters) -> torch.Tensor:
-        """The last position's logits for `ids`, running only what the prefix cache does not hold."""
+        """The last position's logits for `ids`, running only what the prefix cache does not hold.
+
+        In chunks of PREFILL_CHUNK tokens, each holding the model alone: a long prompt and prefix (4,096
+        characters can be 4,000 tokens, seconds of forward) lets the batch step between its chunks."""
         cache = self._prefix_cache(params)
-        reused, kv = cache.lookup(ids) if cache else (0, None)
-        logits, kv = self.runner.forward(self.runner.ids(ids[reused:]), kv)
+        start, kv = cache.lookup(ids) if cache else (0, None)
+        while start < len(ids):
+            end = min(len(ids), start + PREFILL_CHUNK)
+            with self._busy, self.adapters.use(params.adapter_id):
+                logits, kv = self.runner.forward(self.runner.ids(ids[start:end]), kv)
+            start = end
         if cache:
             cache.store(ids, kv)
         return logits[0, -1].float()

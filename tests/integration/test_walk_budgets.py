@@ -51,3 +51,28 @@ def test_walks_past_their_cpu_budget_are_refused(engine, monkeypatch) -> None:
 def test_the_reason_prefix_has_a_token_cap(engine) -> None:
     with pytest.raises(ParameterError, match=f"at most {MAX_PREFIX_TOKENS} tokens"):
         reasons_at(engine, DIGITS, "1 " * (MAX_PREFIX_TOKENS + 10), [15])
+
+
+def test_a_long_next_token_prefill_lets_the_batch_step_between_chunks(engine, monkeypatch) -> None:
+    from playground import engine as engine_module
+    from playground.prefix_cache import PrefixCache
+
+    monkeypatch.setattr(engine_module, "PREFILL_CHUNK", 8)
+    monkeypatch.setattr(engine, "prefix_cache", PrefixCache(0))
+    takes = []
+    lock = engine._busy
+
+    class Counting:
+        def __enter__(self):
+            takes.append(1)
+            return lock.__enter__()
+
+        def __exit__(self, *exc):
+            return lock.__exit__(*exc)
+
+    monkeypatch.setattr(engine, "_busy", Counting())
+    whole = engine.next_token_distribution(PROMPT, GenerateParameters(), prefix="12 34 56 78 90 12 34 56")
+    assert len(takes) >= 3  # the model was taken a chunk at a time, never for the whole prefill
+    monkeypatch.setattr(engine_module, "PREFILL_CHUNK", 10_000)
+    once = engine.next_token_distribution(PROMPT, GenerateParameters(), prefix="12 34 56 78 90 12 34 56")
+    assert [c.id for c in whole.candidates[:5]] == [c.id for c in once.candidates[:5]]
