@@ -18,6 +18,8 @@ import os
 import queue
 import resource
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -31,6 +33,10 @@ TIMEOUT_S = 10.0  # one probe; a 128 KiB grammar reads in ~1 s
 MEMORY_MB = 1024  # address space one sandbox may take beyond its start
 WORKERS = 2
 START_TIMEOUT_S = 120.0
+# A sandbox that dies costs a new one (a second of CPU): a client whose inputs killed this many within a
+# minute waits a minute before its next input is read.
+MAX_STRIKES = 5
+STRIKE_WINDOW_S = 60.0
 
 
 def _server_stack() -> int:
@@ -49,9 +55,10 @@ class SandboxError(Exception):
 
     `transient`: no sandbox could be had (not the input's doing), so the answer is not remembered."""
 
-    def __init__(self, message: str, *, transient: bool = False) -> None:
+    def __init__(self, message: str, *, transient: bool = False, killed: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+        self.killed = killed  # the input cost a sandbox (crash, time, memory): it counts against its client
 
 
 def inside() -> bool:
@@ -154,19 +161,48 @@ class SandboxPool:
         self._slots: FairQueue[int] = FairQueue()  # turns between clients: one's slow inputs cannot queue out another's
         for slot in range(workers):
             self._slots.put(slot)
+        self._strikes: OrderedDict[str, list[float]] = OrderedDict()  # when each client's inputs killed a sandbox
+        self._strikes_lock = threading.Lock()
 
     def call(self, target: str, *args: Any, timeout_s: float = TIMEOUT_S) -> Any:
         """`module:function(*args)` in a sandbox; its value, or SandboxError."""
         client = client_scope.current()
+        self._check_strikes(client)
         try:
             slot = self._slots.get(client, timeout=START_TIMEOUT_S)
         except queue.Empty:
             raise SandboxError(f"no sandbox became free within {START_TIMEOUT_S:g} s", transient=True) from None
         try:
             return self._call(target, args, timeout_s)
+        except SandboxError as exc:
+            if exc.killed:
+                self._strike(client)
+            raise
         finally:
             self._slots.release(client)
             self._slots.put(slot)
+
+    def _recent_strikes(self, client: str) -> list[float]:
+        now = time.monotonic()
+        return [t for t in self._strikes.get(client, []) if now - t < STRIKE_WINDOW_S]
+
+    def _check_strikes(self, client: str) -> None:
+        with self._strikes_lock:
+            recent = self._recent_strikes(client)
+        if len(recent) >= MAX_STRIKES:
+            wait = STRIKE_WINDOW_S - (time.monotonic() - recent[0])
+            raise SandboxError(
+                f"this client's inputs crashed or overran the checker {len(recent)} times within "
+                f"{STRIKE_WINDOW_S:g} s; its next one is read in {wait:.0f} s",
+                transient=True,
+            )
+
+    def _strike(self, client: str) -> None:
+        with self._strikes_lock:
+            self._strikes[client] = [*self._recent_strikes(client), time.monotonic()]
+            self._strikes.move_to_end(client)
+            while len(self._strikes) > 10_000:
+                self._strikes.popitem(last=False)
 
     def _call(self, target: str, args: tuple, timeout_s: float) -> Any:
         for attempt in range(2):
@@ -198,13 +234,13 @@ class SandboxPool:
         except (EOFError, OSError):
             reason = box.reason()
             box.kill()
-            raise SandboxError(f"reading it crashed the checker ({reason})") from None
+            raise SandboxError(f"reading it crashed the checker ({reason})", killed=True) from None
         if reply is None:
             box.kill()
-            raise SandboxError(f"reading it took longer than {timeout_s:g} s")
+            raise SandboxError(f"reading it took longer than {timeout_s:g} s", killed=True)
         if reply[0] == "error" and "needed more than" in reply[1]:
             box.kill()
-            raise SandboxError(f"reading it {reply[1]}")
+            raise SandboxError(f"reading it {reply[1]}", killed=True)
         self._idle.put(box)
         if reply[0] == "error":
             raise SandboxError(reply[1])

@@ -83,3 +83,19 @@ def test_a_compile_worker_crashed_by_its_input_is_reported_as_a_crash() -> None:
     error = pool._died(worker, "compiling the grammar with xgrammar")
     assert isinstance(error, CompileMemoryError) and error.status == 422
     assert "crashed the compile worker (signal 11)" in error.message
+
+
+def test_a_client_whose_inputs_keep_killing_sandboxes_waits_and_others_do_not() -> None:
+    from playground import client_scope
+
+    pool = sandbox.SandboxPool(workers=1)
+    with client_scope.scoped("client:hostile"):
+        for i in range(sandbox.MAX_STRIKES):
+            grammar = _lark_chain(3000 + i)  # a new input each time: nothing is remembered
+            with pytest.raises(sandbox.SandboxError, match="crashed the checker"):
+                pool.call("playground.matching:local_syntax_error", "grammar", grammar)
+        with pytest.raises(sandbox.SandboxError, match="crashed or overran the checker 5 times") as caught:
+            pool.call("playground.matching:local_syntax_error", "regex", "a+")
+        assert caught.value.transient  # not the input's verdict: not remembered for it
+    with client_scope.scoped("client:other"):
+        assert pool.call("playground.matching:local_syntax_error", "regex", "a+") is None
