@@ -39,6 +39,9 @@ from playground.runner import ModelRunner
 from playground.types import PrefillToken, TokenEvent
 
 log = logging.getLogger(__name__)
+# A prompt longer than this prefills a chunk per step while the batch decodes (a 8k-token prompt's prefill
+# is tens of seconds on a CPU: nobody else's tokens may wait for all of it).
+PREFILL_CHUNK = 512
 
 # A Job's outbox entries: ("prefill", list[PrefillToken]), ("token", TokenEvent), ("done", None), ("error", exc)
 Entry = tuple[str, Any]
@@ -85,6 +88,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._active: list[Job] = []  # the scheduler thread's own
+        self._prefilling: deque[Job] = deque()  # long prompts running a chunk per step before they join
         self._batch = BatchCache(runner)
         self._slots: list[tuple[Job, int]] = []  # the (job, row index) of each batch row
         self._stopping = False
@@ -113,7 +117,7 @@ class Scheduler:
             "max_batch_size": self.max_rows,
             "requests": len(self._active),
             "rows": len(self._slots),
-            "joining": len(self._joining),
+            "joining": len(self._joining) + len(self._prefilling),
             "peak_rows": self.peak_rows,
         }
 
@@ -126,6 +130,7 @@ class Scheduler:
                     newcomers = self._admit()
                     with self.model_lock:
                         self._join(newcomers)
+                        self._prefill_chunk()
                         self._step()
                     self._leave()
         except Exception as exc:  # noqa: BLE001 - a fault in the loop itself must fail its requests, not hang them
@@ -136,19 +141,20 @@ class Scheduler:
     def _reset(self, exc: Exception) -> None:
         """Every request in or waiting for the batch gets the error; the next submit starts a new loop."""
         with self._cond:
-            for job in [*self._active, *self._joining]:
+            for job in [*self._active, *self._joining, *self._prefilling]:
                 job.outbox.put(("error", exc))
             self._active, self._slots = [], []
             self._joining.clear()
+            self._prefilling.clear()
             self._batch = BatchCache(self.runner)
             self._thread = None
 
     def _work(self) -> bool:
         """Anything to do; otherwise the thread ends (a later submit starts a new one)."""
         with self._cond:
-            if (self._active or self._joining) and not self._stopping:
+            if (self._active or self._joining or self._prefilling) and not self._stopping:
                 return True
-            for job in [*self._active, *self._joining]:
+            for job in [*self._active, *self._joining, *self._prefilling]:
                 job.outbox.put(("error", RuntimeError("the server is shutting down")))
             self._thread = None
             return False
@@ -157,7 +163,7 @@ class Scheduler:
         """Newcomers in arrival order while rows are free; one that needs the model alone waits for an empty batch."""
         out = []
         with self._cond:
-            rows = self._batch.rows
+            rows = self._batch.rows + sum(len(job.decode.rows) for job in self._prefilling)
             while self._joining:
                 job = self._joining[0]
                 if job.cancelled.is_set() or time.monotonic() > job.deadline:  # it never prefills
@@ -165,7 +171,7 @@ class Scheduler:
                     job.outbox.put(("done", None) if job.cancelled.is_set() else ("error", row_budget.past_deadline()))
                     continue
                 alone = job.exclusive or self.batchable is not True
-                busy = bool(self._active or out)
+                busy = bool(self._active or out or self._prefilling)
                 if busy and (alone or any(j.exclusive for j in self._active)):
                     break
                 need = len(job.decode.rows)
@@ -179,6 +185,9 @@ class Scheduler:
 
     def _join(self, jobs: list[Job]) -> None:
         """Prefill the newcomers (together when they may share a batch), choose their first tokens, splice them in."""
+        long = [job for job in jobs if self.batchable and not job.exclusive and job.decode.chunked(PREFILL_CHUNK)]
+        self._prefilling.extend(long)  # a chunk per step (_prefill_chunk): the batch never waits for a whole one
+        jobs = [job for job in jobs if job not in long]
         together = [job for job in jobs if self.batchable and not job.exclusive and not job.decode.prefill_details]
         if len(together) < 2:
             together = []
@@ -187,6 +196,30 @@ class Scheduler:
                 self._join_alone(job)
         if together:
             self._join_together(together)
+
+    def _prefill_chunk(self) -> None:
+        """One chunk of the oldest long prompt; when its last chunk has run, the request joins the batch."""
+        while self._prefilling and self._prefilling[0].cancelled.is_set():
+            self._prefilling.popleft().outbox.put(("done", None))
+        if not self._prefilling:
+            return
+        job = self._prefilling[0]
+        fresh = BatchCache(self.runner)
+        try:
+            done = job.decode.prefill_chunk(PREFILL_CHUNK)
+            if done is None:
+                return
+            self._prefilling.popleft()
+            kv, logits = done
+            fresh.adopt(kv)
+            fresh.keep([0] * len(job.decode.rows))
+            self._started(job, logits, [])
+        except Exception as exc:  # noqa: BLE001 - the request's own failure, not the batch's
+            if self._prefilling and self._prefilling[0] is job:
+                self._prefilling.popleft()
+            job.outbox.put(("error", exc))
+            return
+        self._enter([job], fresh)
 
     def _join_alone(self, job: Job) -> None:
         """One prompt in its own forward: exactly the path of a request with the model to itself."""

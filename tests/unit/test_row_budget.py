@@ -79,3 +79,27 @@ def test_the_reader_stops_waiting_at_the_deadline_even_if_no_step_returns(runner
     with pytest.raises(WorkBudgetError, match="wall-clock bound"):
         next(job.events())
     assert job.cancelled.is_set()
+
+
+def test_a_long_prompt_prefills_a_chunk_per_step_while_the_batch_decodes(runner, scheduler, monkeypatch):
+    from playground import scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "PREFILL_CHUNK", 4)
+    long_prompt = list(range(3, 40))  # 37 tokens: 10 chunks
+
+    def make_long():
+        return decode_of(runner, long_prompt, tokens=5)
+
+    want = run_alone(runner, make_long)
+    short = Job(decode_of(runner, [5, 6, 7], tokens=60))
+    scheduler.submit(short)
+    next(e for e in short.events() if not isinstance(e, list))  # decoding, and the model batchable
+    long = Job(make_long())
+    with scheduler.model_lock:  # the scheduler waits between two steps
+        scheduler.submit(long)
+        before = short.outbox.qsize()
+    events = long.events()
+    next(e for e in events if not isinstance(e, list))
+    assert short.outbox.qsize() - before >= 8  # the short request decoded while the long prompt prefilled
+    same(tokens_of(long), want[1:])  # the rest; chunked, it decodes as it would alone
+    tokens_of(short)
