@@ -111,6 +111,7 @@ MIX: list[tuple[str, bool, str, str, Any, dict]] = [
         {},
     ),
     ("big_tokenize", False, "POST", "/tokenize", {"inputs": "\u4e00" * 131_072}, {}),
+    ("long_prompt", False, "POST", "/generate", _gen(None, 1, "lorem ipsum " * 1500), {}),
     ("wrong_key", False, "GET", "/info", None, {"Authorization": "Bearer guess", "X-Forwarded-For": "10.0.0.9"}),
 ]
 

@@ -39,9 +39,10 @@ from playground.runner import ModelRunner
 from playground.types import PrefillToken, TokenEvent
 
 log = logging.getLogger(__name__)
-# A prompt longer than this prefills a chunk per step while the batch decodes (a 8k-token prompt's prefill
-# is tens of seconds on a CPU: nobody else's tokens may wait for all of it).
-PREFILL_CHUNK = 512
+# A prompt longer than this prefills a chunk at a time while the batch decodes (a 8k-token prompt's prefill
+# is tens of seconds on a CPU: nobody else's tokens may wait for all of it); after each chunk the others
+# decode for as long as it took, so both go on at about half speed.
+PREFILL_CHUNK = 256
 
 # A Job's outbox entries: ("prefill", list[PrefillToken]), ("token", TokenEvent), ("done", None), ("error", exc)
 Entry = tuple[str, Any]
@@ -89,6 +90,7 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._active: list[Job] = []  # the scheduler thread's own
         self._prefilling: deque[Job] = deque()  # long prompts running a chunk per step before they join
+        self._prefill_after = 0.0  # no chunk before then while others decode: they get as much time as chunks
         self._batch = BatchCache(runner)
         self._slots: list[tuple[Job, int]] = []  # the (job, row index) of each batch row
         self._stopping = False
@@ -198,15 +200,17 @@ class Scheduler:
             self._join_together(together)
 
     def _prefill_chunk(self) -> None:
-        """One chunk of the oldest long prompt; when its last chunk has run, the request joins the batch."""
+        """One chunk of the oldest long prompt (unless the others' turn); after its last, the request joins."""
         while self._prefilling and self._prefilling[0].cancelled.is_set():
             self._prefilling.popleft().outbox.put(("done", None))
-        if not self._prefilling:
+        if not self._prefilling or (self._active and time.monotonic() < self._prefill_after):
             return
         job = self._prefilling[0]
         fresh = BatchCache(self.runner)
         try:
+            started = time.monotonic()
             done = job.decode.prefill_chunk(PREFILL_CHUNK)
+            self._prefill_after = time.monotonic() + (time.monotonic() - started)
             if done is None:
                 return
             self._prefilling.popleft()
