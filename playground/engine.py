@@ -40,7 +40,7 @@ from playground.types import (
 from playground.wire import limits
 
 Inputs = str | list[ChatMessage]
-PREFILL_CHUNK = 512  # the next-token view's prefill holds the model this many tokens at a time
+PREFILL_CHUNK = 256  # the next-token view's prefill holds the model this many tokens at a time
 
 
 class Engine:
@@ -349,15 +349,19 @@ class Engine:
     def _prefill(self, ids: list[int], params: GenerateParameters) -> torch.Tensor:
         """The last position's logits for `ids`, running only what the prefix cache does not hold.
 
-        In chunks of PREFILL_CHUNK tokens, each holding the model alone: a long prompt and prefix (4,096
-        characters can be 4,000 tokens, seconds of forward) lets the batch step between its chunks."""
+        In chunks of PREFILL_CHUNK tokens, each holding the model alone, with a pause as long as the chunk
+        after each: a long prompt and prefix (4,096 characters can be 4,000 tokens, seconds of forward)
+        lets the batch step between its chunks."""
         cache = self._prefix_cache(params)
         start, kv = cache.lookup(ids) if cache else (0, None)
         while start < len(ids):
             end = min(len(ids), start + PREFILL_CHUNK)
+            began = time.monotonic()
             with self._busy, self.adapters.use(params.adapter_id):
                 logits, kv = self.runner.forward(self.runner.ids(ids[start:end]), kv)
             start = end
+            if start < len(ids):  # the batch's turn, as long as the chunk took (a lock is no queue: step aside)
+                time.sleep(min(time.monotonic() - began, 1.0))
         if cache:
             cache.store(ids, kv)
         return logits[0, -1].float()
