@@ -13,7 +13,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 export PLAYGROUND_THREADS ?= 1
 
-.PHONY: run test lint bench gpu-check install install-test chromium
+.PHONY: run test lint bench soak gpu-check install install-test chromium
 
 run: $(STAMP_RUNTIME)
 	$(PY) app.py
@@ -27,6 +27,10 @@ lint: $(STAMP_TEST)
 
 bench: $(STAMP_RUNTIME)
 	$(PY) -m benchmarks.decode
+
+# Minutes of mixed benign and hostile traffic against one server: 5xx, transport errors, memory (one JSON line).
+soak: $(STAMP_RUNTIME)
+	$(PY) -m benchmarks.soak
 
 # On a CUDA machine (a CUDA build of torch in .venv): integration tests and both benchmarks on the GPU,
 # in bf16 (the default dtype there); the figures are the last JSON lines of gpu-check.log.

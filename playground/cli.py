@@ -159,4 +159,17 @@ def main(argv: list[str] | None = None) -> None:
         stall_timeout_s=args.stall_timeout,
     )
     log.info("ready in %.1f s: http://%s:%d (API docs at /docs)", time.perf_counter() - started, args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    uvicorn.run(app, **uvicorn_options(args))
+
+
+def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
+    """uvicorn's settings: X-Forwarded-For is believed only from the proxies --forwarded-allow-ips names
+    (uvicorn believes loopback by default: rotating the header there would reset the key-guess limiter)."""
+    trusted = args.forwarded_allow_ips
+    return {
+        "host": args.host,
+        "port": args.port,
+        "log_level": "info",
+        "proxy_headers": bool(trusted),
+        "forwarded_allow_ips": trusted or None,
+    }

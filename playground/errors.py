@@ -55,6 +55,12 @@ class CompileMemoryError(ConstraintError):
     """Compiling the constraint needed more memory than the configured limit."""
 
 
+class WorkBudgetError(PlaygroundError):
+    """A request spent more than its share: constraint work in the batch's step, or wall-clock time."""
+
+    error_type = "budget"
+
+
 class ProcessorError(PlaygroundError):
     """An unknown logits processor, bad processor params, or a processor that failed at run time."""
 

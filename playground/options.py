@@ -166,6 +166,12 @@ class ServerOptions:
     stall_timeout: float = seconds(
         60.0, "/health answers 503 while running work has made no progress for this long (default: 60)"
     )
+    forwarded_allow_ips: str | None = option(
+        None,
+        "proxies (comma-separated addresses, or *) whose X-Forwarded-For names the client; by default nobody's, "
+        "so clients are told apart by their own address",
+        metavar="IPS",
+    )
     no_ui: bool = option(False, "serve only the HTTP API")
 
 

@@ -162,16 +162,18 @@ class Constraint:
             return "(" + "|".join(_escape_rust_regex(c) for c in self.value) + ")"
         return self.value
 
-    def validate(self, text: str) -> Validation:
-        """The verdict on a finished output; the last line of defence whatever engine made the mask."""
+    def validate(self, text: str, budget_s: float | None = None) -> Validation:
+        """The verdict on a finished output; the last line of defence whatever engine made the mask.
+
+        Bounded in time and memory (`budget_s`, default 2 s): past it the verdict is valid=None."""
         if self.kind == "none":
             return Validation(valid=None, message="no constraint")
         if self.kind == "json_schema":
-            return schema_check.validate(self.schema, text)
+            return schema_check.validate(self.schema, text, budget_s or schema_check.VERDICT_BUDGET_S)
         if self.kind == "choice":
             ok = text in self.value
             return Validation(valid=ok, message="one of the choices" if ok else "not one of the choices")
-        return _validate_match(self.kind, self.value, text)
+        return _validate_match(self.kind, self.value, text, budget_s)
 
 
 class _Frozen:
@@ -211,9 +213,9 @@ def _escape_rust_regex(text: str) -> str:
     return re.sub(r"([\\.+*?()|\[\]{}^$#&\-~])", r"\\\1", text)
 
 
-def _validate_match(kind: str, value: str, text: str) -> Validation:
+def _validate_match(kind: str, value: str, text: str, budget_s: float | None = None) -> Validation:
     """Regex and grammar verdicts, read as the engines read them (see playground.constraints.matching)."""
-    outcome = matching.full_match(kind, value, text)
+    outcome = matching.full_match(kind, value, text, budget_s)
     if outcome.ok:
         return Validation(valid=True, message="full match" if kind == "regex" else "parses with the grammar")
     if outcome.ok is None:

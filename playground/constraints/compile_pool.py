@@ -19,6 +19,7 @@ import os
 import pickle
 import queue
 import resource
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -27,8 +28,10 @@ from typing import Any
 
 import psutil
 
-from playground.constraints import backends
+from playground import client_scope
+from playground.constraints import backends, sandbox
 from playground.errors import CompileMemoryError, CompileTimeoutError
+from playground.fair_queue import FairQueue
 from playground.options import LOCAL
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,7 @@ class CompileLimits:
 
 def _serve(conn: Any) -> None:
     """A worker's life: warm the default engine, then answer jobs until the server closes the pipe."""
+    sandbox.enter()
     try:
         tokenizer = pickle.loads(conn.recv_bytes())
         first = backends.names()[0]  # the engine auto tries first
@@ -98,7 +102,8 @@ def _run(job: tuple, warm: dict[str, Any], tokenizer: Any) -> Iterator[tuple]:
     yield ("started", warmed)
     _limit_self(timeout_s, memory_mb)
     try:
-        payload, warnings = backend.compile_payload(warm[engine], kind, text)
+        # on the sandbox's small stack: what compiles here has room to spare when the server rebuilds it
+        payload, warnings = sandbox.on_probe_stack(backend.compile_payload, warm[engine], kind, text)
     except backends.EngineRefusal as exc:
         reply: tuple = ("refused", exc.kind, exc.message)
     except MemoryError:
@@ -170,7 +175,7 @@ class CompilePool:
     def __init__(self, tokenizer: Any, limits: CompileLimits) -> None:
         self.limits = limits
         self._tokenizer_bytes = pickle.dumps(tokenizer)
-        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._idle: FairQueue[_Worker] = FairQueue()  # free workers, handed out fairly between clients
         self._pids: set[int] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -194,22 +199,50 @@ class CompilePool:
     def compile(self, engine: str, kind: str, text: str) -> tuple[Any, list[str]]:
         """(payload, warnings) from a worker; raises EngineRefusal, CompileTimeoutError or CompileMemoryError."""
         what = f"compiling the {kind} with {engine}"
-        try:  # waiting for a free worker does not count toward the time limit
-            worker = self._idle.get(timeout=START_TIMEOUT_S)
-        except queue.Empty:
-            raise CompileTimeoutError(f"{what}: no compile worker became free within {START_TIMEOUT_S:g} s") from None
+        client = client_scope.current()
+        job = (backends.get(engine), kind, text, self.limits.timeout_s, self.limits.memory_mb)
+        worker = self._take(what, job, client)
         try:
-            worker.conn.send((backends.get(engine), kind, text, self.limits.timeout_s, self.limits.memory_mb))
             reply = self._watch(worker, what)
             if reply[0] == "memory":
                 raise self._memory_error(what)
         except BaseException:
             self._retire(worker)
             raise
+        finally:
+            self._idle.release(client)
         self._release(worker)
         if reply[0] == "refused":
             raise backends.EngineRefusal(reply[1], reply[2])
         return reply[1], reply[2]
+
+    def _take(self, what: str, job: tuple, client: str) -> _Worker:
+        """A free worker that took the job; one that died while idle is replaced, not this request's error."""
+        for _ in range(max(1, self.limits.workers) + 2):
+            try:  # waiting for a free worker does not count toward the time limit
+                worker = self._idle.get(client, timeout=START_TIMEOUT_S)
+            except queue.Empty:
+                raise CompileTimeoutError(
+                    f"{what}: no compile worker became free within {START_TIMEOUT_S:g} s"
+                ) from None
+            try:
+                if not worker.process.is_alive():
+                    raise BrokenPipeError
+                worker.conn.send(job)
+            except (OSError, ValueError):  # the pipe is gone: it died idle (killed, out of memory)
+                log.warning("a compile worker died while idle (%s); replacing it", _exit_reason(worker))
+                self._idle.release(client)
+                self._retire(worker)
+                continue
+            return worker
+        raise CompileTimeoutError(f"{what}: the compile workers keep dying")
+
+    def _died(self, worker: _Worker, what: str) -> CompileMemoryError:
+        """A worker that died in a job: killed for memory (its own limits), or crashed by the input (a 422 either way)."""
+        reason = _exit_reason(worker)
+        if worker.process.exitcode in (-signal.SIGSEGV, -signal.SIGBUS, -signal.SIGABRT, -signal.SIGILL):
+            return CompileMemoryError(f"{what} crashed the compile worker ({reason}); the server is unaffected")
+        return self._memory_error(what, f" (the worker died: {reason})")
 
     def _memory_error(self, what: str, detail: str = "") -> CompileMemoryError:
         return CompileMemoryError(
@@ -237,7 +270,7 @@ class CompilePool:
         limit = base + self.limits.memory_mb * MB
         while not worker.conn.poll(POLL_S):
             if not worker.process.is_alive():
-                raise self._memory_error(what, f" (the worker died: {_exit_reason(worker)})")
+                raise self._died(worker, what)
             if worker.rss() > limit:
                 raise self._memory_error(what)
             if time.monotonic() - start > self.limits.timeout_s:
@@ -245,7 +278,7 @@ class CompilePool:
         try:
             return worker.conn.recv()
         except (EOFError, OSError):
-            raise self._memory_error(what, f" (the worker died: {_exit_reason(worker)})") from None
+            raise self._died(worker, what) from None
 
     def _retire(self, worker: _Worker) -> None:
         with self._lock:

@@ -21,6 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from playground import client_scope
 from playground.constraints import Constraint, backends
 from playground.constraints.compile_pool import CompileLimits, CompilePool
 from playground.errors import (
@@ -79,8 +80,10 @@ class ConstraintCompiler:
     def __init__(self, tokenizer: Any, *, limits: CompileLimits | None = None, cache_size: int = 128) -> None:
         self.tokenizer = tokenizer
         self.limits = limits or CompileLimits()
-        self._cache: OrderedDict[tuple[Constraint, str], _Outcome] = OrderedDict()
-        self._inflight: dict[tuple[Constraint, str], Future] = {}
+        # keyed by client too: whether a constraint was compiled before (its speed, `compile_cached`, a
+        # remembered failure) would tell one client what another sent (playground.client_scope)
+        self._cache: OrderedDict[tuple[str, Constraint, str], _Outcome] = OrderedDict()
+        self._inflight: dict[tuple[str, Constraint, str], Future] = {}
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._pool: CompilePool | None = None
@@ -133,8 +136,8 @@ class ConstraintCompiler:
         return (engine,)
 
     def _outcome(self, constraint: Constraint, engine: str) -> tuple[_Outcome, bool]:
-        """The cached outcome, the one a concurrent request is compiling, or a new compile's."""
-        key = (constraint, engine)
+        """This client's cached outcome, the one its concurrent request is compiling, or a new compile's."""
+        key = (client_scope.current(), constraint, engine)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None and hit.fresh(time.monotonic()):

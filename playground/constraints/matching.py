@@ -11,10 +11,16 @@ deadline between small chunks keeps any one check from holding the GIL or the de
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+from playground import client_scope
+from playground.constraints import sandbox, verdict_budget
 
 # One verdict may spend at most this long; a grammar ambiguous enough to exceed it gets valid=None.
 CHECK_BUDGET_S = 2.0
@@ -105,8 +111,18 @@ def _limits() -> Any:
 
 
 def _build(kind: str, text: str) -> Any:
-    """A fresh matcher for the grammar, kept to copy (copies are cheap); DialectError if unreadable."""
+    """A fresh matcher for the grammar, kept to copy (copies are cheap); DialectError if unreadable.
+
+    In the server only after a sandbox built the same matcher (playground.constraints.sandbox): native code never
+    reads a grammar here first."""
     import llguidance
+
+    if not sandbox.inside() and (kind, _digest(text)) not in _safe:
+        if verdict_budget.active():  # inside a verdict (the batch's step, maybe): never wait for a sandbox
+            raise DialectError("not read by a sandbox yet")
+        problem = syntax_error(kind, text)
+        if problem is not None:
+            raise DialectError(problem)
 
     matcher = llguidance.LLMatcher(_tokenizer(), grammar_spec(kind, text), log_level=0, limits=_limits())
     if matcher.is_error():
@@ -128,7 +144,53 @@ def _matcher(kind: str, text: str) -> Any:
 
 
 def syntax_error(kind: str, text: str) -> str | None:
-    """Why the engines cannot read this regex or grammar, or None when they can."""
+    """Why the engines cannot read this regex or grammar, or None when they can (read in a sandbox)."""
+    if sandbox.inside():
+        return local_syntax_error(kind, text)
+    return _proven(kind, _digest(text), text)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+# (kind, digest) of every text a sandbox read without trouble: the server may build its matchers.
+_safe: OrderedDict[tuple[str, str], None] = OrderedDict()
+_SAFE_KEPT = 200_000  # ~30 MB of digests
+
+# The sandbox's answers, by (client, kind, SHA-256 of the text) so 4 MB texts are not kept as keys, and a
+# quick answer never tells one client that another sent the same text.
+_verdicts: OrderedDict[tuple[str, str, str], str | None] = OrderedDict()
+_verdicts_lock = threading.Lock()
+_VERDICTS_KEPT = 4096
+
+
+def _proven(kind: str, digest: str, text: str) -> str | None:
+    """The sandbox's answer for (kind, text), remembered (a crash is an answer too)."""
+    key = (client_scope.current(), kind, digest)
+    with _verdicts_lock:
+        if key in _verdicts:
+            _verdicts.move_to_end(key)
+            return _verdicts[key]
+    try:
+        problem = sandbox.call("playground.constraints.matching:local_syntax_error", kind, text)
+    except sandbox.SandboxError as exc:
+        problem = f"the engines cannot read it safely: {exc}"
+        if exc.transient:
+            return problem
+    with _verdicts_lock:
+        _verdicts[key] = problem
+        while len(_verdicts) > _VERDICTS_KEPT:
+            _verdicts.popitem(last=False)
+        if problem is None:
+            _safe[(kind, digest)] = None
+            while len(_safe) > _SAFE_KEPT:
+                _safe.popitem(last=False)
+    return problem
+
+
+def local_syntax_error(kind: str, text: str) -> str | None:
+    """syntax_error read in this process: only in a sandbox."""
     try:
         _matcher(kind, text)
     except DialectError as exc:
@@ -165,19 +227,22 @@ def _feed(matcher: Any, data: bytes, deadline: float) -> Outcome | None:
         pos += step
         now = time.monotonic()
         if now > deadline and pos < len(data):
-            return Outcome(None, f"too costly to check within {CHECK_BUDGET_S:g} s (stopped at byte {pos})")
+            return Outcome(None, f"too costly to check within its time budget (stopped at byte {pos})")
         step = min(step * 2, 4096) if now - started < 0.001 else max(step // 2, 1)
     return None
 
 
-def full_match(kind: str, value: str, text: str) -> Outcome:
-    """Does the whole text match the regex (kind 'regex') or parse with the grammar (kind 'grammar')?"""
+def full_match(kind: str, value: str, text: str, budget_s: float | None = None) -> Outcome:
+    """Does the whole text match the regex (kind 'regex') or parse with the grammar (kind 'grammar')?
+
+    Within `budget_s` (default CHECK_BUDGET_S), and within the enclosing verdict's budget if any."""
     try:
         matcher = _matcher(kind, value)
     except (DialectError, ValueError, RecursionError) as exc:
         return Outcome(None, f"the engines cannot read it: {exc}")
     data = text.encode("utf-8", errors="surrogatepass")
-    stopped = _feed(matcher, data, time.monotonic() + CHECK_BUDGET_S)
+    deadline = min(time.monotonic() + (budget_s or CHECK_BUDGET_S), verdict_budget.deadline())
+    stopped = _feed(matcher, data, deadline)
     if stopped is not None:
         return stopped
     if matcher.is_accepting():

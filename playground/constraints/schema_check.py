@@ -18,7 +18,7 @@ import referencing.exceptions
 import referencing.jsonschema
 from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 
-from playground.constraints import schema_keywords
+from playground.constraints import schema_keywords, verdict_budget
 from playground.errors import InvalidConstraintError, UnsupportedConstraintError, first_line
 from playground.types import Validation
 
@@ -34,9 +34,14 @@ REGISTRY: referencing.Registry = SPECIFICATIONS.combine(referencing.Registry(ret
 
 
 def _linear(base: type) -> type:
-    """`base` with the regex keywords and the `regex` format read in linear time, in the engines' dialect."""
-    keywords = {k: v for k, v in schema_keywords.KEYWORDS.items() if k in base.VALIDATORS}
-    return jsonschema.validators.extend(base, keywords)
+    """`base` with the regex keywords and the `regex` format read in linear time, in the engines' dialect,
+    and every keyword metered (playground.constraints.verdict_budget), so no verdict runs past its budget."""
+    keywords = {**base.VALIDATORS, **{k: v for k, v in schema_keywords.KEYWORDS.items() if k in base.VALIDATORS}}
+    return jsonschema.validators.extend(base, {k: verdict_budget.metered(v) for k, v in keywords.items()})
+
+
+# One verdict's wall-time budget (as playground.constraints.matching's for regexes and grammars).
+VERDICT_BUDGET_S = 2.0
 
 
 # jsonschema picks a validator class per subschema from its own `$schema` (`evolve` calls validator_for),
@@ -149,8 +154,8 @@ def _resolve(resolver: Any, keyword: str, ref: str) -> Any:
         ) from None
 
 
-def validate(schema: dict, text: str) -> Validation:
-    """The verdict for a finished output: JSON that the schema accepts."""
+def validate(schema: dict, text: str, budget_s: float = VERDICT_BUDGET_S) -> Validation:
+    """The verdict for a finished output: JSON that the schema accepts, within a budget (else valid=None)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -160,7 +165,10 @@ def validate(schema: dict, text: str) -> Validation:
     except RecursionError:
         return Validation(valid=None, message="could not read the JSON: nested too deeply")
     try:
-        error = _first_error(schema, data)
+        with verdict_budget.bounded(budget_s, len(text)):
+            error = _first_error(schema, data)
+    except verdict_budget.TooCostly as exc:
+        return Validation(valid=None, message=f"could not check: {exc}")
     except schema_keywords.UncheckedPattern as exc:
         return Validation(valid=None, message=str(exc))
     except (
@@ -184,5 +192,8 @@ def validate(schema: dict, text: str) -> Validation:
 
 
 def _first_error(schema: dict, data: Any) -> Any:
-    errors = list(_validator(validator_class(schema), schema).iter_errors(data))
+    errors = []
+    for error in _validator(validator_class(schema), schema).iter_errors(data):
+        verdict_budget.step()
+        errors.append(error)
     return min(errors, key=str) if errors else None

@@ -17,6 +17,7 @@ from jsonschema import FormatChecker
 from jsonschema.exceptions import ValidationError
 from referencing.jsonschema import lookup_recursive_ref
 
+from playground.constraints import verdict_budget
 from playground.constraints.matching import pattern_error, pattern_search
 
 _repr = reprlib.Repr()
@@ -89,6 +90,7 @@ def _follow(validator: Any, instance: dict, resolved: Any) -> list[str]:
 
 def _evaluated_keys(validator: Any, instance: dict, schema: Any) -> list[str]:
     """The keys some keyword of `schema` evaluated (jsonschema's own walk, with linear regexes)."""
+    verdict_budget.step()
     if validator.is_type(schema, "boolean"):
         return []
     keys: list[str] = []

@@ -13,6 +13,7 @@ from playground.constraints import Constraint
 from playground.constraints.compiler import CompiledConstraint
 from playground.debug import reasons
 from playground.debug.state import LocalEngine, State, llguidance_matcher
+from playground.decoding import row_budget
 from playground.decoding.continuation import PrefixRefused
 from playground.decoding.walk import first_refusal
 from playground.errors import InvalidConstraintError, ParameterError
@@ -53,7 +54,12 @@ class CheckResult(BaseModel):
 
 
 def check_text(engine: LocalEngine, grammar: GrammarType, text: str, constraint_engine: str = "auto") -> CheckResult:
-    """Walk `text` through the constraint's masks, then EOS, and set the final verdict beside it."""
+    """Walk `text` through the constraint's masks, then EOS, and set the final verdict beside it (CPU-bounded)."""
+    with row_budget.walking("the text"):
+        return _check_text(engine, grammar, text, constraint_engine)
+
+
+def _check_text(engine: LocalEngine, grammar: GrammarType, text: str, constraint_engine: str) -> CheckResult:
     if len(text) > MAX_CHECK_CHARS:
         raise ParameterError(f"text: at most {MAX_CHECK_CHARS} characters, got {len(text)}", field="text")
     constraint = Constraint.from_grammar(grammar)

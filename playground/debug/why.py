@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from playground.constraints import Constraint
 from playground.debug import reasons
 from playground.debug.check import first_refused
 from playground.debug.state import LocalEngine, state_after
+from playground.decoding import row_budget
 from playground.errors import InvalidConstraintError, ParameterError
 from playground.types import EngineName, GrammarType, Strict
 
 MAX_REASON_TOKENS = 50
 MAX_PREFIX_CHARS = 20_000
+MAX_PREFIX_TOKENS = 2_000  # as /check's text: each is walked through the constraint
 
 
 class ReasonRequest(Strict):
@@ -42,7 +46,14 @@ class ReasonResult(BaseModel):
 def reasons_at(
     engine: LocalEngine, grammar: GrammarType | None, prefix: str, token_ids: list[int], constraint_engine: str = "auto"
 ) -> ReasonResult:
-    """Each token's verdict and reason after `prefix` (which the constraint must allow)."""
+    """Each token's verdict and reason after `prefix` (which the constraint must allow), within a CPU budget."""
+    with row_budget.walking("the prefix"):
+        return _reasons_at(engine, grammar, prefix, token_ids, constraint_engine)
+
+
+def _reasons_at(
+    engine: LocalEngine, grammar: GrammarType | None, prefix: str, token_ids: list[int], constraint_engine: str
+) -> ReasonResult:
     bad = [t for t in token_ids if not 0 <= t < engine.vocab_size]
     if bad:
         raise ParameterError(f"tokens: ids must be in 0..{engine.vocab_size - 1}, got {bad[0]}", field="tokens")
@@ -52,6 +63,8 @@ def reasons_at(
         items = [TokenReason(id=t, text=engine.token_text(t), allowed=True, reason="no constraint") for t in token_ids]
         return ReasonResult(prefix=prefix, constraint_engine=None, eos_gated=False, reasons=items)
     ids = engine._encode(prefix, add_special_tokens=False) if prefix else []
+    if len(ids) > MAX_PREFIX_TOKENS:
+        raise ParameterError(f"prefix: at most {MAX_PREFIX_TOKENS} tokens, got {len(ids)}", field="prefix")
     refused = first_refused(engine, constraint, compiled, ids, with_eos=False)
     if refused is not None:
         raise InvalidConstraintError(
@@ -64,8 +77,13 @@ def reasons_at(
             id=t,
             text=engine.token_text(t),
             allowed=bool(state.allowed[t]),
-            reason=reasons.explain(engine, constraint, state, t),
+            reason=_explained(engine, constraint, state, t),
         )
         for t in token_ids
     ]
     return ReasonResult(prefix=state.text, constraint_engine=compiled.engine, eos_gated=state.eos_gated, reasons=items)
+
+
+def _explained(engine: LocalEngine, constraint: Constraint, state: Any, token_id: int) -> str:
+    row_budget.walked()
+    return reasons.explain(engine, constraint, state, token_id)

@@ -19,9 +19,13 @@ import torch
 
 from playground.constraints import Constraint
 from playground.decoding import sampling
+from playground.decoding.row_budget import RowBudget, walked
 from playground.decoding.runner import ModelRunner
 from playground.errors import UnsupportedConstraintError
 from playground.types import GeneratedToken, GenerateParameters
+
+# The EOS gate's verdict runs inside the batch's step: it may spend this long, then the gate stops for the row.
+GATE_BUDGET_S = 0.05
 
 
 class TokenChooser:
@@ -51,6 +55,9 @@ class TokenChooser:
         # Only a lone constraint processor can be probed ahead: custom processors may change any logit.
         self.fast_forward = fast_forward
         self.pending: torch.Tensor | None = None  # the next position's allowed tokens, already probed
+        self.budget = RowBudget()  # the constraint work this row may do in the batch's steps
+        self.gate_stopped = False  # the EOS gate gave up on this row (a verdict past its step budget)
+        self.warnings: list[str] = []  # this row's, for the result's warnings
 
     def step(
         self,
@@ -68,11 +75,12 @@ class TokenChooser:
         scores = self.shared(ids, logits.unsqueeze(0).clone())[0] if len(self.shared) else logits
         if allowed is None and self.pending is not None:
             allowed, self.pending = self.pending, None
-        masked = scores.masked_fill(~allowed, sampling.NEG_INF) if allowed is not None else self.mask(ids, scores)
-        gated = self.gate_eos(masked, text)
+        with self.budget.step():
+            masked = scores.masked_fill(~allowed, sampling.NEG_INF) if allowed is not None else self.mask(ids, scores)
+            gated = self.gate_eos(masked, text)
         if gated is not masked and not bool(torch.isfinite(gated).any()):
             raise UnsupportedConstraintError(
-                f"the output breaks the schema ({self.constraint.validate(text).message}) and the constraint "
+                f"the output breaks the schema ({self.constraint.validate(text, GATE_BUDGET_S).message}) and the constraint "
                 "engine allows nothing but its end: the engine does not enforce every keyword of this schema"
             )
         chain = self.warpers if warp else sampling.LogitsProcessorList()
@@ -98,7 +106,13 @@ class TokenChooser:
         eos_allowed = [t for t in self.runner.eos_ids if t < masked.shape[0] and torch.isfinite(masked[t])]
         if not eos_allowed:
             return masked
-        if self.constraint.validate(text).valid is not False:
+        if self.gate_stopped:
+            return masked
+        verdict = self.constraint.validate(text, budget_s=GATE_BUDGET_S)
+        if verdict.valid is None:  # too costly to decide at every step: the final verdict (off the batch) decides
+            self.gate_stopped = True
+            self.warnings.append(f"the JSON end-of-text gate stopped ({verdict.message}); the final verdict decides")
+        if verdict.valid is not False:
             return masked
         masked = masked.clone()
         masked[eos_allowed] = sampling.NEG_INF
@@ -124,8 +138,10 @@ class TokenChooser:
         ids = list(ids)
         while True:
             scores = torch.zeros(1, self.runner.vocab_size, device=self.runner.device)
-            allowed = torch.isfinite(sampling.apply_row_processors(self.processors, self.runner.ids(ids), scores)[0])
-            token = self._forced_token(allowed) if len(out) < limit else None
+            with self.budget.step("probing the tokens the constraint forces"):
+                masked = sampling.apply_row_processors(self.processors, self.runner.ids(ids), scores)[0]
+                allowed = torch.isfinite(masked)
+                token = self._forced_token(allowed) if len(out) < limit else None
             if token is None:
                 self.pending = allowed
                 return out
@@ -155,6 +171,7 @@ def first_refused(processors: list[Any], start_ids: list[int], token_ids: list[i
     """Feed `token_ids` through the processors one by one after `start_ids`; the first one masked out."""
     ids = list(start_ids)
     for k, token_id in enumerate(token_ids):
+        walked()
         scores = torch.zeros(1, runner.vocab_size, device=runner.device)
         probe = sampling.apply_row_processors(processors, runner.ids(ids), scores)
         if not torch.isfinite(probe[0, token_id]):

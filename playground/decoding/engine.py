@@ -14,10 +14,10 @@ import torch
 from playground.constraints import Constraint
 from playground.constraints.compile_pool import CompileLimits
 from playground.constraints.compiler import CompiledConstraint, ConstraintCompiler, compiling_with
-from playground.decoding import chat_template, continuation, sampling
+from playground.decoding import chat_template, continuation, row_budget, sampling
 from playground.decoding.chooser import TokenChooser, first_refused
 from playground.decoding.fields import field_confidence
-from playground.decoding.prefix_cache import PrefixCache
+from playground.decoding.prefix_cache import PrefixCache, ScopedCache
 from playground.decoding.rows import Decode, Row
 from playground.decoding.runner import ModelRunner
 from playground.decoding.scheduler import Job, Scheduler
@@ -36,10 +36,11 @@ from playground.types import (
     Timings,
     TokenEvent,
 )
-from playground.types.sizes import MAX_BEST_OF, MAX_TOP_N_TOKENS
+from playground.types.sizes import MAX_BEST_OF, MAX_PROMPT_CHARS, MAX_TOP_N_TOKENS
 from playground.wire import checks
 
 Inputs = str | list[ChatMessage]
+PREFILL_CHUNK = 256  # the next-token view's prefill holds the model this many tokens at a time
 
 
 class Engine:
@@ -97,6 +98,11 @@ class Engine:
         self, inputs: Inputs, truncate: int | None = None, params: GenerateParameters | None = None
     ) -> tuple[str, list[int]]:
         prompt = self.render_prompt(inputs, params)
+        if len(prompt) > MAX_PROMPT_CHARS:  # counts what the request's own checks could not see (templates, tools)
+            raise PromptTooLongError(
+                f"the prompt as the model reads it has {len(prompt)} characters; at most {MAX_PROMPT_CHARS}",
+                field="inputs",
+            )
         ids = self._encode(prompt, add_special_tokens=isinstance(inputs, str))
         if truncate:
             ids = ids[-truncate:]
@@ -120,6 +126,12 @@ class Engine:
         """TGI's /tokenize: ids with their character offsets."""
         _check_unicode(text)
         enc = self.tokenizer(text, return_offsets_mapping=True, add_special_tokens=True)
+        if len(enc["input_ids"]) > self.max_input_tokens:  # ~150 bytes of answer a token: keep it bounded
+            raise PromptTooLongError(
+                f"the text has {len(enc['input_ids'])} tokens; /tokenize answers at most {self.max_input_tokens} "
+                "(the model's max_input_tokens)",
+                field="inputs",
+            )
         return [
             {"id": i, "text": text[a:b], "start": a, "stop": b}
             for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"])
@@ -320,28 +332,40 @@ class Engine:
             raise PromptTooLongError(f"prompt and prefix have {len(ids)} tokens; at most {self.max_input_tokens}")
         self.adapters.prepare(params.adapter_id)
         chooser = self.chooser(params, compiled, constraint, len(prompt_ids))
-        with self._busy, self.adapters.use(params.adapter_id), torch.inference_mode():
+        # the prefix's walk through the constraint needs no model: nobody waits for it, and it has a budget
+        with torch.inference_mode(), row_budget.walking("the prefix"):
             k = chooser.first_refused(prompt_ids, prefix_ids)
-            if k is not None:
-                raise InvalidConstraintError(
-                    f"the prefix leaves the constraint at token {k} ({self.token_text(prefix_ids[k])!r})"
-                )
-            input_ids = self.runner.ids(ids)
-            logits = self._prefill(ids, params)
+        if k is not None:
+            raise InvalidConstraintError(
+                f"the prefix leaves the constraint at token {k} ({self.token_text(prefix_ids[k])!r})"
+            )
+        with torch.inference_mode():
+            logits = self._prefill(ids, params)  # takes the model a chunk at a time
             text = self.tokenizer.decode(prefix_ids, skip_special_tokens=True)
             # the distribution decoding draws from at this point, before the sampling warpers
-            step = chooser.step(input_ids, logits, text, warp=False)
+            step = chooser.step(self.runner.ids(ids), logits, text, warp=False)
         return self._distribution(step, ids, prompt_ids, top_k)
 
-    def _prefix_cache(self, params: GenerateParameters) -> PrefixCache | None:
-        """The KV caches a request may share: not under an adapter, whose weights make other keys and values."""
-        return None if params.adapter_id else self.prefix_cache
+    def _prefix_cache(self, params: GenerateParameters) -> ScopedCache | None:
+        """The KV caches a request may share: its own client's, and not under an adapter (other keys and values)."""
+        return None if params.adapter_id else self.prefix_cache.scoped()
 
     def _prefill(self, ids: list[int], params: GenerateParameters) -> torch.Tensor:
-        """The last position's logits for `ids`, running only what the prefix cache does not hold."""
+        """The last position's logits for `ids`, running only what the prefix cache does not hold.
+
+        In chunks of PREFILL_CHUNK tokens, each holding the model alone, with a pause as long as the chunk
+        after each: a long prompt and prefix (4,096 characters can be 4,000 tokens, seconds of forward)
+        lets the batch step between its chunks."""
         cache = self._prefix_cache(params)
-        reused, kv = cache.lookup(ids) if cache else (0, None)
-        logits, kv = self.runner.forward(self.runner.ids(ids[reused:]), kv)
+        start, kv = cache.lookup(ids) if cache else (0, None)
+        while start < len(ids):
+            end = min(len(ids), start + PREFILL_CHUNK)
+            began = time.monotonic()
+            with self._busy, self.adapters.use(params.adapter_id):
+                logits, kv = self.runner.forward(self.runner.ids(ids[start:end]), kv)
+            start = end
+            if start < len(ids):  # the batch's turn, as long as the chunk took (a lock is no queue: step aside)
+                time.sleep(min(time.monotonic() - began, 1.0))
         if cache:
             cache.store(ids, kv)
         return logits[0, -1].float()
@@ -387,6 +411,7 @@ def _matcher_errors(rows: list[Row]) -> list[str]:
     """llguidance stops a matcher that hits a limit (say, a grammar row too long) and only warns; report it."""
     errors = []
     for row in rows:
+        errors.extend(getattr(row.chooser, "warnings", ()))
         for processor in row.chooser.processors:
             for matcher in getattr(processor, "ll_matchers", None) or []:
                 if matcher.is_error():

@@ -83,6 +83,7 @@ class Decode:
         # per-position prompt logprobs need the whole prompt run, so they bypass the prefix cache
         self.prefix_cache = None if prefill_details else prefix_cache
         self.prefill_s = 0.0
+        self._partial: tuple[int, Any] | None = None  # a chunked prefill so far: (tokens run, KV cache)
 
     def cached_prefix(self) -> tuple[int, Any]:
         """How much of the prompt the prefix cache holds, and a private copy of its KV cache (or (0, None))."""
@@ -112,6 +113,27 @@ class Decode:
             PrefillToken(id=i, text=t, logprob=lp) for i, t, lp in zip(self.prompt_ids[1:], texts[1:], picked)
         ]
         return cache, logits, details
+
+    def chunked(self, chunk: int) -> bool:
+        """Whether the prompt prefills in chunks, the batch stepping between them (long, and no prompt details)."""
+        return not self.prefill_details and len(self.prompt_ids) > chunk
+
+    def prefill_chunk(self, chunk: int) -> tuple[Any, torch.Tensor] | None:
+        """Run the next `chunk` tokens of the prompt (after what the prefix cache holds); once the whole
+        prompt has run, its KV cache and last position's logits, else None."""
+        start = time.perf_counter()
+        if self._partial is None:
+            self._partial = self.cached_prefix()
+        done, kv = self._partial
+        end = min(len(self.prompt_ids), done + chunk)
+        logits, kv = self.runner.forward(self.runner.ids(self.prompt_ids[done:end]), kv)
+        self._partial = (end, kv)
+        self.prefill_s += time.perf_counter() - start
+        if end < len(self.prompt_ids):
+            return None
+        self._partial = None
+        self.remember_prompt(kv)
+        return kv, logits[0, -1].float()
 
     def start(self, logits: torch.Tensor) -> list[TokenEvent]:
         """Every row's first token, from the prompt's last logits; no token at all when the budget is 0."""

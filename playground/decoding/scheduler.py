@@ -32,12 +32,17 @@ from typing import Any
 
 import torch
 
+from playground.decoding import row_budget
 from playground.decoding.batch import BatchCache, can_batch
 from playground.decoding.rows import Decode
 from playground.decoding.runner import ModelRunner
 from playground.types import PrefillToken, TokenEvent
 
 log = logging.getLogger(__name__)
+# A prompt longer than this prefills a chunk at a time while the batch decodes (a 8k-token prompt's prefill
+# is tens of seconds on a CPU: nobody else's tokens may wait for all of it); after each chunk the others
+# decode for as long as it took, so both go on at about half speed.
+PREFILL_CHUNK = 256
 
 # A Job's outbox entries: ("prefill", list[PrefillToken]), ("token", TokenEvent), ("done", None), ("error", exc)
 Entry = tuple[str, Any]
@@ -52,11 +57,18 @@ class Job:
     use_model: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
     outbox: queue.Queue[Entry] = field(default_factory=queue.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    deadline: float = field(default_factory=row_budget.deadline)  # its wall-clock bound (monotonic)
 
     def events(self) -> Iterator[list[PrefillToken] | TokenEvent]:
-        """The prompt details first, then token events as they come; raises what the decode raised."""
+        """The prompt details first, then token events as they come; raises what the decode raised.
+
+        Past the job's deadline the reader stops waiting, even if a step never returns."""
         while True:
-            kind, value = self.outbox.get()
+            try:
+                kind, value = self.outbox.get(timeout=max(0.0, self.deadline - time.monotonic()))
+            except queue.Empty:
+                self.cancelled.set()
+                raise row_budget.past_deadline() from None
             if kind == "done":
                 return
             if kind == "error":
@@ -77,6 +89,8 @@ class Scheduler:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._active: list[Job] = []  # the scheduler thread's own
+        self._prefilling: deque[Job] = deque()  # long prompts running a chunk per step before they join
+        self._prefill_after = 0.0  # no chunk before then while others decode: they get as much time as chunks
         self._batch = BatchCache(runner)
         self._slots: list[tuple[Job, int]] = []  # the (job, row index) of each batch row
         self._stopping = False
@@ -105,7 +119,7 @@ class Scheduler:
             "max_batch_size": self.max_rows,
             "requests": len(self._active),
             "rows": len(self._slots),
-            "joining": len(self._joining),
+            "joining": len(self._joining) + len(self._prefilling),
             "peak_rows": self.peak_rows,
         }
 
@@ -118,6 +132,7 @@ class Scheduler:
                     newcomers = self._admit()
                     with self.model_lock:
                         self._join(newcomers)
+                        self._prefill_chunk()
                         self._step()
                     self._leave()
         except Exception as exc:  # noqa: BLE001 - a fault in the loop itself must fail its requests, not hang them
@@ -128,19 +143,20 @@ class Scheduler:
     def _reset(self, exc: Exception) -> None:
         """Every request in or waiting for the batch gets the error; the next submit starts a new loop."""
         with self._cond:
-            for job in [*self._active, *self._joining]:
+            for job in [*self._active, *self._joining, *self._prefilling]:
                 job.outbox.put(("error", exc))
             self._active, self._slots = [], []
             self._joining.clear()
+            self._prefilling.clear()
             self._batch = BatchCache(self.runner)
             self._thread = None
 
     def _work(self) -> bool:
         """Anything to do; otherwise the thread ends (a later submit starts a new one)."""
         with self._cond:
-            if (self._active or self._joining) and not self._stopping:
+            if (self._active or self._joining or self._prefilling) and not self._stopping:
                 return True
-            for job in [*self._active, *self._joining]:
+            for job in [*self._active, *self._joining, *self._prefilling]:
                 job.outbox.put(("error", RuntimeError("the server is shutting down")))
             self._thread = None
             return False
@@ -149,15 +165,15 @@ class Scheduler:
         """Newcomers in arrival order while rows are free; one that needs the model alone waits for an empty batch."""
         out = []
         with self._cond:
-            rows = self._batch.rows
+            rows = self._batch.rows + sum(len(job.decode.rows) for job in self._prefilling)
             while self._joining:
                 job = self._joining[0]
-                if job.cancelled.is_set():  # the client left while waiting: it never prefills
+                if job.cancelled.is_set() or time.monotonic() > job.deadline:  # it never prefills
                     self._joining.popleft()
-                    job.outbox.put(("done", None))
+                    job.outbox.put(("done", None) if job.cancelled.is_set() else ("error", row_budget.past_deadline()))
                     continue
                 alone = job.exclusive or self.batchable is not True
-                busy = bool(self._active or out)
+                busy = bool(self._active or out or self._prefilling)
                 if busy and (alone or any(j.exclusive for j in self._active)):
                     break
                 need = len(job.decode.rows)
@@ -171,6 +187,9 @@ class Scheduler:
 
     def _join(self, jobs: list[Job]) -> None:
         """Prefill the newcomers (together when they may share a batch), choose their first tokens, splice them in."""
+        long = [job for job in jobs if self.batchable and not job.exclusive and job.decode.chunked(PREFILL_CHUNK)]
+        self._prefilling.extend(long)  # a chunk per step (_prefill_chunk): the batch never waits for a whole one
+        jobs = [job for job in jobs if job not in long]
         together = [job for job in jobs if self.batchable and not job.exclusive and not job.decode.prefill_details]
         if len(together) < 2:
             together = []
@@ -179,6 +198,32 @@ class Scheduler:
                 self._join_alone(job)
         if together:
             self._join_together(together)
+
+    def _prefill_chunk(self) -> None:
+        """One chunk of the oldest long prompt (unless the others' turn); after its last, the request joins."""
+        while self._prefilling and self._prefilling[0].cancelled.is_set():
+            self._prefilling.popleft().outbox.put(("done", None))
+        if not self._prefilling or (self._active and time.monotonic() < self._prefill_after):
+            return
+        job = self._prefilling[0]
+        fresh = BatchCache(self.runner)
+        try:
+            started = time.monotonic()
+            done = job.decode.prefill_chunk(PREFILL_CHUNK)
+            self._prefill_after = time.monotonic() + (time.monotonic() - started)
+            if done is None:
+                return
+            self._prefilling.popleft()
+            kv, logits = done
+            fresh.adopt(kv)
+            fresh.keep([0] * len(job.decode.rows))
+            self._started(job, logits, [])
+        except Exception as exc:  # noqa: BLE001 - the request's own failure, not the batch's
+            if self._prefilling and self._prefilling[0] is job:
+                self._prefilling.popleft()
+            job.outbox.put(("error", exc))
+            return
+        self._enter([job], fresh)
 
     def _join_alone(self, job: Job) -> None:
         """One prompt in its own forward: exactly the path of a request with the model to itself."""
@@ -236,6 +281,11 @@ class Scheduler:
 
     def _step(self) -> None:
         """One forward for every row that has tokens to run; each request's rows take their logits."""
+        now = time.monotonic()
+        for job in self._active:
+            if now > job.deadline and not job.cancelled.is_set():
+                job.outbox.put(("error", row_budget.past_deadline()))
+                job.cancelled.set()
         feeds = [self._feed(job, i) for job, i in self._slots]
         if not any(feeds):
             return

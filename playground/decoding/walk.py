@@ -14,6 +14,7 @@ import torch
 
 from playground.constraints import Constraint
 from playground.constraints.compiler import CompiledConstraint, ConstraintCompiler
+from playground.decoding import row_budget
 from playground.types import GenerateParameters
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ def masks(
     # The processors consume input_ids[-1] from their second call on: any token can start the row.
     ids = [min(runner.eos_ids)]
     for k in range(len(token_ids) + 1):
+        row_budget.walked()
         with torch.inference_mode():
             scores = torch.zeros(runner.vocab_size, device=runner.device)
             masked = chooser.mask(runner.ids(ids), scores)

@@ -163,7 +163,7 @@ class LocalProvider:
             max_top_n_tokens=engine.max_top_n_tokens,
             device=engine.loaded.device,
             compile_limits=engine.compiler.limits.as_dict(),
-            prefix_cache=engine.prefix_cache.usage(),
+            prefix_cache=engine.prefix_cache.public_usage(),
             batch={**engine.scheduler.usage(), "batch_weights_mb": engine.loaded.batch_weights_mb},
         )
 

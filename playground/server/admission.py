@@ -2,7 +2,9 @@
 
 Waiting costs no thread: a queued request is a future on the event loop. A client that leaves while
 queued is noticed (its `http.disconnect` arrives) and never reaches the model. The admitted
-requests on a local model decode together (playground/decoding/scheduler.py).
+requests on a local model decode together (playground/decoding/scheduler.py). A freed slot goes to the waiting
+client (playground.client_scope) that runs the fewest requests, the longest-waiting among equals: one
+client's backlog of heavy requests cannot keep another's out of every slot.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +20,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from playground import client_scope
 from playground.options import SERVER
 from playground.server.errors import error_body
 
@@ -44,45 +47,54 @@ class Admission:
     def __init__(self, limits: AdmissionLimits) -> None:
         self.limits = limits
         self.running = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._waiters: deque[tuple[asyncio.Future[None], str]] = deque()
+        self._running_by: Counter[str] = Counter()
         self._mean_s = FIRST_GUESS_S
 
     @property
     def waiting(self) -> int:
-        return sum(1 for waiter in self._waiters if not waiter.done())
+        return sum(1 for waiter, _ in self._waiters if not waiter.done())
 
-    def try_acquire(self) -> bool:
+    def try_acquire(self, client: str = "") -> bool:
         """A slot now, when one is free and nobody waits before us."""
         if self.running < self.limits.max_running and not self.waiting:
             self.running += 1
+            self._running_by[client] += 1
             return True
         return False
 
     def queue_full(self) -> bool:
         return self.waiting >= self.limits.max_queue
 
-    async def acquire(self) -> None:
+    async def acquire(self, client: str = "") -> None:
         """Wait for a slot; cancelling the wait gives up the place (or the slot, if it was just handed over)."""
-        if self.try_acquire():
+        if self.try_acquire(client):
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        self._waiters.append((waiter, client))
         try:
             await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():  # the slot arrived as we were cancelled: pass it on
-                self.release()
+                self.release(client=client)
             raise
 
-    def release(self, took_s: float | None = None) -> None:
-        """Hand the slot to the first live waiter, or free it."""
+    def release(self, took_s: float | None = None, client: str = "") -> None:
+        """Hand `client`'s slot to the live waiter whose client runs the fewest requests, or free it."""
         if took_s is not None:
             self._mean_s = 0.8 * self._mean_s + 0.2 * took_s
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+        self._running_by[client] -= 1
+        if self._running_by[client] <= 0:
+            del self._running_by[client]
+        best: tuple[asyncio.Future[None], str] | None = None
+        for entry in self._waiters:  # oldest first: a later one wins only by running fewer
+            if not entry[0].done() and (best is None or self._running_by[entry[1]] < self._running_by[best[1]]):
+                best = entry
+        self._waiters = deque(e for e in self._waiters if not e[0].done() and e is not best)
+        if best is not None:
+            self._running_by[best[1]] += 1
+            best[0].set_result(None)
+            return
         self.running -= 1
 
     def retry_after_s(self) -> int:
@@ -122,23 +134,24 @@ class AdmissionGate:
         if not gated or self.refused_anyway(scope):
             await self.app(scope, receive, send)
             return
-        if self.admission.try_acquire():
-            await self._run(scope, receive, send)
+        client = client_scope.current()
+        if self.admission.try_acquire(client):
+            await self._run(scope, receive, send, client)
             return
         if self.admission.queue_full():
             await self._refuse(scope, receive, send)
             return
-        buffered = await self._queued(receive)
+        buffered = await self._queued(receive, client)
         if buffered is None:  # the client left while waiting: nothing runs, nobody to answer
             return
-        await self._run(scope, _replay(buffered, receive), send)
+        await self._run(scope, _replay(buffered, receive), send, client)
 
-    async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _run(self, scope: Scope, receive: Receive, send: Send, client: str) -> None:
         started = time.monotonic()
         try:
             await self.app(scope, receive, send)
         finally:
-            self.admission.release(time.monotonic() - started)
+            self.admission.release(time.monotonic() - started, client)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         limits = self.admission.limits
@@ -149,16 +162,16 @@ class AdmissionGate:
         headers = {"Retry-After": str(self.admission.retry_after_s())}
         await JSONResponse(error_body(message, "overloaded"), status_code=429, headers=headers)(scope, receive, send)
 
-    async def _queued(self, receive: Receive) -> list[Message] | None:
+    async def _queued(self, receive: Receive, client: str) -> list[Message] | None:
         """Wait for a slot while reading the body, so a disconnect is seen; None when the client left."""
-        slot = asyncio.ensure_future(self.admission.acquire())
+        slot = asyncio.ensure_future(self.admission.acquire(client))
         try:
             messages = await self._read_until(slot, receive)
         except BaseException:
-            _give_up(slot, self.admission)
+            _give_up(slot, self.admission, client)
             raise
         if messages is None:
-            _give_up(slot, self.admission)
+            _give_up(slot, self.admission, client)
             return None
         await slot
         return messages
@@ -183,12 +196,12 @@ class AdmissionGate:
         return messages
 
 
-def _give_up(slot: asyncio.Future[None], admission: Admission) -> None:
+def _give_up(slot: asyncio.Future[None], admission: Admission, client: str) -> None:
     """Leave the queue; a slot that was already granted goes to the next waiter."""
     if not slot.done():
         slot.cancel()
     elif not slot.cancelled() and slot.exception() is None:
-        admission.release()
+        admission.release(client=client)
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:

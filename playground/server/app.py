@@ -31,6 +31,8 @@ from playground.server.guards import (
     valid_unicode,
 )
 from playground.server.guesses import KeyGuesses
+from playground.server.scope import ClientScope
+from playground.server.uploads import MAX_UPLOAD_BYTES, UploadLimit
 
 DESCRIPTION = """Constrained decoding over TGI- and OpenAI-compatible routes.
 
@@ -83,6 +85,7 @@ def create_app(
     )
     app.add_middleware(DeclaredBodyLimit, paths=set(methods), max_bytes=MAX_BODY_BYTES)
     app.add_middleware(ErrorShape)
+    app.add_middleware(ClientScope)
     if ui:
         return _mount_ui(app, registry, ui_options or {}, api_key, guesses)
 
@@ -106,8 +109,10 @@ def _mount_ui(
     # model decodes them in one batch, so a Space's users do not wait for each other's answers.
     limits = app.state.admission.limits
     blocks.queue(max_size=limits.max_in_flight, default_concurrency_limit=limits.max_running)
+    bounded = {"max_file_size": MAX_UPLOAD_BYTES, **page_assets()}
+    app.add_middleware(UploadLimit)
     if api_key is None:
-        return gr.mount_gradio_app(app, blocks, path="/", **page_assets())
-    gr.mount_gradio_app(app, blocks, path="/", auth=ui_login(api_key), auth_message=LOGIN_MESSAGE, **page_assets())
+        return gr.mount_gradio_app(app, blocks, path="/", **bounded)
+    gr.mount_gradio_app(app, blocks, path="/", auth=ui_login(api_key), auth_message=LOGIN_MESSAGE, **bounded)
     app.add_middleware(GradioLoginGate, gradio_app=mounted_gradio(app), guesses=guesses)
     return app

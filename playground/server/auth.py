@@ -46,7 +46,8 @@ def api_key_guard(api_key: str | None, guesses: KeyGuesses | None = None):
         if wait:
             raise HTTPException(status_code=429, detail=guesses.message(wait), headers={"Retry-After": str(wait)})
         if not has_api_key(request.scope, api_key):
-            guesses.failed(client)
+            if "authorization" in request.headers:  # a wrong key is a guess; no key at all guesses nothing
+                guesses.failed(client)
             raise HTTPException(
                 status_code=401,
                 detail="missing or wrong API key: send the header `Authorization: Bearer <key>`",

@@ -23,6 +23,6 @@ class InspectRequest(Strict):
 @router.post("/inspect", summary="Compile a constraint with every engine: compiled, time, errors, ignored keywords")
 async def inspect(request: Request, body: InspectRequest) -> InspectResponse:
     """One report per engine (llguidance, xgrammar, outlines_core) with the form each compiled."""
-    constraint = Constraint.from_grammar(body.grammar)
     engine = local_engine(request, body.model, "inspecting a constraint")
-    return await run_in_threadpool(inspect_constraint, engine.compiler, constraint)
+    # reading the constraint may wait seconds for its pre-check (a sandbox): never on the event loop
+    return await run_in_threadpool(lambda: inspect_constraint(engine.compiler, Constraint.from_grammar(body.grammar)))

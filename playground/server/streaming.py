@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
@@ -45,7 +46,9 @@ async def iterate_in_thread(make: Callable[[], Iterator[T]]) -> AsyncIterator[T]
         except RuntimeError:  # the loop is gone (server shutting down): nobody is listening
             stop.set()
 
-    threading.Thread(target=_produce, args=(make, put, stop), name="provider-stream", daemon=True).start()
+    # in this request's context (its client scope): a new thread would start with an empty one
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(_produce, make, put, stop), name="provider-stream", daemon=True).start()
     try:
         while True:
             kind, value = await queue.get()

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from playground.types.base import EngineName, Name, ResponseBody, StopText, Strict
 from playground.types.params import ProcessorSpec
@@ -33,17 +34,67 @@ class ChatMessage(BaseModel):
                     )
         return value
 
+    @model_validator(mode="after")
+    def _tool_calls_shape(self) -> ChatMessage:
+        """Past `tool_calls` (kept as extra fields) in OpenAI's shape, arguments a JSON text: else a 422."""
+        calls = (self.model_extra or {}).get("tool_calls")
+        if calls is not None:
+            _TOOL_CALLS.validate_python(calls)
+        return self
+
     def text(self) -> str:
         if isinstance(self.content, list):
             return "".join(part.get("text", "") for part in self.content)
         return self.content or ""
 
+    def written_calls(self) -> str | None:
+        """An assistant turn's tool calls as the JSON it would have written (what the prompt then holds)."""
+        calls = (self.model_extra or {}).get("tool_calls")
+        if self.role != "assistant" or not calls:
+            return None
+        written = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])} for c in calls]
+        return json.dumps(written[0] if len(written) == 1 else written)
 
-def check_messages_size(messages: list[ChatMessage]) -> list[ChatMessage]:
-    """All messages together are a prompt: the same character limit as `inputs`."""
-    total = sum(len(m.text()) for m in messages)
+    def size(self) -> int:
+        """Characters this message puts in the prompt: its text and its tool calls as written out."""
+        return len(self.text()) + len(self.written_calls() or "")
+
+
+class FunctionCall(BaseModel):
+    """OpenAI's function call of a past assistant turn: `arguments` is JSON text."""
+
+    name: str = Field(max_length=MAX_INPUT_CHARS)
+    arguments: str = Field(max_length=MAX_INPUT_CHARS)
+
+    @field_validator("arguments")
+    @classmethod
+    def _json(cls, value: str) -> str:
+        try:
+            json.loads(value)
+        except (ValueError, RecursionError):
+            raise ValueError("tool_calls: function.arguments must be JSON text") from None
+        return value
+
+
+class ToolCall(BaseModel):
+    """OpenAI's ChatCompletionMessageToolCall (extra keys are kept, as clients send them)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+_TOOL_CALLS = TypeAdapter(list[ToolCall])
+
+
+def check_messages_size(messages: list[ChatMessage], extra: int = 0) -> list[ChatMessage]:
+    """All messages together (past tool calls as written out, `extra` characters of tools) are a prompt:
+    the same character limit as `inputs`."""
+    total = sum(m.size() for m in messages) + extra
     if total > MAX_INPUT_CHARS:
-        raise ValueError(f"{total} characters in all messages; at most {MAX_INPUT_CHARS}")
+        what = "all messages and tools" if extra else "all messages"
+        raise ValueError(f"{total} characters in {what}; at most {MAX_INPUT_CHARS}")
     return messages
 
 
@@ -221,6 +272,18 @@ class ChatCompletionRequest(Request):
     @classmethod
     def _total_size(cls, messages: list[ChatMessage]) -> list[ChatMessage]:
         return check_messages_size(messages)
+
+    @model_validator(mode="after")
+    def _total_size_with_tools(self) -> ChatCompletionRequest:
+        """The tools are described in the prompt (escaped as JSON): they count toward the same limit."""
+        if self.tools:
+            check_messages_size(self.messages, len(describe_tools(self.tools)))
+        return self
+
+
+def describe_tools(tools: list[ToolSpec]) -> str:
+    """The tools as the prompt describes them (JSON; its escaping can multiply a text sixfold)."""
+    return json.dumps([t.function.model_dump(exclude_none=True) for t in tools])
 
 
 class TopLogprob(ResponseBody):

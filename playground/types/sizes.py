@@ -12,6 +12,9 @@ from typing import Any
 # 8k-token context; tokenizing this much takes about a second on one core.
 MAX_INPUT_CHARS = 131_072
 MAX_MESSAGES = 512
+# The prompt as the model reads it (chat template, tool descriptions, continuations): whatever a request
+# sent, past this it is refused before tokenizing (a request's own limits count what they can see first).
+MAX_PROMPT_CHARS = MAX_INPUT_CHARS + 65_536
 # The /next_token prefix is walked token by token through the constraint under the engine's lock.
 MAX_PREFIX_CHARS = 4_096
 MAX_STOP_CHARS = 256
@@ -31,6 +34,7 @@ def limits_info() -> dict[str, Any]:
     return {
         "max_input_chars": MAX_INPUT_CHARS,
         "max_messages": MAX_MESSAGES,
+        "max_prompt_chars": MAX_PROMPT_CHARS,
         "max_prefix_chars": MAX_PREFIX_CHARS,
         "max_stop_chars": MAX_STOP_CHARS,
         "max_processors": MAX_PROCESSORS,

@@ -98,5 +98,5 @@ class ModelInfo(BaseModel):
     model_sha: str | None = None
     device: str | None = None
     compile_limits: dict[str, float | int] | None = None  # local engines: timeout_s, memory_mb, workers
-    prefix_cache: dict[str, int] | None = None  # local engines: budget, tokens and bytes held, hits, misses, reused
+    prefix_cache: dict[str, int | str] | None = None  # local engines: budget, bytes held (coarse), scope "client"
     batch: dict[str, int] | None = None  # local engines: scheduler.usage() and batch_weights_mb

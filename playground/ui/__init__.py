@@ -28,7 +28,8 @@ def page_assets() -> dict[str, str]:
 def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.Blocks:
     """Build the playground's Blocks for the models `registry` serves."""
     settings = settings or UISettings()
-    with gr.Blocks(title=settings.title, analytics_enabled=False) as demo:
+    # uploads (session files) are read at once: Gradio deletes them after 10 minutes, checking every 5
+    with gr.Blocks(title=settings.title, analytics_enabled=False, delete_cache=(300, 600)) as demo:
         gr.Markdown(
             f"## {render.esc(settings.title)}\n"
             "Constrain a model with a JSON schema, a regex, a choice list or a grammar, then see what the "

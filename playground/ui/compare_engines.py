@@ -11,7 +11,7 @@ from typing import Any
 
 import gradio as gr
 
-from playground import render
+from playground import client_scope, render
 from playground.constraints import backends
 from playground.errors import ParameterError
 from playground.providers.registry import Registry
@@ -37,10 +37,11 @@ def compare_engines(registry: Registry, form: Form, state: ChatState, user_text:
     runs = [(form.model, engine, engine) for engine in backends.names()]
     if other_model and other_model != form.model:
         runs.append((other_model, form.constraint_engine, f"{other_model} ({form.constraint_engine})"))
-    columns = [
-        _run(registry, model, inputs, params.model_copy(update={"constraint_engine": e}), label)
-        for model, e, label in runs
-    ]
+    with client_scope.scoped(state.cache_scope()):
+        columns = [
+            _run(registry, model, inputs, params.model_copy(update={"constraint_engine": e}), label)
+            for model, e, label in runs
+        ]
     return columns_html(columns)
 
 

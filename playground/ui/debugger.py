@@ -12,7 +12,7 @@ from typing import Any
 import gradio as gr
 from pydantic import BaseModel, Field
 
-from playground import render
+from playground import client_scope, render
 from playground.debug.check import check_text
 from playground.debug.why import reasons_at
 from playground.errors import ParameterError
@@ -91,9 +91,10 @@ def reasons_html(registry: Registry, state: ChatState, index: int | None, top_k:
             return render.box("muted", "no constraint: nothing was refused")
         engine = registry.local_engine(state.request.model, "explaining a refused token")
         provider, model_id = registry.resolve(state.request.model)
-        dist = provider.next_token(
-            model_id, state.request.inputs, params.model_copy(update={"best_of": None}), prefix=prefix, top_k=top_k
-        )
+        with client_scope.scoped(state.cache_scope()):
+            dist = provider.next_token(
+                model_id, state.request.inputs, params.model_copy(update={"best_of": None}), prefix=prefix, top_k=top_k
+            )
         refused = [c.id for c in dist.candidates if not c.allowed]
         eos = min(engine.runner.eos_ids)
         ids = refused + ([eos] if eos not in refused else [])
@@ -130,7 +131,8 @@ def branch(registry: Registry, state: ChatState, branches: BranchState, text: st
             raise ParameterError("type the text to put at that position (or pick a later token)")
         provider, model_id = registry.resolve(state.request.model)
         params = state.request.params.model_copy(update={"best_of": None, "continue_from": prefix})
-        result = provider.generate(model_id, state.request.inputs, params)
+        with client_scope.scoped(state.cache_scope()):
+            result = provider.generate(model_id, state.request.inputs, params)
     except Exception as exc:  # noqa: BLE001
         return branches, gr.skip(), render.error_box(error_message(exc))
     branches.branches.append(Branch(position=position, text=text, result=result))

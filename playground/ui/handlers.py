@@ -10,7 +10,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from playground import render
+from playground import client_scope, render
 from playground.constraints import Constraint
 from playground.errors import ParameterError, PlaygroundError
 from playground.providers.registry import Registry
@@ -147,6 +147,7 @@ def _turn(
 
 
 def _stream_answer(registry: Registry, state: ChatState, request: LastRequest, answer: dict) -> Iterator[Panels]:
+    client_scope.enter(state.cache_scope())  # this step starts the decode, which keeps the scope
     events = _run(registry, request)
     try:
         for event in events:
@@ -255,7 +256,8 @@ def next_token(registry: Registry, state: ChatState, index: int | None = None, t
             where = f"at token #{index} ({render.quoted(tokens[index].text)})"
         provider, model_id = registry.resolve(state.request.model)
         params = state.request.params.model_copy(update={"best_of": None})
-        dist = provider.next_token(model_id, state.request.inputs, params, prefix=prefix, top_k=top_k)
+        with client_scope.scoped(state.cache_scope()):
+            dist = provider.next_token(model_id, state.request.inputs, params, prefix=prefix, top_k=top_k)
     except Exception as exc:  # noqa: BLE001
         return render.error_box(error_message(exc))
     return render.next_token_html(dist, where)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model
 
 from playground.errors import ParameterError, PlaygroundError
 from playground.render.chat import CONSTRAINT_KEY
@@ -113,6 +114,13 @@ class ChatState(BaseModel):
     tokens: list[GeneratedToken] = Field(default_factory=list, description="The answer's tokens on screen.")
     running: bool = False
     stop_requested: bool = False
+    _scope: str | None = PrivateAttr(default=None)
+
+    def cache_scope(self) -> str:
+        """This conversation as a client of the prefix cache (playground.client_scope): its own, made on first use."""
+        if self._scope is None:
+            self._scope = "ui:" + secrets.token_hex(12)
+        return self._scope
 
 
 def _seed(value: Any) -> int | None:

@@ -19,7 +19,7 @@ from pydantic import Field, ValidationError
 from playground.constraints import Constraint, jsonformat
 from playground.errors import ConstraintError, InvalidConstraintError, ParameterError, UnsupportedConstraintError
 from playground.types import ChatCompletionRequest, ChatMessage, GrammarType, Strict, ToolSpec
-from playground.types.chat import ToolChoice
+from playground.types.chat import ToolChoice, describe_tools
 from playground.wire import tool_calls, tool_schema
 from playground.wire.errors import parameter_error
 
@@ -139,7 +139,7 @@ def with_tools(req: ToolRequest, messages: list[ChatMessage]) -> list[ChatMessag
     """The messages with the tools described in a system message, and past calls written out as text."""
     if mode(req) is None:
         return messages
-    described = json.dumps([t.function.model_dump(exclude_none=True) for t in req.tools or []])
+    described = describe_tools(req.tools or [])
     note = INSTRUCTIONS.format(tools=described)
     if req.tool_prompt:  # TGI's: the user's words before the tools, in place of ours
         note = f"{req.tool_prompt}\n{described}\n{note.splitlines()[-1]}"
@@ -153,17 +153,14 @@ def with_tools(req: ToolRequest, messages: list[ChatMessage]) -> list[ChatMessag
 
 def _as_text(message: ChatMessage) -> ChatMessage:
     """An assistant turn that called tools becomes the JSON it would have written."""
-    calls = (message.model_extra or {}).get("tool_calls")
-    if message.role != "assistant" or not calls:
-        return message
     try:
-        written = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])} for c in calls]
+        written = message.written_calls()
     except (TypeError, KeyError, ValueError):
         raise ParameterError(
             "messages: an assistant's tool_calls need function.name and function.arguments (JSON text)",
             field="messages",
         ) from None
-    return ChatMessage(role="assistant", content=json.dumps(written[0] if len(written) == 1 else written))
+    return message if written is None else ChatMessage(role="assistant", content=written)
 
 
 CUT_OFF = "the tool call was cut off by max_tokens: no call is returned (raise max_tokens)"

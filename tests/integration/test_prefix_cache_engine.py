@@ -73,4 +73,23 @@ def test_info_reports_the_prefix_cache(server_url):
     body = {"inputs": "The capital of France is", "parameters": {"max_new_tokens": 2}}
     assert httpx.post(f"{server_url}/generate", json=body, timeout=120).status_code == 200
     usage = httpx.get(f"{server_url}/info", timeout=30).json()["prefix_cache"]
-    assert usage["max_tokens"] == 4096 and usage["entries"] >= 1 and usage["tokens"] > 0
+    assert usage["max_tokens"] == 4096 and usage["scope"] == "client" and usage["bytes"] % (64 << 20) == 0
+    assert "hits" not in usage and "tokens" not in usage  # nothing another client's request moves
+
+
+def test_a_client_never_reuses_another_clients_prompt(engine, monkeypatch):
+    from playground import client_scope
+
+    cache = PrefixCache(4096)
+    monkeypatch.setattr(engine, "prefix_cache", cache)
+    prompt = [SYSTEM, ChatMessage(role="user", content="My PIN is 4831. Say OK.")]
+    params = GenerateParameters(max_new_tokens=1)
+    with client_scope.scoped("client:victim"):
+        engine.generate(prompt, params)
+    with client_scope.scoped("client:attacker"):
+        engine.generate(prompt, params)
+        engine.next_token_distribution(prompt, params)
+    assert cache.usage()["hits"] == 1  # the attacker's second look found only the attacker's own entry
+    with client_scope.scoped("client:victim"):
+        engine.generate(prompt, params)
+    assert cache.usage()["hits"] == 2

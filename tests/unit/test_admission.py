@@ -55,3 +55,30 @@ def test_the_ui_queue_is_bounded_like_the_api_and_runs_as_many_at_once() -> None
     assert blocks._queue.max_size == 6
     # several users' chats decode in one batch instead of waiting for each other
     assert blocks._queue.default_concurrency_limit == 3
+
+
+def test_a_freed_slot_goes_to_the_client_running_the_fewest_not_to_a_backlog() -> None:
+    """One client's queue of heavy requests cannot keep another client out (the old FIFO served it last)."""
+
+    async def scenario() -> list[str]:
+        admission = Admission(AdmissionLimits(max_running=2, max_queue=10))
+        assert admission.try_acquire("heavy") and admission.try_acquire("heavy")
+        order: list[str] = []
+
+        async def waiter(client: str) -> None:
+            await admission.acquire(client)
+            order.append(client)
+
+        backlog = [asyncio.create_task(waiter("heavy")) for _ in range(3)]
+        await asyncio.sleep(0)
+        newcomer = asyncio.create_task(waiter("light"))
+        await asyncio.sleep(0)
+        admission.release(took_s=1.0, client="heavy")
+        await newcomer
+        for _ in backlog:
+            admission.release(took_s=1.0, client="heavy")
+            await asyncio.sleep(0)
+        await asyncio.gather(*backlog)
+        return order
+
+    assert asyncio.run(scenario()) == ["light", "heavy", "heavy", "heavy"]

@@ -1,0 +1,28 @@
+"""Each HTTP request runs as its client (playground.client_scope): its address and the key it sent.
+
+The prefix cache keeps each client's sequences apart, so what one client sent never makes another's
+request faster or shows in a figure. Clients are told apart as the key-guess limiter tells them apart
+(the address as the server sees it); behind a proxy that hides them, the key still parts key holders.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from playground import client_scope
+from playground.server.guesses import client_of
+
+
+class ClientScope:
+    """ASGI middleware: the request's tasks and threads see its client scope."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            credentials = b"".join(v for k, v in scope.get("headers", []) if k == b"authorization")
+            with client_scope.scoped(client_scope.of_client(client_of(scope), credentials)):
+                await self.app(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

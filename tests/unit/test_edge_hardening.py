@@ -1,0 +1,71 @@
+"""Edge rules a public port needs: no blocking work on the event loop, no trust in a forwarded address,
+no counting of requests that sent no key as guesses, no unbounded answers."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+from fastapi.testclient import TestClient
+
+from playground import cli
+from playground.constraints import Constraint
+from playground.decoding.engine import Engine
+from playground.errors import PromptTooLongError
+from playground.providers.registry import Registry
+from playground.server import create_app
+
+KEY = "s3cret"
+
+
+def test_requests_without_any_key_are_not_counted_as_guesses() -> None:
+    client = TestClient(create_app(Registry([]), api_key=KEY, ui=False))
+    assert [client.get("/info").status_code for _ in range(15)] == [401] * 15
+    assert client.get("/v1/models", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+
+
+def test_forwarded_addresses_are_believed_only_from_proxies_the_operator_names() -> None:
+    default = cli.uvicorn_options(cli.parse_args([]))
+    assert default["proxy_headers"] is False  # uvicorn's default believes loopback
+    named = cli.uvicorn_options(cli.parse_args(["--forwarded-allow-ips", "10.0.0.1"]))
+    assert named["proxy_headers"] is True and named["forwarded_allow_ips"] == "10.0.0.1"
+
+
+def test_inspect_reads_the_constraint_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    from playground.server import inspect as inspect_route
+
+    seen = []
+
+    def parse(grammar):  # records whether it ran on the event loop's thread
+        try:
+            asyncio.get_running_loop()
+            seen.append("event loop")
+        except RuntimeError:
+            seen.append("worker thread")
+        raise PromptTooLongError("stop here")
+
+    monkeypatch.setattr(Constraint, "from_grammar", staticmethod(parse))
+    monkeypatch.setattr(inspect_route, "local_engine", lambda *a: SimpleNamespace(compiler=None))
+    client = TestClient(create_app(Registry([]), ui=False))
+    client.post("/inspect", json={"grammar": {"type": "regex", "value": "a"}})
+    assert seen == ["worker thread"]
+
+
+def test_tokenize_answers_at_most_the_models_context() -> None:
+    ids = list(range(5000))
+    tokenizer = lambda text, **kw: {"input_ids": ids, "offset_mapping": [(i, i + 1) for i in ids]}  # noqa: E731
+    engine = SimpleNamespace(tokenizer=tokenizer, max_input_tokens=4096)
+    with pytest.raises(PromptTooLongError, match="at most 4096"):
+        Engine.tokenize(engine, "x" * 5000)
+
+
+def test_gradio_uploads_are_bounded_in_size_and_rate() -> None:
+    client = TestClient(create_app(Registry([]), ui=True))
+    big = client.post("/gradio_api/upload", files={"files": ("s.json", b"x" * (5 << 20), "application/json")})
+    assert big.status_code == 413
+    statuses = [
+        client.post("/gradio_api/upload", files={"files": ("s.json", b"{}", "application/json")}).status_code
+        for _ in range(25)
+    ]
+    assert statuses[:5] == [200] * 5 and statuses[-1] == 429
