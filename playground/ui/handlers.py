@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from playground import render
 from playground.constraints import Constraint
@@ -30,7 +31,7 @@ class Panels:
     """Everything one chat step shows; a field left None leaves that component as it is ("" clears it)."""
 
     state: ChatState
-    chatbot: list[dict[str, str]]
+    chatbot: list[dict[str, Any]]
     tokens: str | None = None
     details: str | None = None
     verdict: str | None = None

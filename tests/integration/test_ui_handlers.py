@@ -16,6 +16,7 @@ from playground.models import EMBEDDED_FILE, embedded_gguf_path
 from playground.providers.loading import LoadingPolicy
 from playground.providers.local import LocalProvider
 from playground.providers.registry import Registry
+from playground.render.chat import bubble_text
 from playground.ui import controls, handlers
 from playground.ui.state import ChatState, Form, UISettings
 
@@ -45,7 +46,7 @@ def test_schema_chat_streams_a_valid_json_answer(registry: Registry) -> None:
     assert final.error == "" and 'data-valid="valid"' in final.verdict
     answer = json.loads(state.messages[-1]["content"])
     jsonschema.validate(answer, json.loads(PERSON_SCHEMA))
-    assert final.chatbot[-1]["content"].startswith('<pre class="pg-answer"><code>{')
+    assert bubble_text(final.chatbot[-1]).startswith('<pre class="pg-answer"><code>{')
     assert len(re.findall(r'class="tok[^"]*" data-index=', final.tokens)) == state.result.best.generated_tokens
     assert 'data-finish="eos_token"' in final.details and "via llguidance" in final.details
 
