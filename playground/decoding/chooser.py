@@ -20,7 +20,7 @@ import torch
 from playground.constraints import Constraint
 from playground.decoding import sampling
 from playground.decoding.runner import ModelRunner
-from playground.errors import UnsupportedConstraintError
+from playground.errors import UnenforcedKeywordError
 from playground.types import GeneratedToken, GenerateParameters
 
 
@@ -71,7 +71,7 @@ class TokenChooser:
         masked = scores.masked_fill(~allowed, sampling.NEG_INF) if allowed is not None else self.mask(ids, scores)
         gated = self.gate_eos(masked, text)
         if gated is not masked and not bool(torch.isfinite(gated).any()):
-            raise UnsupportedConstraintError(
+            raise UnenforcedKeywordError(
                 f"the output breaks the schema ({self.constraint.validate(text).message}) and the constraint "
                 "engine allows nothing but its end: the engine does not enforce every keyword of this schema"
             )

@@ -133,3 +133,14 @@ def test_model_picker_serves_loads_and_explains_failures(registry: Registry, mon
         "Pick",
     )
     assert len(state.messages) == 4 and state.result.model_id == EMBEDDED_FILE
+
+
+def test_an_answer_breaking_an_unenforced_keyword_is_shown_with_a_red_verdict(registry: Registry) -> None:
+    """auto falls back to an engine that ignores uniqueItems; its mask allows only the end of `[1, 1]`."""
+    schema = '{"type": "array", "items": {"const": 1}, "minItems": 2, "maxItems": 2, "uniqueItems": true}'
+    state = ChatState()
+    final = run_chat(registry, form(registry, kind="json_schema", constraint_text=schema), state, "Two ones")[-1]
+    assert final.error == "" and 'data-valid="invalid"' in final.verdict and "non-unique" in final.verdict
+    assert "does not enforce every keyword" in final.details and state.tokens
+    assert json.loads(state.messages[-1]["content"]) == [1, 1]
+    assert "bar-row" in handlers.next_token(registry, state)
