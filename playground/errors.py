@@ -47,6 +47,13 @@ class UnsupportedConstraintError(ConstraintError):
     """Valid, but no engine can enforce it (an unsupported schema keyword, say)."""
 
 
+class UnenforcedKeywordError(UnsupportedConstraintError):
+    """Mid-answer: the text breaks a schema keyword the engine does not enforce, and its mask allows only the end.
+
+    The request fails rather than end with invalid text; the UI shows the partial answer with its verdict.
+    """
+
+
 class CompileTimeoutError(ConstraintError):
     """Compiling the constraint took longer than the configured limit."""
 

@@ -225,13 +225,24 @@ def _validate_match(kind: str, value: str, text: str, budget_s: float | None = N
 
 
 def check_constraint(kind: str, text: str) -> str | None:
-    """For live checks in the UI: an error message, or None when the text is a usable constraint."""
+    """For live checks in the UI: an error message, or None when the text is a usable constraint.
+
+    A schema no value satisfies (minimum above maximum, say) is refused here as every engine refuses it,
+    so the editor never calls it valid.
+    """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         return f"the text contains invalid Unicode at position {exc.start}"
     try:
-        Constraint.parse(kind, text)
+        constraint = Constraint.parse(kind, text)
     except ConstraintError as exc:
         return exc.message
+    if constraint.kind == "json_schema":
+        from playground.constraints.backends.base import EngineRefusal, check_satisfiable
+
+        try:
+            check_satisfiable(constraint.engine_input())
+        except EngineRefusal as exc:
+            return exc.message
     return None

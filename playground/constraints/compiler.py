@@ -115,7 +115,7 @@ class ConstraintCompiler:
             if error is None:
                 return _for_request(constraint, name, outcome, cached, refusals)
             if engine != "auto" or type(error) is not UnsupportedConstraintError:
-                raise type(error)(error.message + (" (remembered from an earlier request)" if cached else ""))
+                raise type(error)(error.message)  # the same words however it was found: a cache is no news
             refusals.append(error.message)
         raise UnsupportedConstraintError("no engine can enforce this constraint: " + " | ".join(refusals))
 

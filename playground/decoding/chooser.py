@@ -21,7 +21,7 @@ from playground.constraints import Constraint
 from playground.decoding import sampling
 from playground.decoding.row_budget import RowBudget, walked
 from playground.decoding.runner import ModelRunner
-from playground.errors import UnsupportedConstraintError
+from playground.errors import UnenforcedKeywordError
 from playground.types import GeneratedToken, GenerateParameters
 
 # The EOS gate's verdict runs inside the batch's step: it may spend this long, then the gate stops for the row.
@@ -79,7 +79,7 @@ class TokenChooser:
             masked = scores.masked_fill(~allowed, sampling.NEG_INF) if allowed is not None else self.mask(ids, scores)
             gated = self.gate_eos(masked, text)
         if gated is not masked and not bool(torch.isfinite(gated).any()):
-            raise UnsupportedConstraintError(
+            raise UnenforcedKeywordError(
                 f"the output breaks the schema ({self.constraint.validate(text, GATE_BUDGET_S).message}) and the constraint "
                 "engine allows nothing but its end: the engine does not enforce every keyword of this schema"
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import re
+from typing import Any
 
 # The key an assistant message carries with the constraint kind it was generated under.
 CONSTRAINT_KEY = "constraint"
@@ -38,6 +39,15 @@ def display(message: dict[str, str], markdown: bool = False) -> str:
     return text
 
 
-def chatbot_value(messages: list[dict[str, str]], markdown: bool = False) -> list[dict[str, str]]:
-    """The conversation in the chatbot's messages format."""
-    return [{"role": m["role"], "content": display(m, markdown)} for m in messages]
+def chatbot_value(messages: list[dict[str, str]], markdown: bool = False) -> list[dict[str, Any]]:
+    """The conversation in the chatbot's messages format.
+
+    Each content is a text part, not a string: Gradio runs `inspect.cleandoc` on string contents, which
+    strips indentation and expands tabs; a text part reaches the page as it is.
+    """
+    return [{"role": m["role"], "content": {"type": "text", "text": display(m, markdown)}} for m in messages]
+
+
+def bubble_text(message: dict[str, Any]) -> str:
+    """The markup one chatbot message carries (the inverse of the text part chatbot_value builds)."""
+    return message["content"]["text"]

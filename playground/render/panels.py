@@ -83,10 +83,10 @@ def _difference(result: GenerationResult, first: GenerationResult | None) -> str
     return "same tokens as the first column"
 
 
-def stopped_details_html(model: str, tokens: int) -> str:
-    """The details line of a stopped turn, in the shape of a finished one."""
-    items = [("finish reason", STOPPED), ("tokens", f"{tokens} generated"), ("model", model)]
-    return f'<div class="pg-details" data-finish="stopped">{kv_cells(items)}</div>'
+def stopped_details_html(model: str, tokens: int, finish: str = STOPPED, attr: str = "stopped") -> str:
+    """The details line of a stopped (or engine-ended) turn, in the shape of a finished one."""
+    items = [("finish reason", finish), ("tokens", f"{tokens} generated"), ("model", model)]
+    return f'<div class="pg-details" data-finish="{esc(attr)}">{kv_cells(items)}</div>'
 
 
 def stopped_verdict_html(text: str, valid: bool | None) -> str:

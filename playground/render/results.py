@@ -6,7 +6,7 @@ from pathlib import Path
 
 from playground.render.core import box, candidates, esc, finish_text, kv_cells, verdict
 from playground.render.tokens import tokens_html
-from playground.types import GenerationResult, Sequence
+from playground.types import GenerationResult, Sequence, Validation
 
 # The panels' sheet, written un-nested: Gradio scopes it to each panel, `page` nests it under its root.
 STYLESHEET = (Path(__file__).parent / "static" / "panels.css").read_text(encoding="utf-8")
@@ -50,8 +50,13 @@ def details_html(result: GenerationResult) -> str:
 
 def validation_html(sequence: Sequence, constraint_kind: str) -> str:
     """The verdict: green when valid, red when invalid or when the provider did not enforce it."""
-    state, text = verdict(sequence.validation, constraint_kind)
-    attr = {True: "valid", False: "invalid", None: "none"}[sequence.validation.valid]
+    return verdict_html(sequence.validation, constraint_kind)
+
+
+def verdict_html(validation: Validation, constraint_kind: str) -> str:
+    """The verdict box of a text judged outside a finished sequence (an answer the engine had to end)."""
+    state, text = verdict(validation, constraint_kind)
+    attr = {True: "valid", False: "invalid", None: "none"}[validation.valid]
     return f'<div class="pg-box pg-{state} pg-verdict" data-valid="{attr}">{esc(text)}</div>'
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from playground import client_scope, render
 from playground.constraints import Constraint
-from playground.errors import ParameterError, PlaygroundError
+from playground.errors import ParameterError, PlaygroundError, UnenforcedKeywordError
 from playground.providers.registry import Registry
 from playground.render.chat import CONSTRAINT_KEY, chatbot_value
 from playground.types import GenerationResult, TokenEvent
@@ -30,7 +31,7 @@ class Panels:
     """Everything one chat step shows; a field left None leaves that component as it is ("" clears it)."""
 
     state: ChatState
-    chatbot: list[dict[str, str]]
+    chatbot: list[dict[str, Any]]
     tokens: str | None = None
     details: str | None = None
     verdict: str | None = None
@@ -139,6 +140,12 @@ def _turn(
     yield Panels.empty(state, input_text="", running=True)
     try:
         yield from _stream_answer(registry, state, request, answer)
+    except UnenforcedKeywordError as exc:
+        if state.tokens:  # the engine ended an answer that broke the schema: show it, judged
+            yield _unenforced_panels(state, request, exc)
+            return
+        state.messages, state.result, state.request, state.tokens = before
+        yield Panels.failed(state, exc, input_text=user_text)
     except Exception as exc:  # noqa: BLE001 - the conversation is restored and the message shown
         state.messages, state.result, state.request, state.tokens = before
         yield Panels.failed(state, exc, input_text=user_text)
@@ -175,6 +182,20 @@ def _stopped_panels(state: ChatState, request: LastRequest) -> Panels:
         tokens=render.tokens_html(state.tokens, state.mode),
         details=stopped.details_html(request.model, state.tokens),
         verdict=stopped.verdict_html(request.params, state.tokens),
+        bestof="",
+        error="",
+        running=False,
+    )
+
+
+def _unenforced_panels(state: ChatState, request: LastRequest, exc: UnenforcedKeywordError) -> Panels:
+    """The answer as far as the engine got, its tokens and a red verdict; the engine's message as a note."""
+    return Panels(
+        state=state,
+        chatbot=chatbot_value(state.messages, state.markdown),
+        tokens=render.tokens_html(state.tokens, state.mode),
+        details=stopped.unenforced_details_html(request.model, state.tokens, error_message(exc)),
+        verdict=stopped.unenforced_verdict_html(request.params, state.tokens),
         bestof="",
         error="",
         running=False,

@@ -28,6 +28,15 @@ STORAGE_KEY = "structured-playground-session"
 # the server restarts.
 STORAGE_SECRET = "structured-playground"
 LINK_JS = "(query) => query ? location.origin + location.pathname + query : ''"
+# Once the page has opened a share link, the link leaves the address bar: a reload then opens the autosave,
+# which holds every later turn, instead of the link's older setup.
+DROP_QUERY_JS = f"""() => {{
+  const url = new URL(location.href);
+  if (url.searchParams.has({QUERY_KEY!r})) {{
+    url.searchParams.delete({QUERY_KEY!r});
+    history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+  }}
+}}"""
 
 
 def share_query(form: Form, state: ChatState) -> str:
@@ -73,12 +82,16 @@ def autosaver(c: Components) -> tuple[gr.BrowserState, Callable[[Any], Any]]:
 
 
 def setup(demo: gr.Blocks, c: Components, saved: gr.BrowserState) -> None:
-    """Restore on load (a share link first, else the autosave), and the Share button."""
+    """Restore on load (a share link first, else the autosave), and the Share button.
+
+    What the link did is said under the chat (`chat-error`), where the user looks, not in the closed Session
+    section; a restored link becomes the autosave at once, and leaves the address bar.
+    """
     form, ed, session = c.form_inputs(), c.constraint, c.session
 
     def on_load(stored: str | None, state: ChatState, request: gr.Request) -> tuple:
         query = request.query_params.get(QUERY_KEY) if request else None
-        keep = (*[gr.skip()] * len(form), gr.skip(), gr.skip(), gr.skip())
+        keep = (*[gr.skip()] * len(form), gr.skip(), gr.skip(), gr.skip(), gr.skip())
         try:
             found = restored(query, stored)
         except Exception as exc:  # noqa: BLE001
@@ -87,12 +100,14 @@ def setup(demo: gr.Blocks, c: Components, saved: gr.BrowserState) -> None:
             return keep
         loaded, messages, note = found
         fresh = ChatState(messages=messages, mode=state.mode, markdown=state.markdown)
-        status = render.box("ok", note) if note else gr.skip()
-        return (*loaded.values(), fresh, chatbot_value(messages, fresh.markdown), status)
+        status = render.box("ok", note, elem_class="pg-shared") if note else gr.skip()
+        autosave = export_session(loaded, fresh) if query else gr.skip()
+        return (*loaded.values(), fresh, chatbot_value(messages, fresh.markdown), autosave, status)
 
-    demo.load(on_load, [saved, c.state], [*form, c.state, c.chat.chatbot, session.status]).then(
+    outputs = [*form, c.state, c.chat.chatbot, saved, c.chat.error]
+    demo.load(on_load, [saved, c.state], outputs).then(
         layout.kind_view, [ed.kind, ed.text], [ed.example, ed.text, ed.processor_group]
-    )
+    ).then(None, js=DROP_QUERY_JS)
 
     def on_share(state: ChatState, *values: Any) -> tuple:
         try:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.ui_helpers import open_app, paste_constraint, pick_kind, send, set_parameter
+from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter
+from tests.snippet_run import answer_of
 
 ANSWER = "# x *a* ~~s~~ <b>&amp;</b> 12*12*12*1"
 PATTERN = r"# x \*a\* ~~s~~ <b>&amp;</b> 12\*12\*12\*1"
@@ -32,3 +33,48 @@ def test_answers_and_user_messages_show_exactly_what_was_written(page: Page, ser
     assert [text.strip("\n") for text in bubbles(page, "bot")] == [ANSWER]
     assert [text.strip("\n") for text in bubbles(page, "user")] == [MESSAGE]
     expect(page.locator("#chatbot h1, #chatbot em, #chatbot del, #chatbot b, #chatbot i, #chatbot ol")).to_have_count(0)
+
+
+# Indents, a leading indent on the first line and tabs: what Gradio's own dedent (inspect.cleandoc) would eat.
+INDENTED = "  first line indented\n\tx\ty\n    four spaces"
+CHOICES = '["def f():\\n    return 1", "\\tx = 1\\n\\t\\ty = 2"]'
+CITY_SCHEMA = '{"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}'
+
+
+def generated_text(page: Page) -> str:
+    """What POST /generate answers for the last turn, run from the Code tab's curl snippet."""
+    page.get_by_role("tab", name="Code").click()
+    editor = page.locator("#code-curl-generate .cm-content")
+    expect(editor).to_contain_text("generate", timeout=SLOW)
+    text = answer_of("curl_generate", editor.inner_text())
+    page.get_by_role("tab", name="Chat", exact=True).click()
+    return text
+
+
+def bubble_texts(page: Page, role: str) -> list[str]:
+    """Each bubble's text as the DOM holds it (textContent: every space and tab)."""
+    return page.locator(f"#chatbot [data-testid={role}] .message-content").evaluate_all(
+        "nodes => nodes.map(n => n.textContent)"
+    )
+
+
+def test_bubbles_keep_indentation_and_tabs_byte_for_byte(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    pick_kind(page, "choice")
+    paste_constraint(page, CHOICES)
+    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
+    send(page, INDENTED)
+    expect(page.locator("#validation-status")).to_contain_text("✓ valid (choice)")
+    assert [text.strip("\n") for text in bubble_texts(page, "user")] == [INDENTED]
+    answer = bubble_texts(page, "bot")[-1].strip("\n")
+    assert answer in ("def f():\n    return 1", "\tx = 1\n\t\ty = 2")
+    assert answer == generated_text(page)
+
+    pick_kind(page, "JSON schema")
+    paste_constraint(page, CITY_SCHEMA)
+    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
+    set_parameter(page, "param-max-new-tokens", "40")
+    send(page, "Name a city as JSON.")
+    expect(page.locator("#validation-status")).to_contain_text("✓ valid (json_schema)")
+    answer = bubble_texts(page, "bot")[-1].strip("\n")
+    assert answer.startswith('{\n  "city": ') and answer == generated_text(page)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 from playwright.sync_api import Page, expect
 
+from playground.ui.sharing import share_query
+from playground.ui.state import ChatState, Form
 from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter
 
 
@@ -85,6 +89,42 @@ def open_app_again(page: Page) -> None:
 
 
 def lambda_free_prefix(server_url: str):
-    import re
-
     return re.compile("^" + re.escape(server_url.rstrip("/") + "/?session="))
+
+
+def shared_link(server_url: str) -> str:
+    """A share link of a one-turn choice conversation, as the Share button writes it."""
+    form = Form(model="embedded", kind="choice", constraint_text="red\nblue\ngreen", max_new_tokens=6)
+    messages = [
+        {"role": "user", "content": "Pick a colour."},
+        {"role": "assistant", "content": "red", "constraint": "choice"},
+    ]
+    return server_url.rstrip("/") + "/" + share_query(form, ChatState(messages=messages))
+
+
+def test_a_reload_after_a_share_link_keeps_the_shared_and_the_later_turns(page: Page, server_url: str) -> None:
+    page.goto(shared_link(server_url))
+    expect(page.locator("#chatbot [data-testid=bot]")).to_have_count(1, timeout=SLOW)
+    expect(page).not_to_have_url(re.compile(r"[?&]session="), timeout=SLOW)
+    page.reload()  # before any turn: the shared conversation, not an older autosave
+    open_app_again(page)
+    assert texts(page, "user") == ["Pick a colour."]
+    send(page, "Pick another colour.")
+    wait_for_turn(page, 2)
+
+    page.reload()
+    expect(page.locator("#model-status .pg-box")).to_contain_text("provider local", timeout=SLOW)
+    expect(page.locator("#chatbot [data-testid=bot]")).to_have_count(2, timeout=SLOW)
+    assert texts(page, "user") == ["Pick a colour.", "Pick another colour."]
+
+
+def test_a_share_link_says_under_the_chat_what_it_opened(page: Page, server_url: str) -> None:
+    page.goto(shared_link(server_url))
+    expect(page.locator("#chat-error .pg-shared")).to_be_visible(timeout=SLOW)
+    expect(page.locator("#chat-error")).to_contain_text("opened a shared session (2 messages)")
+
+
+def test_a_damaged_share_link_says_so_under_the_chat(page: Page, server_url: str) -> None:
+    page.goto(shared_link(server_url)[:-12])  # cut off when copied
+    expect(page.locator("#chat-error .pg-error")).to_be_visible(timeout=SLOW)
+    expect(page.locator("#chat-error")).to_contain_text("the share link is damaged")

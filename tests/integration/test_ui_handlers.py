@@ -16,6 +16,7 @@ from playground.models import EMBEDDED_FILE, embedded_gguf_path
 from playground.providers.loading import LoadingPolicy
 from playground.providers.local import LocalProvider
 from playground.providers.registry import Registry
+from playground.render.chat import bubble_text
 from playground.ui import controls, handlers
 from playground.ui.state import ChatState, Form, UISettings
 
@@ -45,7 +46,7 @@ def test_schema_chat_streams_a_valid_json_answer(registry: Registry) -> None:
     assert final.error == "" and 'data-valid="valid"' in final.verdict
     answer = json.loads(state.messages[-1]["content"])
     jsonschema.validate(answer, json.loads(PERSON_SCHEMA))
-    assert final.chatbot[-1]["content"].startswith('<pre class="pg-answer"><code>{')
+    assert bubble_text(final.chatbot[-1]).startswith('<pre class="pg-answer"><code>{')
     assert len(re.findall(r'class="tok[^"]*" data-index=', final.tokens)) == state.result.best.generated_tokens
     assert 'data-finish="eos_token"' in final.details and "via llguidance" in final.details
 
@@ -132,3 +133,14 @@ def test_model_picker_serves_loads_and_explains_failures(registry: Registry, mon
         "Pick",
     )
     assert len(state.messages) == 4 and state.result.model_id == EMBEDDED_FILE
+
+
+def test_an_answer_breaking_an_unenforced_keyword_is_shown_with_a_red_verdict(registry: Registry) -> None:
+    """auto falls back to an engine that ignores uniqueItems; its mask allows only the end of `[1, 1]`."""
+    schema = '{"type": "array", "items": {"const": 1}, "minItems": 2, "maxItems": 2, "uniqueItems": true}'
+    state = ChatState()
+    final = run_chat(registry, form(registry, kind="json_schema", constraint_text=schema), state, "Two ones")[-1]
+    assert final.error == "" and 'data-valid="invalid"' in final.verdict and "non-unique" in final.verdict
+    assert "does not enforce every keyword" in final.details and state.tokens
+    assert json.loads(state.messages[-1]["content"]) == [1, 1]
+    assert "bar-row" in handlers.next_token(registry, state)

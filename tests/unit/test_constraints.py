@@ -86,3 +86,20 @@ def test_chat_text_parts_must_hold_strings():
     assert (
         ChatMessage(role="user", content=[{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]).text() == "ab"
     )
+
+
+def test_a_refusal_found_in_the_compile_cache_reads_as_the_first_one(monkeypatch):
+    """The inspect panel compiles what the user types: a send after it must not speak of an earlier request."""
+    from playground.constraints import compiler
+    from playground.errors import UnsatisfiableConstraintError
+
+    refused = compiler._Outcome(error=UnsatisfiableConstraintError("no value satisfies the schema"))
+    cache = compiler.ConstraintCompiler(tokenizer=None)
+    monkeypatch.setattr(cache, "_compile_one", lambda constraint, engine: refused)
+    schema = Constraint.parse("json_schema", '{"type": "integer", "minimum": 5, "maximum": 1}')
+    messages = []
+    for _ in range(2):
+        with pytest.raises(UnsatisfiableConstraintError) as caught:
+            cache.compile(schema, "llguidance")
+        messages.append(caught.value.message)
+    assert messages == ["no value satisfies the schema"] * 2

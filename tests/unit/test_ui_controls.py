@@ -17,6 +17,13 @@ def test_live_check_names_the_problem_or_says_valid() -> None:
     assert controls.constraint_status("none", "") == "" and controls.constraint_status("processor", "x") == ""
 
 
+def test_the_live_check_refuses_a_schema_no_value_satisfies() -> None:
+    status = controls.constraint_status("json_schema", '{"type": "integer", "minimum": 5, "maximum": 1}')
+    assert "pg-constraint-bad" in status and "constraint is valid" not in status
+    assert "no value satisfies the schema" in status and "minimum (5) is greater than maximum (1)" in status
+    assert "constraint is valid" in controls.constraint_status("json_schema", '{"type": "integer", "minimum": 1}')
+
+
 def test_every_example_passes_the_live_check() -> None:
     for kind, examples in EXAMPLES.items():
         for example in examples:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from playground.errors import ParameterError
+from playground.errors import ParameterError, UnenforcedKeywordError
 from playground.providers.base import Capabilities, Provider
 from playground.providers.loading import LoadingPolicy
 from playground.providers.registry import Registry
+from playground.render.chat import bubble_text
+from playground.types import TokenEvent
 from playground.ui import controls, handlers
 from playground.ui.state import ChatState, Form, UISettings
 from tests.fakes import FakeProvider
@@ -154,3 +157,27 @@ def test_session_file_round_trip(tmp_path) -> None:
     bad.write_text("[1, 2]")
     with pytest.raises(Exception, match="not a session file"):
         controls.import_file(str(bad))
+
+
+class EndedByTheGate(FakeProvider):
+    """Streams its answer's tokens, then fails as the engine does when the text broke an unenforced keyword."""
+
+    def stream(self, model, inputs, params):
+        for event in super().stream(model, inputs, params):
+            if not isinstance(event, TokenEvent):
+                raise UnenforcedKeywordError("the output breaks the schema ([1, 1] has non-unique elements)")
+            yield event
+
+
+def test_an_answer_the_engine_had_to_end_shows_its_text_tokens_and_a_red_verdict() -> None:
+    registry = Registry([EndedByTheGate("[1, 1]")])
+    state = ChatState()
+    schema = '{"type": "array", "items": {"type": "integer", "multipleOf": 1}, "uniqueItems": true}'
+    final = run_chat(registry, form(kind="json_schema", constraint_text=schema), state, "Two numbers")[-1]
+    assert final.error == "" and final.running is False
+    assert state.messages[-1]["content"] == "[1, 1]" and "[1, 1]" in bubble_text(final.chatbot[-1])
+    assert len(re.findall(r'class="tok[^"]*" data-index=', final.tokens)) == 6
+    assert 'data-valid="invalid"' in final.verdict and "pg-bad" in final.verdict
+    assert "non-unique elements" in final.details and 'data-finish="unenforced"' in final.details
+    assert state.request is not None and len(state.tokens) == 6  # the next-token chart has a turn to replay
+    assert "bar-row" in handlers.next_token(registry, state)  # and it draws

@@ -203,20 +203,36 @@ def test_error_and_constraint_boxes_escape_their_message() -> None:
 
 
 def test_chat_shows_every_message_exactly_unless_markdown_is_asked_for():
-    from playground.render.chat import chatbot_value
+    from playground.render.chat import bubble_text, chatbot_value
 
     user = {"role": "user", "content": "# x *a* <b>b</b> & ```"}
     free = {"role": "assistant", "content": "**bold** <i>", "constraint": "none"}
     bound = {"role": "assistant", "content": "12*12*12*1 <b>", "constraint": "grammar"}
-    assert [m["content"] for m in chatbot_value([user, free, bound])] == [
+    assert [bubble_text(m) for m in chatbot_value([user, free, bound])] == [
         "# x *a* &lt;b&gt;b&lt;/b&gt; &amp; ```",
         "**bold** &lt;i&gt;",
         '<pre class="pg-answer"><code>12*12*12*1 &lt;b&gt;</code></pre>',
     ]
-    assert [m["content"] for m in chatbot_value([user, free, bound], markdown=True)] == [
+    assert [bubble_text(m) for m in chatbot_value([user, free, bound], markdown=True)] == [
         "````\n# x *a* <b>b</b> & ```\n````",
         "**bold** &lt;i&gt;",
         "```\n12*12*12*1 <b>\n```",
+    ]
+
+
+def test_the_chatbot_keeps_every_indent_and_tab_of_a_message():
+    """Gradio dedents string contents (inspect.cleandoc) and expands tabs; the bubbles must not lose them."""
+    import gradio as gr
+
+    from playground.render.chat import chatbot_value
+
+    user = {"role": "user", "content": "  first line indented\n\tx\ty\n    four"}
+    answer = {"role": "assistant", "content": 'def f():\n    return 1\n\t"tab"', "constraint": "choice"}
+    shown = gr.Chatbot(render_markdown=False).postprocess(chatbot_value([user, answer])).model_dump()
+    texts = [message["content"][0]["text"] for message in shown]
+    assert texts == [
+        "  first line indented\n\tx\ty\n    four",
+        '<pre class="pg-answer"><code>def f():\n    return 1\n\t"tab"</code></pre>',
     ]
 
 
