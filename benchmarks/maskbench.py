@@ -24,6 +24,7 @@ from playground.decoding.engine import Engine
 from playground.decoding.walk import masks
 from playground.errors import CompileTimeoutError, ConstraintError
 from playground.models import load_model
+from playground.options import LOCAL
 
 
 @dataclass
@@ -122,7 +123,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--data", required=True, type=Path, help="folder of MaskBench *.json files")
     parser.add_argument("--engine", default="auto", choices=("auto", *backends.names()))
     parser.add_argument("--model", default="embedded", help="model whose tokenizer builds the masks")
-    parser.add_argument("--compile-timeout", type=float, default=10.0, help="seconds per compile (the app's default)")
+    parser.add_argument(
+        "--compile-timeout", type=float, default=LOCAL.compile_timeout, help="seconds per compile (the app's default)"
+    )
     args = parser.parse_args(argv)
     files = sorted(args.data.glob("*.json"))
     if not files:

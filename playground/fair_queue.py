@@ -13,7 +13,7 @@ import itertools
 import queue
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -27,7 +27,8 @@ class FairQueue(Generic[T]):
         self._cond = threading.Condition()
         self._waiting: list[tuple[int, str]] = []
         self._held: Counter[str] = Counter()
-        self._served: dict[str, int] = {}  # when each client last got an item (for turns among equals)
+        # when each client last got an item (for turns among equals), least recently served first
+        self._served: OrderedDict[str, int] = OrderedDict()
         self._order = itertools.count()
 
     def put(self, item: T) -> None:
@@ -55,8 +56,9 @@ class FairQueue(Generic[T]):
                     self._cond.wait(remaining)
                 self._held[client] += 1
                 self._served[client] = next(self._order)
+                self._served.move_to_end(client)
                 if len(self._served) > 10_000:
-                    self._served.pop(next(iter(self._served)))
+                    self._served.popitem(last=False)
                 return self._items.popleft()
             finally:
                 self._waiting.remove(me)

@@ -184,7 +184,8 @@ class CompilePool:
 
     def close(self) -> None:
         """Stop every worker: the idle ones now, busy and starting ones as soon as they are back."""
-        self._closed = True
+        with self._lock:  # a worker that finished starting sees the flag under the same lock
+            self._closed = True
         while True:
             try:
                 self._retire(self._idle.get_nowait())
@@ -302,12 +303,13 @@ class CompilePool:
                 log.exception("a compile worker failed to start; retrying")
                 time.sleep(5)
                 continue
-            if self._closed or _exiting.is_set():
-                worker.kill()
-                return
             with self._lock:
-                self._pids.add(worker.process.pid)
-            self._idle.put(worker)
+                closed = self._closed or _exiting.is_set()
+                if not closed:
+                    self._pids.add(worker.process.pid)
+                    self._idle.put(worker)
+            if closed:
+                worker.kill()
             return
 
 

@@ -31,12 +31,17 @@ FREE_PATTERN = "[ \\t\\n\\r]*"
 LAYOUTS = ("pretty", "compact", "free")
 DEFAULT_LAYOUT = "pretty"
 MAX_PATTERN_CHARS = 256
-# The keywords that already say what an object's unlisted keys may be.
+# The keywords that already say what an object's unlisted keys may be, or that apply more schemas to the
+# same object (whose keys closing it would refuse): such an object is left as written.
 _OTHER_KEYS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
-_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-# allOf is left open: closing each branch would refuse the keys another branch declares.
-_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
-_SUBSCHEMAS = ("items", "additionalItems", "contains", "not", "if", "then", "else", "propertyNames")
+_IN_PLACE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas", "$ref", "$dynamicRef")
+# Closed: the schemas of other values (a property's, an item's, a definition's). Left as written: those that
+# apply to the same object (allOf, not, if/then/else, dependentSchemas), where closing one would refuse
+# the keys its siblings declare or turn a `not` inside out; anyOf/oneOf branches only when the object
+# itself lists no properties (else a branch would refuse them).
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+_BRANCHES = ("anyOf", "oneOf")
+_SUBSCHEMAS = ("items", "additionalItems", "prefixItems", "additionalProperties", "unevaluatedItems")
 
 
 def check_layout(layout: str) -> str:
@@ -85,19 +90,22 @@ def with_layout(schema: dict, layout: str) -> dict:
 
 
 def closed(schema: Any, depth: int = 0) -> Any:
-    """The schema with `additionalProperties: false` on every object schema that lists properties alone."""
+    """The schema with `additionalProperties: false` on every object schema that lists properties alone
+    (none beside it says more about the object's keys)."""
     if not isinstance(schema, dict) or depth > 64:
         return schema
     out = dict(schema)
-    if "properties" in out and not any(k in out for k in _OTHER_KEYS):
+    if "properties" in out and not any(k in out for k in (*_OTHER_KEYS, *_IN_PLACE)):
         out["additionalProperties"] = False
     for key in _SUBSCHEMA_MAPS:
         if isinstance(out.get(key), dict):
             out[key] = {name: closed(sub, depth + 1) for name, sub in out[key].items()}
-    for key in _SUBSCHEMA_LISTS:
-        if isinstance(out.get(key), list):
+    for key in _BRANCHES:
+        if isinstance(out.get(key), list) and "properties" not in out:
             out[key] = [closed(sub, depth + 1) for sub in out[key]]
     for key in _SUBSCHEMAS:
-        if key in out:
+        if isinstance(out.get(key), list):
+            out[key] = [closed(sub, depth + 1) for sub in out[key]]
+        elif key in out:
             out[key] = closed(out[key], depth + 1)
     return out

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
+
+from transformers import PreTrainedTokenizerBase
 
 from playground.errors import ParameterError, first_line
 
-# apply_chat_template's own arguments: a request's template variables may not replace them.
-_RESERVED = frozenset({"conversation", "messages", "tokenize", "add_generation_prompt", "chat_template", "tools"})
+# apply_chat_template's own arguments (continue_final_message among them: the request's field of that name
+# forces the prefix through the constraint): a request's template variables may not replace any of them.
+_RESERVED = frozenset(inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters) - {"self", "kwargs"}
 
 
 def render(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool, kwargs: dict | None) -> str:

@@ -27,6 +27,8 @@ MAX_NAME_CHARS = 512
 MAX_BEST_OF = 4
 MAX_STOP_SEQUENCES = 4
 MAX_TOP_N_TOKENS = 20
+# Choices of one chat or completions request (n), as vLLM caps them by default.
+MAX_CHOICES = 8
 
 
 def limits_info() -> dict[str, Any]:

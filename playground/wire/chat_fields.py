@@ -10,8 +10,7 @@ from typing import Any
 
 from playground.errors import ParameterError
 from playground.types import ChatCompletionRequest
-
-MAX_CHOICES = 8
+from playground.types.sizes import MAX_CHOICES
 
 # Accepted, and named in the answer's `warnings`: none of them changes which tokens are generated.
 IGNORED: dict[str, str] = {

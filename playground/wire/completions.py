@@ -13,12 +13,11 @@ from playground.types import GeneratedToken, GenerateParameters, GenerationResul
 from playground.types.base import EngineName, InputText, Name, StopText
 from playground.types.chat import Request, StreamOptions, StructuredOutputs
 from playground.types.params import ProcessorSpec
-from playground.types.sizes import MAX_PROCESSORS
+from playground.types.sizes import MAX_CHOICES, MAX_PROCESSORS
 from playground.wire import inbound
 from playground.wire.inbound import ChatResponseFormat
 
 MAX_PROMPTS = 8
-MAX_CHOICES = 8
 MAX_TOTAL_CHOICES = 16
 
 

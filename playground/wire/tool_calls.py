@@ -89,7 +89,7 @@ def final(text: str, named: str | None, parallel: bool) -> list[tuple[str, str]]
     """(name, arguments JSON text) of each call in a whole answer; None when it is not whole calls."""
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
         return None
     if named is not None:
         return [(named, text.strip())]

@@ -231,3 +231,9 @@ def test_callers_branch_on_capabilities_not_provider_names_or_classes():
             if pattern.search(line) and not (path == factory and function == "_make_provider"):
                 hits.append(f"{path.relative_to(REPO_ROOT)}:{n}: {line.strip()}")
     assert hits == []
+
+
+def test_every_folder_of_modules_is_a_regular_package():
+    """setuptools' packages.find skips a folder without __init__.py: a built wheel would lack its modules."""
+    folders = {path.parent for path in modules().values()}
+    assert sorted(f.relative_to(REPO_ROOT).as_posix() for f in folders if not (f / "__init__.py").exists()) == []

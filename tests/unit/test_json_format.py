@@ -37,17 +37,29 @@ def test_closed_objects_refuse_undeclared_keys_in_every_nested_object() -> None:
     schema = {
         "type": "object",
         "properties": {"owner": {"$ref": "#/$defs/Owner"}, "tags": {"type": "array", "items": PET}},
-        "$defs": {"Owner": {"type": "object", "properties": {"name": {"type": "string"}}}},
-        "anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}, "additionalProperties": True}],
-        "allOf": [{"properties": {"c": {}}}],
+        "$defs": {
+            "Owner": {"type": "object", "properties": {"name": {"type": "string"}}},
+            "Either": {"anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}, "additionalProperties": True}]},
+            "Both": {"properties": {"d": {}}, "allOf": [{"properties": {"c": {}}}]},
+        },
     }
     constraint = Constraint.json_schema(schema, closed=True)
     closed = constraint.schema
     assert closed["additionalProperties"] is False
     assert closed["$defs"]["Owner"]["additionalProperties"] is False
     assert closed["properties"]["tags"]["items"]["additionalProperties"] is False
-    assert closed["anyOf"][0]["additionalProperties"] is False
-    assert closed["anyOf"][1]["additionalProperties"] is True  # what a schema says of other keys stands
-    assert "additionalProperties" not in closed["allOf"][0]  # closing a branch would refuse the others' keys
+    assert closed["$defs"]["Either"]["anyOf"][0]["additionalProperties"] is False
+    assert closed["$defs"]["Either"]["anyOf"][1]["additionalProperties"] is True  # what a schema says stands
+    both = closed["$defs"]["Both"]  # closing either would refuse the other's keys
+    assert "additionalProperties" not in both and "additionalProperties" not in both["allOf"][0]
+    beside = Constraint.json_schema({**PET, "anyOf": [{"properties": {"x": {}}, "required": ["x"]}]}, closed=True)
+    assert "additionalProperties" not in beside.schema["anyOf"][0]  # it would refuse `name`
+    assert beside.validate('{"name": "Rex", "x": 1}').valid is True
+    negated = {
+        **PET,
+        "properties": {**PET["properties"], "b": {}},
+        "not": {"properties": {"name": {"const": "a"}}, "required": ["name"]},
+    }
+    assert Constraint.json_schema(negated, closed=True).validate('{"name": "a", "b": 2}').valid is False
     assert constraint.validate('{"owner": {"name": "Ann", "age": 3}}').valid is False
     assert Constraint.json_schema(schema).validate('{"owner": {"name": "Ann", "age": 3}}').valid is True

@@ -66,15 +66,26 @@ class _Recording(FakeProvider):
 
 def test_every_http_request_runs_as_its_client_streams_included() -> None:
     fake = _Recording()
-    client = TestClient(create_app(Registry([fake]), ui=False))
+    app = create_app(Registry([fake]), ui=False)
     body = {"inputs": "x", "parameters": {"max_new_tokens": 2}}
-    for key in ("a", "b"):
-        client.post("/generate", json=body, headers={"Authorization": f"Bearer {key}"})
-        with client.stream("POST", "/generate_stream", json=body, headers={"Authorization": f"Bearer {key}"}) as r:
+    for address in ("10.0.0.1", "10.0.0.2"):
+        client = TestClient(app, client=(address, 50000))
+        client.post("/generate", json=body)
+        with client.stream("POST", "/generate_stream", json=body) as r:
             r.read()
     a, a_stream, b, b_stream = fake.scopes
     assert a == a_stream and b == b_stream and a != b
     assert client_scope.LOCAL not in fake.scopes
+
+
+def test_a_made_up_header_is_not_a_new_client() -> None:
+    """A header the client chooses would make it a new client per request, first in every fair queue."""
+    fake = _Recording()
+    client = TestClient(create_app(Registry([fake]), ui=False), client=("10.0.0.3", 50000))
+    body = {"inputs": "x", "parameters": {"max_new_tokens": 2}}
+    for key in ("a", "b"):
+        client.post("/generate", json=body, headers={"Authorization": f"Bearer {key}"})
+    assert len(set(fake.scopes)) == 1
 
 
 def test_each_ui_conversation_is_its_own_client() -> None:
