@@ -199,3 +199,14 @@ def test_strict_schemas_and_tool_arguments_are_closed_and_others_as_written() ->
     for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
         grammar = inbound.chat_parameters(_request(tools=TOOLS, tool_choice=choice), seed=1).grammar
         assert grammar is not None and grammar.strict is True, choice
+
+
+def test_a_json_schema_format_without_its_schema_reads_the_value() -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "x"}, "value": {"name": "x", "schema": {"type": "object"}}}
+    grammar = inbound.chat_parameters(_request(response_format=fmt), seed=1).grammar
+    assert grammar is not None and grammar.type == "json_schema"
+
+
+def test_template_variables_cannot_replace_the_templates_own_arguments() -> None:
+    with pytest.raises(ParameterError, match="continue_final_message cannot be set here"):
+        chat_template.render(None, [], True, {"continue_final_message": True})

@@ -107,3 +107,7 @@ def test_free_text_under_auto_streams_as_content() -> None:
         and stream.feed("Hi") == [{"content": "  Hi"}]
         and stream.feed("!") == [{"content": "!"}]
     )
+
+
+def test_json_nested_past_the_parser_is_no_call() -> None:
+    assert tool_calls.final("[" * 100_000 + "]" * 100_000, None, parallel=False) is None
