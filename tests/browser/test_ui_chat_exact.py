@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter
+from tests.browser.ui_helpers import SLOW, open_app, open_with_regex, paste_constraint, pick_kind, send, set_parameter
 from tests.snippet_run import answer_of
 
 ANSWER = "# x *a* ~~s~~ <b>&amp;</b> 12*12*12*1"
@@ -17,11 +17,7 @@ def bubbles(page: Page, role: str) -> list[str]:
 
 
 def test_answers_and_user_messages_show_exactly_what_was_written(page: Page, server_url: str) -> None:
-    open_app(page, server_url)
-    pick_kind(page, "regex")
-    paste_constraint(page, PATTERN)
-    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
-    set_parameter(page, "param-max-new-tokens", "40")
+    open_with_regex(page, server_url, PATTERN, 40)
     send(page, MESSAGE)
     expect(page.locator("#validation-status")).to_contain_text("✓ valid (regex)")
     assert [text.strip("\n") for text in bubbles(page, "user")] == [MESSAGE]
@@ -41,11 +37,12 @@ CHOICES = '["def f():\\n    return 1", "\\tx = 1\\n\\t\\ty = 2"]'
 CITY_SCHEMA = '{"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}'
 
 
-def generated_text(page: Page) -> str:
-    """What POST /generate answers for the last turn, run from the Code tab's curl snippet."""
+def generated_text(page: Page, marker: str) -> str:
+    """What POST /generate answers for the last turn, run from the Code tab's curl snippet once it shows
+    `marker` (a piece of the turn's constraint: the tab still holds the previous turn's snippet until then)."""
     page.get_by_role("tab", name="Code").click()
     editor = page.locator("#code-curl-generate .cm-content")
-    expect(editor).to_contain_text("generate", timeout=SLOW)
+    expect(editor).to_contain_text(marker, timeout=SLOW)
     text = answer_of("curl_generate", editor.inner_text())
     page.get_by_role("tab", name="Chat", exact=True).click()
     return text
@@ -68,7 +65,7 @@ def test_bubbles_keep_indentation_and_tabs_byte_for_byte(page: Page, server_url:
     assert [text.strip("\n") for text in bubble_texts(page, "user")] == [INDENTED]
     answer = bubble_texts(page, "bot")[-1].strip("\n")
     assert answer in ("def f():\n    return 1", "\tx = 1\n\t\ty = 2")
-    assert answer == generated_text(page)
+    assert answer == generated_text(page, "return 1")
 
     pick_kind(page, "JSON schema")
     paste_constraint(page, CITY_SCHEMA)
@@ -77,4 +74,4 @@ def test_bubbles_keep_indentation_and_tabs_byte_for_byte(page: Page, server_url:
     send(page, "Name a city as JSON.")
     expect(page.locator("#validation-status")).to_contain_text("✓ valid (json_schema)")
     answer = bubble_texts(page, "bot")[-1].strip("\n")
-    assert answer.startswith('{\n  "city": ') and answer == generated_text(page)
+    assert answer.startswith('{\n  "city": ') and answer == generated_text(page, "maxLength")

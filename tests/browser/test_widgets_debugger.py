@@ -7,6 +7,7 @@ import math
 from playground.debug.check import CheckResult
 from playground.render.debugger import check_summary
 from tests.browser.test_widgets_esm import _mount, _playground_state, harness_url  # noqa: F401 (fixture)
+from tests.browser.ui_helpers import next_token_payload
 from tests.unit.test_widgets import SCRIPT, sample_result
 from widgets.token_view import result_payload
 
@@ -29,12 +30,8 @@ def test_chart_reasons_fields_and_check(page, harness_url: str) -> None:  # noqa
     page.evaluate("s => window.model.set('result_json', s)", result)
     row = page.locator("#mount table.sp-fields tr[data-path='name'] td")
     assert row.all_inner_texts() == ["name", f'"{SCRIPT}"', "50.0%", "25.0%", "90.0%", "yes", "1/2"]
-    distribution = {
-        "prefix": "",
-        "mass_kept": 0.25,
-        "allowed_count": 2,
-        "vocab_size": 100,
-        "candidates": [
+    distribution = next_token_payload(
+        [
             {
                 "id": 9,
                 "text": "x",
@@ -45,7 +42,7 @@ def test_chart_reasons_fields_and_check(page, harness_url: str) -> None:  # noqa
             },
             {"id": 1, "text": "{", "raw_logprob": math.log(0.2), "logprob": math.log(0.8), "allowed": True},
         ],
-    }
+    )
     page.evaluate("d => window.model.set('next_token', d)", distribution)
     reason = page.locator("#mount .sp-chart .sp-bar-row.sp-masked .sp-reason")
     assert reason.inner_text() == f"the schema allows only the keys `{SCRIPT}` here"

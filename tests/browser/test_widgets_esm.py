@@ -13,6 +13,7 @@ import anywidget
 import pytest
 
 from playground import render
+from tests.browser.ui_helpers import next_token_payload
 from tests.support import REPO_ROOT
 from tests.unit.test_widgets import IMG, SCRIPT, sample_result
 from widgets.playground import Playground
@@ -169,16 +170,12 @@ def test_playground_shows_errors_answers_and_next_token_chart(page, harness_url:
     assert error.evaluate("n => getComputedStyle(n).color") == "rgb(198, 40, 40)"
     page.evaluate("s => window.model.set('result_json', s)", result_payload(sample_result()))
     assert page.locator("#mount .sp-answer .sp-token").count() == 3
-    distribution = {
-        "prefix": "",
-        "mass_kept": 0.25,
-        "allowed_count": 2,
-        "vocab_size": 100,
-        "candidates": [
+    distribution = next_token_payload(
+        [
             {"id": 9, "text": SCRIPT, "raw_logprob": math.log(0.6), "logprob": None, "allowed": False},
             {"id": 1, "text": "{", "raw_logprob": math.log(0.2), "logprob": math.log(0.8), "allowed": True},
         ],
-    }
+    )
     page.evaluate("d => window.model.set('next_token', d)", distribution)
     chart = page.locator("#mount .sp-chart")
     assert (

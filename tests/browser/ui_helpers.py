@@ -46,6 +46,15 @@ def paste_constraint(page: Page, text: str) -> None:
     page.keyboard.insert_text(text)
 
 
+def open_with_regex(page: Page, url: str, pattern: str, max_new_tokens: int) -> None:
+    """The app with a valid regex constraint in place and max_new_tokens set, ready for a message."""
+    open_app(page, url)
+    pick_kind(page, "regex")
+    paste_constraint(page, pattern)
+    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
+    set_parameter(page, "param-max-new-tokens", str(max_new_tokens))
+
+
 def show_parameter(page: Page, elem_id: str) -> None:
     """Open the Parameters accordion and the group holding `elem_id`, unless it is already shown."""
     if page.locator(f"#{elem_id}").is_visible():
@@ -79,3 +88,8 @@ def send(page: Page, text: str | None = None) -> None:
         page.locator("#chat-input textarea").fill(text)
     page.locator("#send-btn").click()
     expect(page.locator("#validation-status .pg-verdict")).to_be_visible(timeout=SLOW)
+
+
+def next_token_payload(candidates: list[dict]) -> dict:
+    """A next-token distribution as the widgets receive it: two of 100 tokens allowed, 25% of the mass kept."""
+    return {"prefix": "", "mass_kept": 0.25, "allowed_count": 2, "vocab_size": 100, "candidates": candidates}

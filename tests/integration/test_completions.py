@@ -9,12 +9,8 @@ import jsonschema
 import openai
 import pytest
 
-PET = {
-    "type": "object",
-    "properties": {"kind": {"enum": ["cat", "dog"]}, "age": {"type": "integer", "minimum": 0, "maximum": 30}},
-    "required": ["kind", "age"],
-    "additionalProperties": False,
-}
+from tests.integration.test_api_tgi import PET_SCHEMA as PET
+
 PROMPT = "The capital of France is"
 
 

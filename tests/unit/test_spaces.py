@@ -164,12 +164,18 @@ class RecordingHfApi:
         self.calls.append(("upload_folder", (), {**kwargs, "files": files}))
 
 
-def test_upload_creates_the_space_and_uploads_the_folder(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def deploy_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """spaces/deploy.py with its repository root at a fresh source tree under tmp_path."""
     deploy = load_deploy()
     make_source_tree(tmp_path)
     monkeypatch.setattr(deploy, "REPO_ROOT", tmp_path)
+    return deploy
+
+
+def test_upload_creates_the_space_and_uploads_the_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deploy = deploy_from(tmp_path, monkeypatch)
     RecordingHfApi.calls = []
     monkeypatch.setattr(deploy, "HfApi", RecordingHfApi)
     assert deploy.main(["--repo-id", "me/pg", "--private", "--token", "hf_test"]) == 0
@@ -190,9 +196,7 @@ def test_upload_creates_the_space_and_uploads_the_folder(
 def test_upload_failure_is_one_clear_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    deploy = load_deploy()
-    make_source_tree(tmp_path)
-    monkeypatch.setattr(deploy, "REPO_ROOT", tmp_path)
+    deploy = deploy_from(tmp_path, monkeypatch)
 
     class Unreachable(RecordingHfApi):
         def create_repo(self, *args: object, **kwargs: object) -> str:
