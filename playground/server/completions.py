@@ -16,7 +16,7 @@ from playground.providers.base import Provider
 from playground.server import chat
 from playground.server.docs import JSON_OR_STREAM
 from playground.server.errors import exception_event
-from playground.server.streaming import generate_while_connected, iterate_in_thread, started
+from playground.server.streaming import decoded, generate_while_connected, iterate_in_thread, started
 from playground.server.tgi import resolve, sse
 from playground.types import GenerateParameters, GenerationResult, TokenEvent
 from playground.wire import checks, completions
@@ -114,23 +114,16 @@ async def _choice_chunks(
     holdback = chat.StopHoldback(params.stop)
     if req.echo:
         yield _chunk(base, index, prompt)
-    pending: list[Any] = []
-    async for item in events:
-        if isinstance(item, TokenEvent):
-            if item.token.special:
-                continue
-            pending.append(item.token)
-            text = holdback.feed(item.token.text)
-            if text:
-                yield _chunk(base, index, text, logprobs=_stream_logprobs(pending, req))
-                pending = []
+    async for text, tokens, result in decoded(events, holdback.feed):
+        if result is None:
+            yield _chunk(base, index, text, logprobs=_stream_logprobs(tokens, req))
             continue
-        rest = holdback.finish(item.best)
-        if rest or pending:
-            yield _chunk(base, index, rest, logprobs=_stream_logprobs(pending, req))
-        finish = chat.FINISH_REASONS[item.best.finish_reason]
-        yield _chunk(base, index, "", finish_reason=finish, **chat.choice_extras(item, _warnings(req)))
-        yield item
+        rest = holdback.finish(result.best)
+        if rest or tokens:
+            yield _chunk(base, index, rest, logprobs=_stream_logprobs(tokens, req))
+        finish = chat.FINISH_REASONS[result.best.finish_reason]
+        yield _chunk(base, index, "", finish_reason=finish, **chat.choice_extras(result, _warnings(req)))
+        yield result
 
 
 def _stream_logprobs(tokens: list[Any], req: CompletionRequest) -> dict[str, Any] | None:

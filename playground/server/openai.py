@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -14,7 +14,7 @@ from playground.providers.base import Provider
 from playground.server import chat
 from playground.server.docs import JSON_OR_STREAM
 from playground.server.errors import exception_event
-from playground.server.streaming import generate_while_connected, iterate_in_thread, started
+from playground.server.streaming import decoded, generate_while_connected, iterate_in_thread, started
 from playground.server.tgi import registry_of, resolve, sse
 from playground.server.tool_stream import ToolStream
 from playground.types import GenerateParameters, GenerationResult, Name, Strict, TokenEvent
@@ -97,58 +97,48 @@ async def _choice_chunks(
     index: int,
     base: dict[str, Any],
 ) -> AsyncIterator[str | GenerationResult]:
-    """The chunks of one choice, then its result (for usage)."""
-    holdback = chat.StopHoldback(params.stop)
-    pending: list[Any] = []
+    """The chunks of one choice (content, or each tool call's head then its arguments), then its result."""
     yield _chunk(base, index, {"role": "assistant", "content": ""})
-    if tools.mode(req) is not None:
-        async for chunk in _tool_chunks(events, req, params, index, base):
-            yield chunk
-        return
-    async for item in events:
-        if isinstance(item, TokenEvent):
-            if item.token.special:  # EOS: no text, and no logprobs entry (as in the non-streaming answer)
-                continue
-            pending.append(item.token)
-            text = holdback.feed(item.token.text)
-            if text:
-                yield _chunk(base, index, {"content": text}, logprobs=chat.choice_logprobs(pending, req))
-                pending = []
-            continue
-        rest = holdback.finish(item.best)
-        if rest or (req.logprobs and pending):
-            yield _chunk(base, index, {"content": rest}, logprobs=chat.choice_logprobs(pending, req))
-        finish = chat.FINISH_REASONS[item.best.finish_reason]
-        yield _chunk(base, index, {}, finish_reason=finish, **chat.choice_extras(item, chat_fields.warnings(req)))
-        yield item
+    feed, ending = _tool_deltas(req, params) if tools.mode(req) is not None else _content_deltas(req, params)
+    async for deltas, tokens, result in decoded(events, feed):
+        if result is not None:
+            deltas, finish, notes = ending(result, tokens)
+        for k, delta in enumerate(deltas):  # the tokens' logprobs ride on the first delta they made
+            yield _chunk(base, index, delta, logprobs=chat.choice_logprobs(tokens if k == 0 else [], req))
+        if result is not None:
+            extras = chat.choice_extras(result, [*chat_fields.warnings(req), *notes])
+            yield _chunk(base, index, {}, finish_reason=finish, **extras)
+            yield result
 
 
-async def _tool_chunks(
-    events: AsyncIterator[TokenEvent | GenerationResult],
-    req: ChatRequest,
-    params: GenerateParameters,
-    index: int,
-    base: dict[str, Any],
-) -> AsyncIterator[str | GenerationResult]:
-    """A choice that may call tools: each call's head, then its arguments as they are decoded."""
+Deltas = Callable[[str], list[dict[str, Any]]]
+Ending = Callable[[GenerationResult, list[Any]], tuple[list[dict[str, Any]], str, list[str]]]
+
+
+def _content_deltas(req: ChatRequest, params: GenerateParameters) -> tuple[Deltas, Ending]:
+    """Text as it is decoded, holding back what may start a stop sequence."""
+    holdback = chat.StopHoldback(params.stop)
+
+    def feed(text: str) -> list[dict[str, Any]]:
+        piece = holdback.feed(text)
+        return [{"content": piece}] if piece else []
+
+    def ending(result: GenerationResult, tokens: list[Any]) -> tuple[list[dict[str, Any]], str, list[str]]:
+        rest = holdback.finish(result.best)
+        deltas = [{"content": rest}] if rest or (req.logprobs and tokens) else []
+        return deltas, chat.FINISH_REASONS[result.best.finish_reason], []
+
+    return feed, ending
+
+
+def _tool_deltas(req: ChatRequest, params: GenerateParameters) -> tuple[Deltas, Ending]:
+    """A choice that may call tools: each call's id and name first, then its arguments as they are decoded."""
     stream = ToolStream(req, params.stop)
-    pending: list[Any] = []
-    async for item in events:
-        if isinstance(item, TokenEvent):
-            if item.token.special:
-                continue
-            pending.append(item.token)
-            for delta in stream.feed(item.token.text):
-                yield _chunk(base, index, delta, logprobs=chat.choice_logprobs(pending, req))
-                pending = []
-            continue
-        deltas, finish, notes = stream.finish(item, chat.trim_stop(item.best.generated_text, item.best))
-        for delta in deltas:
-            yield _chunk(base, index, delta, logprobs=chat.choice_logprobs(pending, req))
-            pending = []
-        extras = chat.choice_extras(item, [*chat_fields.warnings(req), *notes])
-        yield _chunk(base, index, {}, finish_reason=finish, **extras)
-        yield item
+
+    def ending(result: GenerationResult, tokens: list[Any]) -> tuple[list[dict[str, Any]], str, list[str]]:
+        return stream.finish(result, chat.trim_stop(result.best.generated_text, result.best))
+
+    return stream.feed, ending
 
 
 async def _chunks(

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
+from playground.types import TokenEvent
+
 T = TypeVar("T")
 _ITEM, _ERROR, _DONE = "item", "error", "done"
 
@@ -96,3 +98,22 @@ async def started(stream: AsyncIterator[T]) -> AsyncIterator[T]:
             yield item
 
     return chained()
+
+
+async def decoded(
+    events: AsyncIterator[Any], feed: Callable[[str], Any]
+) -> AsyncIterator[tuple[Any, list[Any], Any | None]]:
+    """A stream's visible tokens fed through `feed` (text -> what to send, falsy to hold back):
+    (what to send, the tokens it carries, None) as it comes, then (None, tokens held back, the result)."""
+    pending: list[Any] = []
+    async for item in events:
+        if not isinstance(item, TokenEvent):  # the GenerationResult
+            yield None, pending, item
+            return
+        if item.token.special:  # EOS: no text, and no logprobs entry (as in the non-streaming answer)
+            continue
+        pending.append(item.token)
+        out = feed(item.token.text)
+        if out:
+            yield out, pending, None
+            pending = []
