@@ -62,6 +62,22 @@ def start_server() -> Iterator[StartServer]:
 
 
 @pytest.fixture(scope="session")
+def thinking_model_dir(loaded_model, tmp_path_factory) -> Path:
+    """A tiny thinking model folder (Qwen3-style template with `<think>` and `<tool_call>`), written once per session."""
+    from tests.thinking_model import save_thinking_model
+
+    return save_thinking_model(tmp_path_factory.mktemp("thinking-model"), loaded_model.tokenizer)
+
+
+@pytest.fixture(scope="session")
+def thinking_model(thinking_model_dir: Path):
+    """The tiny thinking model, loaded through the playground's loader as a local folder would be."""
+    from playground.models import load_model
+
+    return load_model(str(thinking_model_dir), threads=1)
+
+
+@pytest.fixture(scope="session")
 def start_session_server() -> Iterator[StartServer]:
     """Like start_server, but each distinct (args, env) runs once and is shared for the whole session."""
     servers: list[LiveServer] = []
