@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from playground.types.base import EngineName, Name, ResponseBody, StopText, Strict
-from playground.types.params import ProcessorSpec
+from playground.types.params import ProcessorSpec, Sampling
 from playground.types.sizes import MAX_INPUT_CHARS, MAX_MESSAGES, MAX_PROCESSORS
 
 
@@ -183,35 +183,19 @@ class NamedToolChoice(Request):
 ToolChoice = Annotated[str, Field(max_length=64)] | NamedToolChoice
 
 
-class ChatCompletionRequest(Request):
-    """OpenAI's chat completion request, with vLLM's and TGI's extensions and our processors.
+class OpenAISampling(Request, Sampling):
+    """What OpenAI's chat and completions requests share as vLLM serves them (sampling, the constraint fields,
+    our extensions), declared once and mapped to GenerateParameters once (`wire.inbound.openai_values`)."""
 
-    Every field is implemented, or accepted and named in `warnings` (it cannot change the tokens), or
-    refused by name: `playground.wire.chat_fields` says which, and the README's table lists them.
-    """
-
-    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     model: Name | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=-1, description="vLLM's: 0 and -1 mean off.")
-    repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0, description="vLLM's and TGI's.")
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     n: int = Field(default=1, ge=1)
     seed: int | None = Field(default=None, ge=0)
     stop: StopText | list[StopText] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    prompt_logprobs: int | None = Field(default=None, ge=0, le=20, description="vLLM's: the prompt's logprobs.")
-    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    logit_bias: dict[str, float] | None = Field(default=None, max_length=1024)
-    min_tokens: int | None = Field(default=None, ge=0, description="vLLM's: no end of sequence before this many.")
-    response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
     guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = None
@@ -221,6 +205,22 @@ class ChatCompletionRequest(Request):
     constraint_engine: EngineName = "auto"
     fast_forward: bool = True
     user: Name | None = None
+
+
+class ChatCompletionRequest(OpenAISampling):
+    """OpenAI's chat completion request, with vLLM's and TGI's extensions and our processors.
+
+    Every field is implemented, or accepted and named in `warnings` (it cannot change the tokens), or
+    refused by name: `playground.wire.chat_fields` says which, and the README's table lists them.
+    """
+
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=20, description="vLLM's: the prompt's logprobs.")
+    response_format: ResponseFormat | None = None
     tools: list[ToolSpec] | None = Field(default=None, min_length=1, max_length=64)
     tool_choice: ToolChoice | None = None
     tool_prompt: str | None = Field(default=None, max_length=4096, description="TGI's: the text before the tools.")

@@ -41,7 +41,24 @@ class ProcessorSpec(Strict):
     params: list[ParamText] = Field(default_factory=list, max_length=MAX_PROCESSOR_PARAMS)
 
 
-class GenerateParameters(Strict):
+class Sampling(Strict):
+    """The sampling fields TGI's body, OpenAI's chat and completions spell and range alike, declared once: every
+    request shape inherits them, and `wire.controls` says which dialects carry each to a remote server. Their
+    values are checked once, on GenerateParameters, so every route words a bad value alike."""
+
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0, description="vLLM's and llama.cpp's min_p (extension).")
+    repetition_penalty: float | None = Field(default=None, gt=0.0, description="TGI's and vLLM's.")
+    presence_penalty: float | None = Field(
+        default=None, ge=-2.0, le=2.0, description="OpenAI's: logit -= penalty for each token already generated."
+    )
+    logit_bias: dict[str, float] | None = Field(
+        default=None, max_length=1024, description="OpenAI's: token id (as a string) -> bias added to its logit."
+    )
+    min_tokens: int | None = Field(default=None, ge=0, description="vLLM's: no end of sequence before this many.")
+
+
+class GenerateParameters(Sampling):
     """TGI's GenerateParameters: same names, same ranges, same defaults."""
 
     adapter_id: Name | None = None
@@ -49,18 +66,15 @@ class GenerateParameters(Strict):
     decoder_input_details: bool = False
     details: bool = True
     do_sample: bool = False
-    frequency_penalty: float | None = Field(default=None, gt=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, gt=-2.0, le=2.0)  # TGI's bound; OpenAI's takes -2.0
     grammar: GrammarType | None = None
     max_new_tokens: int | None = Field(default=None, ge=0)
-    min_p: float | None = Field(default=None, ge=0.0, le=1.0, description="vLLM's and llama.cpp's min_p (extension).")
-    repetition_penalty: float | None = Field(default=None, gt=0.0)
     return_full_text: bool | None = None
     seed: int | None = Field(default=None, ge=0)
     stop: list[StopText] = Field(default_factory=list, max_length=4)
     temperature: float | None = Field(default=None, gt=0.0)
     top_k: int | None = Field(default=None, gt=0)
     top_n_tokens: int | None = Field(default=None, gt=0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     truncate: int | None = Field(default=None, ge=0)
     typical_p: float | None = Field(default=None, gt=0.0, le=1.0)
     watermark: bool = False
@@ -75,13 +89,6 @@ class GenerateParameters(Strict):
     fast_forward: bool = Field(
         default=True, description="Append tokens the constraint forces without sampling, in one forward (local)."
     )
-    presence_penalty: float | None = Field(
-        default=None, ge=-2.0, le=2.0, description="OpenAI's: logit -= penalty for each token already generated."
-    )
-    logit_bias: dict[str, float] | None = Field(
-        default=None, max_length=1024, description="OpenAI's: token id (as a string) -> bias added to its logit."
-    )
-    min_tokens: int | None = Field(default=None, ge=0, description="vLLM's: no end of sequence before this many.")
     add_generation_prompt: bool = Field(default=True, description="vLLM's: the chat template's assistant header.")
     chat_template_kwargs: dict[str, Any] | None = Field(
         default=None, max_length=32, description="vLLM's: extra variables for the chat template (enable_thinking)."

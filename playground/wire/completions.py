@@ -10,10 +10,9 @@ from pydantic import Field
 
 from playground.errors import ParameterError
 from playground.types import GeneratedToken, GenerateParameters, GenerationResult
-from playground.types.base import EngineName, InputText, Name, StopText
-from playground.types.chat import Request, StreamOptions, StructuredOutputs
-from playground.types.params import ProcessorSpec
-from playground.types.sizes import MAX_CHOICES, MAX_PROCESSORS
+from playground.types.base import InputText
+from playground.types.chat import OpenAISampling
+from playground.types.sizes import MAX_CHOICES
 from playground.wire import inbound
 from playground.wire.inbound import ChatResponseFormat
 
@@ -21,41 +20,17 @@ MAX_PROMPTS = 8
 MAX_TOTAL_CHOICES = 16
 
 
-class CompletionRequest(Request):
+class CompletionRequest(OpenAISampling):
     """OpenAI's CompletionCreateParams, with the constraint fields and extensions our chat route takes."""
 
-    model: Name | None = None
     prompt: InputText | list[InputText] = Field(description="One prompt, or a list of them (n choices each).")
     max_tokens: int = Field(default=16, ge=1, description="OpenAI's default is 16.")
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=-1)
-    repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
-    n: int = Field(default=1, ge=1)
     best_of: int | None = Field(default=None, ge=1)
-    seed: int | None = Field(default=None, ge=0)
-    stop: StopText | list[StopText] | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=20, description="The completions shape: top-n per token.")
-    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    logit_bias: dict[str, float] | None = Field(default=None, max_length=1024)
-    min_tokens: int | None = Field(default=None, ge=0)
-    user: Name | None = None
     suffix: str | None = None
     response_format: ChatResponseFormat | None = None
-    structured_outputs: StructuredOutputs | None = None
-    guided_json: dict[str, Any] | str | None = None
-    guided_regex: str | None = None
-    guided_choice: list[str] | None = None
-    guided_grammar: str | None = None
     guided_whitespace_pattern: str | None = Field(default=None, max_length=256)
-    logits_processors: list[ProcessorSpec] = Field(default_factory=list, max_length=MAX_PROCESSORS)
-    constraint_engine: EngineName = "auto"
-    fast_forward: bool = True
 
     def prompts(self) -> list[str]:
         return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
@@ -81,30 +56,16 @@ def _check(req: CompletionRequest) -> None:
 def parameters(req: CompletionRequest, seed: int) -> GenerateParameters:
     """One choice's GenerateParameters (temperature 0 is greedy; best_of > n picks the likeliest candidate)."""
     _check(req)
-    greedy = req.temperature == 0
     best_of = req.best_of if req.best_of and req.best_of > req.n else None
     values: dict[str, Any] = {
+        **inbound.openai_values(req),
         "details": True,
-        "do_sample": not greedy,
-        "temperature": req.temperature if req.temperature and not greedy else None,
-        "top_p": req.top_p if not greedy else None,
-        "min_p": req.min_p or None if not greedy else None,
-        "top_k": req.top_k if req.top_k and req.top_k > 0 and not greedy else None,
-        "repetition_penalty": req.repetition_penalty,
-        "frequency_penalty": req.frequency_penalty or None,
-        "presence_penalty": req.presence_penalty or None,
-        "logit_bias": req.logit_bias or None,
-        "min_tokens": req.min_tokens,
         "max_new_tokens": req.max_tokens,
         "best_of": best_of,
-        "stop": [req.stop] if isinstance(req.stop, str) else list(req.stop or []),
         "seed": seed,
         "top_n_tokens": req.logprobs or None,
         "decoder_input_details": (req.echo and req.logprobs is not None) or None,
         "grammar": inbound.constraint_of(req),  # type: ignore[arg-type]
-        "logits_processors": [spec.model_dump() for spec in req.logits_processors],
-        "constraint_engine": req.constraint_engine,
-        "fast_forward": req.fast_forward,
     }
     return inbound.parameters({k: v for k, v in values.items() if v is not None})
 

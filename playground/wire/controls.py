@@ -3,7 +3,8 @@
 A control is a GenerateParameters field with a range, a neutral value that means "off" (the UI's
 slider at 1 for temperature, 0 for top_k) and the wire dialects that carry it: `chat` is our
 /v1/chat/completions (and vLLM's, which takes the same extensions), `openai` plain OpenAI, `vllm` a
-vLLM server, `tgi` a TGI server. A new warper is one row here plus its field and its transformers warper.
+vLLM server, `tgi` a TGI server. A new warper is one row here, its field (in `types.params.Sampling` when every
+request shape takes it, so the TGI body, chat and completions all read it) and its warper in `decoding.sampling`.
 """
 
 from __future__ import annotations

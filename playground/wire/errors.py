@@ -59,7 +59,8 @@ def validation_message(
 
 
 def parameter_error(exc: ValidationError, *, prefix: Sequence[Any] = ()) -> ParameterError:
-    """A ParameterError for a validation failure; its `field` is the first field named."""
-    errors = exc.errors()
+    """A ParameterError for a validation failure, its fields in name order (not the model's declaration order,
+    which inheritance shuffles); `field` is the first named."""
+    errors = sorted(exc.errors(), key=lambda error: [str(part) for part in error["loc"]])
     first = field_name((*prefix, *errors[0]["loc"])) if errors else ""
     return ParameterError(validation_message(errors, prefix=prefix), field=first or None)

@@ -15,7 +15,7 @@ from pydantic import ValidationError, model_validator
 from playground.constraints import Constraint
 from playground.errors import ParameterError
 from playground.types import ChatCompletionRequest, ChatMessage, GenerateParameters, GrammarType, ProcessorSpec
-from playground.types.chat import Request
+from playground.types.chat import OpenAISampling, Request
 from playground.wire import chat_fields, checks, tools
 from playground.wire.controls import BY_NAME, carried_by, sampling_values
 from playground.wire.errors import parameter_error
@@ -182,32 +182,41 @@ def prompt_messages(req: ChatCompletionRequest) -> list[ChatMessage]:
     return tools.with_tools(req, req.messages[:-1] if req.continue_final_message else req.messages)
 
 
-def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters:
-    """One choice's GenerateParameters; temperature 0 means greedy, unset means OpenAI's default 1."""
-    chat_fields.check(req)
+def openai_values(req: OpenAISampling) -> dict[str, Any]:
+    """The fields chat and completions share, as GenerateParameters values: temperature 0 is greedy (no warper),
+    unset is OpenAI's default 1; zero penalties and vLLM's top_k 0 or -1 mean off."""
     greedy = req.temperature == 0
     sampling = {name: getattr(req, name) for name in carried_by("chat") if not (greedy and BY_NAME[name].warper)}
-    max_new = req.max_completion_tokens or req.max_tokens
-    values: dict[str, Any] = {
-        "details": True,
+    return {
         "do_sample": not greedy,
         **{name: value for name, value in sampling.items() if value},
         "top_k": req.top_k if req.top_k and req.top_k > 0 and not greedy else None,
         "repetition_penalty": req.repetition_penalty,
         "presence_penalty": req.presence_penalty or None,
         "logit_bias": req.logit_bias or None,
+        "min_tokens": req.min_tokens,
+        "stop": [req.stop] if isinstance(req.stop, str) else list(req.stop or []),
+        "logits_processors": [spec.model_dump() for spec in req.logits_processors],
+        "constraint_engine": req.constraint_engine,
+        "fast_forward": req.fast_forward,
+    }
+
+
+def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters:
+    """One choice's GenerateParameters."""
+    chat_fields.check(req)
+    max_new = req.max_completion_tokens or req.max_tokens
+    values: dict[str, Any] = {
+        **openai_values(req),
+        "details": True,
         "min_tokens": max_new if req.ignore_eos else req.min_tokens,
         "max_new_tokens": max_new,
-        "stop": [req.stop] if isinstance(req.stop, str) else list(req.stop or []),
         "seed": seed,
         "top_n_tokens": req.top_logprobs if req.logprobs and req.top_logprobs else None,
         "decoder_input_details": req.prompt_logprobs is not None or None,
         "truncate": req.truncate_prompt_tokens,
         "grammar": tools.grammar(req, constraint_of(req)),
-        "logits_processors": [spec.model_dump() for spec in req.logits_processors],
-        "constraint_engine": req.constraint_engine,
         "continue_from": final_message(req),
-        "fast_forward": req.fast_forward,
         "add_generation_prompt": req.add_generation_prompt or bool(req.continue_final_message),
         "chat_template_kwargs": req.chat_template_kwargs,
     }

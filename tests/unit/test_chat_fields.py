@@ -14,7 +14,8 @@ from text_generation.types import Message
 from playground.decoding import chat_template, sampling
 from playground.errors import ParameterError
 from playground.types import GenerateParameters
-from playground.wire import chat_fields, inbound, tools
+from playground.wire import chat_fields, completions, inbound, tools
+from playground.wire.controls import BY_NAME, carried_by
 
 USER = [{"role": "user", "content": "hi"}]
 TOOLS = [
@@ -210,3 +211,14 @@ def test_a_json_schema_format_without_its_schema_reads_the_value() -> None:
 def test_template_variables_cannot_replace_the_templates_own_arguments() -> None:
     with pytest.raises(ParameterError, match="continue_final_message cannot be set here"):
         chat_template.render(None, [], True, {"continue_final_message": True})
+
+
+@pytest.mark.parametrize("name", carried_by("chat"))
+def test_each_control_the_chat_dialect_carries_reaches_chat_and_completions_alike(name: str) -> None:
+    """One declaration (types.params.Sampling or the OpenAI base) and one mapping serve both OpenAI routes."""
+    control = BY_NAME[name]
+    value = round((control.low + control.high) / 2, 2)
+    fields = {"temperature": 0.7, name: value}
+    chat = inbound.chat_parameters(_request(**fields), seed=1)
+    completion = completions.parameters(completions.CompletionRequest(prompt="hi", **fields), seed=1)
+    assert getattr(chat, name) == getattr(completion, name) == value
