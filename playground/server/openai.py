@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from playground.providers.base import Provider
 from playground.server import chat
+from playground.server.answers import Job, answer
 from playground.server.docs import JSON_OR_STREAM
-from playground.server.errors import exception_event
-from playground.server.streaming import decoded, generate_while_connected, iterate_in_thread, started
+from playground.server.streaming import decoded
 from playground.server.tgi import registry_of, resolve, sse
 from playground.server.tool_stream import ToolStream
 from playground.types import GenerateParameters, GenerationResult, Name, Strict, TokenEvent
@@ -46,14 +46,17 @@ async def register_model(request: Request, body: RegisterModel) -> dict[str, Any
     return _model_card(name, body.provider_id)
 
 
-async def _choice_params(provider: Provider, model_id: str, req: ChatRequest) -> list[GenerateParameters]:
-    """One GenerateParameters per choice (seed base+i), checked against the model's limits."""
+async def _jobs(request: Request, req: ChatRequest) -> tuple[Provider, str, list[Job]]:
+    """The provider and model asked for, and the choices: the same messages, seeded base+i, checked against the
+    model's limits."""
+    provider, model_id = resolve(request, req.model)
     seed = inbound.base_seed(req)
     params = [inbound.chat_parameters(req, seed + i) for i in range(req.n)]
     info = await run_in_threadpool(provider.info, model_id)
     checks.check_lengths(params[0], info, field="max_completion_tokens" if req.max_completion_tokens else "max_tokens")
     checks.check_top_n(params[0], info.max_top_n_tokens, field="top_logprobs")
-    return params
+    messages = inbound.prompt_messages(req)
+    return provider, model_id, [(messages, choice_params) for choice_params in params]
 
 
 @router.post(
@@ -63,20 +66,20 @@ async def _choice_params(provider: Provider, model_id: str, req: ChatRequest) ->
 )
 async def chat_completions(request: Request, body: ChatRequest) -> Any:
     """n choices are n independent samples with seeds seed, seed+1, ...; `validation` on each choice."""
-    provider, model_id = resolve(request, body.model)
-    params = await _choice_params(provider, model_id, body)
-    if body.stream:
-        first = await started(_events(provider, model_id, body, params[0]))
-        return StreamingResponse(_chunks(provider, model_id, body, params, first), media_type="text/event-stream")
-    results = []
-    for choice_params in params:
-        result = await generate_while_connected(
-            request, provider, model_id, inbound.prompt_messages(body), choice_params
-        )
-        if result is None:  # the client hung up; stop before the next choice too
-            return Response(status_code=499)
-        results.append(result)
-    return chat.completion_response(model_id, results, body)
+    provider, model_id, jobs = await _jobs(request, body)
+    base = chat.envelope(model_id, "chat.completion.chunk")
+    choice = partial(_choice_chunks, req=body, base=base)
+    return await answer(
+        request,
+        provider,
+        model_id,
+        jobs,
+        body,
+        base=base,
+        choice_chunks=choice,
+        usage=chat.usage,
+        respond=lambda results: chat.completion_response(model_id, results, body),
+    )
 
 
 def _chunk(base: dict[str, Any], index: int, delta: dict[str, Any], **extra: Any) -> str:
@@ -84,20 +87,16 @@ def _chunk(base: dict[str, Any], index: int, delta: dict[str, Any], **extra: Any
     return sse({**base, "choices": [choice]})
 
 
-def _events(
-    provider: Provider, model_id: str, req: ChatRequest, params: GenerateParameters
-) -> AsyncIterator[TokenEvent | GenerationResult]:
-    return iterate_in_thread(lambda: provider.stream(model_id, inbound.prompt_messages(req), params))
-
-
 async def _choice_chunks(
     events: AsyncIterator[TokenEvent | GenerationResult],
-    req: ChatRequest,
-    params: GenerateParameters,
     index: int,
+    job: Job,
+    *,
+    req: ChatRequest,
     base: dict[str, Any],
 ) -> AsyncIterator[str | GenerationResult]:
     """The chunks of one choice (content, or each tool call's head then its arguments), then its result."""
+    params = job[1]
     yield _chunk(base, index, {"role": "assistant", "content": ""})
     feed, ending = _tool_deltas(req, params) if tools.mode(req) is not None else _content_deltas(req, params)
     async for deltas, tokens, result in decoded(events, feed):
@@ -139,32 +138,3 @@ def _tool_deltas(req: ChatRequest, params: GenerateParameters) -> tuple[Deltas, 
         return stream.finish(result, chat.trim_stop(result.best.generated_text, result.best))
 
     return stream.feed, ending
-
-
-async def _chunks(
-    provider: Provider,
-    model_id: str,
-    req: ChatRequest,
-    params: list[GenerateParameters],
-    first: AsyncIterator[TokenEvent | GenerationResult],
-) -> AsyncIterator[str]:
-    """OpenAI's chunk stream for every choice in turn, the usage chunk when asked, then [DONE]."""
-    base = chat.envelope(model_id, "chat.completion.chunk")
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    if include_usage:
-        base["usage"] = None
-    results: list[GenerationResult] = []
-    try:
-        for index, choice_params in enumerate(params):
-            events = first if index == 0 else _events(provider, model_id, req, choice_params)
-            async for item in _choice_chunks(events, req, choice_params, index, base):
-                if isinstance(item, GenerationResult):
-                    results.append(item)
-                else:
-                    yield item
-    except Exception as exc:  # after the stream started: a last error event, as TGI does
-        yield exception_event(exc, openai=True)
-        return
-    if include_usage:
-        yield sse({**base, "choices": [], "usage": chat.usage(results)})
-    yield "data: [DONE]\n\n"

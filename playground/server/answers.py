@@ -1,0 +1,85 @@
+"""The OpenAI routes' answer to their jobs (one a choice): a JSON body once every job is done, or server-sent
+chunks of each job in turn; chat and completions differ only in how a choice reads."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi.responses import Response, StreamingResponse
+
+from playground.server.errors import exception_event
+from playground.server.streaming import generate_while_connected, iterate_in_thread, started
+from playground.server.tgi import sse
+from playground.types import GenerationResult
+
+Job = tuple[Any, Any]  # (inputs: a prompt or chat messages, GenerateParameters)
+ChoiceChunks = Callable[[AsyncIterator[Any], int, Job], AsyncIterator["str | GenerationResult"]]
+
+
+def events(provider: Any, model_id: str, job: Job) -> AsyncIterator[Any]:
+    """One job's token events and result, decoded on a worker thread."""
+    inputs, params = job
+    return iterate_in_thread(lambda: provider.stream(model_id, inputs, params))
+
+
+async def answer(
+    request: Any,
+    provider: Any,
+    model_id: str,
+    jobs: list[Job],
+    body: Any,
+    *,
+    base: dict[str, Any],
+    choice_chunks: ChoiceChunks,
+    usage: Callable[[list[GenerationResult]], dict[str, int]],
+    respond: Callable[[list[GenerationResult]], Any],
+) -> Any:
+    """With `body.stream`, the chunks of every choice (see choice_stream) once the first job's first event is in (an
+    error before it stays an HTTP error); otherwise every job's result in turn to `respond`. A client that hangs up
+    stops before the next job (499)."""
+    if body.stream:
+        first = await started(events(provider, model_id, jobs[0]))
+        chunks = choice_stream(provider, model_id, jobs, first, base, body.stream_options, choice_chunks, usage)
+        return StreamingResponse(chunks, media_type="text/event-stream")
+    results = []
+    for job in jobs:
+        result = await generate_while_connected(request, provider, model_id, *job)
+        if result is None:
+            return Response(status_code=499)
+        results.append(result)
+    return respond(results)
+
+
+async def choice_stream(
+    provider: Any,
+    model_id: str,
+    jobs: list[Job],
+    first: AsyncIterator[Any],
+    base: dict[str, Any],
+    stream_options: Any,
+    choice_chunks: ChoiceChunks,
+    usage: Callable[[list[GenerationResult]], dict[str, int]],
+) -> AsyncIterator[str]:
+    """Every choice's chunks in turn (each ends with its result), the usage chunk when asked, then [DONE].
+
+    `base` is the chunks' envelope, shared with `choice_chunks`: it carries `usage: null` when the stream options
+    ask for usage, as OpenAI's chunks do. An error after the stream started is a last error event in OpenAI's shape.
+    """
+    include_usage = bool(stream_options and stream_options.include_usage)
+    if include_usage:
+        base["usage"] = None
+    results: list[GenerationResult] = []
+    try:
+        for index, job in enumerate(jobs):
+            async for item in choice_chunks(first if index == 0 else events(provider, model_id, job), index, job):
+                if isinstance(item, GenerationResult):
+                    results.append(item)
+                else:
+                    yield item
+    except Exception as exc:
+        yield exception_event(exc, openai=True)
+        return
+    if include_usage:
+        yield sse({**base, "choices": [], "usage": usage(results)})
+    yield "data: [DONE]\n\n"
