@@ -9,14 +9,13 @@ while), so each request reports its own fallbacks and warnings whatever was cach
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 from playground import client_scope
 from playground.constraints import Constraint, backends
 from playground.constraints.compile_pool import CompileLimits, CompilePool
+from playground.context import bound
 from playground.errors import (
     CompileMemoryError,
     CompileTimeoutError,
@@ -194,14 +194,9 @@ _defaults: weakref.WeakKeyDictionary[Any, ConstraintCompiler] = weakref.WeakKeyD
 _defaults_lock = threading.Lock()
 
 
-@contextlib.contextmanager
-def compiling_with(compiler: ConstraintCompiler) -> Iterator[None]:
+def compiling_with(compiler: ConstraintCompiler) -> AbstractContextManager[ConstraintCompiler | None]:
     """Processors built by name inside this block compile with `compiler` (an engine's, with its limits)."""
-    token = _current.set(compiler)
-    try:
-        yield
-    finally:
-        _current.reset(token)
+    return bound(_current, compiler)
 
 
 def compiler_for(tokenizer: Any) -> ConstraintCompiler:

@@ -17,6 +17,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from playground.context import bound
+
 BASE_STEPS = 200_000  # a schema of hundreds of keywords over a modest instance needs a few thousand
 STEPS_PER_BYTE = 20  # a large instance gets more: the budget is linear in the text
 MAX_ERROR_BYTES = 64 << 20  # what the errors made may hold (anyOf keeps every branch's, each with its message)
@@ -65,11 +67,8 @@ def bounded(seconds: float, text_bytes: int) -> Iterator[Budget]:
         time.monotonic() + seconds * WALL_FACTOR,
         seconds,
     )
-    token = _current.set(budget)
-    try:
+    with bound(_current, budget):
         yield budget
-    finally:
-        _current.reset(token)
 
 
 def active() -> bool:

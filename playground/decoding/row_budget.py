@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 
+from playground.context import bound
 from playground.errors import WorkBudgetError
 
 STEP_CPU_S = 0.25  # one row's constraint work in one step (llguidance's masks take ~1 ms)
@@ -56,11 +57,8 @@ _walk_limit: ContextVar[float | None] = ContextVar("walk_limit", default=None)
 @contextlib.contextmanager
 def walking(what: str) -> Iterator[None]:
     """Within this block, `walked()` refuses to go on past WALK_CPU_S of this thread's CPU."""
-    token = _walk_limit.set(time.thread_time() + WALK_CPU_S)
-    try:
+    with bound(_walk_limit, time.thread_time() + WALK_CPU_S):
         yield
-    finally:
-        _walk_limit.reset(token)
 
 
 def walked() -> None:
