@@ -162,19 +162,14 @@ class TokenChooser:
             return None
         return token
 
-    def first_refused(self, start_ids: list[int], token_ids: list[int]) -> int | None:
-        """Walk `token_ids` through the row's processors after `start_ids`; the index of the first refused."""
-        return first_refused(self.processors, start_ids, token_ids, self.runner)
-
-
-def first_refused(processors: list[Any], start_ids: list[int], token_ids: list[int], runner: ModelRunner) -> int | None:
-    """Feed `token_ids` through the processors one by one after `start_ids`; the first one masked out."""
-    ids = list(start_ids)
-    for k, token_id in enumerate(token_ids):
-        walked()
-        scores = torch.zeros(1, runner.vocab_size, device=runner.device)
-        probe = sampling.apply_row_processors(processors, runner.ids(ids), scores)
-        if not torch.isfinite(probe[0, token_id]):
-            return k
-        ids.append(token_id)
-    return None
+    def consume(self, start_ids: list[int], token_ids: list[int]) -> int | None:
+        """Advance the row's own processors through tokens decided elsewhere (a prefix) after `start_ids`, as decoding
+        would have fed them; the index of the first they refuse (none after it is fed)."""
+        ids = list(start_ids)
+        for k, token_id in enumerate(token_ids):
+            walked()
+            scores = torch.zeros(self.runner.vocab_size, device=self.runner.device)
+            if not torch.isfinite(self.mask(self.runner.ids(ids), scores)[token_id]):
+                return k
+            ids.append(token_id)
+        return None

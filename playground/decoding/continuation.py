@@ -68,5 +68,5 @@ def start_rows(engine: LocalEngine, rows: list[Row], prompt_ids: list[int], ids:
     text = engine.tokenizer.decode(ids, skip_special_tokens=True)
     for row in rows:
         # one processor call per prefix token; the decode loop's first call consumes the last one
-        row.chooser.first_refused(prompt_ids, ids)
+        row.chooser.consume(prompt_ids, ids)
         row.ids, row.text, row.emitted, row.prefix = list(ids), text, text, text

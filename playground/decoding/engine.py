@@ -14,8 +14,8 @@ import torch
 from playground.constraints import Constraint
 from playground.constraints.compile_pool import CompileLimits
 from playground.constraints.compiler import CompiledConstraint, ConstraintCompiler, compiling_with
-from playground.decoding import chat_template, continuation, row_budget, sampling
-from playground.decoding.chooser import TokenChooser, first_refused
+from playground.decoding import chat_template, continuation, row_budget, sampling, walk
+from playground.decoding.chooser import TokenChooser
 from playground.decoding.fields import field_confidence
 from playground.decoding.prefix_cache import PrefixCache, ScopedCache
 from playground.decoding.rows import Decode, Row
@@ -295,18 +295,16 @@ class Engine:
         )
 
     def accepts(self, text: str, params: GenerateParameters) -> tuple[bool, str]:
-        """Would decoding under params' constraint produce `text`? Fed token by token, then EOS."""
+        """Would decoding under params' constraint produce `text`? Its tokens, then EOS, through the one mask walk."""
         constraint, compiled = self.compile(params)
         token_ids = self._encode(text, add_special_tokens=False)
         if compiled is None:
             return True, "no constraint"
-        eos = min(self.runner.eos_ids)
-        # any first token: processors consume input_ids[-1] only from their second call on
-        with torch.inference_mode():
-            k = first_refused([compiled.new_processor()], [eos], [*token_ids, eos], self.runner)
-        if k is not None:
+        refusal = walk.first_refusal(self, constraint, compiled, token_ids)
+        if refusal is not None:
+            k = refusal.position
             where = "end of text" if k == len(token_ids) else f"token {k} ({self.token_text(token_ids[k])!r})"
-            return False, f"{compiled.engine} masks the {where}"
+            return False, f"{compiled.engine} masks the {where}" + (" (the JSON end gate)" if refusal.gated else "")
         verdict = constraint.validate(text)
         if verdict.valid is False:
             return False, f"the final check refuses EOS: {verdict.message}"
@@ -334,7 +332,7 @@ class Engine:
         chooser = self.chooser(params, compiled, constraint, len(prompt_ids))
         # the prefix's walk through the constraint needs no model: nobody waits for it, and it has a budget
         with torch.inference_mode(), row_budget.walking("the prefix"):
-            k = chooser.first_refused(prompt_ids, prefix_ids)
+            k = chooser.consume(prompt_ids, prefix_ids)
         if k is not None:
             raise InvalidConstraintError(
                 f"the prefix leaves the constraint at token {k} ({self.token_text(prefix_ids[k])!r})"
