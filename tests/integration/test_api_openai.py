@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import huggingface_hub
@@ -34,6 +35,11 @@ def client(server_url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=300, max_retries=0)
 
 
+def ask(client: openai.OpenAI, question: str, **fields: Any) -> Any:
+    """One user question to the embedded model."""
+    return client.chat.completions.create(model="embedded", messages=[{"role": "user", "content": question}], **fields)
+
+
 def test_json_schema_answers_validate_for_each_of_n_choices(client: openai.OpenAI) -> None:
     completion = client.chat.completions.create(
         model="embedded", messages=ASK_PET, response_format=PET_FORMAT, n=2, seed=5, max_tokens=40
@@ -49,14 +55,7 @@ def test_json_schema_answers_validate_for_each_of_n_choices(client: openai.OpenA
 
 
 def test_logprobs_with_top_logprobs(client: openai.OpenAI) -> None:
-    completion = client.chat.completions.create(
-        model="embedded",
-        messages=[{"role": "user", "content": "Say hello."}],
-        temperature=0,
-        max_tokens=5,
-        logprobs=True,
-        top_logprobs=3,
-    )
+    completion = ask(client, "Say hello.", temperature=0, max_tokens=5, logprobs=True, top_logprobs=3)
     content = completion.choices[0].logprobs.content
     assert 0 < len(content) <= 5
     assert "".join(entry.token for entry in content) == completion.choices[0].message.content
@@ -105,13 +104,7 @@ def test_stop_sequence_is_trimmed_as_openai_does(client: openai.OpenAI) -> None:
     ids=["structured_outputs", "guided_choice", "guided_regex"],
 )
 def test_vllm_style_constraints(client: openai.OpenAI, extra_body: dict) -> None:
-    completion = client.chat.completions.create(
-        model="embedded",
-        messages=[{"role": "user", "content": "Is water wet?"}],
-        max_tokens=5,
-        seed=1,
-        extra_body=extra_body,
-    )
+    completion = ask(client, "Is water wet?", max_tokens=5, seed=1, extra_body=extra_body)
     assert completion.choices[0].message.content in ("yes", "no")
     assert completion.choices[0].model_extra["validation"]["valid"] is True
 

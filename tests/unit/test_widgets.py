@@ -38,34 +38,23 @@ def _tok(id_: int, text: str, logprob: float | None) -> Token:
 
 def sample_result() -> GenerationResult:
     """A result with an overridden token, a masked alternative, hostile token text and best_of candidates."""
+    # (id, text, logprob, raw logprob, mass kept, top alternatives, raw top alternatives)
+    rows = [
+        (1, "{", -0.05, -1.5, 0.4, [(1, "{", -0.05), (9, "```", None)], [(9, "```", -0.3), (1, "{", -1.5)]),
+        (2, SCRIPT, -0.7, -0.6, 0.95, [(2, SCRIPT, -0.7), (3, IMG, -1.2)], [(2, SCRIPT, -0.6), (3, IMG, -1.1)]),
+        (4, "}\n", -0.01, -2.5, 0.1, [(4, "}\n", -0.01)], [(5, "ok", -0.2), (4, "}\n", -2.5)]),
+    ]
     tokens = [
         GeneratedToken(
-            id=1,
-            text="{",
-            logprob=-0.05,
-            raw_logprob=-1.5,
-            mass_kept=0.4,
-            top_tokens=[_tok(1, "{", -0.05), _tok(9, "```", None)],
-            raw_top_tokens=[_tok(9, "```", -0.3), _tok(1, "{", -1.5)],
-        ),
-        GeneratedToken(
-            id=2,
-            text=SCRIPT,
-            logprob=-0.7,
-            raw_logprob=-0.6,
-            mass_kept=0.95,
-            top_tokens=[_tok(2, SCRIPT, -0.7), _tok(3, IMG, -1.2)],
-            raw_top_tokens=[_tok(2, SCRIPT, -0.6), _tok(3, IMG, -1.1)],
-        ),
-        GeneratedToken(
-            id=4,
-            text="}\n",
-            logprob=-0.01,
-            raw_logprob=-2.5,
-            mass_kept=0.1,
-            top_tokens=[_tok(4, "}\n", -0.01)],
-            raw_top_tokens=[_tok(5, "ok", -0.2), _tok(4, "}\n", -2.5)],
-        ),
+            id=id_,
+            text=text,
+            logprob=logprob,
+            raw_logprob=raw,
+            mass_kept=kept,
+            top_tokens=[_tok(*alt) for alt in top],
+            raw_top_tokens=[_tok(*alt) for alt in raw_top],
+        )
+        for id_, text, logprob, raw, kept, top, raw_top in rows
     ]
     best = Sequence(
         generated_text="{" + SCRIPT + "}\n",
