@@ -18,8 +18,11 @@ export PLAYGROUND_THREADS ?= 1
 run: $(STAMP_RUNTIME)
 	$(PY) app.py
 
+# Two workers, a test file each at a time: the model decodes on one thread, so the second core would idle.
+TEST_WORKERS ?= 2
+
 test: $(STAMP_TEST) chromium lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP_TEST)
 	$(VENV)/bin/ruff check .
