@@ -14,7 +14,7 @@ import torch
 from playground.constraints import Constraint
 from playground.constraints.compile_pool import CompileLimits
 from playground.constraints.compiler import CompiledConstraint, ConstraintCompiler, compiling_with
-from playground.decoding import chat_template, continuation, row_budget, sampling
+from playground.decoding import chat_template, continuation, reasoning, row_budget, sampling
 from playground.decoding.chooser import TokenChooser, first_refused
 from playground.decoding.fields import field_confidence
 from playground.decoding.prefix_cache import PrefixCache, ScopedCache
@@ -32,6 +32,7 @@ from playground.types import (
     GenerationResult,
     NextTokenCandidate,
     NextTokenDistribution,
+    ReasoningSpan,
     Sequence,
     Timings,
     TokenEvent,
@@ -59,6 +60,7 @@ class Engine:
         adapters: Collection[str] | None = LOCAL.adapters,
         prefix_cache_tokens: int = LOCAL.prefix_cache_tokens,
         max_batch_rows: int = LOCAL.max_batch_size,
+        reasoning_delimiters: str = LOCAL.reasoning,
     ) -> None:
         self.loaded = loaded
         self.runner = ModelRunner(loaded)
@@ -77,6 +79,7 @@ class Engine:
         # One forward at a time on the model: the scheduler's batch steps and the next-token view take turns.
         self._busy = threading.Lock()
         self.adapters = Adapters(self.model, adapters)
+        self.reasoning = reasoning.model_format(self.tokenizer, reasoning_delimiters)
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
         self.scheduler = Scheduler(self.runner, self._busy, max_batch_rows)
         threading.Thread(target=self.compiler.warm, daemon=True, name="warm-constraints").start()
@@ -113,6 +116,29 @@ class Engine:
                 f"the prompt has {len(ids)} tokens; this model takes at most {self.max_input_tokens}", field="inputs"
             )
         return prompt, ids
+
+    def reasoning_plan(
+        self, inputs: Inputs, params: GenerateParameters, prompt: str, prompt_ids: list[int]
+    ) -> tuple[reasoning.ReasoningPlan | None, str, list[int]]:
+        """How the rows reason (None: not a thinking turn), and the prompt (think_first may open a block in it)."""
+        if self.reasoning is None and not params.think_first and params.max_reasoning_tokens is None:
+            return None, prompt, prompt_ids
+        generation_prompt = None
+        if not isinstance(inputs, str) and params.add_generation_prompt:
+            without = self.render_prompt(inputs, params.model_copy(update={"add_generation_prompt": False}))
+            generation_prompt = prompt[len(without) :] if prompt.startswith(without) else ""
+        plan, opened = reasoning.plan(
+            self.reasoning,
+            self.tokenizer,
+            prompt=prompt,
+            generation_prompt=generation_prompt,
+            budget=params.max_reasoning_tokens,
+            think_first=params.think_first,
+            constrained=params.grammar is not None or bool(params.logits_processors),
+            continued=bool(params.continue_from),
+        )
+        added = self._encode(opened[len(prompt) :], add_special_tokens=False) if len(opened) > len(prompt) else []
+        return plan, opened, prompt_ids + added
 
     def _encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
         _check_unicode(text)
@@ -181,6 +207,7 @@ class Engine:
         """Token events as they are decoded, then the GenerationResult."""
         start = time.perf_counter()
         prompt, prompt_ids = self.encode_prompt(inputs, params.truncate, params)
+        plan, prompt, prompt_ids = self.reasoning_plan(inputs, params, prompt, prompt_ids)
         prefix_ids = continuation.prefix_ids(self, params.continue_from, len(prompt_ids))
         best_of, max_new = self._check(params, len(prompt_ids) + len(prefix_ids))
         compile_start = time.perf_counter()
@@ -188,7 +215,9 @@ class Engine:
         compile_s = time.perf_counter() - compile_start
         continuation.check_prefix(self, constraint, compiled, prefix_ids)
         base_seed = params.seed if params.seed is not None else (random.randrange(2**63) if params.sampling else None)
-        rows = [self._new_row(base_seed, i, compiled, constraint, params, len(prompt_ids)) for i in range(best_of)]
+        rows = [
+            self._new_row(base_seed, i, compiled, constraint, params, len(prompt_ids), plan) for i in range(best_of)
+        ]
         continuation.start_rows(self, rows, prompt_ids, prefix_ids)
         stopping = StopCriteria(params.stop, max_new, self.runner.eos_ids)
         self.adapters.prepare(params.adapter_id)  # a slow lookup waits here, not in the decode loop
@@ -253,6 +282,7 @@ class Engine:
         constraint: Constraint,
         params: GenerateParameters,
         prompt_length: int,
+        plan: reasoning.ReasoningPlan | None = None,
     ) -> Row:
         generator = None
         seed = None
@@ -260,6 +290,7 @@ class Engine:
             seed = (base_seed + index) % 2**63
             generator = torch.Generator(device=self.device).manual_seed(seed)
         chooser = self.chooser(params, compiled, constraint, prompt_length, generator)
+        chooser.gate = plan.gate() if plan is not None else None
         return Row(seed=seed, chooser=chooser)
 
     def chooser(
@@ -279,6 +310,20 @@ class Engine:
         )
 
     def _sequence(self, row: Row, constraint: Constraint) -> Sequence:
+        gate, span = row.chooser.gate, None
+        answer, answer_tokens = row.text, row.tokens
+        if gate is not None:  # the constraint and the verdict judge the answer, after the reasoning
+            start = gate.answer_char if gate.answer_char is not None else len(row.text)
+            answer = row.text[start:]
+            answer_tokens = row.tokens[gate.answer_token :] if gate.answer_token is not None else []
+            span = ReasoningSpan(
+                text=gate.text(row.text),
+                tokens=gate.segments.count("reasoning"),
+                answer_token=gate.answer_token,
+                answer_char=max(0, start - len(row.prefix)),
+                ended_by=gate.ended_by,
+                delimiters=(gate.plan.fmt.start.strip(), gate.plan.fmt.end),
+            )
         return Sequence(
             generated_text=row.text[len(row.prefix) :],
             finish_reason=row.finish_reason or "length",
@@ -287,11 +332,12 @@ class Engine:
             seed=row.seed,
             stop_sequence=row.stop_sequence,
             total_logprob=sum(t.logprob for t in row.tokens if t.logprob is not None),
-            validation=constraint.validate(row.text),
+            validation=constraint.validate(answer),
             continued_from=row.prefix or None,
-            fields=field_confidence(row.text, row.tokens, len(row.prefix))
+            fields=field_confidence(answer, answer_tokens, len(row.prefix))
             if constraint.kind == "json_schema"
             else None,
+            reasoning=span,
         )
 
     def accepts(self, text: str, params: GenerateParameters) -> tuple[bool, str]:

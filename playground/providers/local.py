@@ -46,6 +46,7 @@ def make_local(options: LocalOptions | None = None, model: str | None = None) ->
             "adapters": options.adapters,
             "prefix_cache_tokens": options.prefix_cache_tokens,
             "max_batch_rows": options.max_batch_size,
+            "reasoning_delimiters": options.reasoning,
         },
     )
     if model is not None:

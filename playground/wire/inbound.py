@@ -182,6 +182,10 @@ def prompt_messages(req: ChatCompletionRequest) -> list[ChatMessage]:
     return tools.with_tools(req, req.messages[:-1] if req.continue_final_message else req.messages)
 
 
+# OpenAI's reasoning_effort as a reasoning budget (max_reasoning_tokens, when both are given, wins).
+EFFORT_BUDGETS = {"minimal": 0, "low": 256, "medium": 1024, "high": 4096}
+
+
 def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters:
     """One choice's GenerateParameters; temperature 0 means greedy, unset means OpenAI's default 1."""
     chat_fields.check(req)
@@ -210,5 +214,9 @@ def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters
         "fast_forward": req.fast_forward,
         "add_generation_prompt": req.add_generation_prompt or bool(req.continue_final_message),
         "chat_template_kwargs": req.chat_template_kwargs,
+        "max_reasoning_tokens": req.max_reasoning_tokens
+        if req.max_reasoning_tokens is not None
+        else EFFORT_BUDGETS.get(req.reasoning_effort or ""),
+        "think_first": req.think_first or None,
     }
     return parameters({k: v for k, v in values.items() if v is not None})
