@@ -147,7 +147,6 @@ def plan(
     """
     if think_first and fmt is None:
         fmt, budget = PLAIN_THINK, THINK_FIRST_BUDGET if budget is None else budget
-        prompt += fmt.start
     if fmt is None:
         if budget is not None:
             raise ParameterError(
