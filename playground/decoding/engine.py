@@ -36,6 +36,7 @@ from playground.types import (
     Sequence,
     Timings,
     TokenEvent,
+    segment_figures,
 )
 from playground.types.sizes import MAX_BEST_OF, MAX_PROMPT_CHARS, MAX_TOP_N_TOKENS
 from playground.wire import checks
@@ -323,6 +324,7 @@ class Engine:
                 answer_char=max(0, start - len(row.prefix)),
                 ended_by=gate.ended_by,
                 delimiters=(gate.plan.fmt.start.strip(), gate.plan.fmt.end),
+                figures=segment_figures(row.tokens),
             )
         return Sequence(
             generated_text=row.text[len(row.prefix) :],

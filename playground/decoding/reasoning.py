@@ -36,6 +36,10 @@ class ReasoningFormat:
     def forced_close(self) -> str:
         return self.close or self.end
 
+    def public(self) -> dict[str, str]:
+        """What /info says about it."""
+        return {"family": self.family, "start": self.start, "end": self.end}
+
 
 # Most specific first: the first family whose delimiters the template writes wins.
 FAMILIES: tuple[ReasoningFormat, ...] = (

@@ -83,6 +83,7 @@ def tgi_info(
         "compile_limits": info.compile_limits,
         "prefix_cache": info.prefix_cache,
         "batch": info.batch,
+        "reasoning": info.reasoning,
         "processors": processors,
         "models": models,
     }

@@ -32,6 +32,7 @@ from playground.types.results import Sequence as Sequence
 from playground.types.results import Timings as Timings
 from playground.types.results import TokenEvent as TokenEvent
 from playground.types.results import Validation as Validation
+from playground.types.results import segment_figures as segment_figures
 from playground.types.tgi import BestOfSequence as BestOfSequence
 from playground.types.tgi import Details as Details
 from playground.types.tgi import GenerateRequest as GenerateRequest

@@ -53,6 +53,32 @@ class Validation(BaseModel):
     enforced: bool = Field(default=True, description="False when a provider did not enforce the constraint.")
 
 
+class SegmentFigures(BaseModel):
+    """What the constraint cost in one segment of a thinking model's turn."""
+
+    tokens: int
+    mass_kept_mean: float | None
+    mass_kept_min: float | None
+    overridden: int = Field(description="Tokens where the model's first choice was not allowed.")
+    forced: int = Field(description="Tokens not sampled (the constraint's, or the reasoning's delimiters).")
+
+
+def segment_figures(tokens: list[GeneratedToken]) -> dict[str, SegmentFigures]:
+    """Mass kept, overrides and forced tokens for the answer and the reasoning apart."""
+    out = {}
+    for segment in ("answer", "reasoning"):
+        part = [t for t in tokens if t.segment == segment]
+        kept = [t.mass_kept for t in part if t.mass_kept is not None]
+        out[segment] = SegmentFigures(
+            tokens=len(part),
+            mass_kept_mean=sum(kept) / len(kept) if kept else None,
+            mass_kept_min=min(kept) if kept else None,
+            overridden=sum(1 for t in part if t.overridden),
+            forced=sum(1 for t in part if t.forced),
+        )
+    return out
+
+
 class ReasoningSpan(BaseModel):
     """Where a thinking model's reasoning ran and how it ended: the constraint engaged at `answer_token`."""
 
@@ -65,6 +91,9 @@ class ReasoningSpan(BaseModel):
         "template closed the reasoning (enable_thinking false); length: the turn ended inside the reasoning."
     )
     delimiters: tuple[str, str] = Field(description="The start and end delimiters of this model's reasoning.")
+    figures: dict[str, SegmentFigures] = Field(
+        default_factory=dict, description="answer and reasoning: mass kept, overrides and forced tokens, apart."
+    )
 
 
 class Sequence(BaseModel):

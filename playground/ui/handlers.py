@@ -162,7 +162,7 @@ def _stream_answer(registry: Registry, state: ChatState, request: LastRequest, a
                 yield _stopped_panels(state, request)
                 return
             if isinstance(event, GenerationResult):
-                answer["content"] = event.generated_text
+                answer["content"] = event.best.answer  # a thinking model's reasoning stays in the token panel
                 state.result, state.tokens = event, event.best.tokens
                 yield result_panels(state, event)
             elif event.index == 0:
@@ -301,7 +301,7 @@ def compare(registry: Registry, form: Form, state: ChatState, user_text: str) ->
     if form.kind == "processor":
         judged = render.box("muted", "custom processors have no verdict")
     else:
-        verdict = Constraint.parse(form.kind, form.constraint_text).validate(free.generated_text)
+        verdict = Constraint.parse(form.kind, form.constraint_text).validate(free.best.answer)
         judged = render.validation_html(free.best.model_copy(update={"validation": verdict}), form.kind)
     return render.side_html("unconstrained", free, judged), render.side_html(
         "constrained", bound, render.validation_html(bound.best, bound.constraint_kind)

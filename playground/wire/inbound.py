@@ -62,6 +62,8 @@ def from_controls(
         "watermark": bool(values.get("watermark")),
         "adapter_id": (values.get("adapter_id") or "").strip() or None,
         "constraint_engine": values.get("constraint_engine") or "auto",
+        "think_first": bool(values.get("think_first")),
+        "max_reasoning_tokens": values.get("max_reasoning_tokens"),
         "details": True,
         "grammar": grammar,
         "logits_processors": list(processors),
