@@ -17,7 +17,7 @@ def side_html(title: str, result: GenerationResult, verdict_html: str) -> str:
     span = result.best.reasoning
     thought = (
         f'<details class="reasoning"><summary>reasoning</summary><pre class="answer">{esc(span.text)}</pre></details>'
-        if span is not None and span.ended_by != "prompt"
+        if span is not None and span.text
         else ""
     )
     return (

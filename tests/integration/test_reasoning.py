@@ -8,6 +8,7 @@ the answer alone. The embedded model, which has no reasoning of its own, reasons
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -114,3 +115,48 @@ def test_the_embedded_model_thinks_first_in_a_plain_text_block_then_answers_unde
 def test_a_budget_on_a_model_that_does_not_reason_is_refused_by_name(engine) -> None:
     with pytest.raises(ParameterError, match="max_reasoning_tokens: this model writes no reasoning"):
         engine.generate(CHAT, params(max_reasoning_tokens=8))
+
+
+def test_the_panels_mark_the_reasoning_where_the_constraint_engaged_and_the_figures_of_each_segment(
+    thinking_engine,
+) -> None:
+    from playground import render
+
+    result = thinking_engine.generate(CHAT, params(max_reasoning_tokens=3))
+    seq = result.best
+    span = seq.reasoning
+    html = render.tokens_html(seq.tokens)
+    classes = re.findall(r'<span class="(tok[^"]*)" data-index="(\d+)"', html)
+    assert [int(i) for c, i in classes if "reasoning" in c.split()] == list(range(span.answer_token))
+    assert html.count('class="engaged"') == 1
+    assert re.search(r'class="engaged"[^>]*>▸</span><span class="tok[^"]*" data-index="' + str(span.answer_token), html)
+    reasoning, answer = span.figures["reasoning"], span.figures["answer"]
+    assert (reasoning.tokens, reasoning.forced) == (span.tokens, 2)  # the opening <think>, the budget's </think>
+    assert answer.tokens == len(seq.tokens) - span.tokens and answer.mass_kept_mean < reasoning.mass_kept_mean
+    assert f"<b>reasoning</b> {span.tokens} tokens" in html and f"<b>answer</b> {answer.tokens} tokens" in html
+    # the budget counts the opening <think>: <think> and two tokens of thought, then </think>
+    assert "4 tokens · max_reasoning_tokens forced its end · the constraint engaged at token 4" in render.details_html(
+        result
+    )
+
+
+def test_compare_runs_the_turn_with_and_without_reasoning_both_judged(thinking_engine, engine) -> None:
+    from playground.providers.local import LocalProvider
+    from playground.providers.registry import Registry
+    from playground.ui.compare_reasoning import compare_reasoning
+    from playground.ui.state import ChatState, Form
+
+    for served, budget in ((thinking_engine, 3), (engine, 4)):  # a thinking model; the embedded one thinks first
+        registry = Registry([LocalProvider([served])])
+        form = Form(
+            model=registry.default_model,
+            kind="choice",
+            constraint_text="yes\nno",
+            max_new_tokens=20,
+            max_reasoning_tokens=budget,
+        )
+        with_it, without = compare_reasoning(registry, form, ChatState(), "Is the sky <b>blue</b>?")
+        assert "<h4>with reasoning</h4>" in with_it and '<details class="reasoning">' in with_it
+        assert "<h4>without reasoning</h4>" in without and '<details class="reasoning">' not in without
+        assert 'data-valid="valid"' in with_it and 'data-valid="valid"' in without
+        assert re.search(r'<pre class="answer">(yes|no)</pre>', with_it)
