@@ -32,11 +32,9 @@ from playground.types import (
     GenerationResult,
     NextTokenCandidate,
     NextTokenDistribution,
-    ReasoningSpan,
     Sequence,
     Timings,
     TokenEvent,
-    segment_figures,
 )
 from playground.types.sizes import MAX_BEST_OF, MAX_PROMPT_CHARS, MAX_TOP_N_TOKENS
 from playground.wire import checks
@@ -128,16 +126,7 @@ class Engine:
         if not isinstance(inputs, str) and params.add_generation_prompt:
             without = self.render_prompt(inputs, params.model_copy(update={"add_generation_prompt": False}))
             generation_prompt = prompt[len(without) :] if prompt.startswith(without) else ""
-        plan, opened = reasoning.plan(
-            self.reasoning,
-            self.tokenizer,
-            prompt=prompt,
-            generation_prompt=generation_prompt,
-            budget=params.max_reasoning_tokens,
-            think_first=params.think_first,
-            constrained=params.grammar is not None or bool(params.logits_processors),
-            continued=bool(params.continue_from),
-        )
+        plan, opened = reasoning.plan(self.reasoning, self.tokenizer, params, prompt, generation_prompt)
         added = self._encode(opened[len(prompt) :], add_special_tokens=False) if len(opened) > len(prompt) else []
         return plan, opened, prompt_ids + added
 
@@ -311,21 +300,9 @@ class Engine:
         )
 
     def _sequence(self, row: Row, constraint: Constraint) -> Sequence:
-        gate, span = row.chooser.gate, None
-        answer, answer_tokens = row.text, row.tokens
-        if gate is not None:  # the constraint and the verdict judge the answer, after the reasoning
-            start = gate.answer_char if gate.answer_char is not None else len(row.text)
-            answer = row.text[start:]
-            answer_tokens = row.tokens[gate.answer_token :] if gate.answer_token is not None else []
-            span = ReasoningSpan(
-                text=gate.text(row.text),
-                tokens=gate.segments.count("reasoning"),
-                answer_token=gate.answer_token,
-                answer_char=max(0, start - len(row.prefix)),
-                ended_by=gate.ended_by,
-                delimiters=(gate.plan.fmt.start.strip(), gate.plan.fmt.end),
-                figures=segment_figures(row.tokens),
-            )
+        answer, answer_tokens, span = row.text, row.tokens, None
+        if row.chooser.gate is not None:  # the constraint and the verdict judge the answer, after the reasoning
+            answer, answer_tokens, span = row.chooser.gate.split(row.text, row.tokens, len(row.prefix))
         return Sequence(
             generated_text=row.text[len(row.prefix) :],
             finish_reason=row.finish_reason or "length",

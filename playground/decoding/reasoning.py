@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from playground.errors import ModelError, ParameterError
+from playground.types import GeneratedToken, GenerateParameters, ReasoningSpan, segment_figures
 
 THINK_FIRST_BUDGET = 128  # think_first without max_reasoning_tokens: this many tokens of thought at most
 
@@ -136,19 +137,18 @@ class ReasoningPlan:
 def plan(
     fmt: ReasoningFormat | None,
     tokenizer: Any,
-    *,
+    params: GenerateParameters,
     prompt: str,
     generation_prompt: str | None,
-    budget: int | None,
-    think_first: bool,
-    constrained: bool,
-    continued: bool,
 ) -> tuple[ReasoningPlan | None, str]:
     """The request's plan and its prompt (think_first may open a block at its end).
 
     `generation_prompt` is what the chat template's assistant header added (None for a plain prompt: the
     prompt alone says whether reasoning is open). A continued answer (continue_from) is past any reasoning.
     """
+    budget, think_first = params.max_reasoning_tokens, params.think_first
+    constrained = params.grammar is not None or bool(params.logits_processors)
+    continued = bool(params.continue_from)
     if think_first and fmt is None:
         fmt, budget = PLAIN_THINK, THINK_FIRST_BUDGET if budget is None else budget
     if fmt is None:
@@ -255,3 +255,20 @@ class ReasoningGate:
         out = body[self.shown :] if len(body) > self.shown else ""
         self.shown = max(self.shown, len(body))
         return out
+
+    def split(
+        self, text: str, tokens: list[GeneratedToken], prefix: int
+    ) -> tuple[str, list[GeneratedToken], ReasoningSpan]:
+        """The row's answer (what the verdict judges), its tokens, and the reasoning span (`prefix`: continued chars)."""
+        start = self.answer_char if self.answer_char is not None else len(text)
+        span = ReasoningSpan(
+            text=self.text(text),
+            tokens=self.segments.count("reasoning"),
+            answer_token=self.answer_token,
+            answer_char=max(0, start - prefix),
+            ended_by=self.ended_by,  # type: ignore[arg-type]
+            delimiters=(self.plan.fmt.start.strip(), self.plan.fmt.end),
+            figures=segment_figures(tokens),
+        )
+        answer_tokens = tokens[self.answer_token :] if self.answer_token is not None else []
+        return text[start:], answer_tokens, span
