@@ -110,6 +110,12 @@ def test_the_embedded_model_thinks_first_in_a_plain_text_block_then_answers_unde
     assert "".join(t.text for t in closing) == "\n</think>\n" and all(t.forced for t in closing)
     assert seq.answer in ("yes", "no") and seq.validation.valid is True
     assert seq.reasoning.text == seq.generated_text[: seq.generated_text.index("\n</think>")]
+    raw = engine.generate(
+        "Is 17 prime?\n",
+        GenerateParameters(max_new_tokens=12, think_first=True, max_reasoning_tokens=2, grammar=YES_NO),
+    )
+    assert raw.prompt == "Is 17 prime?\n<think>\n" and raw.best.reasoning.ended_by == "budget"
+    assert raw.best.answer in ("yes", "no")
 
 
 def test_a_budget_on_a_model_that_does_not_reason_is_refused_by_name(engine) -> None:
