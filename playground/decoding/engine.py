@@ -349,7 +349,8 @@ class Engine:
     ) -> NextTokenDistribution:
         """The next token's distribution, raw and after processors and the constraint, without sampling."""
         params = params or GenerateParameters()
-        _, prompt_ids = self.encode_prompt(inputs, params.truncate, params)
+        prompt, prompt_ids = self.encode_prompt(inputs, params.truncate, params)
+        plan, _, prompt_ids = self.reasoning_plan(inputs, params, prompt, prompt_ids)
         prefix_ids = self._encode(prefix, add_special_tokens=False) if prefix else []
         constraint, compiled = self.compile(params)
         ids = prompt_ids + list(prefix_ids)
@@ -357,16 +358,19 @@ class Engine:
             raise PromptTooLongError(f"prompt and prefix have {len(ids)} tokens; at most {self.max_input_tokens}")
         self.adapters.prepare(params.adapter_id)
         chooser = self.chooser(params, compiled, constraint, len(prompt_ids))
+        chooser.gate = plan.gate() if plan is not None else None
+        # a thinking model's prefix may hold reasoning: the constraint walks the answer's part alone
+        start = chooser.gate.replay(prefix_ids) if chooser.gate is not None else 0
         # the prefix's walk through the constraint needs no model: nobody waits for it, and it has a budget
         with torch.inference_mode(), row_budget.walking("the prefix"):
-            k = chooser.first_refused(prompt_ids, prefix_ids)
+            k = chooser.first_refused(prompt_ids + prefix_ids[:start], prefix_ids[start:])
         if k is not None:
             raise InvalidConstraintError(
-                f"the prefix leaves the constraint at token {k} ({self.token_text(prefix_ids[k])!r})"
+                f"the prefix leaves the constraint at token {start + k} ({self.token_text(prefix_ids[start + k])!r})"
             )
         with torch.inference_mode():
             logits = self._prefill(ids, params)  # takes the model a chunk at a time
-            text = self.tokenizer.decode(prefix_ids, skip_special_tokens=True)
+            text = chooser.decode(prefix_ids)
             # the distribution decoding draws from at this point, before the sampling warpers
             step = chooser.step(self.runner.ids(ids), logits, text, warp=False)
         return self._distribution(step, ids, prompt_ids, top_k)

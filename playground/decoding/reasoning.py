@@ -230,6 +230,12 @@ class ReasoningGate:
             self.closing = True
             self.queue = list(self.plan.closing)
 
+    def replay(self, ids: list[int]) -> int:
+        """Walk a prefix of the row as decoding would have (the next-token view); where its answer starts."""
+        for k, token_id in enumerate(ids):
+            self.advance(token_id, self.plan.decode(ids[: k + 1]))
+        return self.answer_token if self.answer_token is not None else len(ids)
+
     def text(self, full: str) -> str:
         """The reasoning in the row's text, without its delimiters."""
         fmt = self.plan.fmt

@@ -273,7 +273,7 @@ def next_token(registry: Registry, state: ChatState, index: int | None = None, t
         else:
             if not 0 <= index < len(tokens):
                 raise ParameterError(f"token index {index} is out of range (the answer has {len(tokens)} tokens)")
-            prefix = stopped.answer_text(tokens[:index])
+            prefix = stopped.row_text(tokens[:index])
             where = f"at token #{index} ({render.quoted(tokens[index].text)})"
         provider, model_id = registry.resolve(state.request.model)
         params = state.request.params.model_copy(update={"best_of": None})

@@ -18,6 +18,11 @@ def answer_text(tokens: list[GeneratedToken]) -> str:
     return "".join(token.text for token in tokens if not token.special and token.segment != "reasoning")
 
 
+def row_text(tokens: list[GeneratedToken]) -> str:
+    """The row's text from its tokens, a thinking model's reasoning and its delimiters included."""
+    return "".join(token.text for token in tokens if not token.special or token.segment == "reasoning")
+
+
 def details_html(model: str, tokens: list[GeneratedToken]) -> str:
     """The details line of a stopped turn, in the shape of a finished one."""
     return stopped_details_html(model, len(tokens))

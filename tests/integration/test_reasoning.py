@@ -166,3 +166,18 @@ def test_compare_runs_the_turn_with_and_without_reasoning_both_judged(thinking_e
         assert "<h4>without reasoning</h4>" in without and '<details class="reasoning">' not in without
         assert 'data-valid="valid"' in with_it and 'data-valid="valid"' in without
         assert re.search(r'<pre class="answer">(yes|no)</pre>', with_it)
+
+
+def test_the_next_token_view_follows_the_reasoning_then_the_constraint(thinking_engine) -> None:
+    p = params(max_reasoning_tokens=4)
+    at_start = thinking_engine.next_token_distribution(CHAT, p)
+    assert at_start.allowed_count == 1 and [c.text for c in at_start.candidates if c.allowed] == ["<think>"]
+    seq = thinking_engine.generate(CHAT, p).best
+    reasoning = seq.generated_text[: seq.generated_text.index("</think>")]
+    thinking = thinking_engine.next_token_distribution(CHAT, p, prefix="<think>")
+    assert thinking.allowed_count > thinking.vocab_size - 5  # free, but for the end of text
+    spent = thinking_engine.next_token_distribution(CHAT, p, prefix=reasoning)  # four tokens: the budget's end
+    assert [c.text for c in spent.candidates if c.allowed] == ["</think>"] and spent.allowed_count == 1
+    answer = thinking_engine.next_token_distribution(CHAT, p, prefix=reasoning + "</think>")
+    assert 0 < answer.allowed_count < 10  # the choice's first tokens
+    assert all(c.text[:1] in "yn" for c in answer.candidates if c.allowed)
