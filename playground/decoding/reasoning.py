@@ -32,6 +32,7 @@ class ReasoningFormat:
     end: str
     close: str = ""
     models: str = ""  # who writes it, for the README and errors
+    auto: bool = True  # found in templates; plain-text families whose templates write them only on request are not
 
     @property
     def forced_close(self) -> str:
@@ -61,7 +62,11 @@ FAMILIES: tuple[ReasoningFormat, ...] = (
         models="Qwen3, QwQ, DeepSeek-R1 and its distills, SmolLM3, Phi-4-reasoning, Hunyuan, GLM-4.5",
     ),
     ReasoningFormat(
-        "granite", "Here is my thought process:", "Here is my response:", models="Granite 3.2/3.3 (plain text)"
+        "granite",
+        "Here is my thought process:",
+        "Here is my response:",
+        models="Granite 3.2/3.3 (plain text, with their `thinking` template option)",
+        auto=False,
     ),
 )
 BY_FAMILY = {f.family: f for f in FAMILIES}
@@ -86,7 +91,7 @@ def model_format(tokenizer: Any, setting: str = "auto") -> ReasoningFormat | Non
     template = getattr(tokenizer, "chat_template", None)
     if isinstance(template, dict):  # several named templates: the default one speaks for the model
         template = template.get("default") or next(iter(template.values()), None)
-    for fmt in FAMILIES:
+    for fmt in (f for f in FAMILIES if f.auto):
         if isinstance(template, str) and (fmt.start.strip() in template or fmt.end in template):
             return fmt
     added = set(tokenizer.get_added_vocab()) if hasattr(tokenizer, "get_added_vocab") else set()

@@ -41,6 +41,8 @@ def test_a_thinking_template_is_known_without_a_flag_and_the_flag_overrides_it(t
     harmony = copy.copy(loaded_model.tokenizer)
     harmony.chat_template = "{{ '<|start|>assistant<|channel|>analysis<|message|>' }}"
     assert reasoning.model_format(harmony).family == "gpt-oss"
+    harmony.chat_template = "{% if thinking %}Here is my thought process: ... Here is my response:{% endif %}"
+    assert reasoning.model_format(harmony) is None  # granite's plain text: by the flag only
     with pytest.raises(ModelError, match="START,END"):
         reasoning.model_format(loaded_model.tokenizer, "thinking")
 
