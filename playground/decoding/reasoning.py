@@ -159,8 +159,8 @@ def plan(
     if fmt is None:
         if budget is not None:
             raise ParameterError(
-                "max_reasoning_tokens: this model writes no reasoning (no known delimiters in its chat template; "
-                "set --reasoning, or ask for think_first)",
+                "max_reasoning_tokens (or reasoning_effort): this model writes no reasoning (no known delimiters in "
+                "its chat template; set --reasoning, or ask for think_first)",
                 field="max_reasoning_tokens",
             )
         return None, prompt

@@ -121,7 +121,9 @@ def test_the_embedded_model_thinks_first_in_a_plain_text_block_then_answers_unde
 
 
 def test_a_budget_on_a_model_that_does_not_reason_is_refused_by_name(engine) -> None:
-    with pytest.raises(ParameterError, match="max_reasoning_tokens: this model writes no reasoning"):
+    with pytest.raises(
+        ParameterError, match=r"max_reasoning_tokens \(or reasoning_effort\): this model writes no reasoning"
+    ):
         engine.generate(CHAT, params(max_reasoning_tokens=8))
 
 
