@@ -69,6 +69,7 @@ def build_registry(args: argparse.Namespace) -> Registry:
             device=config.device or args.device,
             dtype=config.dtype or args.dtype,
             trust_remote_code=config.trust_remote_code,
+            reasoning=config.reasoning or args.reasoning,
         )
         locals_made.append((local, config.model))
         return local

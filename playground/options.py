@@ -104,6 +104,13 @@ class LocalOptions:
         choices=("auto", "on", "off"),
     )
     max_new_tokens: int = option(256, "max_new_tokens when a request leaves it unset (default: 256)", type=int)
+    reasoning: str = option(
+        "auto",
+        "reasoning delimiters of local models: auto (known families found in the chat template or the tokenizer's "
+        "added tokens), none, a family (think, gpt-oss, seed, mistral, thought, granite) or START,END "
+        "(default: auto)",
+        metavar="auto|none|FAMILY|START,END",
+    )
     adapters: tuple[str, ...] | None = option(
         None,
         "PEFT adapters (hub ids or folders) that requests may name in adapter_id (default: none)",

@@ -19,6 +19,7 @@ import torch
 
 from playground.constraints import Constraint
 from playground.decoding import sampling
+from playground.decoding.reasoning import ReasoningGate
 from playground.decoding.row_budget import RowBudget, walked
 from playground.decoding.runner import ModelRunner
 from playground.errors import UnenforcedKeywordError
@@ -41,8 +42,10 @@ class TokenChooser:
         generator: torch.Generator | None = None,
         *,
         fast_forward: bool = False,
+        gate: ReasoningGate | None = None,
     ) -> None:
         self.runner = runner
+        self.gate = gate  # a thinking model's reasoning: the row's processors wait for the answer
         self.processors = processors
         self.constraint = constraint
         self.sampling = params.sampling
@@ -73,6 +76,10 @@ class TokenChooser:
         `allowed` is a mask probed ahead (a forced token's position): it stands in for the row's processors.
         """
         scores = self.shared(ids, logits.unsqueeze(0).clone())[0] if len(self.shared) else logits
+        if self.gate is not None and self.gate.reasoning and allowed is None:
+            return self._reasoning_step(ids, logits, scores, warp)
+        if self.gate is not None:  # the verdict, and so the EOS gate, judge the answer alone
+            text = text[self.gate.answer_char or 0 :]
         if allowed is None and self.pending is not None:
             allowed, self.pending = self.pending, None
         with self.budget.step():
@@ -87,6 +94,34 @@ class TokenChooser:
         # nothing touched the logits (each stage returns its input unchanged): one softmax serves both
         untouched = gated is logits and not len(chain)
         return sampling.score_row(logits, gated, chain, ids, untouched=untouched)
+
+    def _reasoning_step(
+        self, ids: torch.Tensor, logits: torch.Tensor, scores: torch.Tensor, warp: bool
+    ) -> sampling.StepScores:
+        """A reasoning token: no constraint, only the delimiter the gate forces, and no end while an answer is owed."""
+        masked = scores
+        forced = self.gate.allowed(scores.shape[0], scores.device)
+        if forced is not None:
+            masked = scores.masked_fill(~forced, sampling.NEG_INF)
+        elif self.gate.plan.hold_eos:
+            eos = [t for t in self.runner.eos_ids if t < scores.shape[0]]
+            masked = scores.clone()
+            masked[eos] = sampling.NEG_INF
+        chain = self.warpers if warp else sampling.LogitsProcessorList()
+        return sampling.score_row(logits, masked, chain, ids, untouched=masked is logits and not len(chain))
+
+    def decode(self, ids: list[int]) -> str:
+        """The row's text; a thinking model's keeps its reasoning delimiters even when they are special tokens."""
+        if self.gate is not None:
+            return self.gate.plan.decode(ids)
+        return self.runner.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def mark(self, token: GeneratedToken, index: int) -> GeneratedToken:
+        """The token's segment (reasoning or answer) and whether the gate forced it; `index`: its place in the row."""
+        if self.gate is not None and index < len(self.gate.segments):
+            token.segment = self.gate.segments[index]  # type: ignore[assignment]
+            token.forced = token.forced or self.gate.forced[index]
+        return token
 
     def mask(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """The row's own processors (custom ones, then the constraint); advances their state by one token."""
@@ -133,7 +168,10 @@ class TokenChooser:
         """The tokens the constraint forces after `ids` (at most `limit`, never EOS), each with its mask.
 
         Probing advances the row's processors past them; the mask after the last one waits in `pending`.
+        While the row reasons the constraint waits, and forces nothing.
         """
+        if self.gate is not None and self.gate.reasoning:
+            return []
         out: list[tuple[int, torch.Tensor]] = []
         ids = list(ids)
         while True:

@@ -14,7 +14,7 @@ import torch
 from playground.constraints import Constraint
 from playground.constraints.compile_pool import CompileLimits
 from playground.constraints.compiler import CompiledConstraint, ConstraintCompiler, compiling_with
-from playground.decoding import chat_template, continuation, row_budget, sampling, walk
+from playground.decoding import chat_template, continuation, reasoning, row_budget, sampling, walk
 from playground.decoding.chooser import TokenChooser
 from playground.decoding.fields import field_confidence
 from playground.decoding.prefix_cache import PrefixCache, ScopedCache
@@ -59,6 +59,7 @@ class Engine:
         adapters: Collection[str] | None = LOCAL.adapters,
         prefix_cache_tokens: int = LOCAL.prefix_cache_tokens,
         max_batch_rows: int = LOCAL.max_batch_size,
+        reasoning_delimiters: str = LOCAL.reasoning,
     ) -> None:
         self.loaded = loaded
         self.runner = ModelRunner(loaded)
@@ -77,6 +78,7 @@ class Engine:
         # One forward at a time on the model: the scheduler's batch steps and the next-token view take turns.
         self._busy = threading.Lock()
         self.adapters = Adapters(self.model, adapters)
+        self.reasoning = reasoning.model_format(self.tokenizer, reasoning_delimiters)
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
         self.scheduler = Scheduler(self.runner, self._busy, max_batch_rows)
         threading.Thread(target=self.compiler.warm, daemon=True, name="warm-constraints").start()
@@ -113,6 +115,20 @@ class Engine:
                 f"the prompt has {len(ids)} tokens; this model takes at most {self.max_input_tokens}", field="inputs"
             )
         return prompt, ids
+
+    def reasoning_plan(
+        self, inputs: Inputs, params: GenerateParameters, prompt: str, prompt_ids: list[int]
+    ) -> tuple[reasoning.ReasoningPlan | None, str, list[int]]:
+        """How the rows reason (None: not a thinking turn), and the prompt (think_first may open a block in it)."""
+        if self.reasoning is None and not params.think_first and params.max_reasoning_tokens is None:
+            return None, prompt, prompt_ids
+        generation_prompt = None
+        if not isinstance(inputs, str) and params.add_generation_prompt:
+            without = self.render_prompt(inputs, params.model_copy(update={"add_generation_prompt": False}))
+            generation_prompt = prompt[len(without) :] if prompt.startswith(without) else ""
+        plan, opened = reasoning.plan(self.reasoning, self.tokenizer, params, prompt, generation_prompt)
+        added = self._encode(opened[len(prompt) :], add_special_tokens=False) if len(opened) > len(prompt) else []
+        return plan, opened, prompt_ids + added
 
     def _encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
         _check_unicode(text)
@@ -181,6 +197,7 @@ class Engine:
         """Token events as they are decoded, then the GenerationResult."""
         start = time.perf_counter()
         prompt, prompt_ids = self.encode_prompt(inputs, params.truncate, params)
+        plan, prompt, prompt_ids = self.reasoning_plan(inputs, params, prompt, prompt_ids)
         prefix_ids = continuation.prefix_ids(self, params.continue_from, len(prompt_ids))
         best_of, max_new = self._check(params, len(prompt_ids) + len(prefix_ids))
         compile_start = time.perf_counter()
@@ -188,7 +205,9 @@ class Engine:
         compile_s = time.perf_counter() - compile_start
         continuation.check_prefix(self, constraint, compiled, prefix_ids)
         base_seed = params.seed if params.seed is not None else (random.randrange(2**63) if params.sampling else None)
-        rows = [self._new_row(base_seed, i, compiled, constraint, params, len(prompt_ids)) for i in range(best_of)]
+        rows = [
+            self._new_row(base_seed, i, compiled, constraint, params, len(prompt_ids), plan) for i in range(best_of)
+        ]
         continuation.start_rows(self, rows, prompt_ids, prefix_ids)
         stopping = StopCriteria(params.stop, max_new, self.runner.eos_ids)
         self.adapters.prepare(params.adapter_id)  # a slow lookup waits here, not in the decode loop
@@ -253,6 +272,7 @@ class Engine:
         constraint: Constraint,
         params: GenerateParameters,
         prompt_length: int,
+        plan: reasoning.ReasoningPlan | None = None,
     ) -> Row:
         generator = None
         seed = None
@@ -260,6 +280,7 @@ class Engine:
             seed = (base_seed + index) % 2**63
             generator = torch.Generator(device=self.device).manual_seed(seed)
         chooser = self.chooser(params, compiled, constraint, prompt_length, generator)
+        chooser.gate = plan.gate() if plan is not None else None
         return Row(seed=seed, chooser=chooser)
 
     def chooser(
@@ -279,6 +300,9 @@ class Engine:
         )
 
     def _sequence(self, row: Row, constraint: Constraint) -> Sequence:
+        answer, answer_tokens, span = row.text, row.tokens, None
+        if row.chooser.gate is not None:  # the constraint and the verdict judge the answer, after the reasoning
+            answer, answer_tokens, span = row.chooser.gate.split(row.text, row.tokens, len(row.prefix))
         return Sequence(
             generated_text=row.text[len(row.prefix) :],
             finish_reason=row.finish_reason or "length",
@@ -287,11 +311,12 @@ class Engine:
             seed=row.seed,
             stop_sequence=row.stop_sequence,
             total_logprob=sum(t.logprob for t in row.tokens if t.logprob is not None),
-            validation=constraint.validate(row.text),
+            validation=constraint.validate(answer),
             continued_from=row.prefix or None,
-            fields=field_confidence(row.text, row.tokens, len(row.prefix))
+            fields=field_confidence(answer, answer_tokens, len(row.prefix))
             if constraint.kind == "json_schema"
             else None,
+            reasoning=span,
         )
 
     def accepts(self, text: str, params: GenerateParameters) -> tuple[bool, str]:
@@ -322,7 +347,8 @@ class Engine:
     ) -> NextTokenDistribution:
         """The next token's distribution, raw and after processors and the constraint, without sampling."""
         params = params or GenerateParameters()
-        _, prompt_ids = self.encode_prompt(inputs, params.truncate, params)
+        prompt, prompt_ids = self.encode_prompt(inputs, params.truncate, params)
+        plan, _, prompt_ids = self.reasoning_plan(inputs, params, prompt, prompt_ids)
         prefix_ids = self._encode(prefix, add_special_tokens=False) if prefix else []
         constraint, compiled = self.compile(params)
         ids = prompt_ids + list(prefix_ids)
@@ -330,16 +356,19 @@ class Engine:
             raise PromptTooLongError(f"prompt and prefix have {len(ids)} tokens; at most {self.max_input_tokens}")
         self.adapters.prepare(params.adapter_id)
         chooser = self.chooser(params, compiled, constraint, len(prompt_ids))
+        chooser.gate = plan.gate() if plan is not None else None
+        # a thinking model's prefix may hold reasoning: the constraint walks the answer's part alone
+        start = chooser.gate.replay(prefix_ids) if chooser.gate is not None else 0
         # the prefix's walk through the constraint needs no model: nobody waits for it, and it has a budget
         with torch.inference_mode(), row_budget.walking("the prefix"):
-            k = chooser.consume(prompt_ids, prefix_ids)
+            k = chooser.consume(prompt_ids + prefix_ids[:start], prefix_ids[start:])
         if k is not None:
             raise InvalidConstraintError(
-                f"the prefix leaves the constraint at token {k} ({self.token_text(prefix_ids[k])!r})"
+                f"the prefix leaves the constraint at token {start + k} ({self.token_text(prefix_ids[start + k])!r})"
             )
         with torch.inference_mode():
             logits = self._prefill(ids, params)  # takes the model a chunk at a time
-            text = self.tokenizer.decode(prefix_ids, skip_special_tokens=True)
+            text = chooser.decode(prefix_ids)
             # the distribution decoding draws from at this point, before the sampling warpers
             step = chooser.step(self.runner.ids(ids), logits, text, warp=False)
         return self._distribution(step, ids, prompt_ids, top_k)

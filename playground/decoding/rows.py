@@ -188,10 +188,18 @@ class Decode:
         step = row.chooser.step(self.runner.ids(before), raw, row.text)
         token_id = row.chooser.choose(step)
         token = row.chooser.record(token_id, self._append(row, token_id), step)
+        row.chooser.mark(token, len(row.tokens))
         row.tokens.append(token)
         if row.chooser.fast_forward and row.finish_reason is None:
             self._append_forced(row)
-        return [TokenEvent(index=index, token=token)]
+        return [self._event(index, row, token)]
+
+    @staticmethod
+    def _event(index: int, row: Row, token: GeneratedToken) -> TokenEvent:
+        """The token's event, with the reasoning text it made known (a thinking model's)."""
+        gate = row.chooser.gate
+        shown = gate.delta(row.text) if gate is not None and token.segment == "reasoning" else ""
+        return TokenEvent(index=index, token=token, reasoning=shown)
 
     def _append_forced(self, row: Row) -> None:
         limit = self.stopping.max_new_tokens - len(row.tokens)
@@ -210,8 +218,9 @@ class Decode:
         before = self.prompt_ids + row.generated[: len(row.tokens)]
         step = row.chooser.step(self.runner.ids(before), raw, forced.text_before, allowed=forced.allowed)
         token = row.chooser.record(forced.token_id, forced.piece, step, forced=True)
+        row.chooser.mark(token, len(row.tokens))
         row.tokens.append(token)
-        return TokenEvent(index=index, token=token)
+        return self._event(index, row, token)
 
     def _append(self, row: Row, token_id: int, generated: int | None = None) -> str:
         """Add a token to the row, check the stop rules; the piece of text it streams.
@@ -223,7 +232,7 @@ class Decode:
         before = len(row.text)
         piece = r.token_text(token_id)
         if token_id not in r.eos_ids:
-            row.text = r.tokenizer.decode(row.ids, skip_special_tokens=True)
+            row.text = row.chooser.decode(row.ids)
             # A character split across tokens decodes as U+FFFD until its last byte arrives: hold it back,
             # so the pieces streamed add up to the text.
             stable = row.text.rstrip("\ufffd") if row.text.endswith("\ufffd") else row.text
@@ -233,4 +242,6 @@ class Decode:
         stop = self.stopping.check(token_id, row.text, before, generated)
         if stop is not None:
             row.finish_reason, row.stop_sequence = stop.reason, stop.sequence
+        if row.chooser.gate is not None:
+            row.chooser.gate.advance(token_id, row.text)
         return piece

@@ -52,6 +52,9 @@ class LocalConfig(_Strict):
     device: str | None = None
     dtype: str | None = None
     trust_remote_code: bool = False
+    reasoning: str | None = Field(
+        default=None, description="Reasoning delimiters: auto, none, a known family or START,END (as --reasoning)."
+    )
 
 
 class ProviderEntry(_Strict):

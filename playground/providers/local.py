@@ -46,6 +46,7 @@ def make_local(options: LocalOptions | None = None, model: str | None = None) ->
             "adapters": options.adapters,
             "prefix_cache_tokens": options.prefix_cache_tokens,
             "max_batch_rows": options.max_batch_size,
+            "reasoning_delimiters": options.reasoning,
         },
     )
     if model is not None:
@@ -165,6 +166,7 @@ class LocalProvider:
             compile_limits=engine.compiler.limits.as_dict(),
             prefix_cache=engine.prefix_cache.public_usage(),
             batch={**engine.scheduler.usage(), "batch_weights_mb": engine.loaded.batch_weights_mb},
+            reasoning=engine.reasoning.public() if engine.reasoning else None,
         )
 
     def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:

@@ -13,10 +13,16 @@ STOPPED = "stopped by the user"
 
 
 def side_html(title: str, result: GenerationResult, verdict_html: str) -> str:
-    """One answer of a comparison: its text, the verdict given, details and tokens."""
+    """One answer of a comparison: its text (a thinking model's reasoning apart), the verdict, details and tokens."""
+    span = result.best.reasoning
+    thought = (
+        f'<details class="reasoning"><summary>reasoning</summary><pre class="answer">{esc(span.text)}</pre></details>'
+        if span is not None and span.text
+        else ""
+    )
     return (
-        f'<div class="pg-side"><h4>{esc(title)}</h4>'
-        f'<pre class="answer">{esc(result.generated_text)}</pre>'
+        f'<div class="pg-side"><h4>{esc(title)}</h4>{thought}'
+        f'<pre class="answer">{esc(result.best.answer)}</pre>'
         f"{verdict_html}{details_html(result)}{tokens_html(result.best.tokens)}</div>"
     )
 

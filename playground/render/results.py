@@ -45,7 +45,25 @@ def details_html(result: GenerationResult) -> str:
         ("compile time", f"{timings.compile_s * 1000:.0f} ms" + (" (cached)" if timings.compile_cached else "")),
         ("model", f"{result.model_id} ({result.provider_id})"),
     ]
+    if best.reasoning is not None:
+        items.insert(2, ("reasoning", reasoning_text(best)))
     return f'<div class="pg-details" data-finish="{esc(best.finish_reason)}">{kv_cells(items)}</div>'
+
+
+ENDED_BY = {
+    "model": "the model ended it",
+    "budget": "max_reasoning_tokens forced its end",
+    "prompt": "the chat template closed it",
+    "length": "the turn ended inside it (no answer)",
+}
+
+
+def reasoning_text(seq: Sequence) -> str:
+    """How a thinking model's reasoning went: its length, what ended it, where the constraint engaged."""
+    span = seq.reasoning
+    assert span is not None
+    engaged = "never" if span.answer_token is None else f"at token {span.answer_token}"
+    return f"{span.tokens} tokens · {ENDED_BY[span.ended_by]} · the constraint engaged {engaged}"
 
 
 def validation_html(sequence: Sequence, constraint_kind: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from playground.render.core import colour, esc, pct, prob, token_label
-from playground.types import GeneratedToken
+from playground.types import GeneratedToken, segment_figures
 
 LEGEND_SWATCHES = "".join(
     f'<span class="sw" style="background:{colour(p)}">{word}</span>'
@@ -63,6 +63,8 @@ def token_span(index: int, token: GeneratedToken, mode: str, popover: bool = Tru
         classes.append("special")
     if token.forced:
         classes.append("forced")
+    if token.segment == "reasoning":
+        classes.append("reasoning")
     newline = "<br>" if token.text.endswith("\n") else ""
     return (
         f'<span class="{" ".join(classes)}" data-index="{index}" tabindex="0" style="background:{colour(p)}">'
@@ -77,13 +79,44 @@ def tokens_html(tokens: list[GeneratedToken], mode: str = "constrained", *, popo
     """
     if not tokens:
         return '<div class="pg-tokens pg-empty">No answer yet.</div>'
-    spans = "".join(token_span(i, tok, mode, popovers) for i, tok in enumerate(tokens))
+    engaged = next((i for i, tok in enumerate(tokens) if tok.segment == "answer"), None)
+    spans = "".join(
+        (ENGAGED if i == engaged else "") + token_span(i, tok, mode, popovers) for i, tok in enumerate(tokens)
+    )
     overridden = sum(1 for tok in tokens if tok.overridden)
     forced = sum(1 for tok in tokens if tok.forced)
+    reasoning = sum(1 for tok in tokens if tok.segment == "reasoning")
+    segmented = any(tok.segment is not None for tok in tokens)
+    by = "the constraint or the reasoning's delimiters" if segmented else "the constraint"
+    thinking = (
+        f' · <span class="tok reasoning legend-tok">striped</span> = reasoning, unconstrained ({reasoning});'
+        " ▸ marks where the constraint engaged"
+        if segmented
+        else ""
+    )
     legend = (
         f'<div class="legend">colour: {esc(mode)} probability {LEGEND_SWATCHES}'
         f' · <span class="tok overridden legend-tok">outlined</span> = constraint overrode the model ({overridden})'
-        f' · <span class="tok forced legend-tok">dotted</span> = forced by the constraint, not sampled ({forced})'
+        f' · <span class="tok forced legend-tok">dotted</span> = forced by {by}, not sampled ({forced}){thinking}'
         " · hover a token for alternatives, click it for the next-token chart</div>"
     )
-    return f'<div class="pg-tokens" data-mode="{esc(mode)}">{legend}<div class="tok-line">{spans}</div></div>'
+    return (
+        f'<div class="pg-tokens" data-mode="{esc(mode)}">{legend}{segments_html(tokens)}'
+        f'<div class="tok-line">{spans}</div></div>'
+    )
+
+
+ENGAGED = '<span class="engaged" title="the constraint engaged here: the answer begins">▸</span>'
+
+
+def segments_html(tokens: list[GeneratedToken]) -> str:
+    """A thinking model's turn: mass kept, overrides and forced tokens for the answer and the reasoning apart."""
+    if not any(tok.segment is not None for tok in tokens):
+        return ""
+    cells = [
+        f'<span class="segment-figures" data-segment="{segment}"><b>{segment}</b> {f.tokens} tokens · '
+        f"mass kept {pct(f.mass_kept_mean)} mean, {pct(f.mass_kept_min)} min · "
+        f"{f.overridden} overridden · {f.forced} forced</span>"
+        for segment, f in segment_figures(tokens).items()
+    ]
+    return f'<div class="legend segments">{" · ".join(cells)}</div>'

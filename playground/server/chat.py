@@ -104,7 +104,8 @@ def completion_response(model: str, results: list[GenerationResult], req: ChatCo
     notes = chat_fields.warnings(req)
     for index, result in enumerate(results):
         seq = result.best
-        message, finish, cut_off = tools.answer(req, trim_stop(seq.generated_text, seq), seq.finish_reason)
+        message, finish, cut_off = tools.answer(req, trim_stop(seq.answer, seq), seq.finish_reason)
+        message.update(reasoning_fields(seq))
         choices.append(
             {
                 "index": index,
@@ -142,7 +143,22 @@ def envelope(model: str, kind: str, completion_id: str | None = None) -> dict[st
     }
 
 
-def usage(results: list[GenerationResult]) -> dict[str, int]:
+def reasoning_fields(seq: Sequence) -> dict[str, str]:
+    """A thinking model's reasoning apart from the content, under both names vLLM has used."""
+    if seq.reasoning is None or seq.reasoning.ended_by == "prompt":
+        return {}
+    return {"reasoning": seq.reasoning.text, "reasoning_content": seq.reasoning.text}
+
+
+def usage(results: list[GenerationResult]) -> dict[str, Any]:
     prompt = results[0].input_length if results else 0
     completion = sum(r.best.generated_tokens for r in results)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    body: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if any(r.best.reasoning is not None for r in results):
+        reasoning = sum(r.best.reasoning.tokens for r in results if r.best.reasoning is not None)
+        body["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return body

@@ -83,6 +83,7 @@ def tgi_info(
         "compile_limits": info.compile_limits,
         "prefix_cache": info.prefix_cache,
         "batch": info.batch,
+        "reasoning": info.reasoning,
         "processors": processors,
         "models": models,
     }
@@ -99,6 +100,8 @@ def token_json(token: GeneratedToken, params: GenerateParameters) -> dict[str, A
         "mass_kept": token.mass_kept,
         "forced": token.forced,
     }
+    if token.segment is not None:
+        body["segment"] = token.segment
     if params.top_n_tokens:
         body["raw_top_tokens"] = [plain_token(t) for t in token.raw_top_tokens[: params.top_n_tokens]]
     return body
@@ -127,10 +130,16 @@ def _sequence_details(result: GenerationResult, seq: Sequence, params: GenerateP
         "stop_sequence": seq.stop_sequence,
         "total_logprob": seq.total_logprob,
         "validation": seq.validation.model_dump(),
+        **reasoning_extras(seq),
     }
     if params.top_n_tokens:
         body["top_tokens"] = _top_tokens(seq.tokens)
     return body
+
+
+def reasoning_extras(seq: Sequence) -> dict[str, Any]:
+    """A thinking model's reasoning span (where the constraint engaged, what ended the reasoning), when there is one."""
+    return {"reasoning": seq.reasoning.model_dump()} if seq.reasoning is not None else {}
 
 
 def wants_details(params: GenerateParameters) -> bool:
@@ -211,6 +220,7 @@ def stream_final_event(
             input_length=result.input_length,
             seed=result.best.seed,
             stop_sequence=result.best.stop_sequence,
+            **reasoning_extras(result.best),
         )
     event = _stream_response(index, last, params, **result_extras(result))
     event.generated_text = _full_text(result, result.best.generated_text, params)

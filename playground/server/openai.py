@@ -99,15 +99,34 @@ async def _choice_chunks(
     params = job[1]
     yield _chunk(base, index, {"role": "assistant", "content": ""})
     feed, ending = _tool_deltas(req, params) if tools.mode(req) is not None else _content_deltas(req, params)
-    async for deltas, tokens, result in decoded(events, feed):
+    thought = _ReasoningDeltas()
+    async for deltas, tokens, result in decoded(events, feed, thought.feed):
         if result is not None:
             deltas, finish, notes = ending(result, tokens)
+            deltas = [*thought.rest(result), *deltas]
         for k, delta in enumerate(deltas):  # the tokens' logprobs ride on the first delta they made
             yield _chunk(base, index, delta, logprobs=chat.choice_logprobs(tokens if k == 0 else [], req))
         if result is not None:
             extras = chat.choice_extras(result, [*chat_fields.warnings(req), *notes])
             yield _chunk(base, index, {}, finish_reason=finish, **extras)
             yield result
+
+
+class _ReasoningDeltas:
+    """Reasoning deltas as vLLM streams them (`reasoning`, and its older name `reasoning_content`), before content."""
+
+    def __init__(self) -> None:
+        self.sent = ""
+
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        self.sent += text
+        return [{"reasoning": text, "reasoning_content": text}] if text else []
+
+    def rest(self, result: GenerationResult) -> list[dict[str, Any]]:
+        """What the stream held back (a tail that could have become the end delimiter, in a turn cut short)."""
+        fields = chat.reasoning_fields(result.best)
+        full = fields.get("reasoning", "")
+        return self.feed(full[len(self.sent) :]) if full.startswith(self.sent) else []
 
 
 Deltas = Callable[[str], list[dict[str, Any]]]
@@ -135,6 +154,6 @@ def _tool_deltas(req: ChatRequest, params: GenerateParameters) -> tuple[Deltas, 
     stream = ToolStream(req, params.stop)
 
     def ending(result: GenerationResult, tokens: list[Any]) -> tuple[list[dict[str, Any]], str, list[str]]:
-        return stream.finish(result, chat.trim_stop(result.best.generated_text, result.best))
+        return stream.finish(result, chat.trim_stop(result.best.answer, result.best))
 
     return stream.feed, ending

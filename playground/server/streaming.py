@@ -101,15 +101,22 @@ async def started(stream: AsyncIterator[T]) -> AsyncIterator[T]:
 
 
 async def decoded(
-    events: AsyncIterator[Any], feed: Callable[[str], Any]
+    events: AsyncIterator[Any], feed: Callable[[str], Any], reasoning: Callable[[str], Any] | None = None
 ) -> AsyncIterator[tuple[Any, list[Any], Any | None]]:
     """A stream's visible tokens fed through `feed` (text -> what to send, falsy to hold back):
-    (what to send, the tokens it carries, None) as it comes, then (None, tokens held back, the result)."""
+    (what to send, the tokens it carries, None) as it comes, then (None, tokens held back, the result).
+
+    With `reasoning`, a thinking model's reasoning tokens go through it instead (their reasoning text)."""
     pending: list[Any] = []
     async for item in events:
         if not isinstance(item, TokenEvent):  # the GenerationResult
             yield None, pending, item
             return
+        if reasoning is not None and item.token.segment == "reasoning":
+            out = reasoning(item.reasoning)
+            if out:  # its logprobs ride along (those of reasoning text held back are left out)
+                yield out, [] if item.token.special else [item.token], None
+            continue
         if item.token.special:  # EOS: no text, and no logprobs entry (as in the non-streaming answer)
             continue
         pending.append(item.token)

@@ -27,10 +27,12 @@ from playground.types.results import GeneratedToken as GeneratedToken
 from playground.types.results import GenerationResult as GenerationResult
 from playground.types.results import NextTokenCandidate as NextTokenCandidate
 from playground.types.results import NextTokenDistribution as NextTokenDistribution
+from playground.types.results import ReasoningSpan as ReasoningSpan
 from playground.types.results import Sequence as Sequence
 from playground.types.results import Timings as Timings
 from playground.types.results import TokenEvent as TokenEvent
 from playground.types.results import Validation as Validation
+from playground.types.results import segment_figures as segment_figures
 from playground.types.tgi import BestOfSequence as BestOfSequence
 from playground.types.tgi import Details as Details
 from playground.types.tgi import GenerateRequest as GenerateRequest

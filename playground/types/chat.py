@@ -230,6 +230,16 @@ class ChatCompletionRequest(OpenAISampling):
     )
     add_generation_prompt: bool = Field(default=True, description="vLLM's: end the prompt with the assistant header.")
     chat_template_kwargs: dict[str, Any] | None = Field(default=None, max_length=32)
+    max_reasoning_tokens: int | None = Field(
+        default=None, ge=0, description="A thinking model's reasoning budget; then its end delimiter is forced."
+    )
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = Field(
+        default=None, description="OpenAI's: a reasoning budget (see max_reasoning_tokens) by name."
+    )
+    think_first: bool = Field(
+        default=False,
+        description="Open a reasoning block before the answer (plain-text <think> where the model has none).",
+    )
     truncate_prompt_tokens: int | None = Field(default=None, ge=1, description="vLLM's: keep the last k tokens.")
     # Accepted and named in `warnings`, or refused by name: see playground.wire.chat_fields.
     metadata: Any = None
@@ -252,7 +262,6 @@ class ChatCompletionRequest(OpenAISampling):
     function_call: Any = None
     audio: Any = None
     web_search_options: Any = None
-    reasoning_effort: Any = None
     verbosity: Any = None
     echo: Any = None
     ignore_eos: Any = None
@@ -307,6 +316,8 @@ class ChoiceLogprobs(ResponseBody):
 class AssistantMessage(ResponseBody):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
+    reasoning: str | None = None
+    reasoning_content: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
 
 
@@ -323,6 +334,7 @@ class Usage(ResponseBody):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    completion_tokens_details: dict[str, int] | None = None
 
 
 class ChatCompletion(ResponseBody):

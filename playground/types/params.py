@@ -93,6 +93,16 @@ class GenerateParameters(Sampling):
     chat_template_kwargs: dict[str, Any] | None = Field(
         default=None, max_length=32, description="vLLM's: extra variables for the chat template (enable_thinking)."
     )
+    max_reasoning_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="A thinking model's reasoning budget: past this many reasoning tokens its end delimiter is forced.",
+    )
+    think_first: bool = Field(
+        default=False,
+        description="Open a reasoning block before the answer (plain-text <think> for a model without one of its "
+        "own), written freely up to max_reasoning_tokens (default 128), then the constraint.",
+    )
 
     @field_validator("logit_bias")
     @classmethod

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -17,7 +17,12 @@ class GeneratedToken(Token):
     mass_kept: float | None = Field(default=None, description="Raw probability mass the constraint allowed.")
     top_tokens: list[Token] = Field(default_factory=list, description="Top-n after processors and mask (at least 1).")
     raw_top_tokens: list[Token] = Field(default_factory=list, description="Top-n of the model's own distribution.")
-    forced: bool = Field(default=False, description="Fast-forwarded: the constraint forced it, nothing was sampled.")
+    forced: bool = Field(
+        default=False, description="Not sampled: the constraint (fast-forward) or the reasoning budget forced it."
+    )
+    segment: Literal["reasoning", "answer"] | None = Field(
+        default=None, description="A thinking model's turn: reasoning (unconstrained) or answer; None otherwise."
+    )
 
     @property
     def overridden(self) -> bool:
@@ -48,6 +53,49 @@ class Validation(BaseModel):
     enforced: bool = Field(default=True, description="False when a provider did not enforce the constraint.")
 
 
+class SegmentFigures(BaseModel):
+    """What the constraint cost in one segment of a thinking model's turn."""
+
+    tokens: int
+    mass_kept_mean: float | None
+    mass_kept_min: float | None
+    overridden: int = Field(description="Tokens where the model's first choice was not allowed.")
+    forced: int = Field(description="Tokens not sampled (the constraint's, or the reasoning's delimiters).")
+
+
+def segment_figures(tokens: list[GeneratedToken]) -> dict[str, SegmentFigures]:
+    """Mass kept, overrides and forced tokens for the answer and the reasoning apart."""
+    out = {}
+    for segment in ("answer", "reasoning"):
+        part = [t for t in tokens if t.segment == segment]
+        kept = [t.mass_kept for t in part if t.mass_kept is not None]
+        out[segment] = SegmentFigures(
+            tokens=len(part),
+            mass_kept_mean=sum(kept) / len(kept) if kept else None,
+            mass_kept_min=min(kept) if kept else None,
+            overridden=sum(1 for t in part if t.overridden),
+            forced=sum(1 for t in part if t.forced),
+        )
+    return out
+
+
+class ReasoningSpan(BaseModel):
+    """Where a thinking model's reasoning ran and how it ended: the constraint engaged at `answer_token`."""
+
+    text: str = Field(description="The reasoning, without its delimiters (vLLM's reasoning_content).")
+    tokens: int = Field(description="Tokens of the reasoning segment, its delimiters included.")
+    answer_token: int | None = Field(description="Index of the first answer token; None when the answer never began.")
+    answer_char: int = Field(description="Where the answer begins in generated_text.")
+    ended_by: Literal["model", "budget", "prompt", "length"] = Field(
+        description="model: it wrote the end delimiter; budget: max_reasoning_tokens forced it; prompt: the chat "
+        "template closed the reasoning (enable_thinking false); length: the turn ended inside the reasoning."
+    )
+    delimiters: tuple[str, str] = Field(description="The start and end delimiters of this model's reasoning.")
+    figures: dict[str, SegmentFigures] = Field(
+        default_factory=dict, description="answer and reasoning: mass kept, overrides and forced tokens, apart."
+    )
+
+
 class Sequence(BaseModel):
     """One generated sequence; TGI's BestOfSequence plus our extras."""
 
@@ -63,6 +111,12 @@ class Sequence(BaseModel):
         default=None, description="The prefix this sequence continues (validated with it)."
     )
     fields: list[FieldConfidence] | None = Field(default=None, description="JSON answers: confidence per field.")
+    reasoning: ReasoningSpan | None = Field(default=None, description="A thinking model's reasoning, apart.")
+
+    @property
+    def answer(self) -> str:
+        """The text the constraint and the verdict judge: after the reasoning, when there is one."""
+        return self.generated_text[self.reasoning.answer_char :] if self.reasoning else self.generated_text
 
 
 class Timings(BaseModel):
@@ -101,6 +155,7 @@ class TokenEvent(BaseModel):
 
     index: int
     token: GeneratedToken
+    reasoning: str = Field(default="", description="Reasoning text this token made known (delimiters left out).")
 
 
 class NextTokenCandidate(BaseModel):

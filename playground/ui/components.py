@@ -51,6 +51,8 @@ class Parameters:
     constraint_engine: gr.Dropdown
     watermark: gr.Checkbox
     adapter_id: gr.Textbox
+    think_first: gr.Checkbox
+    max_reasoning_tokens: gr.Number
 
     def by_field(self) -> dict[str, Any]:
         """Each control under its Form field's name."""
@@ -123,14 +125,24 @@ class EngineCompare:
 
 
 @dataclass(frozen=True)
+class ReasoningCompare:
+    """The Compare tab's reasoning row: the same constrained turn with and without reasoning."""
+
+    run: gr.Button
+    with_reasoning: gr.HTML
+    without_reasoning: gr.HTML
+
+
+@dataclass(frozen=True)
 class Compare:
-    """The Compare tab: the same turn without and with the constraint, and once per engine."""
+    """The Compare tab: the same turn without and with the constraint, once per engine, with and without reasoning."""
 
     input: gr.Textbox
     run: gr.Button
     left: gr.HTML
     right: gr.HTML
     engines: EngineCompare
+    reasoning: ReasoningCompare
 
 
 @dataclass(frozen=True)

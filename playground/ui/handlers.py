@@ -162,7 +162,7 @@ def _stream_answer(registry: Registry, state: ChatState, request: LastRequest, a
                 yield _stopped_panels(state, request)
                 return
             if isinstance(event, GenerationResult):
-                answer["content"] = event.generated_text
+                answer["content"] = event.best.answer  # a thinking model's reasoning stays in the token panel
                 state.result, state.tokens = event, event.best.tokens
                 yield result_panels(state, event)
             elif event.index == 0:
@@ -273,7 +273,7 @@ def next_token(registry: Registry, state: ChatState, index: int | None = None, t
         else:
             if not 0 <= index < len(tokens):
                 raise ParameterError(f"token index {index} is out of range (the answer has {len(tokens)} tokens)")
-            prefix = stopped.answer_text(tokens[:index])
+            prefix = stopped.row_text(tokens[:index])
             where = f"at token #{index} ({render.quoted(tokens[index].text)})"
         provider, model_id = registry.resolve(state.request.model)
         params = state.request.params.model_copy(update={"best_of": None})
@@ -301,7 +301,7 @@ def compare(registry: Registry, form: Form, state: ChatState, user_text: str) ->
     if form.kind == "processor":
         judged = render.box("muted", "custom processors have no verdict")
     else:
-        verdict = Constraint.parse(form.kind, form.constraint_text).validate(free.generated_text)
+        verdict = Constraint.parse(form.kind, form.constraint_text).validate(free.best.answer)
         judged = render.validation_html(free.best.model_copy(update={"validation": verdict}), form.kind)
     return render.side_html("unconstrained", free, judged), render.side_html(
         "constrained", bound, render.validation_html(bound.best, bound.constraint_kind)

@@ -14,6 +14,7 @@ from playground.render import tokens_html
 from playground.types.sizes import MAX_BEST_OF, MAX_TOP_N_TOKENS
 from playground.ui import controls, debugger
 from playground.ui.compare_engines import render_engine_compare
+from playground.ui.compare_reasoning import render_reasoning_compare
 from playground.ui.components import (
     Chat,
     Code,
@@ -166,6 +167,18 @@ def _render_parameters(limits: Limits) -> Parameters:
                 placeholder="none",
                 elem_id="param-adapter-id",
             )
+            think_first = gr.Checkbox(
+                value=False,
+                label="think_first (reason before the answer, then the constraint)",
+                elem_id="param-think-first",
+            )
+            max_reasoning_tokens = gr.Number(
+                value=None,
+                precision=0,
+                minimum=0,
+                label="max_reasoning_tokens (reasoning budget; blank = none)",
+                elem_id="param-max-reasoning-tokens",
+            )
     return Parameters(
         max_new_tokens=max_new_tokens,
         stop=stop,
@@ -178,6 +191,8 @@ def _render_parameters(limits: Limits) -> Parameters:
         constraint_engine=constraint_engine,
         watermark=watermark,
         adapter_id=adapter_id,
+        think_first=think_first,
+        max_reasoning_tokens=max_reasoning_tokens,
     )
 
 
@@ -265,8 +280,9 @@ def _render_compare_tab(registry: Registry) -> Compare:
     with gr.Row():
         left = html("compare-unconstrained")
         right = html("compare-constrained")
-    # the same turn once per engine (ui/compare_engines.py)
-    return Compare(input=text, run=run, left=left, right=right, engines=render_engine_compare(registry))
+    # the same turn once per engine (ui/compare_engines.py), and with and without reasoning (ui/compare_reasoning.py)
+    engines = render_engine_compare(registry)
+    return Compare(input=text, run=run, left=left, right=right, engines=engines, reasoning=render_reasoning_compare())
 
 
 def _render_code_snippets() -> dict[str, gr.Code]:

@@ -56,6 +56,8 @@ class _Controls(BaseModel):
     watermark: bool = False
     adapter_id: str = ""
     constraint_engine: str = "auto"
+    think_first: bool = False
+    max_reasoning_tokens: int | None = None
 
     @classmethod
     def from_values(cls, values: list[Any] | tuple[Any, ...]) -> Form:
@@ -66,6 +68,8 @@ class _Controls(BaseModel):
         for name in ("max_new_tokens", "best_of", "top_n_tokens", "truncate", *INTEGER_CONTROLS):
             data[name] = int(data[name] or 0)
         data["seed"] = _seed(data["seed"])
+        budget = data["max_reasoning_tokens"]
+        data["max_reasoning_tokens"] = None if budget in (None, "") else int(budget)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:

@@ -14,8 +14,13 @@ from playground.types import GeneratedToken, GenerateParameters
 
 
 def answer_text(tokens: list[GeneratedToken]) -> str:
-    """The answer's text from its tokens (special tokens are not part of it)."""
-    return "".join(token.text for token in tokens if not token.special)
+    """The answer's text from its tokens (special tokens and a thinking model's reasoning are not part of it)."""
+    return "".join(token.text for token in tokens if not token.special and token.segment != "reasoning")
+
+
+def row_text(tokens: list[GeneratedToken]) -> str:
+    """The row's text from its tokens, a thinking model's reasoning and its delimiters included."""
+    return "".join(token.text for token in tokens if not token.special or token.segment == "reasoning")
 
 
 def details_html(model: str, tokens: list[GeneratedToken]) -> str:

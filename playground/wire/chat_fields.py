@@ -41,7 +41,7 @@ def _refusal(name: str, value: Any, req: ChatCompletionRequest) -> str | None:
     """Why a field set to `value` is refused, or None when that value is what we do anyway."""
     if name in ("functions", "function_call"):
         return "OpenAI's deprecated form; use tools and tool_choice"
-    if name in ("audio", "web_search_options", "documents", "chat_template", "reasoning_effort", "verbosity"):
+    if name in ("audio", "web_search_options", "documents", "chat_template", "verbosity"):
         return "not supported by this server"
     if name == "modalities":
         return None if value == ["text"] else "only text output is supported"
@@ -66,7 +66,7 @@ def _refusal(name: str, value: Any, req: ChatCompletionRequest) -> str | None:
 
 
 REFUSABLE = (
-    "functions function_call audio web_search_options documents chat_template reasoning_effort verbosity modalities "
+    "functions function_call audio web_search_options documents chat_template verbosity modalities "
     "stop_token_ids bad_words allowed_token_ids echo include_stop_str_in_output use_beam_search add_special_tokens "
     "return_tokens_as_token_ids skip_special_tokens length_penalty ignore_eos"
 ).split()

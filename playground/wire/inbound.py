@@ -62,6 +62,8 @@ def from_controls(
         "watermark": bool(values.get("watermark")),
         "adapter_id": (values.get("adapter_id") or "").strip() or None,
         "constraint_engine": values.get("constraint_engine") or "auto",
+        "think_first": bool(values.get("think_first")),
+        "max_reasoning_tokens": values.get("max_reasoning_tokens"),
         "details": True,
         "grammar": grammar,
         "logits_processors": list(processors),
@@ -182,6 +184,10 @@ def prompt_messages(req: ChatCompletionRequest) -> list[ChatMessage]:
     return tools.with_tools(req, req.messages[:-1] if req.continue_final_message else req.messages)
 
 
+# OpenAI's reasoning_effort as a reasoning budget (max_reasoning_tokens, when both are given, wins).
+EFFORT_BUDGETS = {"minimal": 0, "low": 256, "medium": 1024, "high": 4096}
+
+
 def openai_values(req: OpenAISampling) -> dict[str, Any]:
     """The fields chat and completions share, as GenerateParameters values: temperature 0 is greedy (no warper),
     unset is OpenAI's default 1; zero penalties and vLLM's top_k 0 or -1 mean off."""
@@ -219,5 +225,9 @@ def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters
         "continue_from": final_message(req),
         "add_generation_prompt": req.add_generation_prompt or bool(req.continue_final_message),
         "chat_template_kwargs": req.chat_template_kwargs,
+        "max_reasoning_tokens": req.max_reasoning_tokens
+        if req.max_reasoning_tokens is not None
+        else EFFORT_BUDGETS.get(req.reasoning_effort or ""),
+        "think_first": req.think_first or None,
     }
     return parameters({k: v for k, v in values.items() if v is not None})

@@ -27,7 +27,15 @@ _NOT_OPENAI = ("watermark", "truncate", "adapter_id", "decoder_input_details", "
 CARRIED: dict[Dialect, tuple[str, ...]] = {
     "openai": ("presence_penalty", "logit_bias"),
     "vllm": ("presence_penalty", "logit_bias", "min_tokens", "chat_template_kwargs", "add_generation_prompt"),
-    "chat": ("presence_penalty", "logit_bias", "min_tokens", "chat_template_kwargs", "add_generation_prompt"),
+    "chat": (
+        "presence_penalty",
+        "logit_bias",
+        "min_tokens",
+        "chat_template_kwargs",
+        "add_generation_prompt",
+        "max_reasoning_tokens",
+        "think_first",
+    ),
 }
 # Non-sampling GenerateParameters fields each dialect has no field for.
 _NOT_CARRIED: dict[Dialect, tuple[str, ...]] = {

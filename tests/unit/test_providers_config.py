@@ -75,7 +75,7 @@ def build(tmp_path: Path, text: str):
         ),
         (
             "providers:\n  - {provider_id: l, provider_type: local::transformers, config: {modle: x}}\n",
-            "providers[0].config.modle: unknown field (allowed: model, device, dtype, trust_remote_code)",
+            "providers[0].config.modle: unknown field (allowed: model, device, dtype, trust_remote_code, reasoning)",
         ),
         ("provider:\n  - {provider_id: l, provider_type: local::transformers}\n", "provider: unknown field"),
         ("providers: []\n", "providers: List should have at least 1 item"),

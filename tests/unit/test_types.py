@@ -35,6 +35,8 @@ OUR_EXTENSIONS = {"logits_processors", "constraint_engine", "min_p", "continue_f
     "min_tokens",
     "add_generation_prompt",
     "chat_template_kwargs",
+    "max_reasoning_tokens",
+    "think_first",
 }
 
 

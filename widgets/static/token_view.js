@@ -28,6 +28,11 @@ function summary(result, seq) {
     ["overridden", String(overridden)],
     ["forced", `${seq.tokens.filter((t) => t.forced).length} (dotted: not sampled)`],
   ];
+  if (seq.reasoning) {
+    const span = seq.reasoning;
+    const engaged = span.answer_token === null ? "never" : `at token ${span.answer_token}`;
+    parts.push(["reasoning", `${span.tokens} tokens, ended by ${span.ended_by}; constraint engaged ${engaged}`]);
+  }
   if (result.timings && result.timings.tokens_per_s) parts.push(["speed", `${result.timings.tokens_per_s.toFixed(1)} tokens/s`]);
   for (const [label, value] of parts) {
     const item = h("span", `sp-field sp-f-${label}`);
@@ -112,11 +117,14 @@ function candidateTable(result, sequences, shown, onShow) {
 
 function tokenSpans(seq, colourBy, selected, onHover, onSelect) {
   const line = h("div", "sp-tokens");
+  const engaged = seq.tokens.findIndex((t) => t.segment === "answer");
   seq.tokens.forEach((token, index) => {
     const p = probability(colourBy === "raw" ? token.raw_logprob : token.logprob);
     let cls = "sp-token";
     if (token.overridden) cls += " sp-overridden";
     if (token.forced) cls += " sp-forced";
+    if (token.segment === "reasoning") cls += " sp-reasoning";
+    if (index === engaged) line.append(h("span", "sp-engaged", "\u25b8"));
     if (index === selected) cls += " sp-selected";
     const span = h("span", cls, visible(token.text));
     span.dataset.index = String(index);
