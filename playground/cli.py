@@ -124,9 +124,10 @@ def ui_options(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from playground.space import apply_space_settings
+    from playground.space import apply_space_settings, import_spaces_first
 
     args = apply_space_settings(parse_args(argv))
+    import_spaces_first()
     import torch
 
     torch.set_num_threads(args.threads)

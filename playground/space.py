@@ -62,6 +62,17 @@ def gpu_decorator(env: Mapping[str, str] = os.environ) -> Callable[[F], F]:
     return decorator if callable(decorator) else _identity
 
 
+def import_spaces_first(env: Mapping[str, str] = os.environ) -> None:
+    """On ZeroGPU, Hugging Face's `spaces` is imported before the model loads: it patches torch so that the
+    model goes to "cuda" at start-up (held in host memory) and reaches the GPU inside each lease."""
+    gpu_decorator(env)
+
+
+def leases_gpu(decorator: Callable[[F], F]) -> bool:
+    """Whether `decorator` (from gpu_decorator) leases the GPU per call: then work must run inside its calls."""
+    return decorator is not _identity
+
+
 def apply_space_settings(args: Any, env: Mapping[str, str] = os.environ) -> Any:
     """On a Space the platform's settings replace the CLI's (argparse Namespace in, new one out)."""
     if not on_space(env):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -340,23 +341,20 @@ def test_our_spaces_folder_does_not_pass_for_huggingface_spaces(
     assert getattr(sys.modules["spaces"], "__file__", None) is None
 
 
-def test_local_provider_runs_generation_under_spaces_gpu(
-    stand_in_spaces: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from playground.providers.local import LocalProvider
-    from playground.types import GenerateParameters, GenerationResult, Sequence
+def test_a_forked_child_gets_compile_workers_of_its_own() -> None:
+    """ZeroGPU runs each lease in a forked worker: it must not share the parent's compile pipes or wait on its compiles."""
+    from playground.constraints.compiler import ConstraintCompiler
 
-    class Engine:
-        model_id = "m"
-
-        def generate(self, inputs, params):
-            best = Sequence(generated_text=inputs, finish_reason="length", generated_tokens=0)
-            return GenerationResult(model_id="m", prompt=inputs, input_length=1, best=best)
-
-        def stream(self, inputs, params):
-            yield self.generate(inputs, params)
-
-    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    provider = LocalProvider([Engine()])  # type: ignore[list-item]
-    assert provider.generate("m", "hello", GenerateParameters()).generated_text == "hello"
-    assert [name for name, _, _ in sys.modules["spaces"].calls] == ["_generate_on_device"]
+    compiler = ConstraintCompiler(tokenizer=None)
+    compiler._pool = inherited = object()  # the parent's workers (real ones would take seconds to start)
+    compiler._inflight = {"key": "a compile the parent is running"}
+    read, write = os.pipe()
+    with compiler._lock:  # a parent thread holds the lock at the moment of the fork
+        pid = os.fork()
+        if pid == 0:  # the child: report and leave at once, running nothing else
+            fresh = compiler._pool is None and compiler._inflight == {} and not compiler._lock.locked()
+            os.write(write, b"1" if fresh else b"0")
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    assert compiler._pool is inherited and compiler._inflight  # the parent keeps its own
