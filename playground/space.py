@@ -5,17 +5,77 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 SPACE_DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 TRUE_VALUES = {"1", "true", "yes", "on"}
+MAX_THREADS = 8
+# Defaults per kind of Space hardware, each stated (with its reason) in the card, spaces/README.md.
+# torch threads are the container's vCPUs (at most MAX_THREADS) everywhere; $PLAYGROUND_THREADS wins.
+HARDWARE_DEFAULTS: dict[str, dict[str, Any]] = {
+    # CPU Basic (2 vCPU, 16 GB) and CPU Upgrade: the decode and the compiles share few cores
+    "cpu": {
+        "cpu_batch_weights": "auto",
+        "compile_workers": 1,
+        "max_batch_size": 8,
+        "max_concurrent": 4,
+        "max_queue": 16,
+    },
+    # ZeroGPU: each request decodes alone in its own lease (playground/providers/local.py); leases queue at the hub
+    "zero-gpu": {
+        "cpu_batch_weights": "off",
+        "compile_workers": 1,
+        "max_batch_size": 8,
+        "max_concurrent": 4,
+        "max_queue": 16,
+    },
+    # a dedicated GPU: the batch is cheap to widen
+    "gpu": {
+        "cpu_batch_weights": "off",
+        "compile_workers": 2,
+        "max_batch_size": 32,
+        "max_concurrent": 8,
+        "max_queue": 16,
+    },
+}
 
 
 def on_space(env: Mapping[str, str] = os.environ) -> bool:
     """A Space sets SPACE_ID (and SYSTEM=spaces) in every container it runs."""
     return bool(env.get("SPACE_ID")) or env.get("SYSTEM") == "spaces"
+
+
+def hardware(env: Mapping[str, str] = os.environ, cuda: bool | None = None) -> str:
+    """The kind of hardware, as HARDWARE_DEFAULTS names it (`cuda` is asked of torch when not given)."""
+    if zero_gpu(env):
+        return "zero-gpu"
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    return "gpu" if cuda else "cpu"
+
+
+def container_cpus() -> int:
+    """The vCPUs this container may use: its cgroup's CPU quota when it has one (a Space's is), else its CPU set."""
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            return max(1, int(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def hardware_defaults(kind: str, env: Mapping[str, str] = os.environ, cpus: int | None = None) -> dict[str, Any]:
+    """The settings HARDWARE_DEFAULTS gives `kind`, with the threads this container has."""
+    settings = dict(HARDWARE_DEFAULTS[kind])
+    if not env.get("PLAYGROUND_THREADS"):
+        settings["threads"] = min(MAX_THREADS, cpus or container_cpus())
+    return settings
 
 
 def space_overrides(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
@@ -73,8 +133,10 @@ def leases_gpu(decorator: Callable[[F], F]) -> bool:
     return decorator is not _identity
 
 
-def apply_space_settings(args: Any, env: Mapping[str, str] = os.environ) -> Any:
-    """On a Space the platform's settings replace the CLI's (argparse Namespace in, new one out)."""
+def apply_space_settings(args: Any, env: Mapping[str, str] = os.environ, cuda: bool | None = None) -> Any:
+    """On a Space the platform's settings, and the defaults of its hardware, replace the CLI's
+    (argparse Namespace in, new one out)."""
     if not on_space(env):
         return args
-    return type(args)(**{**vars(args), **space_overrides(env)})
+    settings = {**hardware_defaults(hardware(env, cuda), env), **space_overrides(env)}
+    return type(args)(**{**vars(args), **settings})

@@ -126,6 +126,39 @@ def test_dry_run_prints_files_and_card_without_network() -> None:
     assert all(f.split("/")[0] in {"README.md", "app.py", "requirements.txt", "playground", "widgets"} for f in files)
     assert report["card"] == metadata_load(CARD)
     assert (report["repo_id"], report["private"]) == ("someone/structured-playground", False)
+    assert report["hardware"] == {
+        "suggested_hardware": "cpu-basic",
+        "duplicate": "https://huggingface.co/spaces/someone/structured-playground?duplicate=true",
+    }
+
+
+def test_dry_run_counts_exactly_the_bytes_it_would_upload(tmp_path: Path) -> None:
+    done = run_deploy("--repo-id", "a/b", "--dry-run", "--output", str(tmp_path / "out"))
+    report = json.loads(done.stdout)
+    on_disk = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert report["files"] == on_disk
+    assert report["upload"] == {
+        "files": len(on_disk),
+        "bytes": sum((tmp_path / "out" / f).stat().st_size for f in on_disk),
+    }
+
+
+def test_a_card_without_known_hardware_is_refused(tmp_path: Path) -> None:
+    deploy = load_deploy()
+    (tmp_path / "app.py").write_text("x = 1\n")
+    (tmp_path / "README.md").write_text(
+        CARD.read_text().replace("suggested_hardware: cpu-basic", "suggested_hardware: a-toaster")
+    )
+    with pytest.raises(deploy.DeployError, match="'a-toaster' is not a Space hardware"):
+        deploy.card_metadata(tmp_path)
+
+
+def test_the_card_states_every_hardware_default() -> None:
+    text = CARD.read_text()
+    for key in space.HARDWARE_DEFAULTS["cpu"]:
+        cpu, zero, gpu = (space.HARDWARE_DEFAULTS[kind][key] for kind in ("cpu", "zero-gpu", "gpu"))
+        assert f"| `{key}` | {cpu} | {zero} | {gpu} |" in text, key
+    assert "| `threads` | vCPUs | vCPUs | vCPUs |" in text
 
 
 @pytest.mark.parametrize(
@@ -254,7 +287,7 @@ def test_space_overrides_reject_a_bad_port() -> None:
 def test_apply_space_settings_only_on_a_space() -> None:
     args = argparse.Namespace(host="127.0.0.1", port=7860, model="embedded", api_key="k")
     assert space.apply_space_settings(args, {}) is args
-    applied = space.apply_space_settings(args, {"SPACE_ID": "me/pg", "PORT": "9000"})
+    applied = space.apply_space_settings(args, {"SPACE_ID": "me/pg", "PORT": "9000"}, cuda=False)
     assert (applied.host, applied.port, applied.model, applied.api_key) == (
         "0.0.0.0",
         9000,
@@ -263,6 +296,22 @@ def test_apply_space_settings_only_on_a_space() -> None:
     )
     assert applied.allow_custom_modules is False and applied.allow_local_paths is False
     assert applied.allow_model_loading is False
+    assert (applied.max_batch_size, applied.compile_workers, applied.max_concurrent) == (8, 1, 4)
+    assert applied.threads == min(space.MAX_THREADS, space.container_cpus())
+
+
+@pytest.mark.parametrize(
+    "env,cuda,kind",
+    [({}, False, "cpu"), ({}, True, "gpu"), ({"SPACES_ZERO_GPU": "true"}, True, "zero-gpu")],
+)
+def test_hardware_is_read_from_the_space(env: dict[str, str], cuda: bool, kind: str) -> None:
+    assert space.hardware(env, cuda) == kind
+
+
+def test_hardware_defaults_take_the_containers_cpus_unless_the_operator_says() -> None:
+    assert space.hardware_defaults("cpu", {}, cpus=2)["threads"] == 2
+    assert space.hardware_defaults("gpu", {}, cpus=64)["threads"] == space.MAX_THREADS
+    assert "threads" not in space.hardware_defaults("cpu", {"PLAYGROUND_THREADS": "3"}, cpus=2)
 
 
 STAND_IN = '''
@@ -358,3 +407,27 @@ def test_a_forked_child_gets_compile_workers_of_its_own() -> None:
     os.waitpid(pid, 0)
     assert os.read(read, 1) == b"1"
     assert compiler._pool is inherited and compiler._inflight  # the parent keeps its own
+
+
+PROBE = (
+    "import sys; from playground import space; space.import_spaces_first(); "
+    "from playground.providers.local import LocalProvider; "
+    "m = sys.modules.get('spaces'); print(getattr(m, '__file__', None), LocalProvider().leased)"
+)
+
+
+@pytest.mark.parametrize("zero_gpu", [False, True])
+def test_an_installed_spaces_package_is_used_on_zero_gpu_only_and_never_shadowed(
+    tmp_path: Path, zero_gpu: bool
+) -> None:
+    """Installed after the repository on the path (as site-packages is), from the repository root whose own
+    `spaces/` folder comes first: Hugging Face's package still wins, and off ZeroGPU it is never imported."""
+    (tmp_path / "spaces").mkdir()
+    (tmp_path / "spaces" / "__init__.py").write_text(STAND_IN)
+    env = child_env({"PYTHONPATH": str(tmp_path), "SPACES_ZERO_GPU": "true" if zero_gpu else None, "SPACE_ID": None})
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    expected = f"{tmp_path / 'spaces' / '__init__.py'} True" if zero_gpu else "None False"
+    assert done.stdout.strip() == expected
