@@ -54,8 +54,15 @@ def build_registry(args: argparse.Namespace) -> Registry:
     from playground.providers.registry import Registry
 
     if not args.providers:
-        local = make_local(args, args.model)
-        registry = Registry([local], default_model=local.list_models()[0])
+        background = getattr(args, "load_in_background", False)
+        local = make_local(args, None if background else args.model)
+        if background:  # a Space: the page is served while the model downloads or converts
+            registry = Registry([])
+            registry.startup = local.load_in_background(args.model, lambda _: registry.add_provider(local))
+            registry.add_provider(local)
+        else:
+            registry = Registry([local])
+        registry.default_model = local.list_models()[0]
         serve_load_name(registry, local, args.model)
         return registry
     from playground.providers.config import load_registry
@@ -84,7 +91,7 @@ def build_registry(args: argparse.Namespace) -> Registry:
     return registry
 
 
-def make_local(args: argparse.Namespace, model: str, **load: Any) -> LocalProvider:
+def make_local(args: argparse.Namespace, model: str | None, **load: Any) -> LocalProvider:
     """A local provider serving `model`, loaded with the flags (a providers file's entry may override some)."""
     from playground.providers.local import make_local as local_provider
 

@@ -93,6 +93,8 @@ def space_overrides(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
         "allow_local_paths": False,
         # every visitor shares the Space's memory: loading more models is the operator's call
         "allow_model_loading": False,
+        # a cold start downloads or converts the model for tens of seconds: the page is served meanwhile
+        "load_in_background": True,
     }
 
 

@@ -36,6 +36,7 @@ from playground.providers.loading import (
     load_key,
     looks_like_path,
 )
+from playground.providers.startup import Startup
 from playground.space import gpu_decorator, leases_gpu
 from playground.types import GenerateParameters, GenerationResult, ModelInfo, NextTokenDistribution, TokenEvent
 
@@ -90,6 +91,7 @@ class LocalProvider:
         self._lock = threading.Lock()
         self._loading = threading.Lock()  # one load at a time: two requests for one model load it once
         self.heartbeat = Heartbeat()
+        self.startup: Startup | None = None  # the operator's model loading in the background, if it is
         # On a ZeroGPU Space the GPU is attached only inside spaces.GPU-decorated calls; elsewhere identity.
         gpu = gpu_decorator()
         self.leased = leases_gpu(gpu)  # each call decodes alone, inside its lease (the module's docstring)
@@ -99,16 +101,29 @@ class LocalProvider:
 
     def list_models(self) -> list[str]:
         with self._lock:
-            return list(self._engines)
+            models = list(self._engines)
+        if self.startup is not None and not self.startup.ready():
+            models.append(self.startup.name)  # served by that name already: requests wait for it
+        return models
 
     def engine(self, model: str) -> Engine:
-        """The engine serving `model` (its id or the name it was loaded by)."""
+        """The engine serving `model` (its id or the name it was loaded by); the model loading in the
+        background is waited for (up to LOADING_WAIT_S)."""
         with self._lock:
             name = self._aliases.get(model, model)
             engine = self._engines.get(name)
+        if engine is None and self.startup is not None and model == self.startup.name:
+            self.startup.wait()
+            return self.engine(model)
         if engine is None:
             raise ModelError(f"model {model!r} is not loaded by provider {self.provider_id!r}")
         return engine
+
+    def load_in_background(self, name: str, then: Callable[[str], None]) -> Startup:
+        """Load the operator's model on a thread of its own (it answers to `name` meanwhile); `then(model_id)` after."""
+        startup = self.startup = Startup(name)
+        startup.start(lambda: then(self.add_model(name)))
+        return startup
 
     def add_model(self, name: str, policy: LoadingPolicy | None = None) -> str:
         """Load a model by hub id, folder, .gguf path or 'embedded'; returns its model id.

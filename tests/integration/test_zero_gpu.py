@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from playground.providers.local import LocalProvider
 from playground.providers.registry import Registry
@@ -26,7 +24,7 @@ from playground.server import create_app
 from playground.ui import debugger, handlers
 from playground.ui.compare_engines import compare_engines
 from playground.ui.state import ChatState, Form
-from tests.support import free_port
+from tests.support import serving
 
 STAND_IN = '''
 """A stand-in for Hugging Face's spaces package: GPU runs each call on a lease thread of its own."""
@@ -192,28 +190,10 @@ def test_a_bad_request_inside_a_lease_is_still_its_own_error(zero_gpu: tuple[Reg
     assert 'role="alert"' in shown and "ZeroGPU worker error" not in shown and "refuse" in shown
 
 
-@contextmanager
-def serving(registry: Registry) -> Iterator[str]:
-    """The API app on a real socket, in this process (the forward counter lives here)."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(registry, ui=False), host="127.0.0.1", port=port, log_level="error")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started and thread.is_alive():
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-
-
 def test_every_api_forward_runs_inside_a_lease(zero_gpu: tuple[Registry, Forwards]) -> None:
     registry, forwards = zero_gpu
     grammar = {"type": "json", "value": SCHEMA}
-    with serving(registry) as url, httpx.Client(base_url=url, timeout=120) as client:
+    with serving(create_app(registry, ui=False)) as url, httpx.Client(base_url=url, timeout=120) as client:
         with forwards.expect("/generate with best_of"):
             body = {
                 "inputs": "ok?",

@@ -266,6 +266,7 @@ def test_space_overrides_defaults() -> None:
         "allow_custom_modules": False,
         "allow_local_paths": False,
         "allow_model_loading": False,
+        "load_in_background": True,
     }
 
 
@@ -431,3 +432,13 @@ def test_an_installed_spaces_package_is_used_on_zero_gpu_only_and_never_shadowed
     assert done.returncode == 0, done.stderr
     expected = f"{tmp_path / 'spaces' / '__init__.py'} True" if zero_gpu else "None False"
     assert done.stdout.strip() == expected
+
+
+def test_a_request_that_outwaits_the_load_is_told_to_come_back() -> None:
+    from playground.errors import ModelLoadingError
+    from playground.providers.startup import Startup
+
+    pending = Startup("m", clock=iter([0.0, 42.0]).__next__)  # never started: it never ends
+    with pytest.raises(ModelLoadingError, match=r"model 'm' is still loading \(42 s so far") as raised:
+        pending.wait(0)
+    assert (raised.value.status, raised.value.error_type) == (503, "loading")
