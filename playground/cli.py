@@ -131,8 +131,9 @@ def ui_options(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from playground.space import apply_space_settings, import_spaces_first
+    from playground.space import apply_space_settings, import_spaces_first, use_persistent_storage
 
+    use_persistent_storage()
     args = apply_space_settings(parse_args(argv))
     import_spaces_first()
     import torch
@@ -166,6 +167,8 @@ def main(argv: list[str] | None = None) -> None:
         admission=AdmissionLimits(max_running=args.max_concurrent, max_queue=args.max_queue),
         stall_timeout_s=args.stall_timeout,
     )
+    if registry.startup is not None:  # after the page is built: on 2 vCPU the load would slow its build
+        registry.startup.start()
     log.info("ready in %.1f s: http://%s:%d (API docs at /docs)", time.perf_counter() - started, args.host, args.port)
     uvicorn.run(app, **uvicorn_options(args))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -13,6 +13,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 SPACE_DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 TRUE_VALUES = {"1", "true", "yes", "on"}
 MAX_THREADS = 8
+PERSISTENT = Path("/data")  # where a Space with persistent storage mounts it
 # Defaults per kind of Space hardware, each stated (with its reason) in the card, spaces/README.md.
 # torch threads are the container's vCPUs (at most MAX_THREADS) everywhere; $PLAYGROUND_THREADS wins.
 HARDWARE_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -76,6 +77,22 @@ def hardware_defaults(kind: str, env: Mapping[str, str] = os.environ, cpus: int 
     if not env.get("PLAYGROUND_THREADS"):
         settings["threads"] = min(MAX_THREADS, cpus or container_cpus())
     return settings
+
+
+def storage_dirs(env: Mapping[str, str] = os.environ, persistent: Path = PERSISTENT) -> dict[str, str]:
+    """Cache folders in the Space's persistent storage when it has some, so the first start alone downloads the
+    model and converts a GGUF; without it, the container's own cache (a new container converts again).
+    The operator's own PLAYGROUND_CACHE and HF_HOME win."""
+    if not (persistent.is_dir() and os.access(persistent, os.W_OK)):
+        return {}
+    dirs = {"PLAYGROUND_CACHE": str(persistent / "structured-playground"), "HF_HOME": str(persistent / ".huggingface")}
+    return {key: value for key, value in dirs.items() if not env.get(key)}
+
+
+def use_persistent_storage(env: MutableMapping[str, str] = os.environ) -> None:
+    """On a Space, point the caches at its persistent storage (before huggingface_hub reads HF_HOME)."""
+    if on_space(env):
+        env.update(storage_dirs(env))
 
 
 def space_overrides(env: Mapping[str, str] = os.environ) -> dict[str, Any]:

@@ -120,10 +120,10 @@ class LocalProvider:
         return engine
 
     def load_in_background(self, name: str, then: Callable[[str], None]) -> Startup:
-        """Load the operator's model on a thread of its own (it answers to `name` meanwhile); `then(model_id)` after."""
-        startup = self.startup = Startup(name)
-        startup.start(lambda: then(self.add_model(name)))
-        return startup
+        """The operator's model, to load on a thread of its own once `start()`ed (it answers to `name` meanwhile);
+        `then(model_id)` after."""
+        self.startup = Startup(name, lambda: then(self.add_model(name)))
+        return self.startup
 
     def add_model(self, name: str, policy: LoadingPolicy | None = None) -> str:
         """Load a model by hub id, folder, .gguf path or 'embedded'; returns its model id.

@@ -21,20 +21,22 @@ LOADING_WAIT_S = 120.0  # how long a request waits for the model before it is to
 class Startup:
     """One background load: its name, when it began, and how it ended."""
 
-    def __init__(self, name: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, name: str, load: Callable[[], Any], clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
+        self._load = load
         self._clock = clock
         self._started = clock()
         self._took: float | None = None
         self._done = threading.Event()
         self.error: str | None = None
 
-    def start(self, load: Callable[[], Any]) -> None:
-        """Run `load` on its own thread; its failure is kept (and shown) instead of ending the server."""
+    def start(self) -> None:
+        """Run the load on its own thread; its failure is kept (and shown) instead of ending the server."""
+        self._started = self._clock()
 
         def run() -> None:
             try:
-                load()
+                self._load()
             except Exception as exc:  # noqa: BLE001 - the page and every request say why, the server stays up
                 log.exception("loading %s failed", self.name)
                 self.error = first_line(exc)

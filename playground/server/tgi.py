@@ -151,11 +151,13 @@ async def health(request: Request) -> Any:
             )
             return JSONResponse(error_body(message, "unhealthy"), status_code=503)
     admission = request.app.state.admission
+    startup = {"startup": registry.startup.status()} if registry.startup is not None else {}
     return {
         "status": "ok",
         "models": len(registry.models()),
         "running": admission.running,
         "waiting": admission.waiting,
+        **startup,
     }
 
 

@@ -44,6 +44,7 @@ def cold_registry(load: GatedLoad) -> Registry:
     registry.startup = local.load_in_background("embedded", lambda _: registry.add_provider(local))
     registry.add_provider(local)
     registry.default_model = "embedded"
+    registry.startup.start()
     return registry
 
 

@@ -438,7 +438,23 @@ def test_a_request_that_outwaits_the_load_is_told_to_come_back() -> None:
     from playground.errors import ModelLoadingError
     from playground.providers.startup import Startup
 
-    pending = Startup("m", clock=iter([0.0, 42.0]).__next__)  # never started: it never ends
+    pending = Startup("m", lambda: None, clock=iter([0.0, 42.0]).__next__)  # never started: it never ends
     with pytest.raises(ModelLoadingError, match=r"model 'm' is still loading \(42 s so far") as raised:
         pending.wait(0)
     assert (raised.value.status, raised.value.error_type) == (503, "loading")
+
+
+def test_caches_go_to_persistent_storage_when_the_space_has_it(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    assert space.storage_dirs({}, persistent=data) == {}  # no /data: the container's own cache
+    data.mkdir()
+    assert space.storage_dirs({}, persistent=data) == {
+        "PLAYGROUND_CACHE": str(data / "structured-playground"),
+        "HF_HOME": str(data / ".huggingface"),
+    }
+    assert space.storage_dirs({"HF_HOME": "/mine"}, persistent=data) == {
+        "PLAYGROUND_CACHE": str(data / "structured-playground")
+    }
+    env = {"HF_HOME": "/mine"}
+    space.use_persistent_storage(env)
+    assert env == {"HF_HOME": "/mine"}  # not a Space: nothing changes
