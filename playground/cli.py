@@ -54,8 +54,15 @@ def build_registry(args: argparse.Namespace) -> Registry:
     from playground.providers.registry import Registry
 
     if not args.providers:
-        local = make_local(args, args.model)
-        registry = Registry([local], default_model=local.list_models()[0])
+        background = getattr(args, "load_in_background", False)
+        local = make_local(args, None if background else args.model)
+        if background:  # a Space: the page is served while the model downloads or converts
+            registry = Registry([])
+            registry.startup = local.load_in_background(args.model, lambda _: registry.add_provider(local))
+            registry.add_provider(local)
+        else:
+            registry = Registry([local])
+        registry.default_model = local.list_models()[0]
         serve_load_name(registry, local, args.model)
         return registry
     from playground.providers.config import load_registry
@@ -85,7 +92,7 @@ def build_registry(args: argparse.Namespace) -> Registry:
     return registry
 
 
-def make_local(args: argparse.Namespace, model: str, **load: Any) -> LocalProvider:
+def make_local(args: argparse.Namespace, model: str | None, **load: Any) -> LocalProvider:
     """A local provider serving `model`, loaded with the flags (a providers file's entry may override some)."""
     from playground.providers.local import make_local as local_provider
 
@@ -125,9 +132,11 @@ def ui_options(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from playground.space import apply_space_settings
+    from playground.space import apply_space_settings, import_spaces_first, use_persistent_storage
 
+    use_persistent_storage()
     args = apply_space_settings(parse_args(argv))
+    import_spaces_first()
     import torch
 
     torch.set_num_threads(args.threads)
@@ -159,6 +168,8 @@ def main(argv: list[str] | None = None) -> None:
         admission=AdmissionLimits(max_running=args.max_concurrent, max_queue=args.max_queue),
         stall_timeout_s=args.stall_timeout,
     )
+    if registry.startup is not None:  # after the page is built: on 2 vCPU the load would slow its build
+        registry.startup.start()
     log.info("ready in %.1f s: http://%s:%d (API docs at /docs)", time.perf_counter() - started, args.host, args.port)
     uvicorn.run(app, **uvicorn_options(args))
 

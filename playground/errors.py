@@ -91,3 +91,10 @@ class ProviderError(PlaygroundError):
         super().__init__(f"provider {provider_id!r} failed: {cause}")
         self.provider_id = provider_id
         self.status = status
+
+
+class ModelLoadingError(PlaygroundError):
+    """The operator's model is still loading (a cold start downloads or converts it): try again shortly."""
+
+    status = 503
+    error_type = "loading"

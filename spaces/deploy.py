@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import HfApi, SpaceCard
+from huggingface_hub import HfApi, SpaceCard, SpaceHardware
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
@@ -33,6 +33,7 @@ CARD_KEYS = (
     "license",
     "short_description",
     "models",
+    "suggested_hardware",
 )
 COLORS = {"red", "yellow", "green", "blue", "indigo", "purple", "pink", "gray"}
 MAX_SHORT_DESCRIPTION = 60
@@ -75,9 +76,16 @@ def card_metadata(folder: Path) -> dict[str, Any]:
         raise DeployError(f"the Space card's colours {bad_colors} are not among {sorted(COLORS)}")
     if len(data["short_description"]) > MAX_SHORT_DESCRIPTION:
         raise DeployError(f"short_description is longer than {MAX_SHORT_DESCRIPTION} characters")
+    if data["suggested_hardware"] not in {h.value for h in SpaceHardware}:
+        raise DeployError(f"suggested_hardware {data['suggested_hardware']!r} is not a Space hardware the hub knows")
     if not (folder / data["app_file"]).is_file():
         raise DeployError(f"app_file {data['app_file']!r} is not in the Space folder")
     return data
+
+
+def duplicate_url(repo_id: str) -> str:
+    """Where anyone can copy the Space to their own account (and pick its hardware there)."""
+    return f"https://huggingface.co/spaces/{repo_id}?duplicate=true"
 
 
 def upload(folder: Path, repo_id: str, *, private: bool, token: str | None) -> str:
@@ -93,7 +101,11 @@ def upload(folder: Path, repo_id: str, *, private: bool, token: str | None) -> s
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Deploy the playground to a Hugging Face Space.")
     parser.add_argument("--repo-id", required=True, help="the Space, as OWNER/NAME")
-    parser.add_argument("--dry-run", action="store_true", help="print the files and card metadata; no network")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the files that would be uploaded, their size, the card and its hardware; no network",
+    )
     parser.add_argument("--private", action="store_true", help="create the Space as private")
     parser.add_argument("--token", default=None, help="Hugging Face token (default: HF_TOKEN or the saved login)")
     parser.add_argument(
@@ -111,11 +123,14 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     if "/" not in args.repo_id:
         raise DeployError(f"--repo-id {args.repo_id!r} needs an owner: OWNER/NAME")
     files = assemble(folder)
+    card = card_metadata(folder)
     report: dict[str, Any] = {
         "repo_id": args.repo_id,
         "private": args.private,
-        "files": files,
-        "card": card_metadata(folder),
+        "files": files,  # exactly what upload_folder sends: the assembled folder, every file in it
+        "upload": {"files": len(files), "bytes": sum((folder / name).stat().st_size for name in files)},
+        "hardware": {"suggested_hardware": card["suggested_hardware"], "duplicate": duplicate_url(args.repo_id)},
+        "card": card,
     }
     if not args.dry_run:
         try:

@@ -7,9 +7,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -165,3 +168,21 @@ def error_of(path: str, body: dict) -> tuple[str, str]:
         return error["message"], error["code"]
     assert isinstance(body["error"], str), body
     return body["error"], body["error_type"]
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """An app built in this process on a real socket, for tests that watch the process's own objects while it serves."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started and thread.is_alive():
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)

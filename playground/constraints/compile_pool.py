@@ -46,6 +46,15 @@ def _stop_spawning() -> None:
 
 
 atexit.register(_stop_spawning)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts workers of its own: the lock may have been held by a parent thread at the fork."""
+    global _spawning
+    _spawning = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 POLL_S = 0.02
 START_TIMEOUT_S = 300.0
 MB = 1 << 20

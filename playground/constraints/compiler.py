@@ -10,6 +10,7 @@ while), so each request reports its own fallbacks and warnings whatever was cach
 from __future__ import annotations
 
 import copy
+import os
 import threading
 import time
 import weakref
@@ -87,6 +88,15 @@ class ConstraintCompiler:
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._pool: CompilePool | None = None
+        _COMPILERS.add(self)
+
+    def _forked(self) -> None:
+        """In a forked child (a ZeroGPU lease's worker): own compile workers, nothing waited on from the parent.
+
+        The parent's workers' pipes would carry both processes' jobs, and its compiles in flight never end here."""
+        self._lock = threading.Lock()
+        self._inflight = {}
+        self._pool = None
 
     @property
     def timeout_s(self) -> float:
@@ -189,6 +199,15 @@ def _for_request(
 
 
 _backends = backends.ServerBackends()
+_COMPILERS: weakref.WeakSet[ConstraintCompiler] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for compiler in list(_COMPILERS):
+        compiler._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 _current: ContextVar[ConstraintCompiler | None] = ContextVar("playground_compiler", default=None)
 _defaults: weakref.WeakKeyDictionary[Any, ConstraintCompiler] = weakref.WeakKeyDictionary()
 _defaults_lock = threading.Lock()

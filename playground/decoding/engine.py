@@ -185,16 +185,20 @@ class Engine:
 
     # --- generation ------------------------------------------------------------------------
 
-    def generate(self, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
+    def generate(self, inputs: Inputs, params: GenerateParameters, *, here: bool = False) -> GenerationResult:
         """Run to completion; the same result the stream ends with."""
         result = None
-        for event in self.stream(inputs, params):
+        for event in self.stream(inputs, params, here=here):
             result = event
         assert isinstance(result, GenerationResult)
         return result
 
-    def stream(self, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
-        """Token events as they are decoded, then the GenerationResult."""
+    def stream(
+        self, inputs: Inputs, params: GenerateParameters, *, here: bool = False
+    ) -> Iterator[TokenEvent | GenerationResult]:
+        """Token events as they are decoded, then the GenerationResult.
+
+        `here`: decode on the calling thread, alone, instead of in the shared batch (a ZeroGPU lease)."""
         start = time.perf_counter()
         prompt, prompt_ids = self.encode_prompt(inputs, params.truncate, params)
         plan, prompt, prompt_ids = self.reasoning_plan(inputs, params, prompt, prompt_ids)
@@ -224,11 +228,15 @@ class Engine:
             exclusive=bool(params.adapter_id),
             use_model=lambda: self.adapters.use(params.adapter_id),
         )
-        self.scheduler.submit(job)
+        if here:
+            events = self.scheduler.decode_here(job)
+        else:
+            self.scheduler.submit(job)
+            events = job.events()
         prefill = []  # the prompt's tokens with their logprobs, when decoder_input_details asks
         first_token_at = None
         try:
-            for event in job.events():
+            for event in events:
                 if isinstance(event, list):
                     prefill = event
                     continue
@@ -237,6 +245,7 @@ class Engine:
                 yield event
         finally:
             job.cancelled.set()  # a reader that stops early (a closed stream, Stop) leaves the batch
+            events.close()
         total = time.perf_counter() - start
         sequences = [self._sequence(row, constraint) for row in rows]
         best = max(range(len(sequences)), key=lambda i: sequences[i].total_logprob)

@@ -11,6 +11,9 @@ request's tokens are those it would get alone, up to the rounding of batched ker
 A request that must have the model to itself (a PEFT adapter switches the shared weights; a model whose
 cache cannot be padded) joins only an empty batch, and nothing joins while it runs. The thread ends
 when there is no work, so an unloaded model is not kept alive by it.
+
+`decode_here` runs the same loop for one request on the calling thread, batched with nobody: on ZeroGPU
+the GPU exists only inside the caller's `spaces.GPU` call (playground/providers/local.py says why).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +74,19 @@ class Job:
                 raise row_budget.past_deadline() from None
             if kind == "done":
                 return
+            if kind == "error":
+                raise value
+            yield value
+
+    def ready(self) -> Generator[list[PrefillToken] | TokenEvent, None, bool]:
+        """The events already in the outbox, without waiting; returns True once the job is done."""
+        while True:
+            try:
+                kind, value = self.outbox.get_nowait()
+            except queue.Empty:
+                return False
+            if kind == "done":
+                return True
             if kind == "error":
                 raise value
             yield value
@@ -125,20 +141,40 @@ class Scheduler:
 
     # --- the scheduler thread ------------------------------------------------------------
 
+    def decode_here(self, job: Job) -> Iterator[list[PrefillToken] | TokenEvent]:
+        """`job` decoded on this thread in a loop of its own, as if the batch were empty; its events as they come.
+
+        Every forward runs inside this generator's own steps, so inside whatever call iterates it."""
+        alone = Scheduler(self.runner, self.model_lock, self.max_rows)
+        alone.batchable = self.batchable
+        alone._joining.append(job)
+        try:
+            while alone._work():
+                with torch.inference_mode():  # per step: the reader may resume this generator on another thread
+                    alone._cycle()
+                if (yield from job.ready()):
+                    return
+        finally:
+            job.cancelled.set()
+
     def _run(self) -> None:
         try:
             with torch.inference_mode():
                 while self._work():
-                    newcomers = self._admit()
-                    with self.model_lock:
-                        self._join(newcomers)
-                        self._prefill_chunk()
-                        self._step()
-                    self._leave()
+                    self._cycle()
         except Exception as exc:  # noqa: BLE001 - a fault in the loop itself must fail its requests, not hang them
             log.exception("the decode scheduler failed; its requests fail and the next request starts afresh")
             self._reset(exc)
         release_free_memory()
+
+    def _cycle(self) -> None:
+        """Admit newcomers, run one step for every row, let finished requests leave."""
+        newcomers = self._admit()
+        with self.model_lock:
+            self._join(newcomers)
+            self._prefill_chunk()
+            self._step()
+        self._leave()
 
     def _reset(self, exc: Exception) -> None:
         """Every request in or waiting for the batch gets the error; the next submit starts a new loop."""

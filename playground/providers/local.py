@@ -1,13 +1,24 @@
-"""The local provider: models loaded in this process, decoded by playground.decoding.engine."""
+"""The local provider: models loaded in this process, decoded by playground.decoding.engine.
+
+On a ZeroGPU Space the GPU is attached only while a `spaces.GPU`-decorated call runs, and Hugging Face's
+decorator runs that call in a forked worker process, with its arguments and results pickled across.
+So there, each request decodes alone inside its own decorated call (`Engine.stream(here=True)`): its
+prefill, every step and its next-token view run on the lease's thread, never on the shared scheduler's
+(whose thread would live outside every lease, and whose batch could not span the worker processes).
+Batching across requests is given up there; a lease is per call anyway. The decorated calls take
+names and request types, not engines, and bring failures back as values, so a 422 stays a 422.
+"""
 
 from __future__ import annotations
 
 import logging
+import pickle
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from playground import client_scope
 from playground.debug import check
 from playground.decoding.continuation import PrefixRefused
 from playground.decoding.engine import Engine
@@ -25,7 +36,8 @@ from playground.providers.loading import (
     load_key,
     looks_like_path,
 )
-from playground.space import gpu_decorator
+from playground.providers.startup import Startup
+from playground.space import gpu_decorator, leases_gpu
 from playground.types import GenerateParameters, GenerationResult, ModelInfo, NextTokenDistribution, TokenEvent
 
 log = logging.getLogger("playground.providers")
@@ -80,24 +92,39 @@ class LocalProvider:
         self._lock = threading.Lock()
         self._loading = threading.Lock()  # one load at a time: two requests for one model load it once
         self.heartbeat = Heartbeat()
+        self.startup: Startup | None = None  # the operator's model loading in the background, if it is
         # On a ZeroGPU Space the GPU is attached only inside spaces.GPU-decorated calls; elsewhere identity.
         gpu = gpu_decorator()
+        self.leased = leases_gpu(gpu)  # each call decodes alone, inside its lease (the module's docstring)
         self._generate = gpu(self._generate_on_device)
         self._stream = gpu(self._stream_on_device)
         self._next_token = gpu(self._next_token_on_device)
 
     def list_models(self) -> list[str]:
         with self._lock:
-            return list(self._engines)
+            models = list(self._engines)
+        if self.startup is not None and not self.startup.ready():
+            models.append(self.startup.name)  # served by that name already: requests wait for it
+        return models
 
     def engine(self, model: str) -> Engine:
-        """The engine serving `model` (its id or the name it was loaded by)."""
+        """The engine serving `model` (its id or the name it was loaded by); the model loading in the
+        background is waited for (up to LOADING_WAIT_S)."""
         with self._lock:
             name = self._aliases.get(model, model)
             engine = self._engines.get(name)
+        if engine is None and self.startup is not None and model == self.startup.name:
+            self.startup.wait()
+            return self.engine(model)
         if engine is None:
             raise ModelError(f"model {model!r} is not loaded by provider {self.provider_id!r}")
         return engine
+
+    def load_in_background(self, name: str, then: Callable[[str], None]) -> Startup:
+        """The operator's model, to load on a thread of its own once `start()`ed (it answers to `name` meanwhile);
+        `then(model_id)` after."""
+        self.startup = Startup(name, lambda: then(self.add_model(name)))
+        return self.startup
 
     def add_model(self, name: str, policy: LoadingPolicy | None = None) -> str:
         """Load a model by hub id, folder, .gguf path or 'embedded'; returns its model id.
@@ -170,37 +197,71 @@ class LocalProvider:
         )
 
     def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
-        return self._generate(self.engine(model), inputs, params)
+        self.engine(model)  # an unknown model fails here, before any lease
+        return _unwrap(self._generate(model, inputs, params, client_scope.current()))
 
     def stream(self, model: str, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
-        return self._stream(self.engine(model), inputs, params)
+        self.engine(model)
+        return self._unwrap_stream(self._stream(model, inputs, params, client_scope.current()))
 
     def next_token(
         self, model: str, inputs: Inputs, params: GenerateParameters, *, prefix: str = "", top_k: int = 20
     ) -> NextTokenDistribution:
-        return self._next_token(self.engine(model), inputs, params, prefix, top_k)
+        self.engine(model)
+        return _unwrap(self._next_token(model, inputs, params, prefix, top_k, client_scope.current()))
 
-    def _generate_on_device(self, engine: Engine, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
-        with self.heartbeat.working(), _worded(engine):
-            result = engine.generate(inputs, params)
-        result.provider_id = self.provider_id
-        return result
+    @staticmethod
+    def _unwrap_stream(events: Iterator[Any]) -> Iterator[TokenEvent | GenerationResult]:
+        try:
+            for event in events:
+                yield _unwrap(event)
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
 
-    def _stream_on_device(
-        self, engine: Engine, inputs: Inputs, params: GenerateParameters
-    ) -> Iterator[TokenEvent | GenerationResult]:
-        with self.heartbeat.working() as beat, _worded(engine):
-            for event in engine.stream(inputs, params):
-                beat()
-                if isinstance(event, GenerationResult):
-                    event.provider_id = self.provider_id
-                yield event
+    def _generate_on_device(self, model: str, inputs: Inputs, params: GenerateParameters, scope: str) -> Any:
+        def run() -> GenerationResult:
+            engine = self.engine(model)
+            with client_scope.scoped(scope), self.heartbeat.working(), _worded(engine):
+                result = engine.generate(inputs, params, here=self.leased)
+            result.provider_id = self.provider_id
+            return result
+
+        return self._guarded(run)
+
+    def _stream_on_device(self, model: str, inputs: Inputs, params: GenerateParameters, scope: str) -> Iterator[Any]:
+        client_scope.enter(scope)  # this generator's own context, wherever it runs
+        try:
+            engine = self.engine(model)
+            with self.heartbeat.working() as beat, _worded(engine):
+                for event in engine.stream(inputs, params, here=self.leased):
+                    beat()
+                    if isinstance(event, GenerationResult):
+                        event.provider_id = self.provider_id
+                    yield event
+        except Exception as exc:
+            if not self.leased:
+                raise
+            yield Failed(exc)
 
     def _next_token_on_device(
-        self, engine: Engine, inputs: Inputs, params: GenerateParameters, prefix: str, top_k: int
-    ) -> NextTokenDistribution:
-        with self.heartbeat.working():
-            return engine.next_token_distribution(inputs, params, prefix=prefix, top_k=top_k)
+        self, model: str, inputs: Inputs, params: GenerateParameters, prefix: str, top_k: int, scope: str
+    ) -> Any:
+        def run() -> NextTokenDistribution:
+            with client_scope.scoped(scope), self.heartbeat.working():
+                return self.engine(model).next_token_distribution(inputs, params, prefix=prefix, top_k=top_k)
+
+        return self._guarded(run)
+
+    def _guarded(self, run: Callable[[], Any]) -> Any:
+        """In a lease, a failure comes back as a value (see Failed); elsewhere it is raised as usual."""
+        if not self.leased:
+            return run()
+        try:
+            return run()
+        except Exception as exc:  # noqa: BLE001 - re-raised by _unwrap on the caller's side of the lease
+            return Failed(exc)
 
     def tokenize(self, model: str, text: str) -> list[SimpleToken]:
         return [SimpleToken(**t) for t in self.engine(model).tokenize(text)]
@@ -213,3 +274,22 @@ def _worded(engine: Engine) -> Iterator[None]:
         yield
     except PrefixRefused as refused:
         raise check.worded(engine, refused) from None
+
+
+class Failed:
+    """A failure inside a GPU lease, brought back as a value: the real `spaces.GPU` turns a raised error into a
+    generic one, so the API would answer 500 where the request deserved a 422. An error that cannot be
+    pickled (it holds a lock, an engine) crosses as a RuntimeError of its text."""
+
+    def __init__(self, error: Exception) -> None:
+        try:
+            pickle.loads(pickle.dumps(error))
+        except Exception:  # noqa: BLE001 - it cannot cross a process boundary
+            error = RuntimeError(first_line(error))
+        self.error = error
+
+
+def _unwrap(value: Any) -> Any:
+    if isinstance(value, Failed):
+        raise value.error
+    return value

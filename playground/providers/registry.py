@@ -11,6 +11,7 @@ from playground.providers.loading import DISABLED, LoadingPolicy, LoadingRefused
 
 if TYPE_CHECKING:
     from playground.decoding.engine import Engine
+    from playground.providers.startup import Startup
 
 
 class Registry:
@@ -22,6 +23,7 @@ class Registry:
         self._models: dict[str, str] = {}
         # What requests may load at run time; off unless the operator says otherwise.
         self.loading = LoadingPolicy()
+        self.startup: Startup | None = None  # the operator's model loading in the background (a Space's cold start)
         for provider in providers:
             self.add_provider(provider)
         self.default_model = default_model or next(iter(self._models), None)

@@ -138,6 +138,10 @@ async def info(request: Request, model: str | None = ModelQuery) -> dict[str, An
 async def health(request: Request) -> Any:
     """ok with the requests running and waiting; 503 when running work has not moved for --stall-timeout."""
     registry = registry_of(request)
+    if registry.startup is not None and not registry.startup.ready():
+        status = registry.startup.status()
+        message = status["error"] or f"model {status['model']!r} is loading ({status['elapsed_s']:.0f} s so far)"
+        return JSONResponse({**error_body(message, "loading"), "startup": status}, status_code=503)
     limit = request.app.state.stall_timeout_s
     for provider_id, provider in registry.providers.items():
         stalled = stalled_s(provider)
@@ -147,11 +151,13 @@ async def health(request: Request) -> Any:
             )
             return JSONResponse(error_body(message, "unhealthy"), status_code=503)
     admission = request.app.state.admission
+    startup = {"startup": registry.startup.status()} if registry.startup is not None else {}
     return {
         "status": "ok",
         "models": len(registry.models()),
         "running": admission.running,
         "waiting": admission.waiting,
+        **startup,
     }
 
 

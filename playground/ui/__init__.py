@@ -10,7 +10,7 @@ import gradio as gr
 from playground import render
 from playground.providers.registry import Registry
 from playground.render.chat import chatbot_value
-from playground.ui import controls, debugger, drafts, handlers, layout, sharing
+from playground.ui import controls, debugger, drafts, handlers, layout, sharing, startup
 from playground.ui.compare_engines import setup_engine_compare_events
 from playground.ui.compare_reasoning import setup_reasoning_compare_events
 from playground.ui.components import Components
@@ -36,6 +36,7 @@ def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.B
             "Constrain a model with a JSON schema, a regex, a choice list or a grammar, then see what the "
             "constraint did to every token."
         )
+        startup.render_banner(demo, registry)
         _setup_events(demo, registry, settings, layout.render_all(registry))
     return demo
 

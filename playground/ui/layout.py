@@ -55,7 +55,9 @@ class Limits:
 
 
 def limits_for(registry: Registry) -> Limits:
-    """The default model's limits, or TGI's usual ones when it has none."""
+    """The default model's limits, or TGI's usual ones when it has none (or is still loading: the page waits for nobody)."""
+    if registry.startup is not None and not registry.startup.ready():
+        return Limits()
     try:
         provider, model = registry.resolve(None)
         info = provider.info(model)

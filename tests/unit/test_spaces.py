@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -125,6 +126,39 @@ def test_dry_run_prints_files_and_card_without_network() -> None:
     assert all(f.split("/")[0] in {"README.md", "app.py", "requirements.txt", "playground", "widgets"} for f in files)
     assert report["card"] == metadata_load(CARD)
     assert (report["repo_id"], report["private"]) == ("someone/structured-playground", False)
+    assert report["hardware"] == {
+        "suggested_hardware": "cpu-basic",
+        "duplicate": "https://huggingface.co/spaces/someone/structured-playground?duplicate=true",
+    }
+
+
+def test_dry_run_counts_exactly_the_bytes_it_would_upload(tmp_path: Path) -> None:
+    done = run_deploy("--repo-id", "a/b", "--dry-run", "--output", str(tmp_path / "out"))
+    report = json.loads(done.stdout)
+    on_disk = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert report["files"] == on_disk
+    assert report["upload"] == {
+        "files": len(on_disk),
+        "bytes": sum((tmp_path / "out" / f).stat().st_size for f in on_disk),
+    }
+
+
+def test_a_card_without_known_hardware_is_refused(tmp_path: Path) -> None:
+    deploy = load_deploy()
+    (tmp_path / "app.py").write_text("x = 1\n")
+    (tmp_path / "README.md").write_text(
+        CARD.read_text().replace("suggested_hardware: cpu-basic", "suggested_hardware: a-toaster")
+    )
+    with pytest.raises(deploy.DeployError, match="'a-toaster' is not a Space hardware"):
+        deploy.card_metadata(tmp_path)
+
+
+def test_the_card_states_every_hardware_default() -> None:
+    text = CARD.read_text()
+    for key in space.HARDWARE_DEFAULTS["cpu"]:
+        cpu, zero, gpu = (space.HARDWARE_DEFAULTS[kind][key] for kind in ("cpu", "zero-gpu", "gpu"))
+        assert f"| `{key}` | {cpu} | {zero} | {gpu} |" in text, key
+    assert "| `threads` | vCPUs | vCPUs | vCPUs |" in text
 
 
 @pytest.mark.parametrize(
@@ -232,6 +266,7 @@ def test_space_overrides_defaults() -> None:
         "allow_custom_modules": False,
         "allow_local_paths": False,
         "allow_model_loading": False,
+        "load_in_background": True,
     }
 
 
@@ -253,7 +288,7 @@ def test_space_overrides_reject_a_bad_port() -> None:
 def test_apply_space_settings_only_on_a_space() -> None:
     args = argparse.Namespace(host="127.0.0.1", port=7860, model="embedded", api_key="k")
     assert space.apply_space_settings(args, {}) is args
-    applied = space.apply_space_settings(args, {"SPACE_ID": "me/pg", "PORT": "9000"})
+    applied = space.apply_space_settings(args, {"SPACE_ID": "me/pg", "PORT": "9000"}, cuda=False)
     assert (applied.host, applied.port, applied.model, applied.api_key) == (
         "0.0.0.0",
         9000,
@@ -262,6 +297,22 @@ def test_apply_space_settings_only_on_a_space() -> None:
     )
     assert applied.allow_custom_modules is False and applied.allow_local_paths is False
     assert applied.allow_model_loading is False
+    assert (applied.max_batch_size, applied.compile_workers, applied.max_concurrent) == (8, 1, 4)
+    assert applied.threads == min(space.MAX_THREADS, space.container_cpus())
+
+
+@pytest.mark.parametrize(
+    "env,cuda,kind",
+    [({}, False, "cpu"), ({}, True, "gpu"), ({"SPACES_ZERO_GPU": "true"}, True, "zero-gpu")],
+)
+def test_hardware_is_read_from_the_space(env: dict[str, str], cuda: bool, kind: str) -> None:
+    assert space.hardware(env, cuda) == kind
+
+
+def test_hardware_defaults_take_the_containers_cpus_unless_the_operator_says() -> None:
+    assert space.hardware_defaults("cpu", {}, cpus=2)["threads"] == 2
+    assert space.hardware_defaults("gpu", {}, cpus=64)["threads"] == space.MAX_THREADS
+    assert "threads" not in space.hardware_defaults("cpu", {"PLAYGROUND_THREADS": "3"}, cpus=2)
 
 
 STAND_IN = '''
@@ -340,23 +391,70 @@ def test_our_spaces_folder_does_not_pass_for_huggingface_spaces(
     assert getattr(sys.modules["spaces"], "__file__", None) is None
 
 
-def test_local_provider_runs_generation_under_spaces_gpu(
-    stand_in_spaces: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_forked_child_gets_compile_workers_of_its_own() -> None:
+    """ZeroGPU runs each lease in a forked worker: it must not share the parent's compile pipes or wait on its compiles."""
+    from playground.constraints.compiler import ConstraintCompiler
+
+    compiler = ConstraintCompiler(tokenizer=None)
+    compiler._pool = inherited = object()  # the parent's workers (real ones would take seconds to start)
+    compiler._inflight = {"key": "a compile the parent is running"}
+    read, write = os.pipe()
+    with compiler._lock:  # a parent thread holds the lock at the moment of the fork
+        pid = os.fork()
+        if pid == 0:  # the child: report and leave at once, running nothing else
+            fresh = compiler._pool is None and compiler._inflight == {} and not compiler._lock.locked()
+            os.write(write, b"1" if fresh else b"0")
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    assert compiler._pool is inherited and compiler._inflight  # the parent keeps its own
+
+
+PROBE = (
+    "import sys; from playground import space; space.import_spaces_first(); "
+    "from playground.providers.local import LocalProvider; "
+    "m = sys.modules.get('spaces'); print(getattr(m, '__file__', None), LocalProvider().leased)"
+)
+
+
+@pytest.mark.parametrize("zero_gpu", [False, True])
+def test_an_installed_spaces_package_is_used_on_zero_gpu_only_and_never_shadowed(
+    tmp_path: Path, zero_gpu: bool
 ) -> None:
-    from playground.providers.local import LocalProvider
-    from playground.types import GenerateParameters, GenerationResult, Sequence
+    """Installed after the repository on the path (as site-packages is), from the repository root whose own
+    `spaces/` folder comes first: Hugging Face's package still wins, and off ZeroGPU it is never imported."""
+    (tmp_path / "spaces").mkdir()
+    (tmp_path / "spaces" / "__init__.py").write_text(STAND_IN)
+    env = child_env({"PYTHONPATH": str(tmp_path), "SPACES_ZERO_GPU": "true" if zero_gpu else None, "SPACE_ID": None})
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    expected = f"{tmp_path / 'spaces' / '__init__.py'} True" if zero_gpu else "None False"
+    assert done.stdout.strip() == expected
 
-    class Engine:
-        model_id = "m"
 
-        def generate(self, inputs, params):
-            best = Sequence(generated_text=inputs, finish_reason="length", generated_tokens=0)
-            return GenerationResult(model_id="m", prompt=inputs, input_length=1, best=best)
+def test_a_request_that_outwaits_the_load_is_told_to_come_back() -> None:
+    from playground.errors import ModelLoadingError
+    from playground.providers.startup import Startup
 
-        def stream(self, inputs, params):
-            yield self.generate(inputs, params)
+    pending = Startup("m", lambda: None, clock=iter([0.0, 42.0]).__next__)  # never started: it never ends
+    with pytest.raises(ModelLoadingError, match=r"model 'm' is still loading \(42 s so far") as raised:
+        pending.wait(0)
+    assert (raised.value.status, raised.value.error_type) == (503, "loading")
 
-    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    provider = LocalProvider([Engine()])  # type: ignore[list-item]
-    assert provider.generate("m", "hello", GenerateParameters()).generated_text == "hello"
-    assert [name for name, _, _ in sys.modules["spaces"].calls] == ["_generate_on_device"]
+
+def test_caches_go_to_persistent_storage_when_the_space_has_it(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    assert space.storage_dirs({}, persistent=data) == {}  # no /data: the container's own cache
+    data.mkdir()
+    assert space.storage_dirs({}, persistent=data) == {
+        "PLAYGROUND_CACHE": str(data / "structured-playground"),
+        "HF_HOME": str(data / ".huggingface"),
+    }
+    assert space.storage_dirs({"HF_HOME": "/mine"}, persistent=data) == {
+        "PLAYGROUND_CACHE": str(data / "structured-playground")
+    }
+    env = {"HF_HOME": "/mine"}
+    space.use_persistent_storage(env)
+    assert env == {"HF_HOME": "/mine"}  # not a Space: nothing changes
