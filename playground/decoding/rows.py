@@ -223,7 +223,7 @@ class Decode:
         before = len(row.text)
         piece = r.token_text(token_id)
         if token_id not in r.eos_ids:
-            row.text = r.tokenizer.decode(row.ids, skip_special_tokens=True)
+            row.text = r.text(row.ids)
             # A character split across tokens decodes as U+FFFD until its last byte arrives: hold it back,
             # so the pieces streamed add up to the text.
             stable = row.text.rstrip("\ufffd") if row.text.endswith("\ufffd") else row.text

@@ -165,6 +165,7 @@ class LocalProvider:
             compile_limits=engine.compiler.limits.as_dict(),
             prefix_cache=engine.prefix_cache.public_usage(),
             batch={**engine.scheduler.usage(), "batch_weights_mb": engine.loaded.batch_weights_mb},
+            tool_format=engine.tool_format,
         )
 
     def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:

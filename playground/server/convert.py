@@ -83,6 +83,7 @@ def tgi_info(
         "compile_limits": info.compile_limits,
         "prefix_cache": info.prefix_cache,
         "batch": info.batch,
+        "tool_format": info.tool_format,  # the envelope its chat template writes tool calls in, if known
         "processors": processors,
         "models": models,
     }

@@ -18,8 +18,9 @@ from playground.server.streaming import decoded, generate_while_connected, itera
 from playground.server.tgi import registry_of, resolve, sse
 from playground.server.tool_stream import ToolStream
 from playground.types import GenerateParameters, GenerationResult, Name, Strict, TokenEvent
-from playground.wire import chat_fields, checks, inbound, tools
+from playground.wire import chat_fields, checks, inbound, tool_formats, tools
 from playground.wire.inbound import ChatRequest
+from playground.wire.tool_formats import ToolFormat
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 
@@ -46,14 +47,18 @@ async def register_model(request: Request, body: RegisterModel) -> dict[str, Any
     return _model_card(name, body.provider_id)
 
 
-async def _choice_params(provider: Provider, model_id: str, req: ChatRequest) -> list[GenerateParameters]:
-    """One GenerateParameters per choice (seed base+i), checked against the model's limits."""
-    seed = inbound.base_seed(req)
-    params = [inbound.chat_parameters(req, seed + i) for i in range(req.n)]
+async def _choice_params(
+    provider: Provider, model_id: str, req: ChatRequest
+) -> tuple[list[GenerateParameters], ToolFormat | None]:
+    """One GenerateParameters per choice (seed base+i), checked against the model's limits; the model's tool
+    envelope when its chat template writes one."""
     info = await run_in_threadpool(provider.info, model_id)
+    fmt = tool_formats.by_name(info.tool_format)
+    seed = inbound.base_seed(req)
+    params = [inbound.chat_parameters(req, seed + i, fmt) for i in range(req.n)]
     checks.check_lengths(params[0], info, field="max_completion_tokens" if req.max_completion_tokens else "max_tokens")
     checks.check_top_n(params[0], info.max_top_n_tokens, field="top_logprobs")
-    return params
+    return params, fmt
 
 
 @router.post(
@@ -64,19 +69,20 @@ async def _choice_params(provider: Provider, model_id: str, req: ChatRequest) ->
 async def chat_completions(request: Request, body: ChatRequest) -> Any:
     """n choices are n independent samples with seeds seed, seed+1, ...; `validation` on each choice."""
     provider, model_id = resolve(request, body.model)
-    params = await _choice_params(provider, model_id, body)
+    params, fmt = await _choice_params(provider, model_id, body)
     if body.stream:
-        first = await started(_events(provider, model_id, body, params[0]))
-        return StreamingResponse(_chunks(provider, model_id, body, params, first), media_type="text/event-stream")
+        first = await started(_events(provider, model_id, body, params[0], fmt))
+        chunks = _chunks(provider, model_id, body, params, first, fmt)
+        return StreamingResponse(chunks, media_type="text/event-stream")
     results = []
     for choice_params in params:
         result = await generate_while_connected(
-            request, provider, model_id, inbound.prompt_messages(body), choice_params
+            request, provider, model_id, inbound.prompt_messages(body, fmt), choice_params
         )
         if result is None:  # the client hung up; stop before the next choice too
             return Response(status_code=499)
         results.append(result)
-    return chat.completion_response(model_id, results, body)
+    return chat.completion_response(model_id, results, body, fmt)
 
 
 def _chunk(base: dict[str, Any], index: int, delta: dict[str, Any], **extra: Any) -> str:
@@ -85,9 +91,9 @@ def _chunk(base: dict[str, Any], index: int, delta: dict[str, Any], **extra: Any
 
 
 def _events(
-    provider: Provider, model_id: str, req: ChatRequest, params: GenerateParameters
+    provider: Provider, model_id: str, req: ChatRequest, params: GenerateParameters, fmt: ToolFormat | None
 ) -> AsyncIterator[TokenEvent | GenerationResult]:
-    return iterate_in_thread(lambda: provider.stream(model_id, inbound.prompt_messages(req), params))
+    return iterate_in_thread(lambda: provider.stream(model_id, inbound.prompt_messages(req, fmt), params))
 
 
 async def _choice_chunks(
@@ -96,10 +102,12 @@ async def _choice_chunks(
     params: GenerateParameters,
     index: int,
     base: dict[str, Any],
+    fmt: ToolFormat | None,
 ) -> AsyncIterator[str | GenerationResult]:
     """The chunks of one choice (content, or each tool call's head then its arguments), then its result."""
     yield _chunk(base, index, {"role": "assistant", "content": ""})
-    feed, ending = _tool_deltas(req, params) if tools.mode(req) is not None else _content_deltas(req, params)
+    calls = tools.mode(req) is not None
+    feed, ending = _tool_deltas(req, params, fmt) if calls else _content_deltas(req, params)
     async for deltas, tokens, result in decoded(events, feed):
         if result is not None:
             deltas, finish, notes = ending(result, tokens)
@@ -131,9 +139,9 @@ def _content_deltas(req: ChatRequest, params: GenerateParameters) -> tuple[Delta
     return feed, ending
 
 
-def _tool_deltas(req: ChatRequest, params: GenerateParameters) -> tuple[Deltas, Ending]:
+def _tool_deltas(req: ChatRequest, params: GenerateParameters, fmt: ToolFormat | None) -> tuple[Deltas, Ending]:
     """A choice that may call tools: each call's id and name first, then its arguments as they are decoded."""
-    stream = ToolStream(req, params.stop)
+    stream = ToolStream(req, params.stop, fmt)
 
     def ending(result: GenerationResult, tokens: list[Any]) -> tuple[list[dict[str, Any]], str, list[str]]:
         return stream.finish(result, chat.trim_stop(result.best.generated_text, result.best))
@@ -147,6 +155,7 @@ async def _chunks(
     req: ChatRequest,
     params: list[GenerateParameters],
     first: AsyncIterator[TokenEvent | GenerationResult],
+    fmt: ToolFormat | None,
 ) -> AsyncIterator[str]:
     """OpenAI's chunk stream for every choice in turn, the usage chunk when asked, then [DONE]."""
     base = chat.envelope(model_id, "chat.completion.chunk")
@@ -156,8 +165,8 @@ async def _chunks(
     results: list[GenerationResult] = []
     try:
         for index, choice_params in enumerate(params):
-            events = first if index == 0 else _events(provider, model_id, req, choice_params)
-            async for item in _choice_chunks(events, req, choice_params, index, base):
+            events = first if index == 0 else _events(provider, model_id, req, choice_params, fmt)
+            async for item in _choice_chunks(events, req, choice_params, index, base, fmt):
                 if isinstance(item, GenerationResult):
                     results.append(item)
                 else:

@@ -11,9 +11,10 @@ from playground.types.sizes import MAX_PREFIX_CHARS, MAX_PROCESSOR_PARAMS, MAX_P
 
 
 class GrammarType(Strict):
-    """TGI's `grammar` parameter, plus our `choice` (list of strings) and `grammar` (Lark text)."""
+    """TGI's `grammar` parameter, plus our `choice` (list of strings), `grammar` (Lark text) and `structural_tag`
+    (vLLM's segment constraint: free text with constrained segments between begin and end markers)."""
 
-    type: Literal["json", "json_schema", "regex", "choice", "grammar"]
+    type: Literal["json", "json_schema", "regex", "choice", "grammar", "structural_tag"]
     value: Any
     whitespace: str | None = Field(
         default=None,
@@ -85,6 +86,11 @@ class GenerateParameters(Strict):
     add_generation_prompt: bool = Field(default=True, description="vLLM's: the chat template's assistant header.")
     chat_template_kwargs: dict[str, Any] | None = Field(
         default=None, max_length=32, description="vLLM's: extra variables for the chat template (enable_thinking)."
+    )
+    tools: list[dict[str, Any]] | None = Field(
+        default=None,
+        max_length=64,
+        description="OpenAI's tools, rendered by a chat template that writes tool calls in its own envelope.",
     )
 
     @field_validator("logit_bias")

@@ -100,3 +100,4 @@ class ModelInfo(BaseModel):
     compile_limits: dict[str, float | int] | None = None  # local engines: timeout_s, memory_mb, workers
     prefix_cache: dict[str, int | str] | None = None  # local engines: budget, bytes held (coarse), scope "client"
     batch: dict[str, int] | None = None  # local engines: scheduler.usage() and batch_weights_mb
+    tool_format: str | None = None  # the tool-call envelope the chat template writes (playground.wire.tool_formats)

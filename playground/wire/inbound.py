@@ -19,6 +19,7 @@ from playground.types.chat import Request
 from playground.wire import chat_fields, checks, tools
 from playground.wire.controls import BY_NAME, carried_by, sampling_values
 from playground.wire.errors import parameter_error
+from playground.wire.tool_formats import ToolFormat
 
 
 def parameters(values: Mapping[str, Any], *, prefix: Sequence[Any] = ()) -> GenerateParameters:
@@ -79,9 +80,13 @@ class ChatResponseFormat(Request):
     """OpenAI's response_format, and TGI's `{type: json|json_object|regex|json_schema, value}` that
     huggingface_hub's InferenceClient sends."""
 
-    type: Literal["text", "json_object", "json_schema", "json", "regex"]
+    type: Literal["text", "json_object", "json_schema", "json", "regex", "structural_tag"]
     json_schema: dict[str, Any] | None = None
     value: Any = None
+    # vLLM's structural_tag: the legacy form (structures, triggers) or xgrammar's (format).
+    structures: list[Any] | None = None
+    triggers: list[Any] | None = None
+    format: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _complete(self) -> ChatResponseFormat:
@@ -93,6 +98,11 @@ class ChatResponseFormat(Request):
             raise ValueError("type 'json_schema' needs json_schema: {name, schema}")
         if self.type in ("json", "regex") and self.value is None:
             raise ValueError(f"type {self.type!r} needs a value")
+        tag_fields = self.structures is not None or self.triggers is not None or self.format is not None
+        if self.type == "structural_tag" and not tag_fields:
+            raise ValueError("type 'structural_tag' needs structures and triggers, or format")
+        if self.type != "structural_tag" and tag_fields:
+            raise ValueError("structures, triggers and format belong to type 'structural_tag'")
         return self
 
 
@@ -105,6 +115,11 @@ class ChatRequest(ChatCompletionRequest):
 def _response_format_grammar(fmt: ChatResponseFormat) -> dict[str, Any] | None:
     if fmt.type == "text":
         return None
+    if fmt.type == "structural_tag":
+        return {
+            "type": "structural_tag",
+            "value": fmt.model_dump(exclude_none=True, include={"structures", "triggers", "format"}),
+        }
     if fmt.type == "regex":
         return {"type": "regex", "value": fmt.value}
     if fmt.type == "json_schema":
@@ -114,7 +129,13 @@ def _response_format_grammar(fmt: ChatResponseFormat) -> dict[str, Any] | None:
     return {"type": "json", "value": fmt.value if fmt.value is not None else {"type": "object"}}
 
 
-_SO_FIELDS = (("json", "json_"), ("regex", "regex"), ("choice", "choice"), ("grammar", "grammar"))
+_SO_FIELDS = (
+    ("json", "json_"),
+    ("regex", "regex"),
+    ("choice", "choice"),
+    ("grammar", "grammar"),
+    ("structural_tag", "structural_tag"),
+)
 _GUIDED_FIELDS = (
     ("guided_json", "json"),
     ("guided_regex", "regex"),
@@ -177,12 +198,12 @@ def final_message(req: ChatCompletionRequest) -> str | None:
     return last.text()
 
 
-def prompt_messages(req: ChatCompletionRequest) -> list[ChatMessage]:
+def prompt_messages(req: ChatCompletionRequest, fmt: ToolFormat | None = None) -> list[ChatMessage]:
     """The messages the chat template renders: without the final one when the answer continues it."""
-    return tools.with_tools(req, req.messages[:-1] if req.continue_final_message else req.messages)
+    return tools.with_tools(req, req.messages[:-1] if req.continue_final_message else req.messages, fmt)
 
 
-def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters:
+def chat_parameters(req: ChatCompletionRequest, seed: int, fmt: ToolFormat | None = None) -> GenerateParameters:
     """One choice's GenerateParameters; temperature 0 means greedy, unset means OpenAI's default 1."""
     chat_fields.check(req)
     greedy = req.temperature == 0
@@ -203,7 +224,8 @@ def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters
         "top_n_tokens": req.top_logprobs if req.logprobs and req.top_logprobs else None,
         "decoder_input_details": req.prompt_logprobs is not None or None,
         "truncate": req.truncate_prompt_tokens,
-        "grammar": tools.grammar(req, constraint_of(req)),
+        "grammar": tools.grammar(req, constraint_of(req), fmt),
+        "tools": tools.template_tools(req, fmt),
         "logits_processors": [spec.model_dump() for spec in req.logits_processors],
         "constraint_engine": req.constraint_engine,
         "continue_from": final_message(req),
