@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from playground.constraints import jsonformat, matching, schema_check
+from playground.constraints import jsonformat, matching, schema_check, segments
 from playground.errors import (
     ConstraintError,
     InvalidConstraintError,
@@ -141,8 +141,6 @@ class Constraint:
     @classmethod
     def structural_tag(cls, value: Any) -> Constraint:
         """vLLM's structural_tag (legacy {structures, triggers} or xgrammar's {format}): constrained segments."""
-        from playground.constraints import segments
-
         return cls("structural_tag", _Frozen(segments.parse(value)))
 
     def to_grammar(self) -> GrammarType | None:
@@ -155,8 +153,6 @@ class Constraint:
         if self.kind == "choice":
             return GrammarType(type="choice", value=list(self.value))
         if self.kind == "structural_tag":  # in xgrammar's `format` form, which vLLM takes too
-            from playground.constraints import segments
-
             return GrammarType(type="structural_tag", value=segments.to_xgrammar(self.schema))
         return GrammarType(type=self.kind, value=self.value)
 
@@ -189,8 +185,6 @@ class Constraint:
         if self.kind == "json_schema":
             return schema_check.validate(self.schema, text, budget_s or schema_check.VERDICT_BUDGET_S)
         if self.kind == "structural_tag":
-            from playground.constraints import segments
-
             return segments.validate(self.schema, text, budget_s)
         if self.kind == "choice":
             ok = text in self.value

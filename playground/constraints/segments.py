@@ -89,14 +89,24 @@ def _structures(items: Any, where: str, body: str) -> list[dict[str, Any]]:
                     f"structural tag: {at}.content must be {{type: json_schema, json_schema: ...}}"
                 )
             schema = schema.get("json_schema")
-        from playground.constraints import Constraint
-
         try:
-            schema = Constraint.json_schema(schema if schema is not None else {}).schema
+            schema = _schema(schema)
         except ConstraintError as exc:
             raise type(exc)(f"structural tag: {at}.{body}: {exc.message}") from None
         out.append({"begin": item["begin"], "schema": schema, "end": item.get("end", "")})
     return out
+
+
+def _schema(schema: Any) -> dict[str, Any]:
+    """A segment's schema, checked as a json_schema constraint's is (absent: any JSON)."""
+    if schema is None or schema is True:
+        return {}
+    if schema is False:
+        return {"not": {}}
+    if not isinstance(schema, dict):
+        raise InvalidConstraintError(f"a JSON schema must be an object, got {type(schema).__name__}")
+    schema_check.check_schema(schema)
+    return schema
 
 
 def _checked(
@@ -130,41 +140,40 @@ def to_lark(spec: dict[str, Any], pieces: Callable[[str], list[Piece]] = lambda 
 
     Free text before a text trigger is lazy (`stop=` the trigger), so the trigger starts the segment; other free
     text may contain no trigger (nor a special one spelled out), so a trigger always starts a checked segment.
+    As in xgrammar, `at_least_one` puts a segment first, and `stop_after_first` ends the answer with it.
     """
     text_triggers = [t for t in spec["triggers"] if _special(pieces(t)) is None]
     lines = []
-    segment_rules: list[str] = []
     for index, structure in enumerate(spec["structures"]):
         begin, schema = structure["begin"], jsonformat.with_layout(structure["schema"], jsonformat.DEFAULT_LAYOUT)
-        trigger = next((t for t in spec["triggers"] if begin.startswith(t)), "") if spec["free_text"] else ""
-        rest = begin[len(trigger) :] if trigger in text_triggers else begin
-        head = _literal(pieces, rest)
-        lines.append(f"seg{index}: {head} %json {json.dumps(schema)} {_literal(pieces, structure['end'])}".rstrip())
-        segment_rules.append(f"seg{index}")
+        lines.append(f"body{index}: %json {json.dumps(schema)} {_literal(pieces, structure['end'])}".rstrip())
+        lines.append(f"seg{index}: {_literal(pieces, begin)} body{index}")
+        trigger = next((t for t in spec["triggers"] if begin.startswith(t)), None)
+        if trigger in text_triggers:  # its trigger is the stop of the free text before it
+            lines.append(f"after{index}: {_literal(pieces, begin[len(trigger) :])} body{index}".rstrip())
+    one = "seg: " + " | ".join(f"seg{i}" for i in range(len(spec["structures"])))
     if not spec["free_text"]:
         sep = f"{_literal(pieces, spec['separator'])} " if spec["separator"] else ""
         many = f"seg ({sep}seg)*" if not spec["stop_after_first"] else "seg"
         start = many if spec["at_least_one"] else f"({many})?"
-        return "\n".join([f"start: {start}", "seg: " + " | ".join(segment_rules), *lines]) + "\n"
+        return "\n".join([f"start: {start}", one, *lines]) + "\n"
     chunks = []
     for n, trigger in enumerate(spec["triggers"]):
-        mine = [f"seg{i}" for i, s in enumerate(spec["structures"]) if s["begin"].startswith(trigger)]
+        mine = [i for i, s in enumerate(spec["structures"]) if s["begin"].startswith(trigger)]
         if trigger in text_triggers:
             others = [t for t in spec["triggers"] if t != trigger]
             body = f"/(?s:.*)/ & ~/{_contains(others)}/" if others else "/(?s:.*)/"
             lines.append(f"pre{n}[stop={_string(trigger)}]: {body}")
-            chunks.append(f"pre{n} ({' | '.join(mine)})")
+            chunks.append(f"pre{n} ({' | '.join(f'after{i}' for i in mine)})")
         else:
-            chunks.append(f"tail ({' | '.join(mine)})")
+            chunks.append(f"tail ({' | '.join(f'seg{i}' for i in mine)})")
     lines.append("tail: TAIL?")
-    no_trigger = f" & ~/{_contains(spec['triggers'])}/"
-    lines.append(f"TAIL: /(?s:.+)/{no_trigger}")
-    count = "+" if spec["at_least_one"] else "*"
-    if spec["stop_after_first"]:
-        start = "chunk" if spec["at_least_one"] else "chunk | tail"
+    lines.append(f"TAIL: /(?s:.+)/ & ~/{_contains(spec['triggers'])}/")
+    if spec["at_least_one"]:
+        start = "seg" if spec["stop_after_first"] else "seg chunk* tail"
     else:
-        start = f"chunk{count} tail"
-    return "\n".join([f"start: {start}", "chunk: " + " | ".join(chunks), *lines]) + "\n"
+        start = "chunk | tail" if spec["stop_after_first"] else "chunk* tail"
+    return "\n".join([f"start: {start}", "chunk: " + " | ".join(chunks), one, *lines]) + "\n"
 
 
 def _special(parts: list[Piece]) -> int | None:
@@ -240,6 +249,8 @@ def validate(spec: dict[str, Any], text: str, budget_s: float | None = None) -> 
             problems.append("text outside the segments (only segments are allowed)")
     if spec["at_least_one"] and not segments:
         problems.append("no segment (at least one is required)")
+    elif spec["at_least_one"] and spec["free_text"] and outside[0]:
+        problems.append("text before the first segment (at_least_one puts a segment first)")
     if spec["stop_after_first"] and (len(segments) > 1 or (segments and outside[-1].strip())):
         problems.append("more after the first segment (stop_after_first)")
     return _verdict(segments, problems)

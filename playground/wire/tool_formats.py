@@ -120,10 +120,12 @@ def read(fmt: ToolFormat, tools: list[ToolSpec], how: str, parallel: bool, text:
     for verdict in verdicts:
         content += text[position : verdict.start - len(verdict.begin)]
         position = verdict.end + len(fmt.end)
-    content += text[position:]
+    rest = text[position:]
+    opening = rest.strip() and any(b.startswith(rest.lstrip()) for b in names)  # a call cut off in its envelope
+    content += "" if opening else rest
     whole = [v for v in verdicts if text.startswith(fmt.end, v.end)]
     calls = [(names[v.begin], v.content) for v in whole]
-    return ReadCalls(content.strip(), calls, verdicts, len(whole) < len(verdicts))
+    return ReadCalls(content.strip(), calls, verdicts, bool(opening) or len(whole) < len(verdicts))
 
 
 def partial(fmt: ToolFormat, tools: list[ToolSpec], text: str) -> list[tool_calls.Call]:

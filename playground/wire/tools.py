@@ -207,8 +207,13 @@ def _envelope_answer(
 ) -> tuple[dict[str, Any], str, list[str]]:
     """The calls read out of the template's envelope; free text around them stays the content."""
     read = tool_formats.read(fmt, callable_tools(req), mode(req) or "auto", parallel(req), text)
-    if read.cut_off and finish == "length":
-        return {"role": "assistant", "content": read.content or ""}, "length", [CUT_OFF]
+    if read.cut_off and finish == "length":  # the whole calls before the cut one still count
+        calls = {"tool_calls": wire_calls(read.calls)} if read.calls else {}
+        return (
+            {"role": "assistant", "content": read.content or ("" if not calls else None), **calls},
+            "length",
+            [CUT_OFF],
+        )
     if not read.calls:
         return {"role": "assistant", "content": text}, finish, []
     return (

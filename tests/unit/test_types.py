@@ -35,6 +35,7 @@ OUR_EXTENSIONS = {"logits_processors", "constraint_engine", "min_p", "continue_f
     "min_tokens",
     "add_generation_prompt",
     "chat_template_kwargs",
+    "tools",
 }
 
 
@@ -56,7 +57,7 @@ def test_grammar_type_covers_huggingface_hub_and_tgi_kinds() -> None:
     assert hub_fields | {"whitespace", "strict"} == set(GrammarType.model_fields)  # JSON options: our extensions
     tgi_kinds = {variant["properties"]["type"]["enum"][0] for variant in SCHEMAS["GrammarType"]["oneOf"]}
     ours = set(get_args(GrammarType.model_fields["type"].annotation))
-    assert ours == tgi_kinds | {"choice", "grammar"}
+    assert ours == tgi_kinds | {"choice", "grammar", "structural_tag"}
 
 
 @pytest.mark.parametrize(
