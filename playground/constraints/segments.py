@@ -193,7 +193,8 @@ def _string(text: str) -> str:
 
 def _contains(texts: list[str]) -> str:
     """A Lark regex body matching any text that contains one of `texts`."""
-    alternatives = "|".join(re.sub(r"([\\.+*?()|\[\]{}^$#&\-~/])", r"\\\1", t) for t in texts)
+    escaped = (re.sub(r"([\\.+*?()|\[\]{}^$#&\-~/])", r"\\\1", t) for t in texts)
+    alternatives = "|".join(e.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t") for e in escaped)
     return f"(?s:.*({alternatives}).*)"
 
 
