@@ -30,12 +30,14 @@ def parameters(values: Mapping[str, Any], *, prefix: Sequence[Any] = ()) -> Gene
         raise parameter_error(exc, prefix=prefix) from None
 
 
-def grammar_for(kind: str, text: str) -> GrammarType | None:
-    """The request's `grammar` for an editor's (kind, text); a bad constraint raises its typed error."""
+def grammar_for(kind: str, text: str, fmt: ToolFormat | None = None) -> GrammarType | None:
+    """The request's `grammar` for an editor's (kind, text); a bad constraint raises its typed error.
+
+    `fmt`: the model's tool-call envelope, for the tools kind."""
     if kind in ("none", "processor"):
         return None
     if kind == "tools":
-        return tools.ui_grammar(text)
+        return tools.ui_grammar(text, fmt)
     return Constraint.parse(kind, text).to_grammar()
 
 

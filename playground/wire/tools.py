@@ -250,15 +250,23 @@ def from_text(text: str) -> ToolsConstraint:
     return tools
 
 
-def ui_grammar(text: str) -> GrammarType | None:
-    """The grammar the tools ask for (None with tool_choice none)."""
-    found = grammar(from_text(text), None)
+def ui_grammar(text: str, fmt: ToolFormat | None = None) -> GrammarType | None:
+    """The grammar the tools ask for (None with tool_choice none); in the template's envelope with `fmt`."""
+    found = grammar(from_text(text), None, fmt)
     return GrammarType.model_validate(found) if found else None
 
 
-def ui_system(kind: str, text: str, system_prompt: str) -> str:
-    """The system prompt with the tools described, for the "tools" kind; unchanged for the others."""
-    if kind != "tools":
+def ui_tools(kind: str, text: str, fmt: ToolFormat | None) -> list[dict[str, Any]] | None:
+    """The tools the model's template renders, for the "tools" kind on a model whose template writes calls."""
+    if kind != "tools" or fmt is None:
+        return None
+    return template_tools(from_text(text), fmt)
+
+
+def ui_system(kind: str, text: str, system_prompt: str, fmt: ToolFormat | None = None) -> str:
+    """The system prompt with the tools described, for the "tools" kind (unless the template describes them);
+    unchanged for the others."""
+    if kind != "tools" or fmt is not None:
         return system_prompt
     try:
         tools = from_text(text)

@@ -142,3 +142,23 @@ def test_the_prompt_is_the_templates_own(thinking_model) -> None:
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>' in prompt
     assert "<tool_response>\nsunny\n</tool_response>" in prompt
     assert chat_template.tool_format(tokenizer) == "hermes"
+
+
+def test_the_ui_tools_kind_shows_each_call_in_the_templates_envelope(thinking_model) -> None:
+    """The UI's tools kind on a template with an envelope: no generic instructions, the calls judged one by one."""
+    from playground.decoding.engine import Engine
+    from playground.providers.local import LocalProvider
+    from playground.providers.registry import Registry
+    from playground.ui import handlers
+    from playground.ui.state import ChatState, Form
+
+    registry = Registry([LocalProvider([Engine(thinking_model)])])
+    spec = json.dumps({"tools": TOOLS, "tool_choice": "required"})
+    form = Form(model=registry.default_model, kind="tools", constraint_text=spec, max_new_tokens=40, seed=1)
+    state = ChatState()
+    final = list(handlers.chat(registry, form, state, "Weather?"))[-1]
+    assert final.error == "" and state.result.constraint_kind == "structural_tag"
+    assert "You can call these functions" not in str(state.request.inputs)
+    (verdict,) = state.result.best.validation.segments
+    assert verdict.valid is True and verdict.begin.startswith("<tool_call>")
+    assert '<li class="pg-segment" data-valid="valid">' in final.verdict and "&lt;tool_call&gt;" in final.verdict
