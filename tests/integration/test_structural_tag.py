@@ -104,3 +104,16 @@ def test_bad_structural_tags_are_named(server_url: str, response_format: dict, e
     response = httpx.post(f"{server_url}/v1/chat/completions", json=body, timeout=300)
     assert response.status_code in (400, 422), response.text
     assert words in json.dumps(response.json())
+
+
+def test_check_and_inspect_take_a_structural_tag(server_url: str) -> None:
+    """/check judges a text segment by segment; /inspect shows each engine's compiled form, or why it cannot."""
+    grammar = {"type": "structural_tag", "value": {k: v for k, v in FENCE.items() if k != "type"}}
+    text = 'A point: ```json\n{"x": 1, "y": "two"}\n```'
+    checked = httpx.post(f"{server_url}/check", json={"grammar": grammar, "text": text}, timeout=300).json()
+    assert checked["accepted"] is False and checked["validation"]["segments"][0]["valid"] is False
+    engines = httpx.post(f"{server_url}/inspect", json={"grammar": grammar}, timeout=300).json()["engines"]
+    by_name = {e["engine"]: e for e in engines}
+    assert by_name["llguidance"]["compiled"] and "%json" in by_name["llguidance"]["compiled_form"]
+    assert by_name["xgrammar"]["compiled"]
+    assert "outlines_core does not read structural_tag" in by_name["outlines_core"]["error"]
