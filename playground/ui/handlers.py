@@ -302,16 +302,18 @@ def compare(registry: Registry, form: Form, state: ChatState, user_text: str) ->
         fmt = _tool_format(registry, form)
         system = tools.ui_system(form.kind, form.constraint_text, form.system_prompt, fmt)
         inputs = chat_inputs(system, _without_last_exchange(state.messages, user_text), text)
-        free = provider.generate(model_id, inputs, params_of(form, constrained=False))
-        bound = provider.generate(model_id, inputs, params_of(form, fmt=fmt))
+        free = provider.generate(model_id, inputs, params_of(form, constrained=False, fmt=fmt))
+        constrained = params_of(form, fmt=fmt)
+        bound = provider.generate(model_id, inputs, constrained)
     except Exception as exc:  # noqa: BLE001
         box = render.error_box(error_message(exc))
         return box, box
     if form.kind == "processor":
         judged = render.box("muted", "custom processors have no verdict")
     else:
-        verdict = Constraint.parse(form.kind, form.constraint_text).validate(free.generated_text)
-        judged = render.validation_html(free.best.model_copy(update={"validation": verdict}), form.kind)
+        # the constraint as sent (the tools kind's is the calls' grammar, or the template's envelope)
+        verdict = Constraint.from_grammar(constrained.grammar).validate(free.generated_text)
+        judged = render.validation_html(free.best.model_copy(update={"validation": verdict}), bound.constraint_kind)
     return render.side_html("unconstrained", free, judged), render.side_html(
         "constrained", bound, render.validation_html(bound.best, bound.constraint_kind)
     )

@@ -150,11 +150,12 @@ def params_of(form: Form, *, constrained: bool = True, fmt: ToolFormat | None = 
 
     `fmt`: the model's tool-call envelope, for the tools kind (its template renders the tools)."""
     values = {**form.model_dump(), "stop": form.stop.splitlines()}
-    if not constrained:
-        return inbound.from_controls(values)
-    grammar = inbound.grammar_for(form.kind, form.constraint_text, fmt)
-    params = inbound.from_controls(values, grammar=grammar, processors=processors_of(form))
-    rendered = tools.ui_tools(form.kind, form.constraint_text, fmt)
+    if constrained:
+        grammar = inbound.grammar_for(form.kind, form.constraint_text, fmt)
+        params = inbound.from_controls(values, grammar=grammar, processors=processors_of(form))
+    else:
+        params = inbound.from_controls(values)
+    rendered = tools.ui_tools(form.kind, form.constraint_text, fmt)  # the same prompt with or without the constraint
     return params.model_copy(update={"tools": rendered}) if rendered else params
 
 
