@@ -162,3 +162,6 @@ def test_the_ui_tools_kind_shows_each_call_in_the_templates_envelope(thinking_mo
     (verdict,) = state.result.best.validation.segments
     assert verdict.valid is True and verdict.begin.startswith("<tool_call>")
     assert '<li class="pg-segment" data-valid="valid">' in final.verdict and "&lt;tool_call&gt;" in final.verdict
+    free, bound = handlers.compare(registry, form, ChatState(), "Weather?")
+    assert "invalid (structural_tag)" in free or "valid (structural_tag)" in free  # judged by the envelope too
+    assert 'data-valid="valid"' in bound and "pg-segment" in bound
