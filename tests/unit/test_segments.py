@@ -161,3 +161,14 @@ def test_parallel_required_calls_are_read_back_one_by_one() -> None:
 def test_families_are_told_from_the_template_text(template: str, family: str | None) -> None:
     found = tool_formats.detect(template)
     assert (found.name if found else None) == family
+
+
+@pytest.mark.parametrize("family", tool_formats.FAMILIES, ids=lambda f: f.name)
+def test_every_family_writes_calls_its_grammar_takes_and_reads_them_back(family: tool_formats.ToolFormat) -> None:
+    calls = [("get_weather", '{"x": 1}'), ("get_time", "{}")]
+    text = family.separator.join(family.call_begin(name) + arguments + family.end for name, arguments in calls)
+    spec = segments.parse(tool_formats.spec(family, TOOLS, "required", parallel=True))
+    assert _parses(spec, text) and not _parses(spec, text.replace('{"x": 1}', '{"x": "1"}'))
+    assert tool_formats.read(family, TOOLS, "required", True, text).calls == calls
+    streamed = tool_formats.partial(family, TOOLS, text[: text.index('{"x": 1}') + 4])
+    assert [(c.name, c.arguments, c.complete) for c in streamed] == [("get_weather", '{"x"', False)]
