@@ -17,6 +17,8 @@ ZONE = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "req
 SCHEMAS = {"get_weather": CITY, "get_time": ZONE}
 TOOLS = [{"type": "function", "function": {"name": n, "description": n, "parameters": s}} for n, s in SCHEMAS.items()]
 ASK = [{"role": "user", "content": "Weather in Paris, and the time?"}]
+# The template closes the reasoning in the prompt: the turn is the calls alone (random weights might reason on).
+NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +58,7 @@ def test_a_named_call_comes_back_in_tool_calls_with_its_verdict(client: openai.O
         tool_choice={"type": "function", "function": {"name": "get_time"}},
         max_tokens=40,
         seed=3,
+        extra_body=NO_THINKING,
     ).choices[0]
     assert choice.finish_reason == "tool_calls" and choice.model_extra["constraint_kind"] == "structural_tag"
     (call,) = choice.message.tool_calls
@@ -72,7 +75,7 @@ def test_parallel_calls_each_judged(client: openai.OpenAI, model: str) -> None:
         tool_choice="required",
         parallel_tool_calls=True,
         max_tokens=120,
-        extra_body={"min_tokens": 40},
+        extra_body={"min_tokens": 40, **NO_THINKING},
         seed=1,
     ).choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -89,7 +92,7 @@ def test_streamed_calls_add_up_to_the_answer(client: openai.OpenAI, model: str) 
         tool_choice="required",
         parallel_tool_calls=True,
         max_tokens=120,
-        extra_body={"min_tokens": 40},
+        extra_body={"min_tokens": 40, **NO_THINKING},
         seed=1,
         stream=True,
     )
@@ -120,7 +123,13 @@ def test_tool_results_go_back_through_the_template(client: openai.OpenAI, model:
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
     ]
     choice = client.chat.completions.create(
-        model=model, messages=messages, tools=TOOLS, tool_choice="required", max_tokens=40, seed=2
+        model=model,
+        messages=messages,
+        tools=TOOLS,
+        tool_choice="required",
+        max_tokens=40,
+        seed=2,
+        extra_body=NO_THINKING,
     ).choices[0]
     assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
 
