@@ -283,14 +283,13 @@ def _segment(structure: dict[str, Any], text: str, start: int, budget_s: float |
     content = text[start:stop]
     judged = schema_check.validate(structure["schema"], content, budget_s or schema_check.VERDICT_BUDGET_S)
     valid, message = judged.valid, judged.message
-    if not text.startswith(structure["end"], stop):
+    closed = text.startswith(structure["end"], stop)
+    if not closed:
         valid, message = False, f"{message}; the end marker {structure['end']!r} does not follow"
     verdict = SegmentVerdict(
         begin=structure["begin"], start=start, end=stop, content=content, valid=valid, message=message
     )
-    return verdict, stop + len(structure["end"]) if valid is not False or text.startswith(
-        structure["end"], stop
-    ) else -1
+    return verdict, stop + len(structure["end"]) if closed else -1
 
 
 def _verdict(segments: list[SegmentVerdict], problems: list[str]) -> Validation:
