@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from playground.constraints import jsonformat, matching, schema_check
+from playground.constraints import jsonformat, matching, schema_check, segments
 from playground.errors import (
     ConstraintError,
     InvalidConstraintError,
@@ -62,6 +62,8 @@ class Constraint:
             return cls.regex(grammar.value)
         if grammar.type == "choice":
             return cls.choice(grammar.value)
+        if grammar.type == "structural_tag":
+            return cls.structural_tag(grammar.value)
         return cls.grammar(grammar.value)
 
     @classmethod
@@ -80,8 +82,10 @@ class Constraint:
             return cls.choice([line for line in text.splitlines() if line.strip()])
         if kind == "grammar":
             return cls.grammar(text)
+        if kind == "structural_tag":
+            return cls.structural_tag(text)
         raise InvalidConstraintError(
-            f"unknown constraint kind {kind!r}; use none, json_schema, regex, choice or grammar"
+            f"unknown constraint kind {kind!r}; use none, json_schema, regex, choice, grammar or structural_tag"
         )
 
     @classmethod
@@ -134,6 +138,11 @@ class Constraint:
             raise InvalidConstraintError(f"invalid grammar (Lark or GBNF, as llguidance reads it): {problem}")
         return cls("grammar", text)
 
+    @classmethod
+    def structural_tag(cls, value: Any) -> Constraint:
+        """vLLM's structural_tag (legacy {structures, triggers} or xgrammar's {format}): constrained segments."""
+        return cls("structural_tag", _Frozen(segments.parse(value)))
+
     def to_grammar(self) -> GrammarType | None:
         """The TGI `grammar` parameter that carries this constraint (None for kind 'none')."""
         if self.kind == "none":
@@ -143,6 +152,8 @@ class Constraint:
             return GrammarType(type="json", value=self.schema, whitespace=whitespace)
         if self.kind == "choice":
             return GrammarType(type="choice", value=list(self.value))
+        if self.kind == "structural_tag":  # in xgrammar's `format` form, which vLLM takes too
+            return GrammarType(type="structural_tag", value=segments.to_xgrammar(self.schema))
         return GrammarType(type=self.kind, value=self.value)
 
     @property
@@ -152,6 +163,7 @@ class Constraint:
 
     @property
     def schema(self) -> dict:
+        """A json_schema's schema; a structural_tag's canonical spec (playground.constraints.segments)."""
         return self.value.data if isinstance(self.value, _Frozen) else {}
 
     def engine_input(self) -> str:
@@ -160,6 +172,8 @@ class Constraint:
             return json.dumps(jsonformat.with_layout(self.schema, self.layout))
         if self.kind == "choice":
             return "(" + "|".join(_escape_rust_regex(c) for c in self.value) + ")"
+        if self.kind == "structural_tag":
+            return json.dumps(self.schema)
         return self.value
 
     def validate(self, text: str, budget_s: float | None = None) -> Validation:
@@ -170,6 +184,8 @@ class Constraint:
             return Validation(valid=None, message="no constraint")
         if self.kind == "json_schema":
             return schema_check.validate(self.schema, text, budget_s or schema_check.VERDICT_BUDGET_S)
+        if self.kind == "structural_tag":
+            return segments.validate(self.schema, text, budget_s)
         if self.kind == "choice":
             ok = text in self.value
             return Validation(valid=ok, message="one of the choices" if ok else "not one of the choices")

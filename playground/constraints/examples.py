@@ -46,6 +46,19 @@ CAPITAL_GRAMMAR = 'start: "The capital of " NAME " is " NAME "."\nNAME: /[A-Z][a
 
 YES_NO_GRAMMAR = 'start: answer "."\nanswer: "Yes" | "No"\n'
 
+# Segment constraints (vLLM's structural_tag): free text, and the JSON inside the markers checked against its schema.
+FENCED_JSON = (
+    '{"structures": [{"begin": "```json\\n", "end": "\\n```", "schema": '
+    + WEATHER_SCHEMA.replace("\n", "\n  ")
+    + '}],\n "triggers": ["```json"]}'
+)
+TAGGED_ANSWER = (
+    '{"format": {"type": "triggered_tags", "triggers": ["<answer>"], "stop_after_first": true,\n'
+    ' "tags": [{"begin": "<answer>", "end": "</answer>", "content": {"type": "json_schema", "json_schema": '
+    + PERSON_SCHEMA.replace("\n", "\n  ")
+    + "}}]}}"
+)
+
 WEATHER_TOOLS = """{
   "tool_choice": "required",
   "tools": [
@@ -90,6 +103,16 @@ EXAMPLES: dict[str, list[Example]] = {
         Example("Calculation", CALCULATION_GRAMMAR, "What is 7 times 6? Answer with the calculation."),
         Example("Capital sentence", CAPITAL_GRAMMAR, "What is the capital of Italy?"),
         Example("Yes or no", YES_NO_GRAMMAR, "Can fish climb trees?"),
+    ],
+    "structural_tag": [
+        Example(
+            "JSON in a ```json fence",
+            FENCED_JSON,
+            "Describe today's weather in Paris, with the data in a ```json block.",
+        ),
+        Example(
+            "Answer after <answer>", TAGGED_ANSWER, "Think about a person, then give them inside <answer></answer>."
+        ),
     ],
     "tools": [Example("Weather or time", WEATHER_TOOLS, "What's the weather in Paris?")],
 }

@@ -1,4 +1,5 @@
-"""A chat through the model's own template, with vLLM's options: `add_generation_prompt` and `chat_template_kwargs`."""
+"""A chat through the model's own template, with vLLM's options: `add_generation_prompt` and `chat_template_kwargs`;
+tools and past tool calls as the template itself writes them, when it writes them in a known envelope."""
 
 from __future__ import annotations
 
@@ -8,13 +9,50 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from playground.errors import ParameterError, first_line
+from playground.types import ChatMessage
+from playground.wire import tool_formats
 
 # apply_chat_template's own arguments (continue_final_message among them: the request's field of that name
 # forces the prefix through the constraint): a request's template variables may not replace any of them.
 _RESERVED = frozenset(inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters) - {"self", "kwargs"}
 
 
-def render(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool, kwargs: dict | None) -> str:
+def message(m: ChatMessage) -> dict[str, Any]:
+    """A message as templates read it: role and text, and a past turn's tool calls or a tool result's ids."""
+    out: dict[str, Any] = {"role": m.role, "content": m.text()}
+    extra = m.model_extra or {}
+    if m.role == "assistant" and extra.get("tool_calls"):
+        out["tool_calls"] = extra["tool_calls"]
+    for key in ("tool_call_id", "name"):
+        value = extra.get(key) if key in extra else getattr(m, key, None)
+        if m.role == "tool" and isinstance(value, str):
+            out[key] = value
+    return out
+
+
+def tool_format(tokenizer: Any) -> str | None:
+    """The envelope family of a template that renders tools (the prompt changes with them) and writes calls."""
+    template = getattr(tokenizer, "chat_template", None)
+    found = tool_formats.detect(template if isinstance(template, str) else None)
+    if found is None:
+        return None
+    probe = [{"role": "user", "content": "x"}]
+    tool = {"type": "function", "function": {"name": "probe_tool", "description": "d", "parameters": {}}}
+    try:
+        plain = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+        with_tool = tokenizer.apply_chat_template(probe, tools=[tool], tokenize=False, add_generation_prompt=True)
+    except Exception:  # a template that cannot take tools keeps the generic instructions
+        return None
+    return found.name if with_tool != plain and "probe_tool" in with_tool else None
+
+
+def render(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    add_generation_prompt: bool,
+    kwargs: dict | None,
+    tools: list[dict[str, Any]] | None = None,
+) -> str:
     """The prompt text; a template variable the template chokes on is the request's error, not a 500."""
     extra = dict(kwargs or {})
     taken = sorted(_RESERVED & set(extra))
@@ -23,9 +61,10 @@ def render(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt
             f"chat_template_kwargs: {', '.join(taken)} cannot be set here (a request field of its own, or ours)",
             field="chat_template_kwargs",
         )
+    described = {"tools": tools} if tools else {}
     try:
         return tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **described, **extra
         )
     except Exception as exc:  # jinja2's TemplateError, or anything a template raises with odd variables
         if not extra:

@@ -111,10 +111,11 @@ class TokenChooser:
         return sampling.score_row(logits, masked, chain, ids, untouched=masked is logits and not len(chain))
 
     def decode(self, ids: list[int]) -> str:
-        """The row's text; a thinking model's keeps its reasoning delimiters even when they are special tokens."""
+        """The row's text (a tool-call envelope's markup kept); a thinking model's keeps its reasoning delimiters even
+        when they are special tokens."""
         if self.gate is not None:
-            return self.gate.plan.decode(ids)
-        return self.runner.tokenizer.decode(ids, skip_special_tokens=True)
+            return self.gate.plan.decode(ids, self.runner.text)
+        return self.runner.text(ids)
 
     def mark(self, token: GeneratedToken, index: int) -> GeneratedToken:
         """The token's segment (reasoning or answer) and whether the gate forced it; `index`: its place in the row."""

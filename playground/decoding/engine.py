@@ -81,6 +81,7 @@ class Engine:
         self.reasoning = reasoning.model_format(self.tokenizer, reasoning_delimiters)
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
         self.scheduler = Scheduler(self.runner, self._busy, max_batch_rows)
+        self.tool_format = chat_template.tool_format(self.tokenizer)
         threading.Thread(target=self.compiler.warm, daemon=True, name="warm-constraints").start()
 
     # --- prompts ---------------------------------------------------------------------------
@@ -90,10 +91,10 @@ class Engine:
         if isinstance(inputs, str):
             return inputs
         params = params or GenerateParameters()
-        messages = [{"role": m.role, "content": m.text()} for m in inputs]
+        messages = [chat_template.message(m) for m in inputs]
         header = params.add_generation_prompt
         if getattr(self.tokenizer, "chat_template", None):
-            return chat_template.render(self.tokenizer, messages, header, params.chat_template_kwargs)
+            return chat_template.render(self.tokenizer, messages, header, params.chat_template_kwargs, params.tools)
         return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + ("assistant: " if header else "")
 
     def encode_prompt(

@@ -12,6 +12,7 @@ constraint engine: a held-back processor simply is not called, so its first call
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,19 +124,21 @@ class ReasoningPlan:
         """A fresh per-row gate."""
         return ReasoningGate(self)
 
-    def decode(self, ids: list[int]) -> str:
-        """The row's text, its delimiters kept even where they are special tokens (left out of other text)."""
+    def decode(self, ids: list[int], text: Callable[[list[int]], str] | None = None) -> str:
+        """The row's text, its delimiters kept even where they are special tokens (left out of other text);
+        `text` decodes the runs between them (by default, without special tokens)."""
+        text = text or (lambda run: self.tokenizer.decode(run, skip_special_tokens=True))
         if not self.keep:
-            return self.tokenizer.decode(ids, skip_special_tokens=True)
+            return text(ids)
         parts, run = [], []
         for token_id in ids:
             if token_id in self.keep:
-                parts.append(self.tokenizer.decode(run, skip_special_tokens=True))
+                parts.append(text(run))
                 parts.append(self.keep[token_id])
                 run = []
             else:
                 run.append(token_id)
-        parts.append(self.tokenizer.decode(run, skip_special_tokens=True))
+        parts.append(text(run))
         return "".join(parts)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from playground.models import LoadedModel
+from playground.wire import tool_formats
 
 
 class ModelRunner:
@@ -26,7 +27,14 @@ class ModelRunner:
         self.device = torch.device(loaded.device)
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
-        self.special_ids = set(self.tokenizer.all_special_ids)
+        # A tool-call envelope's special tokens (`<tool_call>`, `[TOOL_CALLS]`) are markup the answer's text keeps:
+        # the calls are read back from it. Every other special token stays out of the text.
+        skipped = set(self.tokenizer.all_special_ids) | {
+            i for i, t in (getattr(self.tokenizer, "added_tokens_decoder", {}) or {}).items() if t.special
+        }
+        self.markup_ids = {i for i in skipped if self.tokenizer.convert_ids_to_tokens(i) in tool_formats.MARKUP}
+        self.special_ids = set(self.tokenizer.all_special_ids) - self.markup_ids
+        self._hidden_ids = skipped - self.markup_ids
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
         self._token_text: dict[int, str] = {}
@@ -52,6 +60,13 @@ class ModelRunner:
             text = self.tokenizer.decode([token_id])
             self._token_text[token_id] = text
         return text
+
+    def text(self, token_ids: list[int]) -> str:
+        """The answer's text of these tokens: special tokens left out, the envelope's markup kept."""
+        if not self.markup_ids:
+            return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        kept = [i for i in token_ids if i not in self._hidden_ids]
+        return self.tokenizer.decode(kept, skip_special_tokens=False)
 
     def ids(self, token_ids: list[int]) -> torch.Tensor:
         """A one-row batch of ids on the model's device."""

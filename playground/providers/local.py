@@ -194,6 +194,7 @@ class LocalProvider:
             prefix_cache=engine.prefix_cache.public_usage(),
             batch={**engine.scheduler.usage(), "batch_weights_mb": engine.loaded.batch_weights_mb},
             reasoning=engine.reasoning.public() if engine.reasoning else None,
+            tool_format=engine.tool_format,
         )
 
     def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:

@@ -16,6 +16,8 @@ DIALECT_NOTES = {
     "regex": "Rust regex syntax: \\d, \\w and . match any Unicode digit, word character or character "
     "(\\d admits digits like ٣ or 🯳); write [0-9], [A-Za-z] for ASCII. No look-around or backreferences.",
     "grammar": "Lark (start: ...) or llama.cpp GBNF (root ::= ...); regexes inside use Rust syntax.",
+    "structural_tag": "vLLM's structural_tag: {structures: [{begin, schema, end}], triggers} or xgrammar's {format}; "
+    "free text, each JSON segment between its markers checked against its schema (llguidance, xgrammar).",
 }
 
 
@@ -75,7 +77,23 @@ def verdict_html(validation: Validation, constraint_kind: str) -> str:
     """The verdict box of a text judged outside a finished sequence (an answer the engine had to end)."""
     state, text = verdict(validation, constraint_kind)
     attr = {True: "valid", False: "invalid", None: "none"}[validation.valid]
-    return f'<div class="pg-box pg-{state} pg-verdict" data-valid="{attr}">{esc(text)}</div>'
+    return f'<div class="pg-box pg-{state} pg-verdict" data-valid="{attr}">{esc(text)}{segments_html(validation)}</div>'
+
+
+def segments_html(validation: Validation) -> str:
+    """Each constrained segment (a structural tag's, a tool call's): its marker, its content and its own verdict."""
+    if not validation.segments:
+        return ""
+    rows = []
+    for number, segment in enumerate(validation.segments, start=1):
+        mark = {True: ("ok", "✓"), False: ("bad", "✗"), None: ("muted", "?")}[segment.valid]
+        attr = {True: "valid", False: "invalid", None: "none"}[segment.valid]
+        rows.append(
+            f'<li class="pg-segment" data-valid="{attr}"><span class="pg-{mark[0]}-text">{mark[1]} segment {number}'
+            f"</span> <code>{esc(segment.begin)}</code><pre>{esc(segment.content)}</pre>"
+            f'<span class="pg-muted">{esc(segment.message)}</span></li>'
+        )
+    return f'<ol class="pg-segments">{"".join(rows)}</ol>'
 
 
 def bestof_html(result: GenerationResult) -> str:

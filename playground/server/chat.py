@@ -9,6 +9,7 @@ from typing import Any
 from playground.server.convert import VERSION, debugger_extras
 from playground.types import ChatCompletion, ChatCompletionRequest, GeneratedToken, GenerationResult, Sequence
 from playground.wire import chat_fields, tools
+from playground.wire.tool_formats import ToolFormat
 
 FINISH_REASONS = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
 FINGERPRINT = f"structured-playground-{VERSION}"
@@ -98,13 +99,15 @@ def choice_extras(result: GenerationResult, notes: list[str] | None = None) -> d
     }
 
 
-def completion_response(model: str, results: list[GenerationResult], req: ChatCompletionRequest) -> dict[str, Any]:
-    """OpenAI's ChatCompletion for n results (one per choice)."""
+def completion_response(
+    model: str, results: list[GenerationResult], req: ChatCompletionRequest, fmt: ToolFormat | None = None
+) -> dict[str, Any]:
+    """OpenAI's ChatCompletion for n results (one per choice); `fmt`: the template's tool-call envelope."""
     choices = []
     notes = chat_fields.warnings(req)
     for index, result in enumerate(results):
         seq = result.best
-        message, finish, cut_off = tools.answer(req, trim_stop(seq.answer, seq), seq.finish_reason)
+        message, finish, cut_off = tools.answer(req, trim_stop(seq.answer, seq), seq.finish_reason, fmt)
         message.update(reasoning_fields(seq))
         choices.append(
             {

@@ -84,6 +84,7 @@ def tgi_info(
         "prefix_cache": info.prefix_cache,
         "batch": info.batch,
         "reasoning": info.reasoning,
+        "tool_format": info.tool_format,  # the envelope its chat template writes tool calls in, if known
         "processors": processors,
         "models": models,
     }

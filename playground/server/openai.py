@@ -18,8 +18,9 @@ from playground.server.streaming import decoded
 from playground.server.tgi import registry_of, resolve, sse
 from playground.server.tool_stream import ToolStream
 from playground.types import GenerateParameters, GenerationResult, Name, Strict, TokenEvent
-from playground.wire import chat_fields, checks, inbound, tools
+from playground.wire import chat_fields, checks, inbound, tool_formats, tools
 from playground.wire.inbound import ChatRequest
+from playground.wire.tool_formats import ToolFormat
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 
@@ -46,17 +47,18 @@ async def register_model(request: Request, body: RegisterModel) -> dict[str, Any
     return _model_card(name, body.provider_id)
 
 
-async def _jobs(request: Request, req: ChatRequest) -> tuple[Provider, str, list[Job]]:
-    """The provider and model asked for, and the choices: the same messages, seeded base+i, checked against the
-    model's limits."""
+async def _jobs(request: Request, req: ChatRequest) -> tuple[Provider, str, ToolFormat | None, list[Job]]:
+    """The provider and model asked for, the envelope its chat template writes tool calls in (if one), and the
+    choices: the same messages, seeded base+i, checked against the model's limits."""
     provider, model_id = resolve(request, req.model)
-    seed = inbound.base_seed(req)
-    params = [inbound.chat_parameters(req, seed + i) for i in range(req.n)]
     info = await run_in_threadpool(provider.info, model_id)
+    fmt = tool_formats.by_name(info.tool_format)
+    seed = inbound.base_seed(req)
+    params = [inbound.chat_parameters(req, seed + i, fmt) for i in range(req.n)]
     checks.check_lengths(params[0], info, field="max_completion_tokens" if req.max_completion_tokens else "max_tokens")
     checks.check_top_n(params[0], info.max_top_n_tokens, field="top_logprobs")
-    messages = inbound.prompt_messages(req)
-    return provider, model_id, [(messages, choice_params) for choice_params in params]
+    messages = inbound.prompt_messages(req, fmt)
+    return provider, model_id, fmt, [(messages, choice_params) for choice_params in params]
 
 
 @router.post(
@@ -66,9 +68,9 @@ async def _jobs(request: Request, req: ChatRequest) -> tuple[Provider, str, list
 )
 async def chat_completions(request: Request, body: ChatRequest) -> Any:
     """n choices are n independent samples with seeds seed, seed+1, ...; `validation` on each choice."""
-    provider, model_id, jobs = await _jobs(request, body)
+    provider, model_id, fmt, jobs = await _jobs(request, body)
     base = chat.envelope(model_id, "chat.completion.chunk")
-    choice = partial(_choice_chunks, req=body, base=base)
+    choice = partial(_choice_chunks, req=body, base=base, fmt=fmt)
     return await answer(
         request,
         provider,
@@ -78,7 +80,7 @@ async def chat_completions(request: Request, body: ChatRequest) -> Any:
         base=base,
         choice_chunks=choice,
         usage=chat.usage,
-        respond=lambda results: chat.completion_response(model_id, results, body),
+        respond=lambda results: chat.completion_response(model_id, results, body, fmt),
     )
 
 
@@ -94,11 +96,12 @@ async def _choice_chunks(
     *,
     req: ChatRequest,
     base: dict[str, Any],
+    fmt: ToolFormat | None,
 ) -> AsyncIterator[str | GenerationResult]:
     """The chunks of one choice (content, or each tool call's head then its arguments), then its result."""
     params = job[1]
     yield _chunk(base, index, {"role": "assistant", "content": ""})
-    feed, ending = _tool_deltas(req, params) if tools.mode(req) is not None else _content_deltas(req, params)
+    feed, ending = _tool_deltas(req, params, fmt) if tools.mode(req) is not None else _content_deltas(req, params)
     thought = _ReasoningDeltas()
     async for deltas, tokens, result in decoded(events, feed, thought.feed):
         if result is not None:
@@ -149,9 +152,9 @@ def _content_deltas(req: ChatRequest, params: GenerateParameters) -> tuple[Delta
     return feed, ending
 
 
-def _tool_deltas(req: ChatRequest, params: GenerateParameters) -> tuple[Deltas, Ending]:
+def _tool_deltas(req: ChatRequest, params: GenerateParameters, fmt: ToolFormat | None) -> tuple[Deltas, Ending]:
     """A choice that may call tools: each call's id and name first, then its arguments as they are decoded."""
-    stream = ToolStream(req, params.stop)
+    stream = ToolStream(req, params.stop, fmt)
 
     def ending(result: GenerationResult, tokens: list[Any]) -> tuple[list[dict[str, Any]], str, list[str]]:
         return stream.finish(result, chat.trim_stop(result.best.answer, result.best))

@@ -28,6 +28,7 @@ from playground.types.results import GenerationResult as GenerationResult
 from playground.types.results import NextTokenCandidate as NextTokenCandidate
 from playground.types.results import NextTokenDistribution as NextTokenDistribution
 from playground.types.results import ReasoningSpan as ReasoningSpan
+from playground.types.results import SegmentVerdict as SegmentVerdict
 from playground.types.results import Sequence as Sequence
 from playground.types.results import Timings as Timings
 from playground.types.results import TokenEvent as TokenEvent

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from playground.types.sizes import MAX_INPUT_CHARS, MAX_NAME_CHARS, MAX_PROCESSOR_PARAM_CHARS, MAX_STOP_CHARS
 
 FinishReason = Literal["length", "eos_token", "stop_sequence"]
-ConstraintKind = Literal["none", "json_schema", "regex", "choice", "grammar"]
+ConstraintKind = Literal["none", "json_schema", "regex", "choice", "grammar", "structural_tag"]
 # "auto" or a registered constraint engine (GET /info lists them; the compiler refuses others by name).
 EngineName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", examples=["auto", "llguidance"])]
 InputText = Annotated[str, Field(max_length=MAX_INPUT_CHARS)]

@@ -123,12 +123,14 @@ class ResponseFormat(Request):
 
 
 class StructuredOutputs(Request):
-    """vLLM's structured_outputs: exactly one of json, regex, choice, grammar, json_object; and its options."""
+    """vLLM's structured_outputs: exactly one of json, regex, choice, grammar, structural_tag, json_object; and its
+    options."""
 
     json_: dict[str, Any] | str | None = Field(default=None, alias="json")
     regex: str | None = None
     choice: list[str] | None = None
     grammar: str | None = None
+    structural_tag: dict[str, Any] | str | None = None
     json_object: bool | None = None
     # Options of how the engine compiles: accepted, each named in `warnings` (our engines pick their own).
     whitespace_pattern: str | None = None
@@ -139,11 +141,13 @@ class StructuredOutputs(Request):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> StructuredOutputs:
-        given = [k for k in ("json_", "regex", "choice", "grammar") if getattr(self, k) is not None]
+        given = [k for k in ("json_", "regex", "choice", "grammar", "structural_tag") if getattr(self, k) is not None]
         if self.json_object:
             given.append("json_object")
         if len(given) != 1:
-            raise ValueError("structured_outputs needs exactly one of json, regex, choice, grammar, json_object")
+            raise ValueError(
+                "structured_outputs needs exactly one of json, regex, choice, grammar, structural_tag, json_object"
+            )
         return self
 
 

@@ -11,9 +11,10 @@ from playground.types.sizes import MAX_PREFIX_CHARS, MAX_PROCESSOR_PARAMS, MAX_P
 
 
 class GrammarType(Strict):
-    """TGI's `grammar` parameter, plus our `choice` (list of strings) and `grammar` (Lark text)."""
+    """TGI's `grammar` parameter, plus our `choice` (list of strings), `grammar` (Lark text) and `structural_tag`
+    (vLLM's segment constraint: free text with constrained segments between begin and end markers)."""
 
-    type: Literal["json", "json_schema", "regex", "choice", "grammar"]
+    type: Literal["json", "json_schema", "regex", "choice", "grammar", "structural_tag"]
     value: Any
     whitespace: str | None = Field(
         default=None,
@@ -102,6 +103,11 @@ class GenerateParameters(Sampling):
         default=False,
         description="Open a reasoning block before the answer (plain-text <think> for a model without one of its "
         "own), written freely up to max_reasoning_tokens (default 128), then the constraint.",
+    )
+    tools: list[dict[str, Any]] | None = Field(
+        default=None,
+        max_length=64,
+        description="OpenAI's tools, rendered by a chat template that writes tool calls in its own envelope.",
     )
 
     @field_validator("logit_bias")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
 from playground.types.base import ConstraintKind, FinishReason
 from playground.types.tgi import PrefillToken, Token
@@ -45,12 +45,34 @@ class FieldConfidence(BaseModel):
     forced: int = Field(description="Tokens the constraint forced (fast-forwarded).")
 
 
+class SegmentVerdict(BaseModel):
+    """The verdict on one constrained segment of an answer (a structural tag's segment, one tool call)."""
+
+    begin: str = Field(description="The marker that opened the segment.")
+    start: int = Field(description="Character offset of the segment's content in the answer.")
+    end: int = Field(description="Character offset just past the content.")
+    content: str
+    valid: bool | None
+    message: str = ""
+
+
 class Validation(BaseModel):
     """The verdict on a finished output against its constraint."""
 
     valid: bool | None = Field(default=None, description="None when there was nothing to check.")
     message: str = ""
     enforced: bool = Field(default=True, description="False when a provider did not enforce the constraint.")
+    segments: list[SegmentVerdict] | None = Field(
+        default=None, description="Segment constraints: the verdict on each constrained segment, in order."
+    )
+
+    @model_serializer(mode="wrap")
+    def _segments_when_judged(self, handler: Any) -> dict[str, Any]:
+        """`segments` only for a segment constraint: every other verdict keeps its three keys."""
+        data = handler(self)
+        if data.get("segments") is None:
+            data.pop("segments", None)
+        return data
 
 
 class SegmentFigures(BaseModel):

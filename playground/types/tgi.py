@@ -101,3 +101,4 @@ class ModelInfo(BaseModel):
     prefix_cache: dict[str, int | str] | None = None  # local engines: budget, bytes held (coarse), scope "client"
     batch: dict[str, int] | None = None  # local engines: scheduler.usage() and batch_weights_mb
     reasoning: dict[str, str] | None = None  # a thinking model's delimiters: family, start, end
+    tool_format: str | None = None  # the tool-call envelope the chat template writes (playground.wire.tool_formats)

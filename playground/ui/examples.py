@@ -12,6 +12,7 @@ KINDS: list[tuple[str, str]] = [
     ("regex", "regex"),
     ("choice", "choice"),
     ("grammar (Lark)", "grammar"),
+    ("segments (structural tag)", "structural_tag"),
     ("tools (function calls)", "tools"),
     ("custom processor", "processor"),
 ]
@@ -22,6 +23,7 @@ LANGUAGES: dict[str, str | None] = {
     "choice": None,
     "regex": None,
     "grammar": None,
+    "structural_tag": "json",
     "tools": "json",
 }
 

@@ -19,7 +19,8 @@ from playground.render.chat import CONSTRAINT_KEY, chatbot_value
 from playground.types import GenerationResult, TokenEvent
 from playground.ui import stopped
 from playground.ui.state import ChatState, Form, LastRequest, chat_inputs, params_of
-from playground.wire import tools
+from playground.wire import tool_formats, tools
+from playground.wire.tool_formats import ToolFormat
 
 log = logging.getLogger(__name__)
 
@@ -119,13 +120,20 @@ def chat(
     try:
         if not user_text.strip():
             raise ParameterError("type a message first", field="chat-input")
-        inputs = chat_inputs(tools.ui_system(form.kind, form.constraint_text, form.system_prompt), history, user_text)
-        request = LastRequest(model=form.model, inputs=inputs, params=params_of(form))
-        registry.resolve(request.model)
+        fmt = _tool_format(registry, form)
+        system = tools.ui_system(form.kind, form.constraint_text, form.system_prompt, fmt)
+        inputs = chat_inputs(system, history, user_text)
+        request = LastRequest(model=form.model, inputs=inputs, params=params_of(form, fmt=fmt))
     except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the UI
         yield Panels.failed(state, exc)
         return
     yield from _turn(registry, state, request, user_text, history)
+
+
+def _tool_format(registry: Registry, form: Form) -> ToolFormat | None:
+    """The model's tool-call envelope, for the tools kind: its template then describes the tools and the calls."""
+    provider, model_id = registry.resolve(form.model)
+    return tool_formats.by_name(provider.info(model_id).tool_format) if form.kind == "tools" else None
 
 
 def _turn(
@@ -291,18 +299,21 @@ def compare(registry: Registry, form: Form, state: ChatState, user_text: str) ->
         if form.kind == "none":
             raise ParameterError("pick a constraint (or a custom processor) to compare against")
         provider, model_id = registry.resolve(form.model)
-        system = tools.ui_system(form.kind, form.constraint_text, form.system_prompt)
+        fmt = _tool_format(registry, form)
+        system = tools.ui_system(form.kind, form.constraint_text, form.system_prompt, fmt)
         inputs = chat_inputs(system, _without_last_exchange(state.messages, user_text), text)
-        free = provider.generate(model_id, inputs, params_of(form, constrained=False))
-        bound = provider.generate(model_id, inputs, params_of(form))
+        free = provider.generate(model_id, inputs, params_of(form, constrained=False, fmt=fmt))
+        constrained = params_of(form, fmt=fmt)
+        bound = provider.generate(model_id, inputs, constrained)
     except Exception as exc:  # noqa: BLE001
         box = render.error_box(error_message(exc))
         return box, box
     if form.kind == "processor":
         judged = render.box("muted", "custom processors have no verdict")
     else:
-        verdict = Constraint.parse(form.kind, form.constraint_text).validate(free.best.answer)
-        judged = render.validation_html(free.best.model_copy(update={"validation": verdict}), form.kind)
+        # the constraint as sent (the tools kind's is the calls' grammar, or the template's envelope), on the answer
+        verdict = Constraint.from_grammar(constrained.grammar).validate(free.best.answer)
+        judged = render.validation_html(free.best.model_copy(update={"validation": verdict}), bound.constraint_kind)
     return render.side_html("unconstrained", free, judged), render.side_html(
         "constrained", bound, render.validation_html(bound.best, bound.constraint_kind)
     )

@@ -89,7 +89,7 @@ def hf_snippet(base_url: str, prompt: str, params: GenerateParameters) -> str:
 
 def _output_type(grammar: GrammarType | None) -> tuple[str, str]:
     """(import line, expression) of the Outlines output type for a constraint."""
-    if grammar is None:
+    if grammar is None or grammar.type == "structural_tag":  # Outlines has no structural tag: the body carries it
         return "", "None"
     if grammar.type == "json":
         return "from outlines.types import JsonSchema\n", f"JsonSchema({py(grammar.value, 4)})"
@@ -106,7 +106,8 @@ _NOT_OUTLINES_KWARGS = {"model", "messages", "response_format", "structured_outp
 
 def outlines_snippet(base_url: str, body: dict[str, Any], grammar: GrammarType | None) -> str:
     imports, output_type = _output_type(grammar)
-    kwargs = {k: v for k, v in body.items() if k not in _NOT_OUTLINES_KWARGS and k not in _EXTRA_BODY}
+    kept = {"response_format"} if grammar is not None and grammar.type == "structural_tag" else set()
+    kwargs = {k: v for k, v in body.items() if (k not in _NOT_OUTLINES_KWARGS or k in kept) and k not in _EXTRA_BODY}
     extra = {k: v for k, v in body.items() if k in _EXTRA_BODY and k != "structured_outputs"}
     if extra:
         kwargs["extra_body"] = extra

@@ -13,9 +13,10 @@ from playground.errors import ParameterError, PlaygroundError
 from playground.render.chat import CONSTRAINT_KEY
 from playground.types import ChatMessage, GeneratedToken, GenerateParameters, GenerationResult, ProcessorSpec
 from playground.ui.examples import SYSTEM_PROMPT
-from playground.wire import inbound
+from playground.wire import inbound, tools
 from playground.wire.controls import SAMPLING
 from playground.wire.errors import parameter_error
+from playground.wire.tool_formats import ToolFormat
 
 if TYPE_CHECKING:
     from playground.options import LocalOptions
@@ -148,14 +149,18 @@ def processors_of(form: Form) -> list[ProcessorSpec]:
     return [ProcessorSpec(name=form.processor, params=params)]
 
 
-def params_of(form: Form, *, constrained: bool = True) -> GenerateParameters:
-    """TGI parameters from the form; neutral slider values (temperature 1, top_k 0, ...) mean unset."""
+def params_of(form: Form, *, constrained: bool = True, fmt: ToolFormat | None = None) -> GenerateParameters:
+    """TGI parameters from the form; neutral slider values (temperature 1, top_k 0, ...) mean unset.
+
+    `fmt`: the model's tool-call envelope, for the tools kind (its template renders the tools)."""
     values = {**form.model_dump(), "stop": form.stop.splitlines()}
-    if not constrained:
-        return inbound.from_controls(values)
-    return inbound.from_controls(
-        values, grammar=inbound.grammar_for(form.kind, form.constraint_text), processors=processors_of(form)
-    )
+    if constrained:
+        grammar = inbound.grammar_for(form.kind, form.constraint_text, fmt)
+        params = inbound.from_controls(values, grammar=grammar, processors=processors_of(form))
+    else:
+        params = inbound.from_controls(values)
+    rendered = tools.ui_tools(form.kind, form.constraint_text, fmt)  # the same prompt with or without the constraint
+    return params.model_copy(update={"tools": rendered}) if rendered else params
 
 
 def chat_inputs(system_prompt: str, messages: list[dict[str, str]], user_text: str | None = None) -> list[ChatMessage]:

@@ -19,6 +19,7 @@ from playground.types.chat import OpenAISampling, Request
 from playground.wire import chat_fields, checks, tools
 from playground.wire.controls import BY_NAME, carried_by, sampling_values
 from playground.wire.errors import parameter_error
+from playground.wire.tool_formats import ToolFormat
 
 
 def parameters(values: Mapping[str, Any], *, prefix: Sequence[Any] = ()) -> GenerateParameters:
@@ -29,12 +30,14 @@ def parameters(values: Mapping[str, Any], *, prefix: Sequence[Any] = ()) -> Gene
         raise parameter_error(exc, prefix=prefix) from None
 
 
-def grammar_for(kind: str, text: str) -> GrammarType | None:
-    """The request's `grammar` for an editor's (kind, text); a bad constraint raises its typed error."""
+def grammar_for(kind: str, text: str, fmt: ToolFormat | None = None) -> GrammarType | None:
+    """The request's `grammar` for an editor's (kind, text); a bad constraint raises its typed error.
+
+    `fmt`: the model's tool-call envelope, for the tools kind."""
     if kind in ("none", "processor"):
         return None
     if kind == "tools":
-        return tools.ui_grammar(text)
+        return tools.ui_grammar(text, fmt)
     return Constraint.parse(kind, text).to_grammar()
 
 
@@ -81,9 +84,13 @@ class ChatResponseFormat(Request):
     """OpenAI's response_format, and TGI's `{type: json|json_object|regex|json_schema, value}` that
     huggingface_hub's InferenceClient sends."""
 
-    type: Literal["text", "json_object", "json_schema", "json", "regex"]
+    type: Literal["text", "json_object", "json_schema", "json", "regex", "structural_tag"]
     json_schema: dict[str, Any] | None = None
     value: Any = None
+    # vLLM's structural_tag: the legacy form (structures, triggers) or xgrammar's (format).
+    structures: list[Any] | None = None
+    triggers: list[Any] | None = None
+    format: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _complete(self) -> ChatResponseFormat:
@@ -95,6 +102,11 @@ class ChatResponseFormat(Request):
             raise ValueError("type 'json_schema' needs json_schema: {name, schema}")
         if self.type in ("json", "regex") and self.value is None:
             raise ValueError(f"type {self.type!r} needs a value")
+        tag_fields = self.structures is not None or self.triggers is not None or self.format is not None
+        if self.type == "structural_tag" and not tag_fields:
+            raise ValueError("type 'structural_tag' needs structures and triggers, or format")
+        if self.type != "structural_tag" and tag_fields:
+            raise ValueError("structures, triggers and format belong to type 'structural_tag'")
         return self
 
 
@@ -107,6 +119,11 @@ class ChatRequest(ChatCompletionRequest):
 def _response_format_grammar(fmt: ChatResponseFormat) -> dict[str, Any] | None:
     if fmt.type == "text":
         return None
+    if fmt.type == "structural_tag":
+        return {
+            "type": "structural_tag",
+            "value": fmt.model_dump(exclude_none=True, include={"structures", "triggers", "format"}),
+        }
     if fmt.type == "regex":
         return {"type": "regex", "value": fmt.value}
     if fmt.type == "json_schema":
@@ -116,7 +133,13 @@ def _response_format_grammar(fmt: ChatResponseFormat) -> dict[str, Any] | None:
     return {"type": "json", "value": fmt.value if fmt.value is not None else {"type": "object"}}
 
 
-_SO_FIELDS = (("json", "json_"), ("regex", "regex"), ("choice", "choice"), ("grammar", "grammar"))
+_SO_FIELDS = (
+    ("json", "json_"),
+    ("regex", "regex"),
+    ("choice", "choice"),
+    ("grammar", "grammar"),
+    ("structural_tag", "structural_tag"),
+)
 _GUIDED_FIELDS = (
     ("guided_json", "json"),
     ("guided_regex", "regex"),
@@ -179,9 +202,9 @@ def final_message(req: ChatCompletionRequest) -> str | None:
     return last.text()
 
 
-def prompt_messages(req: ChatCompletionRequest) -> list[ChatMessage]:
+def prompt_messages(req: ChatCompletionRequest, fmt: ToolFormat | None = None) -> list[ChatMessage]:
     """The messages the chat template renders: without the final one when the answer continues it."""
-    return tools.with_tools(req, req.messages[:-1] if req.continue_final_message else req.messages)
+    return tools.with_tools(req, req.messages[:-1] if req.continue_final_message else req.messages, fmt)
 
 
 # OpenAI's reasoning_effort as a reasoning budget (max_reasoning_tokens, when both are given, wins).
@@ -208,8 +231,8 @@ def openai_values(req: OpenAISampling) -> dict[str, Any]:
     }
 
 
-def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters:
-    """One choice's GenerateParameters."""
+def chat_parameters(req: ChatCompletionRequest, seed: int, fmt: ToolFormat | None = None) -> GenerateParameters:
+    """One choice's GenerateParameters; `fmt`: the envelope the model's chat template writes tool calls in."""
     chat_fields.check(req)
     max_new = req.max_completion_tokens or req.max_tokens
     values: dict[str, Any] = {
@@ -221,7 +244,8 @@ def chat_parameters(req: ChatCompletionRequest, seed: int) -> GenerateParameters
         "top_n_tokens": req.top_logprobs if req.logprobs and req.top_logprobs else None,
         "decoder_input_details": req.prompt_logprobs is not None or None,
         "truncate": req.truncate_prompt_tokens,
-        "grammar": tools.grammar(req, constraint_of(req)),
+        "grammar": tools.grammar(req, constraint_of(req), fmt),
+        "tools": tools.template_tools(req, fmt),
         "continue_from": final_message(req),
         "add_generation_prompt": req.add_generation_prompt or bool(req.continue_final_message),
         "chat_template_kwargs": req.chat_template_kwargs,

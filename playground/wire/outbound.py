@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from playground.constraints import Constraint
+from playground.constraints import Constraint, segments
 from playground.errors import UnsupportedConstraintError
 from playground.types import GenerateParameters
 from playground.wire.controls import BY_NAME, SAMPLING, Dialect, carried_by
@@ -118,6 +118,10 @@ def vllm_structured(constraint: Constraint, *, guided: bool = False) -> dict[str
     """vLLM's structured_outputs (>= 0.10.2) or the older guided_* fields; every kind, sent as text."""
     if constraint.kind == "none":
         return {}
+    if constraint.kind == "structural_tag":  # vLLM takes it as a response_format (xgrammar's `format` form)
+        if guided:
+            raise refuse("a vLLM server before 0.10.2", constraint, "its guided_* fields have no structural tag")
+        return {"response_format": segments.to_xgrammar(constraint.schema)}
     value: Any = constraint.schema if constraint.kind == "json_schema" else constraint.value
     if constraint.kind == "choice":
         value = list(value)

@@ -6,6 +6,9 @@ in OpenAI's `tool_calls` shape.
 schema. `auto`: free text (not starting with `{`) or such a call, as a Lark grammar with inline JSON
 schemas (llguidance). `none`, or no tools: the request's own constraint. The tools are described to the
 model in a system message.
+
+A model whose chat template writes calls in a known envelope (`fmt`, playground.wire.tool_formats) gets the
+tools from its template instead, and the calls as a structural tag in that envelope, read back from it.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from playground.constraints import Constraint, jsonformat
 from playground.errors import ConstraintError, InvalidConstraintError, ParameterError, UnsupportedConstraintError
 from playground.types import ChatCompletionRequest, ChatMessage, GrammarType, Strict, ToolSpec
 from playground.types.chat import ToolChoice, describe_tools
-from playground.wire import tool_calls, tool_schema
+from playground.wire import tool_calls, tool_formats, tool_schema
 from playground.wire.errors import parameter_error
+from playground.wire.tool_formats import ToolFormat
 
 INSTRUCTIONS = (
     "You can call these functions:\n{tools}\n"
@@ -66,7 +70,7 @@ def parallel(req: ToolRequest) -> bool:
     return getattr(req, "parallel_tool_calls", None) is True
 
 
-def grammar(req: ToolRequest, other: dict[str, Any] | None) -> dict[str, Any] | None:
+def grammar(req: ToolRequest, other: dict[str, Any] | None, fmt: ToolFormat | None = None) -> dict[str, Any] | None:
     """The grammar for a chat request: the tools' when a call may happen, else the request's own."""
     how = mode(req)
     if how is None:
@@ -74,6 +78,9 @@ def grammar(req: ToolRequest, other: dict[str, Any] | None) -> dict[str, Any] | 
     if other is not None:
         raise ParameterError("tools: give tools or a response format / structured output, not both", field="tools")
     tools = req.tools or []
+    if fmt is not None:
+        tool_schema.check(tools)
+        return {"type": "structural_tag", "value": tool_formats.spec(fmt, callable_tools(req), how, parallel(req))}
     # Arguments never get keys their schema does not declare (OpenAI's strict contract for tools).
     if how == "named":
         tool_schema.check([_named(req)])
@@ -130,14 +137,27 @@ def named_function(req: ToolRequest) -> str:
     return _named(req).function.name
 
 
+def callable_tools(req: ToolRequest) -> list[ToolSpec]:
+    """The tools a call may name: the named one, or all of them."""
+    return [_named(req)] if mode(req) == "named" else list(req.tools or [])
+
+
+def template_tools(req: ToolRequest, fmt: ToolFormat | None) -> list[dict[str, Any]] | None:
+    """The tools for a template that renders them (OpenAI's shape), when a call may happen."""
+    if fmt is None or mode(req) is None:
+        return None
+    return [t.model_dump(exclude_none=True) for t in req.tools or []]
+
+
 def _named(req: ToolRequest) -> ToolSpec:
     name = _choice_name(req)
     return next(t for t in req.tools or [] if t.function.name == name)
 
 
-def with_tools(req: ToolRequest, messages: list[ChatMessage]) -> list[ChatMessage]:
-    """The messages with the tools described in a system message, and past calls written out as text."""
-    if mode(req) is None:
+def with_tools(req: ToolRequest, messages: list[ChatMessage], fmt: ToolFormat | None = None) -> list[ChatMessage]:
+    """The messages with the tools described in a system message, and past calls written out as text
+    (a template with its own envelope renders both itself)."""
+    if mode(req) is None or fmt is not None:
         return messages
     described = describe_tools(req.tools or [])
     note = INSTRUCTIONS.format(tools=described)
@@ -160,13 +180,17 @@ def _as_text(message: ChatMessage) -> ChatMessage:
 CUT_OFF = "the tool call was cut off by max_tokens: no call is returned (raise max_tokens)"
 
 
-def answer(req: ToolRequest, text: str, finish_reason: str = "stop") -> tuple[dict[str, Any], str, list[str]]:
+def answer(
+    req: ToolRequest, text: str, finish_reason: str = "stop", fmt: ToolFormat | None = None
+) -> tuple[dict[str, Any], str, list[str]]:
     """The assistant message (content, or tool_calls in OpenAI's shape), OpenAI's finish_reason and warnings.
 
     A call cut off by max_tokens is no call: finish_reason "length", empty content, a warning (as vLLM does).
     """
     how = mode(req)
     finish = "length" if finish_reason == "length" else "stop"
+    if how is not None and fmt is not None:
+        return _envelope_answer(req, text, finish, fmt)
     starts = ("{", "[") if parallel(req) else ("{",)
     if how is None or (how == "auto" and not text.lstrip().startswith(starts)):
         return {"role": "assistant", "content": text}, finish, []
@@ -175,11 +199,36 @@ def answer(req: ToolRequest, text: str, finish_reason: str = "stop") -> tuple[di
         return {"role": "assistant", "content": ""}, "length", [CUT_OFF]
     if calls is None:  # free text under auto that happens to start like JSON
         return {"role": "assistant", "content": text}, finish, []
-    wire = [
+    return {"role": "assistant", "content": None, "tool_calls": wire_calls(calls)}, "tool_calls", []
+
+
+def _envelope_answer(
+    req: ToolRequest, text: str, finish: str, fmt: ToolFormat
+) -> tuple[dict[str, Any], str, list[str]]:
+    """The calls read out of the template's envelope; free text around them stays the content."""
+    read = tool_formats.read(fmt, callable_tools(req), mode(req) or "auto", parallel(req), text)
+    if read.cut_off and finish == "length":  # the whole calls before the cut one still count
+        calls = {"tool_calls": wire_calls(read.calls)} if read.calls else {}
+        return (
+            {"role": "assistant", "content": read.content or ("" if not calls else None), **calls},
+            "length",
+            [CUT_OFF],
+        )
+    if not read.calls:
+        return {"role": "assistant", "content": text}, finish, []
+    return (
+        {"role": "assistant", "content": read.content or None, "tool_calls": wire_calls(read.calls)},
+        "tool_calls",
+        [],
+    )
+
+
+def wire_calls(calls: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Calls in OpenAI's shape, each with a new id."""
+    return [
         {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": n, "arguments": a}}
         for n, a in calls
     ]
-    return {"role": "assistant", "content": None, "tool_calls": wire}, "tool_calls", []
 
 
 # --- the UI's "tools" kind ------------------------------------------------------------------------------
@@ -201,15 +250,23 @@ def from_text(text: str) -> ToolsConstraint:
     return tools
 
 
-def ui_grammar(text: str) -> GrammarType | None:
-    """The grammar the tools ask for (None with tool_choice none)."""
-    found = grammar(from_text(text), None)
+def ui_grammar(text: str, fmt: ToolFormat | None = None) -> GrammarType | None:
+    """The grammar the tools ask for (None with tool_choice none); in the template's envelope with `fmt`."""
+    found = grammar(from_text(text), None, fmt)
     return GrammarType.model_validate(found) if found else None
 
 
-def ui_system(kind: str, text: str, system_prompt: str) -> str:
-    """The system prompt with the tools described, for the "tools" kind; unchanged for the others."""
-    if kind != "tools":
+def ui_tools(kind: str, text: str, fmt: ToolFormat | None) -> list[dict[str, Any]] | None:
+    """The tools the model's template renders, for the "tools" kind on a model whose template writes calls."""
+    if kind != "tools" or fmt is None:
+        return None
+    return template_tools(from_text(text), fmt)
+
+
+def ui_system(kind: str, text: str, system_prompt: str, fmt: ToolFormat | None = None) -> str:
+    """The system prompt with the tools described, for the "tools" kind (unless the template describes them);
+    unchanged for the others."""
+    if kind != "tools" or fmt is not None:
         return system_prompt
     try:
         tools = from_text(text)

@@ -144,3 +144,14 @@ def test_an_answer_breaking_an_unenforced_keyword_is_shown_with_a_red_verdict(re
     assert "does not enforce every keyword" in final.details and state.tokens
     assert json.loads(state.messages[-1]["content"]) == [1, 1]
     assert "bar-row" in handlers.next_token(registry, state)
+
+
+def test_segment_kind_judges_each_segment_in_the_verdict(registry: Registry) -> None:
+    """The segments kind: the JSON between <answer> tags is the schema's; the verdict lists the segment, escaped."""
+    tag = {"begin": "<answer>", "end": "</answer>", "content": {"type": "json_schema", "json_schema": {"enum": [1, 2]}}}
+    f = form(registry, kind="structural_tag", constraint_text=json.dumps({"format": {"type": "tag", **tag}}))
+    final = run_chat(registry, f, ChatState(), "Pick one or two.")[-1]
+    assert final.error == "" and 'data-valid="valid"' in final.verdict
+    (segment,) = re.findall(r'<li class="pg-segment" data-valid="(\w+)">(.*?)</li>', final.verdict)
+    assert segment[0] == "valid" and "<code>&lt;answer&gt;</code>" in segment[1]
+    assert re.search(r"<pre>[12]</pre>", segment[1])

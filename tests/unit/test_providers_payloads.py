@@ -140,6 +140,20 @@ def test_vllm_legacy_guided_fields(serve) -> None:
     assert "structured_outputs" not in body
 
 
+def test_vllm_takes_a_structural_tag_as_its_response_format(serve) -> None:
+    """vLLM's structural_tag is a response_format (xgrammar's form); its guided_* fields have none: refused by name."""
+    tag = {"structures": [{"begin": "<a>", "schema": SCHEMA, "end": "</a>"}], "triggers": ["<a>"]}
+    stub = serve(CHAT)
+    vllm(stub.url).generate("q", "p", GenerateParameters(grammar={"type": "structural_tag", "value": tag}))
+    body = stub.last("/v1/chat/completions").body
+    assert body["response_format"]["type"] == "structural_tag" and "structured_outputs" not in body
+    assert body["response_format"]["format"]["tags"][0]["content"]["json_schema"] == SCHEMA
+    with pytest.raises(UnsupportedConstraintError, match="guided_\\* fields have no structural tag"):
+        vllm(stub.url, constraint_field="guided").generate(
+            "q", "p", GenerateParameters(grammar={"type": "structural_tag", "value": tag})
+        )
+
+
 def test_vllm_next_token_at_a_prefix_continues_the_answer(serve) -> None:
     reply = chat_completion("a", logprobs=[("a", -0.1)])
     stub = serve({"POST /v1/chat/completions": StubReply(json=reply)})

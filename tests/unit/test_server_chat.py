@@ -89,7 +89,9 @@ def test_refused_parameters_name_the_field(fields: dict[str, Any], message: str)
 def test_bad_response_format_is_a_validation_error() -> None:
     with pytest.raises(ValidationError, match="type 'json_schema' needs json_schema"):
         _request(response_format={"type": "json_schema"})
-    with pytest.raises(ValidationError, match="exactly one of json, regex, choice, grammar, json_object"):
+    with pytest.raises(
+        ValidationError, match="exactly one of json, regex, choice, grammar, structural_tag, json_object"
+    ):
         _request(structured_outputs={"whitespace_pattern": " "})
 
 

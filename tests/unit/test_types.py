@@ -37,6 +37,7 @@ OUR_EXTENSIONS = {"logits_processors", "constraint_engine", "min_p", "continue_f
     "chat_template_kwargs",
     "max_reasoning_tokens",
     "think_first",
+    "tools",
 }
 
 
@@ -58,7 +59,7 @@ def test_grammar_type_covers_huggingface_hub_and_tgi_kinds() -> None:
     assert hub_fields | {"whitespace", "strict"} == set(GrammarType.model_fields)  # JSON options: our extensions
     tgi_kinds = {variant["properties"]["type"]["enum"][0] for variant in SCHEMAS["GrammarType"]["oneOf"]}
     ours = set(get_args(GrammarType.model_fields["type"].annotation))
-    assert ours == tgi_kinds | {"choice", "grammar"}
+    assert ours == tgi_kinds | {"choice", "grammar", "structural_tag"}
 
 
 @pytest.mark.parametrize(

@@ -126,3 +126,18 @@ def test_min_p_travels_where_each_client_takes_it() -> None:
 def test_greedy_snippets_ask_for_temperature_zero() -> None:
     body = snippets.chat_body("m", INPUTS, params())
     assert body["temperature"] == 0.0  # our chat route, like OpenAI's, samples at temperature 1 when unset
+
+
+def test_a_structural_tag_travels_as_vllm_takes_it() -> None:
+    """Every snippet carries the segment constraint: response_format in chat bodies (Outlines has no type for it,
+    so its call passes the same response_format), the grammar in TGI's body."""
+    tag = {"structures": [{"begin": "<a>", "schema": SCHEMA, "end": "</a>"}], "triggers": ["<a>"]}
+    code = snippets.snippets(BASE, "m", INPUTS, "p", params(grammar=GrammarType(type="structural_tag", value=tag)))
+    _, chat = curl_body(code["curl_chat"])
+    assert chat["response_format"]["type"] == "structural_tag"
+    assert chat["response_format"]["format"]["tags"][0]["begin"] == "<a>"
+    _, generate = curl_body(code["curl_generate"])
+    assert generate["parameters"]["grammar"]["type"] == "structural_tag"
+    for name in ("openai", "huggingface_hub", "outlines"):
+        ast.parse(code[name])
+    assert "response_format=" in code["outlines"] and "CFG(" not in code["outlines"]

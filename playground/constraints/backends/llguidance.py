@@ -7,8 +7,10 @@ builds and validates it once, so a refusal or a slow conversion never reaches th
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
 
+from playground.constraints import segments
 from playground.constraints.backends.base import TENSOR_LIBRARY, Backend, EngineRefusal, check_satisfiable, refusing
 
 # Measured on MaskBench (README, "Benchmarks"): llguidance accepts `\\uXXXX` escapes of any printable
@@ -16,10 +18,15 @@ from playground.constraints.backends.base import TENSOR_LIBRARY, Backend, Engine
 JSON_OPTIONS: dict[str, Any] = {"json_allow_general_unicode_escapes": True}
 
 
-def grammar(kind: str, text: str) -> str:
-    """The llguidance grammar spec for (kind, text), as Outlines' LLGuidanceBackend writes it, plus our JSON options."""
+def grammar(kind: str, text: str, llg_tokenizer: Any = None) -> str:
+    """The llguidance grammar spec for (kind, text), as Outlines' LLGuidanceBackend writes it, plus our JSON options.
+
+    A structural tag becomes Lark; its markers that are special tokens of `llg_tokenizer` are written by id."""
     import llguidance
 
+    if kind == "structural_tag":
+        spec = json.loads(text)
+        return llguidance.grammar_from("lark", segments.to_lark(spec, lambda t: _pieces(llg_tokenizer, t)))
     if kind == "json_schema":
         return llguidance.LLMatcher.grammar_from_json_schema(text, defaults=JSON_OPTIONS)
     if kind in ("regex", "choice"):
@@ -32,7 +39,7 @@ def grammar(kind: str, text: str) -> str:
 
 class LLGuidance(Backend):
     name: ClassVar[str] = "llguidance"
-    kinds: ClassVar[frozenset[str]] = frozenset({"json_schema", "regex", "choice", "grammar"})
+    kinds: ClassVar[frozenset[str]] = frozenset({"json_schema", "regex", "choice", "grammar", "structural_tag"})
     notes: ClassVar[str] = "compiles fastest; refuses the keywords it cannot enforce; reads Lark and GBNF"
 
     def worker_backend(self, tokenizer: Any) -> Any:
@@ -43,7 +50,7 @@ class LLGuidance(Backend):
     def compile_payload(self, backend: Any, kind: str, text: str) -> tuple[Any, list[str]]:
         if kind == "json_schema":
             check_satisfiable(text)
-        return None, refusing(self.name, kind, lambda: _warnings(grammar(kind, text), backend, kind))
+        return None, refusing(self.name, kind, lambda: _warnings(grammar(kind, text, backend), backend, kind))
 
     def server_backend(self, tokenizer: Any) -> Any:
         from outlines.backends import LLGuidanceBackend
@@ -56,7 +63,9 @@ class LLGuidance(Backend):
     def rebuild_template(self, backend: Any, kind: str, text: str, payload: Any) -> Any:
         from outlines.backends.llguidance import LLGuidanceLogitsProcessor
 
-        return LLGuidanceLogitsProcessor(grammar(kind, text), backend.llg_tokenizer, TENSOR_LIBRARY)
+        return LLGuidanceLogitsProcessor(
+            grammar(kind, text, backend.llg_tokenizer), backend.llg_tokenizer, TENSOR_LIBRARY
+        )
 
     def compiled_form(self, constraint: Any, template: Any) -> str:
         import json
@@ -65,6 +74,25 @@ class LLGuidance(Backend):
             return json.dumps(json.loads(template.grammar), indent=2, ensure_ascii=False)
         except ValueError:
             return template.grammar
+
+
+def _pieces(llg_tokenizer: Any, text: str) -> list[segments.Piece]:
+    """A marker split into text and the special tokens in it (`<tool_call>`, `[TOOL_CALLS]`), by id."""
+    if llg_tokenizer is None:
+        return [text]
+    out: list[segments.Piece] = []
+    run: list[int] = []
+    for token in llg_tokenizer.tokenize_str(text):
+        if llg_tokenizer.is_special_token(token):
+            if run:
+                out.append(llg_tokenizer.decode_str(run))
+                run = []
+            out.append(token)
+        else:
+            run.append(token)
+    if run:
+        out.append(llg_tokenizer.decode_str(run))
+    return out
 
 
 def _warnings(spec: str, llg_tokenizer: Any, kind: str) -> list[str]:

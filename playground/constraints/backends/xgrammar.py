@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from playground.constraints import jsonformat
+from playground.constraints import jsonformat, segments
 from playground.constraints.backends.base import (
     TENSOR_LIBRARY,
     Backend,
@@ -38,7 +38,7 @@ class _InServer:
 
 class XGrammar(Backend):
     name: ClassVar[str] = "xgrammar"
-    kinds: ClassVar[frozenset[str]] = frozenset({"json_schema", "regex", "choice", "grammar"})
+    kinds: ClassVar[frozenset[str]] = frozenset({"json_schema", "regex", "choice", "grammar", "structural_tag"})
     # Measured with xgrammar 0.2.9: a one-keyword schema whose violating instance the mask still accepts.
     ignored_keywords: ClassVar[frozenset[str]] = frozenset(
         {"allOf", "contains", "dependencies", "dependentRequired", "if", "not", "oneOf", "unevaluatedProperties"}
@@ -85,6 +85,11 @@ def _template(backend: Any, kind: str, text: str) -> Any:
         schema, layout = jsonformat.layout_of(json.loads(text))
         options = {**JSON_OPTIONS, **_whitespace(layout)}
         compiled = backend.grammar_compiler.compile_json_schema(json.dumps(schema), **options)
+        return XGrammarLogitsProcessor(compiled, TENSOR_LIBRARY)
+    if kind == "structural_tag":  # xgrammar's own; its markers are text (special tokens are never produced)
+        from outlines.backends.xgrammar import XGrammarLogitsProcessor
+
+        compiled = backend.grammar_compiler.compile_structural_tag(segments.to_xgrammar(json.loads(text)))
         return XGrammarLogitsProcessor(compiled, TENSOR_LIBRARY)
     if kind in ("regex", "choice"):
         return backend.get_regex_logits_processor(text)

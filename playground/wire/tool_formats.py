@@ -1,0 +1,147 @@
+"""Tool calls in a chat template's own envelope: the families known, read from the template text.
+
+A family says how its models write one call (`begin` with the function's name, the arguments' JSON, `end`), the
+trigger that opens a call, and what separates parallel calls. The calls become a structural tag
+(playground.constraints.segments): the envelope is enforced, each call's arguments against its tool's schema, and
+the same spec reads the calls back with a verdict per call. Adding a family is one `ToolFormat` in FAMILIES.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from playground.constraints import jsonformat, segments
+from playground.types import SegmentVerdict, ToolSpec
+from playground.wire import tool_calls, tool_schema
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """One family of templates: how a call is written, and the template text that says a template is one."""
+
+    name: str
+    marks: tuple[str, ...]  # all of them in the template's text: it writes calls this way
+    trigger: str  # what opens a call
+    begin: str  # a call's opening, `{name}` the function's name as a JSON string
+    end: str
+    separator: str  # between parallel calls
+    markup: tuple[str, ...] = ()  # special tokens of the envelope, kept in the answer's text
+
+    def call_begin(self, name: str) -> str:
+        return self.begin.replace("{name}", json.dumps(name))
+
+
+FAMILIES: tuple[ToolFormat, ...] = (
+    # Qwen2.5, Qwen3, Hermes 2/3, SmolLM3 and the many templates that copied them (vLLM's `hermes` parser).
+    ToolFormat(
+        name="hermes",
+        marks=("<tool_call>", "</tool_call>"),
+        trigger="<tool_call>",
+        begin='<tool_call>\n{"name": {name}, "arguments": ',
+        end="}\n</tool_call>",
+        separator="\n",
+        markup=("<tool_call>", "</tool_call>"),
+    ),
+    # Mistral's v3 tokenizers: `[TOOL_CALLS]` then a JSON list; here one call per list (vLLM's `mistral` parser).
+    ToolFormat(
+        name="mistral",
+        marks=("[TOOL_CALLS]",),
+        trigger="[TOOL_CALLS]",
+        begin='[TOOL_CALLS][{"name": {name}, "arguments": ',
+        end="}]",
+        separator="",
+        markup=("[TOOL_CALLS]",),
+    ),
+    # Llama 3.1/3.2/3.3 JSON tool calling: a bare `{"name", "parameters"}` object (vLLM's `llama3_json` parser).
+    ToolFormat(
+        name="llama3_json",
+        marks=('"parameters": dictionary of argument name and its value',),
+        trigger='{"name": ',
+        begin='{"name": {name}, "parameters": ',
+        end="}",
+        separator="; ",
+    ),
+)
+MARKUP: frozenset[str] = frozenset(token for family in FAMILIES for token in family.markup)
+
+
+def detect(template: str | None) -> ToolFormat | None:
+    """The family whose marks all appear in the template's text (a template that never writes calls: None)."""
+    if not template or "tools" not in template:
+        return None
+    return next((f for f in FAMILIES if all(mark in template for mark in f.marks)), None)
+
+
+def by_name(name: str | None) -> ToolFormat | None:
+    return next((f for f in FAMILIES if f.name == name), None)
+
+
+def spec(fmt: ToolFormat, tools: list[ToolSpec], how: str, parallel: bool) -> dict[str, Any]:
+    """The structural tag for a tool choice: `auto` free text or calls; `required` and named calls only."""
+    tags = [
+        {
+            "begin": fmt.call_begin(t.function.name),
+            "content": {"type": "json_schema", "json_schema": jsonformat.closed(tool_schema.parameters(t))},
+            "end": fmt.end,
+        }
+        for t in tools
+    ]
+    if how == "auto":
+        body = {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags, "stop_after_first": not parallel}
+    else:
+        body = {
+            "type": "tags_with_separator",
+            "tags": tags,
+            "separator": fmt.separator,
+            "at_least_one": True,
+            "stop_after_first": not parallel,
+        }
+    return {"type": "structural_tag", "format": body}
+
+
+@dataclass
+class ReadCalls:
+    """What an answer holds: the free text around the calls, and each call with its verdict."""
+
+    content: str
+    calls: list[tuple[str, str]]  # (name, arguments JSON text) of each whole call
+    verdicts: list[SegmentVerdict]
+    cut_off: bool  # the last call has no end: max_tokens stopped it
+
+
+def read(fmt: ToolFormat, tools: list[ToolSpec], how: str, parallel: bool, text: str) -> ReadCalls:
+    """The calls in a whole answer, each call's name from its envelope and its arguments' text as written."""
+    names = {fmt.call_begin(t.function.name): t.function.name for t in tools}
+    judged = segments.validate(segments.parse(spec(fmt, tools, how, parallel)), text)
+    verdicts = judged.segments or []
+    content, position = "", 0
+    for verdict in verdicts:
+        content += text[position : verdict.start - len(verdict.begin)]
+        position = verdict.end + len(fmt.end)
+    rest = text[position:]
+    opening = rest.strip() and any(b.startswith(rest.lstrip()) for b in names)  # a call cut off in its envelope
+    content += "" if opening else rest
+    whole = [v for v in verdicts if text.startswith(fmt.end, v.end)]
+    calls = [(names[v.begin], v.content) for v in whole]
+    return ReadCalls(content.strip(), calls, verdicts, bool(opening) or len(whole) < len(verdicts))
+
+
+def partial(fmt: ToolFormat, tools: list[ToolSpec], text: str) -> list[tool_calls.Call]:
+    """The calls as far as they are written: a call appears once its envelope has named it."""
+    begins = {fmt.call_begin(t.function.name): t.function.name for t in tools}
+    calls: list[tool_calls.Call] = []
+    position = 0
+    while True:
+        found = [(text.find(b, position), b) for b in begins]
+        found = [(at, b) for at, b in found if at >= 0]
+        if not found:
+            return calls
+        at, begin = min(found, key=lambda f: (f[0], -len(f[1])))
+        start = at + len(begin)
+        end = tool_calls.value_end(text, start)
+        calls.append(tool_calls.Call(begins[begin], text[start : end or len(text)], end is not None))
+        if end is None:
+            return calls
+        position = end
