@@ -163,7 +163,15 @@ def test_the_ui_tools_kind_shows_each_call_in_the_templates_envelope(thinking_mo
 
     registry = Registry([LocalProvider([Engine(thinking_model)])])
     spec = json.dumps({"tools": TOOLS, "tool_choice": "required"})
-    form = Form(model=registry.default_model, kind="tools", constraint_text=spec, max_new_tokens=40, seed=1)
+    # the model thinks first (the UI cannot turn that off): a short budget closes its reasoning, then the calls
+    form = Form(
+        model=registry.default_model,
+        kind="tools",
+        constraint_text=spec,
+        max_new_tokens=60,
+        max_reasoning_tokens=4,
+        seed=1,
+    )
     state = ChatState()
     final = list(handlers.chat(registry, form, state, "Weather?"))[-1]
     assert final.error == "" and state.result.constraint_kind == "structural_tag"
