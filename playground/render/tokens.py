@@ -64,8 +64,10 @@ def token_span(index: int, token: GeneratedToken, mode: str, popover: bool = Tru
     if token.forced:
         classes.append("forced")
     newline = "<br>" if token.text.endswith("\n") else ""
+    # a roving tab stop: only the first token is in the Tab order; the arrow keys move between tokens
     return (
-        f'<span class="{" ".join(classes)}" data-index="{index}" tabindex="0" style="background:{colour(p)}">'
+        f'<span class="{" ".join(classes)}" data-index="{index}" tabindex="{0 if index == 0 else -1}" '
+        f'style="background:{colour(p)}">'
         f"{token_label(token.text)}{_popover(token) if popover else ''}</span>{newline}"
     )
 
@@ -86,4 +88,5 @@ def tokens_html(tokens: list[GeneratedToken], mode: str = "constrained", *, popo
         f' · <span class="tok forced legend-tok">dotted</span> = forced by the constraint, not sampled ({forced})'
         " · hover a token for alternatives, click it for the next-token chart</div>"
     )
-    return f'<div class="pg-tokens" data-mode="{esc(mode)}">{legend}<div class="tok-line">{spans}</div></div>'
+    line = '<div class="tok-line" role="group" aria-label="answer tokens: arrow keys move, Enter pins, Escape unpins">'
+    return f'<div class="pg-tokens" data-mode="{esc(mode)}">{legend}{line}{spans}</div></div>'

@@ -16,13 +16,9 @@ from playground.ui.components import Components
 from playground.ui.handlers import Panels
 from playground.ui.inspect import setup_inspect_events
 from playground.ui.state import ChatState, Form, ModelPick, UISettings
+from playground.ui.theme import page_assets
 
 __all__ = ["create_ui", "page_assets", "UISettings"]
-
-
-def page_assets() -> dict[str, str]:
-    """Page-wide CSS for gr.mount_gradio_app (the panels' own sheet is scoped to each panel)."""
-    return {"css": layout.PAGE_CSS}
 
 
 def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.Blocks:
@@ -31,7 +27,7 @@ def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.B
     # uploads (session files) are read at once: Gradio deletes them after 10 minutes, checking every 5
     with gr.Blocks(title=settings.title, analytics_enabled=False, delete_cache=(300, 600)) as demo:
         gr.Markdown(
-            f"## {render.esc(settings.title)}\n"
+            f"# {render.esc(settings.title)}\n"
             "Constrain a model with a JSON schema, a regex, a choice list or a grammar, then see what the "
             "constraint did to every token."
         )
@@ -177,7 +173,7 @@ def _setup_chat_events(registry: Registry, c: Components, autosave: Callable[[An
     resets = [([ch.undo.click, ch.chatbot.undo], handlers.undo), ([ch.clear.click, ch.chatbot.clear], handlers.clear)]
     for triggers, reset in resets:
         event = gr.on(triggers, _panels_of(reset), c.state, outputs)
-        autosave(event).then(lambda: "", None, ch.next_token)
+        autosave(event).then(lambda: render.NEXT_TOKEN_EMPTY, None, ch.next_token)
     ch.mode.change(handlers.set_mode, [c.state, ch.mode], [c.state, ch.tokens], show_progress="hidden")
 
     def on_markdown(state: ChatState, markdown: bool) -> tuple:
