@@ -14,7 +14,7 @@ from playground.ui import controls, debugger, drafts, handlers, layout, sharing
 from playground.ui.compare_engines import setup_engine_compare_events
 from playground.ui.components import Components
 from playground.ui.handlers import Panels
-from playground.ui.inspect import setup_inspect_events
+from playground.ui.inspect import setup_inspect_events, warm_engines
 from playground.ui.state import ChatState, Form, ModelPick, UISettings
 from playground.ui.theme import page_assets
 
@@ -32,6 +32,7 @@ def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.B
             "constraint did to every token."
         )
         _setup_events(demo, registry, settings, layout.render_all(registry))
+    warm_engines(registry)
     return demo
 
 
