@@ -139,7 +139,7 @@ def _setup_model_events(demo: gr.Blocks, registry: Registry, settings: UISetting
                 return gr.skip(), render.error_box(message), picked
             box = render.error_box(f"{message}\nstill using {picked.good}")
             return gr.update(value=picked.good), box, ModelPick(good=picked.good, reverting=True)
-        return gr.update(choices=controls.model_choices(registry), value=name), status, ModelPick(good=name)
+        return gr.update(choices=controls.model_choices(registry, name), value=name), status, ModelPick(good=name)
 
     outputs = [c.model, c.model_status, c.model_pick]
     c.model.change(on_model, [c.model, c.model_pick], outputs, trigger_mode="always_last")
