@@ -103,7 +103,7 @@ def _json_reason(engine: LocalEngine, constraint: Constraint, state: State, toke
         return "the JSON value is complete: only the end of text may follow"
     if parsed.in_string and parsed.string_is_key:
         keys = [k for k in allowed_keys(engine, constraint, state, parsed) if k.startswith(parsed.string)]
-        return f"the schema allows only the keys {listing(keys)} here" if keys else None
+        return _only_keys(constraint, state, parsed, keys) if keys else None
     if parsed.in_string:
         return _string_reason(constraint, parsed, char)
     if parsed.scalar:
@@ -152,10 +152,25 @@ def _object_reason(
             return f"every key the schema allows in {where} is already there: only `}}` can close it"
         return "after a value only `,` or `}` may follow" if char not in ",}" else None
     if keys and char != '"':
-        return f'a key starts with `"`: the schema allows only the keys {listing(keys)} here'
+        return f'a key starts with `"`: {_only_keys(constraint, state, parsed, keys)}'
     if keys:
-        return f"the schema allows only the keys {listing(keys)} here"
+        return _only_keys(constraint, state, parsed, keys)
     return None
+
+
+def _only_keys(constraint: Constraint, state: State, parsed: jsonstate.JsonState, keys: list[str]) -> str:
+    """The keys allowed next; where the engine keeps the schema's key order, the keys that must wait for them
+    (JSON Schema itself would take them in any order)."""
+    top = parsed.top
+    assert top is not None
+    schema = jsonstate.subschema(constraint.schema, parsed.container_path) or {}
+    start = parsed.string if parsed.string_is_key else ""
+    written = set(top.keys) - ({parsed.string} if parsed.string_is_key else set())
+    later = [k for k in schema.get("properties") or {} if k not in written and k not in keys and k.startswith(start)]
+    text = f"the schema allows only the keys {listing(keys)} here"
+    if later:
+        text += f" ({state.engine} writes keys in the schema's order: {listing(later)} may only follow {listing(keys)})"
+    return text
 
 
 def _array_reason(constraint: Constraint, parsed: jsonstate.JsonState, char: str) -> str | None:
