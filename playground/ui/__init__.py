@@ -20,6 +20,8 @@ from playground.ui.theme import page_assets
 
 __all__ = ["create_ui", "page_assets", "UISettings"]
 
+STOP_JS = "(state, shown) => [state, document.querySelectorAll('#token-panel .tok[data-index]').length]"
+
 
 def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.Blocks:
     """Build the playground's Blocks for the models `registry` serves."""
@@ -170,7 +172,8 @@ def _setup_chat_events(registry: Registry, c: Components, autosave: Callable[[An
         event = gr.on(triggers, fn, inputs, outputs, show_progress="minimal")
         autosave(event).then(next_token, c.state, ch.next_token, show_progress="hidden")
     # Not `cancels=`: killing the handler mid-step would leave the stored turn out of step with the screen.
-    ch.stop.click(handlers.request_stop, c.state, None, show_progress="hidden", queue=False)
+    # The click says how many tokens the user sees: the answer ends there, not at the server's (later) token.
+    ch.stop.click(handlers.request_stop, [c.state, ch.stop_at], None, js=STOP_JS, show_progress="hidden", queue=False)
     resets = [([ch.undo.click, ch.chatbot.undo], handlers.undo), ([ch.clear.click, ch.chatbot.clear], handlers.clear)]
     for triggers, reset in resets:
         event = gr.on(triggers, _panels_of(reset), c.state, outputs)

@@ -84,6 +84,7 @@ class Chat:
     input: gr.Textbox
     send: gr.Button
     stop: gr.Button
+    stop_at: gr.Number  # hidden: the tokens on screen when Stop was clicked
     retry: gr.Button
     undo: gr.Button
     clear: gr.Button

@@ -226,6 +226,7 @@ def _render_chat_tab() -> Chat:
         )
         send = gr.Button("Send", variant="primary", scale=1, elem_id="send-btn")
         stop = gr.Button("Stop", variant="secondary", scale=0, min_width=80, interactive=False, elem_id="stop-btn")
+        stop_at = gr.Number(visible=False, precision=0, elem_id="stop-at")
     with gr.Row(equal_height=True, elem_id="chat-actions"):
         retry = gr.Button("Retry", size="sm", elem_id="retry-btn")
         undo = gr.Button("Undo", size="sm", elem_id="undo-btn")
@@ -254,6 +255,7 @@ def _render_chat_tab() -> Chat:
         input=text,
         send=send,
         stop=stop,
+        stop_at=stop_at,
         retry=retry,
         undo=undo,
         clear=clear,

@@ -114,6 +114,7 @@ class ChatState(BaseModel):
     tokens: list[GeneratedToken] = Field(default_factory=list, description="The answer's tokens on screen.")
     running: bool = False
     stop_requested: bool = False
+    stop_after: int | None = Field(default=None, description="Tokens on the user's screen when they clicked Stop.")
     _scope: str | None = PrivateAttr(default=None)
 
     def cache_scope(self) -> str:
