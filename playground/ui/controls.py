@@ -17,7 +17,16 @@ from playground.providers.registry import Registry
 from playground.ui import snippets
 from playground.ui.examples import PROCESSOR_PARAMS
 from playground.ui.handlers import error_message
-from playground.ui.state import ChatState, Form, UISettings, chat_inputs, export_session, import_session, params_of
+from playground.ui.state import (
+    ChatState,
+    Form,
+    UISettings,
+    chat_inputs,
+    empty_constraint,
+    export_session,
+    import_session,
+    params_of,
+)
 from playground.wire import tools
 
 Progress = Callable[..., object]
@@ -38,7 +47,7 @@ def constraint_status(kind: str, text: str | None) -> str:
     if kind in ("none", "processor"):
         return ""
     if not (text or "").strip():
-        return render.box("warn", f"✗ the {kind} is empty: type one or pick an example", elem_class="pg-constraint-bad")
+        return render.box("warn", f"✗ {empty_constraint(kind)}", elem_class="pg-constraint-bad")
     try:
         problem = tools.problem(text or "") if kind == "tools" else check_constraint(kind, text or "")
     except Exception as exc:  # noqa: BLE001 - a live check shows the problem instead of a Gradio error

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model
 
-from playground.errors import ParameterError, PlaygroundError
+from playground.errors import InvalidConstraintError, ParameterError, PlaygroundError
 from playground.render.chat import CONSTRAINT_KEY
 from playground.types import ChatMessage, GeneratedToken, GenerateParameters, GenerationResult, ProcessorSpec
 from playground.ui.examples import SYSTEM_PROMPT
@@ -145,11 +145,18 @@ def processors_of(form: Form) -> list[ProcessorSpec]:
     return [ProcessorSpec(name=form.processor, params=params)]
 
 
+def empty_constraint(kind: str) -> str:
+    """What the status line and a send both say about a constraint editor left empty."""
+    return f"the {kind} is empty: type one or pick an example"
+
+
 def params_of(form: Form, *, constrained: bool = True) -> GenerateParameters:
     """TGI parameters from the form; neutral slider values (temperature 1, top_k 0, ...) mean unset."""
     values = {**form.model_dump(), "stop": form.stop.splitlines()}
     if not constrained:
         return inbound.from_controls(values)
+    if form.kind not in ("none", "processor") and not (form.constraint_text or "").strip():
+        raise InvalidConstraintError(empty_constraint(form.kind))
     return inbound.from_controls(
         values, grammar=inbound.grammar_for(form.kind, form.constraint_text), processors=processors_of(form)
     )
