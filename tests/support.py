@@ -18,6 +18,8 @@ import httpx
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
+# axe-core for the accessibility checks: `make test` (target `axe`) fetches it from the npm registry
+AXE_JS = REPO_ROOT / ".cache" / "axe-core-4.14.1" / "axe.min.js"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",

@@ -76,13 +76,18 @@ class CompileLimits:
 # --- inside the worker ---------------------------------------------------------------------------
 
 
-def _serve(conn: Any) -> None:
-    """A worker's life: warm the default engine, then answer jobs until the server closes the pipe."""
+def _serve(conn: Any, engines: tuple[str, ...]) -> None:
+    """A worker's life: warm `engines`, then answer jobs until the server closes the pipe."""
     sandbox.enter()
     try:
         tokenizer = pickle.loads(conn.recv_bytes())
-        first = backends.names()[0]  # the engine auto tries first
-        warm = {first: backends.worker_backend(first, tokenizer)}
+        warm = {}
+        for index, name in enumerate(engines):
+            try:
+                warm[name] = backends.worker_backend(name, tokenizer)
+            except Exception:
+                if index == 0:  # the engine auto tries first must read the tokenizer; the others refuse per job
+                    raise
         conn.send(("ready", os.getpid()))
         while True:
             job = conn.recv()
@@ -144,12 +149,12 @@ def _unlimit_self() -> None:
 class _Worker:
     """One worker process and the server's end of its pipe."""
 
-    def __init__(self, tokenizer_bytes: bytes) -> None:
+    def __init__(self, tokenizer_bytes: bytes, engines: tuple[str, ...]) -> None:
         context = multiprocessing.get_context("spawn")  # fork would copy torch's and tokenizers' threads
         self.conn, child = context.Pipe()
         # The tokenizer (MBs) goes through the pipe, not the spawn arguments: a server exiting while a
         # worker starts would cut those short, and the child would print "pickle data was truncated".
-        self.process = context.Process(target=_serve, args=(child,), daemon=True, name="playground-compile")
+        self.process = context.Process(target=_serve, args=(child, engines), daemon=True, name="playground-compile")
         with _spawning:
             if _exiting.is_set():
                 raise RuntimeError("the server is exiting")
@@ -179,16 +184,29 @@ class _Worker:
 
 
 class CompilePool:
-    """Worker processes that compile under CompileLimits; killed and replaced when they overrun."""
+    """Worker processes that compile under CompileLimits; killed and replaced when they overrun.
 
-    def __init__(self, tokenizer: Any, limits: CompileLimits) -> None:
+    Each worker starts with `engines` warm (by default the one auto tries first; the others warm at
+    their first job); `workers` of them (default: the limits').
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        limits: CompileLimits,
+        *,
+        engines: tuple[str, ...] | None = None,
+        workers: int | None = None,
+    ) -> None:
         self.limits = limits
+        self._engines = engines or backends.names()[:1]
+        self._workers = max(1, workers or limits.workers)
         self._tokenizer_bytes = pickle.dumps(tokenizer)
         self._idle: FairQueue[_Worker] = FairQueue()  # free workers, handed out fairly between clients
         self._pids: set[int] = set()
         self._lock = threading.Lock()
         self._closed = False
-        for _ in range(max(1, limits.workers)):
+        for _ in range(self._workers):
             self._replace()
 
     def close(self) -> None:
@@ -228,7 +246,7 @@ class CompilePool:
 
     def _take(self, what: str, job: tuple, client: str) -> _Worker:
         """A free worker that took the job; one that died while idle is replaced, not this request's error."""
-        for _ in range(max(1, self.limits.workers) + 2):
+        for _ in range(self._workers + 2):
             try:  # waiting for a free worker does not count toward the time limit
                 worker = self._idle.get(client, timeout=START_TIMEOUT_S)
             except queue.Empty:
@@ -304,7 +322,7 @@ class CompilePool:
     def _start_one(self) -> None:
         while True:
             try:
-                worker = _Worker(self._tokenizer_bytes)
+                worker = _Worker(self._tokenizer_bytes, self._engines)
                 worker.wait_ready()
             except Exception:
                 if self._closed or _exiting.is_set():

@@ -9,6 +9,7 @@ while), so each request reports its own fallbacks and warnings whatever was cach
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import threading
@@ -87,7 +88,7 @@ class ConstraintCompiler:
         self._inflight: dict[tuple[str, Constraint, str], Future] = {}
         self._cache_size = cache_size
         self._lock = threading.Lock()
-        self._pool: CompilePool | None = None
+        self._pools: dict[bool, CompilePool] = {}  # by lane: False for requests, True for background work
         _COMPILERS.add(self)
 
     def _forked(self) -> None:
@@ -96,31 +97,55 @@ class ConstraintCompiler:
         The parent's workers' pipes would carry both processes' jobs, and its compiles in flight never end here."""
         self._lock = threading.Lock()
         self._inflight = {}
-        self._pool = None
+        self._pools = {}
 
     @property
     def timeout_s(self) -> float:
         return self.limits.timeout_s
 
-    def pool(self) -> CompilePool:
-        """The worker processes, started by the first compile (a server that never compiles spawns none)."""
+    def pool(self, background: bool = False, engines: tuple[str, ...] | None = None) -> CompilePool:
+        """The worker processes of a lane, started by its first compile (a server that never compiles spawns none).
+
+        Background work (the inspect panel, /inspect) has a pool of its own, one worker: it never takes a
+        worker a request is waiting for. (Not at a lower CPU priority: on a busy machine its compiles would
+        run into the time limit.)
+        """
         with self._lock:
-            if self._pool is None:
-                self._pool = CompilePool(self.tokenizer, self.limits)
-                weakref.finalize(self, self._pool.close)  # an engine dropped takes its workers with it
-            return self._pool
+            pool = self._pools.get(background)
+            if pool is None:
+                workers = 1 if background else None
+                pool = self._pools[background] = CompilePool(
+                    self.tokenizer, self.limits, engines=engines, workers=workers
+                )
+                weakref.finalize(self, pool.close)  # an engine dropped takes its workers with it
+            return pool
 
     def warm(self, engine: str = "llguidance") -> None:
         """Build the server's tables for the default engine ahead of the first request (seconds, once)."""
         _backends.get(engine, self.tokenizer)
 
-    def compile(self, constraint: Constraint, engine: str = "auto") -> CompiledConstraint | None:
-        """The compiled constraint, or None for kind 'none'; raises a ConstraintError subclass."""
+    def prepare(self) -> None:
+        """What a first compile would wait for, done now (the UI calls this in the background at start): the
+        requests' workers (the engine auto tries first warm), the background worker (every engine warm, as
+        the inspect panel asks them all) and every engine's tables in the server."""
+        self.pool()
+        self.pool(background=True, engines=backends.names())
+        for engine in backends.names():
+            with contextlib.suppress(Exception):  # an engine that cannot read this tokenizer refuses per request
+                self.warm(engine)
+
+    def compile(
+        self, constraint: Constraint, engine: str = "auto", *, background: bool = False
+    ) -> CompiledConstraint | None:
+        """The compiled constraint, or None for kind 'none'; raises a ConstraintError subclass.
+
+        `background`: compiled in the background lane (see `pool`), for work no request waits on.
+        """
         if constraint.kind == "none":
             return None
         refusals: list[str] = []
         for name in self._candidates(constraint, engine):
-            outcome, cached = self._outcome(constraint, name)
+            outcome, cached = self._outcome(constraint, name, background)
             error = outcome.error
             if error is None:
                 return _for_request(constraint, name, outcome, cached, refusals)
@@ -145,7 +170,7 @@ class ConstraintCompiler:
             raise UnsupportedConstraintError(refusal)
         return (engine,)
 
-    def _outcome(self, constraint: Constraint, engine: str) -> tuple[_Outcome, bool]:
+    def _outcome(self, constraint: Constraint, engine: str, background: bool) -> tuple[_Outcome, bool]:
         """This client's cached outcome, the one its concurrent request is compiling, or a new compile's."""
         key = (client_scope.current(), constraint, engine)
         with self._lock:
@@ -159,7 +184,7 @@ class ConstraintCompiler:
         if waiting is not None:
             return waiting.result(), False
         try:
-            outcome = self._compile_one(constraint, engine)
+            outcome = self._compile_one(constraint, engine, background)
         except BaseException as exc:
             with self._lock:
                 self._inflight.pop(key, None)
@@ -173,11 +198,11 @@ class ConstraintCompiler:
         future.set_result(outcome)
         return outcome, False
 
-    def _compile_one(self, constraint: Constraint, engine: str) -> _Outcome:
+    def _compile_one(self, constraint: Constraint, engine: str, background: bool) -> _Outcome:
         start = time.perf_counter()
         text = constraint.engine_input()
         try:
-            payload, warnings = self.pool().compile(engine, constraint.kind, text)
+            payload, warnings = self.pool(background).compile(engine, constraint.kind, text)
         except backends.EngineRefusal as exc:
             return _Outcome(error=_REFUSALS[exc.kind](exc.message))
         except (CompileTimeoutError, CompileMemoryError) as exc:

@@ -58,6 +58,13 @@ TAGGED_ANSWER = (
     + PERSON_SCHEMA.replace("\n", "\n  ")
     + "}}]}}"
 )
+# The same kind in llama.cpp's GBNF: the engines tell the dialects apart by the rule syntax (`::=`).
+DATE_GBNF = (
+    'root ::= year "-" month "-" day\n'
+    "year ::= [12] [0-9] [0-9] [0-9]\n"
+    'month ::= "0" [1-9] | "1" [0-2]\n'
+    'day ::= "0" [1-9] | [12] [0-9] | "3" [01]\n'
+)
 
 WEATHER_TOOLS = """{
   "tool_choice": "required",
@@ -103,6 +110,7 @@ EXAMPLES: dict[str, list[Example]] = {
         Example("Calculation", CALCULATION_GRAMMAR, "What is 7 times 6? Answer with the calculation."),
         Example("Capital sentence", CAPITAL_GRAMMAR, "What is the capital of Italy?"),
         Example("Yes or no", YES_NO_GRAMMAR, "Can fish climb trees?"),
+        Example("Date (GBNF)", DATE_GBNF, "When did the Berlin Wall fall? Answer with the date."),
     ],
     "structural_tag": [
         Example(

@@ -103,13 +103,13 @@ def _json_reason(engine: LocalEngine, constraint: Constraint, state: State, toke
         return "the JSON value is complete: only the end of text may follow"
     if parsed.in_string and parsed.string_is_key:
         keys = [k for k in allowed_keys(engine, constraint, state, parsed) if k.startswith(parsed.string)]
-        return f"the schema allows only the keys {listing(keys)} here" if keys else None
+        return _only_keys(constraint, state, parsed, keys, token) if keys else None
     if parsed.in_string:
         return _string_reason(constraint, parsed, char)
     if parsed.scalar:
         return _scalar_reason(engine, constraint, state, parsed, char)
     if top is not None and top.kind == "object" and top.expect in ("key_or_end", "key", "comma_or_end"):
-        return _object_reason(engine, constraint, state, parsed, char)
+        return _object_reason(engine, constraint, state, parsed, token)
     if top is not None and top.kind == "array" and top.expect == "comma_or_end":
         return _array_reason(constraint, parsed, char)
     return _value_reason(constraint, parsed)
@@ -138,8 +138,9 @@ def _missing_required(constraint: Constraint, parsed: jsonstate.JsonState) -> li
 
 
 def _object_reason(
-    engine: LocalEngine, constraint: Constraint, state: State, parsed: jsonstate.JsonState, char: str
+    engine: LocalEngine, constraint: Constraint, state: State, parsed: jsonstate.JsonState, token: str
 ) -> str | None:
+    char = token.lstrip(" \t\n\r")[:1]
     top = parsed.top
     assert top is not None
     missing = _missing_required(constraint, parsed)
@@ -152,10 +153,30 @@ def _object_reason(
             return f"every key the schema allows in {where} is already there: only `}}` can close it"
         return "after a value only `,` or `}` may follow" if char not in ",}" else None
     if keys and char != '"':
-        return f'a key starts with `"`: the schema allows only the keys {listing(keys)} here'
+        return f'a key starts with `"`: {_only_keys(constraint, state, parsed, keys, token)}'
     if keys:
-        return f"the schema allows only the keys {listing(keys)} here"
+        return _only_keys(constraint, state, parsed, keys, token)
     return None
+
+
+def _only_keys(constraint: Constraint, state: State, parsed: jsonstate.JsonState, keys: list[str], token: str) -> str:
+    """The keys allowed next; when `token` starts a key JSON Schema would take here but the engine keeps the
+    schema's key order, that the key must wait."""
+    top = parsed.top
+    assert top is not None
+    schema = jsonstate.subschema(constraint.schema, parsed.container_path) or {}
+    start = parsed.string if parsed.string_is_key else ""
+    written = set(top.keys) - ({parsed.string} if parsed.string_is_key else set())
+    typed = start + token.lstrip(' \t\n\r,"').split('"')[0]
+    later = [
+        k
+        for k in schema.get("properties") or {}
+        if k not in written and k not in keys and typed and k.startswith(typed)
+    ]
+    text = f"the schema allows only the keys {listing(keys)} here"
+    if later:
+        text += f" ({state.engine} writes keys in the schema's order: {listing(later)} may only follow {listing(keys)})"
+    return text
 
 
 def _array_reason(constraint: Constraint, parsed: jsonstate.JsonState, char: str) -> str | None:

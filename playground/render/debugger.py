@@ -45,16 +45,24 @@ def reason_html(reason: str) -> str:
     return code_spans(esc(reason))
 
 
+# A refused token the model gave less than this (0.0% on screen) did not matter: it is counted, not listed.
+MATTERS = 0.0005
+
+
 def reasons_html(where: str, reasons: list[TokenReason], raw: dict[int, float | None]) -> str:
-    """Each candidate at a position: its text, the raw model's probability (`raw` logprobs by id), and why."""
+    """Each candidate at a position that mattered: its text, the raw model's probability (`raw` logprobs by
+    id; unknown ones are listed) and why; then how many refused tokens the model hardly wanted."""
+    shown = [r for r in reasons if r.allowed or r.id not in raw or (prob(raw[r.id]) or 0.0) >= MATTERS]
     rows = "".join(
         f'<tr class="{"ok" if r.allowed else "refused"}"><td>{token_label(r.text)}</td>'
         f'<td class="num">{pct(prob(raw[r.id])) if r.id in raw else "—"}</td>'
         f'<td class="reason">{reason_html(r.reason)}</td></tr>'
-        for r in reasons
+        for r in shown
     )
     head = "<tr><th>token</th><th>model p</th><th>why</th></tr>"
-    return f'<div class="pg-reasons"><div class="legend">{esc(where)}</div><table>{head}{rows}</table></div>'
+    rest = len(reasons) - len(shown)
+    note = f'<div class="muted">and {rest} more refused tokens the model gave under 0.05%</div>' if rest else ""
+    return f'<div class="pg-reasons"><div class="legend">{esc(where)}</div><table>{head}{rows}</table>{note}</div>'
 
 
 def refusal_text(refused: RefusedToken, tokens: int) -> str:

@@ -40,16 +40,16 @@ def columns_html(columns: list[Column]) -> str:
     """The columns side by side; token differences are counted against the first column that ran."""
     first = next((c.result for c in columns if c.result is not None), None)
     cells = "".join(_column(c, first) for c in columns)
-    return f'<div class="pg-engine-compare" style="display:flex;gap:12px;align-items:flex-start">{cells}</div>'
+    return f'<div class="pg-engine-compare">{cells}</div>'
 
 
 def _column(column: Column, first: GenerationResult | None) -> str:
     head = f"<h4>{esc(column.label)}</h4>"
     if column.result is None:
-        return f'<div class="pg-side pg-engine-col" style="flex:1">{head}{error_box(column.error or "")}</div>'
+        return f'<div class="pg-side pg-engine-col">{head}{error_box(column.error or "")}</div>'
     result = column.result
     return (
-        f'<div class="pg-side pg-engine-col" style="flex:1">{head}'
+        f'<div class="pg-side pg-engine-col">{head}'
         f'<pre class="answer">{esc(result.generated_text)}</pre>'
         f"{validation_html(result.best, result.constraint_kind)}"
         f'<div class="pg-details">{_figures(result)}</div>'

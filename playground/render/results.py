@@ -102,13 +102,15 @@ def bestof_html(result: GenerationResult) -> str:
     for number, seq in enumerate(candidates(result), start=1):
         chosen = number == 1
         state, text = verdict(seq.validation, result.constraint_kind)
+        # data-label: on a phone each candidate is a card of labelled lines (page.css)
         rows.append(
             f'<tr class="cand{" chosen" if chosen else ""}">'
-            f"<td>{'★ ' if chosen else ''}{number}</td>"
-            f'<td class="cand-text"><pre>{esc(seq.generated_text)}</pre></td>'
-            f'<td class="num">{seq.total_logprob:.3f}</td><td>{esc(finish_text(seq))}</td>'
-            f"<td>{'—' if seq.seed is None else seq.seed}</td>"
-            f'<td class="pg-{state}-text">{esc(text)}</td></tr>'
+            f'<td data-label="#">{"★ " if chosen else ""}{number}</td>'
+            f'<td class="cand-text" data-label="text"><pre>{esc(seq.generated_text)}</pre></td>'
+            f'<td class="num" data-label="total logprob">{seq.total_logprob:.3f}</td>'
+            f'<td data-label="finish">{esc(finish_text(seq))}</td>'
+            f'<td data-label="seed">{"—" if seq.seed is None else seq.seed}</td>'
+            f'<td class="pg-{state}-text" data-label="verdict">{esc(text)}</td></tr>'
         )
     head = "<tr><th>#</th><th>text</th><th>total logprob</th><th>finish</th><th>seed</th><th>verdict</th></tr>"
     note = "" if len(rows) > 1 else '<div class="muted">Set best_of &gt; 1 (with sampling) to compare candidates.</div>'

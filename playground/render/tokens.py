@@ -66,8 +66,10 @@ def token_span(index: int, token: GeneratedToken, mode: str, popover: bool = Tru
     if token.segment == "reasoning":
         classes.append("reasoning")
     newline = "<br>" if token.text.endswith("\n") else ""
+    # a roving tab stop: only the first token is in the Tab order; the arrow keys move between tokens
     return (
-        f'<span class="{" ".join(classes)}" data-index="{index}" tabindex="0" style="background:{colour(p)}">'
+        f'<span class="{" ".join(classes)}" data-index="{index}" tabindex="{0 if index == 0 else -1}" '
+        f'style="background:{colour(p)}">'
         f"{token_label(token.text)}{_popover(token) if popover else ''}</span>{newline}"
     )
 
@@ -100,10 +102,8 @@ def tokens_html(tokens: list[GeneratedToken], mode: str = "constrained", *, popo
         f' · <span class="tok forced legend-tok">dotted</span> = forced by {by}, not sampled ({forced}){thinking}'
         " · hover a token for alternatives, click it for the next-token chart</div>"
     )
-    return (
-        f'<div class="pg-tokens" data-mode="{esc(mode)}">{legend}{segments_html(tokens)}'
-        f'<div class="tok-line">{spans}</div></div>'
-    )
+    line = '<div class="tok-line" role="group" aria-label="answer tokens: arrow keys move, Enter pins, Escape unpins">'
+    return f'<div class="pg-tokens" data-mode="{esc(mode)}">{legend}{segments_html(tokens)}{line}{spans}</div></div>'
 
 
 ENGAGED = '<span class="engaged" title="the constraint engaged here: the answer begins">▸</span>'

@@ -15,15 +15,13 @@ from playground.ui.compare_engines import setup_engine_compare_events
 from playground.ui.compare_reasoning import setup_reasoning_compare_events
 from playground.ui.components import Components
 from playground.ui.handlers import Panels
-from playground.ui.inspect import setup_inspect_events
+from playground.ui.inspect import setup_inspect_events, warm_engines
 from playground.ui.state import ChatState, Form, ModelPick, UISettings
+from playground.ui.theme import page_assets
 
 __all__ = ["create_ui", "page_assets", "UISettings"]
 
-
-def page_assets() -> dict[str, str]:
-    """Page-wide CSS for gr.mount_gradio_app (the panels' own sheet is scoped to each panel)."""
-    return {"css": layout.PAGE_CSS}
+STOP_JS = "(state, shown) => [state, document.querySelectorAll('#token-panel .tok[data-index]').length]"
 
 
 def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.Blocks:
@@ -32,12 +30,13 @@ def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.B
     # uploads (session files) are read at once: Gradio deletes them after 10 minutes, checking every 5
     with gr.Blocks(title=settings.title, analytics_enabled=False, delete_cache=(300, 600)) as demo:
         gr.Markdown(
-            f"## {render.esc(settings.title)}\n"
+            f"# {render.esc(settings.title)}\n"
             "Constrain a model with a JSON schema, a regex, a choice list or a grammar, then see what the "
             "constraint did to every token."
         )
         startup.render_banner(demo, registry)
         _setup_events(demo, registry, settings, layout.render_all(registry))
+    warm_engines(registry)
     return demo
 
 
@@ -144,7 +143,7 @@ def _setup_model_events(demo: gr.Blocks, registry: Registry, settings: UISetting
                 return gr.skip(), render.error_box(message), picked
             box = render.error_box(f"{message}\nstill using {picked.good}")
             return gr.update(value=picked.good), box, ModelPick(good=picked.good, reverting=True)
-        return gr.update(choices=controls.model_choices(registry), value=name), status, ModelPick(good=name)
+        return gr.update(choices=controls.model_choices(registry, name), value=name), status, ModelPick(good=name)
 
     outputs = [c.model, c.model_status, c.model_pick]
     c.model.change(on_model, [c.model, c.model_pick], outputs, trigger_mode="always_last")
@@ -175,11 +174,12 @@ def _setup_chat_events(registry: Registry, c: Components, autosave: Callable[[An
         event = gr.on(triggers, fn, inputs, outputs, show_progress="minimal")
         autosave(event).then(next_token, c.state, ch.next_token, show_progress="hidden")
     # Not `cancels=`: killing the handler mid-step would leave the stored turn out of step with the screen.
-    ch.stop.click(handlers.request_stop, c.state, None, show_progress="hidden", queue=False)
+    # The click says how many tokens the user sees: the answer ends there, not at the server's (later) token.
+    ch.stop.click(handlers.request_stop, [c.state, ch.stop_at], None, js=STOP_JS, show_progress="hidden", queue=False)
     resets = [([ch.undo.click, ch.chatbot.undo], handlers.undo), ([ch.clear.click, ch.chatbot.clear], handlers.clear)]
     for triggers, reset in resets:
         event = gr.on(triggers, _panels_of(reset), c.state, outputs)
-        autosave(event).then(lambda: "", None, ch.next_token)
+        autosave(event).then(lambda: render.NEXT_TOKEN_EMPTY, None, ch.next_token)
     ch.mode.change(handlers.set_mode, [c.state, ch.mode], [c.state, ch.tokens], show_progress="hidden")
 
     def on_markdown(state: ChatState, markdown: bool) -> tuple:

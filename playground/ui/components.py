@@ -21,6 +21,12 @@ def html(elem_id: str, value: str = "", **kwargs: object) -> gr.HTML:
     return gr.HTML(value, elem_id=elem_id, css_template=STYLESHEET, **kwargs)
 
 
+def insight(*, collapse_empty: bool = False) -> gr.Column:
+    """A panel a turn fills: on a phone (page.css) collapsed before the first answer, so the model and
+    constraint pickers follow the chat; with `collapse_empty`, also while it has nothing to show."""
+    return gr.Column(elem_classes=["pg-insight", *(["pg-collapse-empty"] if collapse_empty else [])])
+
+
 @dataclass(frozen=True)
 class ConstraintEditor:
     """The constraint picker and editor, its status line, the inspect panel and the custom processor."""
@@ -80,6 +86,7 @@ class Chat:
     input: gr.Textbox
     send: gr.Button
     stop: gr.Button
+    stop_at: gr.Number  # hidden: the tokens on screen when Stop was clicked
     retry: gr.Button
     undo: gr.Button
     clear: gr.Button

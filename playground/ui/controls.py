@@ -17,7 +17,16 @@ from playground.providers.registry import Registry
 from playground.ui import snippets
 from playground.ui.examples import PROCESSOR_PARAMS
 from playground.ui.handlers import error_message
-from playground.ui.state import ChatState, Form, UISettings, chat_inputs, export_session, import_session, params_of
+from playground.ui.state import (
+    ChatState,
+    Form,
+    UISettings,
+    chat_inputs,
+    empty_constraint,
+    export_session,
+    import_session,
+    params_of,
+)
 from playground.wire import tools
 
 Progress = Callable[..., object]
@@ -38,7 +47,7 @@ def constraint_status(kind: str, text: str | None) -> str:
     if kind in ("none", "processor"):
         return ""
     if not (text or "").strip():
-        return render.box("warn", f"✗ the {kind} is empty: type one or pick an example", elem_class="pg-constraint-bad")
+        return render.box("warn", f"✗ {empty_constraint(kind)}", elem_class="pg-constraint-bad")
     try:
         problem = tools.problem(text or "") if kind == "tools" else check_constraint(kind, text or "")
     except Exception as exc:  # noqa: BLE001 - a live check shows the problem instead of a Gradio error
@@ -79,9 +88,32 @@ def processor_help(name: str | None) -> tuple[str, str]:
 # --- models --------------------------------------------------------------------------------------
 
 
-def model_choices(registry: Registry) -> list[tuple[str, str]]:
-    """Every served model as (provider · model, model), grouped by provider."""
-    return [(f"{provider_id} · {model}", model) for provider_id, model in registry.models()]
+def model_choices(registry: Registry, current: str | None = None) -> list[tuple[str, str]]:
+    """Every served model once, as (provider · model, model), grouped by provider.
+
+    A model a local provider serves under two names (`embedded` and its id, a path and its id) is listed
+    by one: `current` (the picker's), else the default model, else its id.
+    """
+    names: dict[tuple[str, str], list[str]] = {}
+    for provider_id, model in registry.models():
+        names.setdefault((provider_id, _model_id(registry, model)), []).append(model)
+    preferred = (current, registry.default_model)
+    choices = []
+    for (provider_id, model_id), group in names.items():
+        shown = next((name for name in (*preferred, model_id) if name in group), group[0])
+        choices.append((f"{provider_id} · {shown}", shown))
+    return choices
+
+
+def _model_id(registry: Registry, name: str) -> str:
+    """The id a local provider serves `name` as (remote providers are not asked: that is a request)."""
+    provider, _ = registry.resolve(name)
+    if not provider.capabilities.model_loading:
+        return name
+    try:
+        return provider.info(name).model_id
+    except Exception:  # noqa: BLE001 - a model the provider cannot describe is listed by its own name
+        return name
 
 
 def model_status(registry: Registry, name: str) -> str:

@@ -11,7 +11,7 @@ KINDS: list[tuple[str, str]] = [
     ("JSON schema", "json_schema"),
     ("regex", "regex"),
     ("choice", "choice"),
-    ("grammar (Lark)", "grammar"),
+    ("grammar (Lark or GBNF)", "grammar"),
     ("segments (structural tag)", "structural_tag"),
     ("tools (function calls)", "tools"),
     ("custom processor", "processor"),

@@ -144,7 +144,7 @@ def _turn(
     answer = {"role": "assistant", "content": PENDING, CONSTRAINT_KEY: _kind_of(request)}
     state.messages = list(history) + [{"role": "user", "content": user_text}, answer]
     state.result, state.request, state.tokens = None, request, []
-    state.stop_requested, state.running = False, True
+    state.stop_requested, state.stop_after, state.running = False, None, True
     yield Panels.empty(state, input_text="", running=True)
     try:
         yield from _stream_answer(registry, state, request, answer)
@@ -167,6 +167,9 @@ def _stream_answer(registry: Registry, state: ChatState, request: LastRequest, a
     try:
         for event in events:
             if state.stop_requested and not isinstance(event, GenerationResult):
+                if state.stop_after is not None and state.stop_after < len(state.tokens):
+                    state.tokens = state.tokens[: state.stop_after]
+                    answer["content"] = stopped.answer_text(state.tokens) or PENDING
                 yield _stopped_panels(state, request)
                 return
             if isinstance(event, GenerationResult):
@@ -210,9 +213,11 @@ def _unenforced_panels(state: ChatState, request: LastRequest, exc: UnenforcedKe
     )
 
 
-def request_stop(state: ChatState) -> None:
-    """Ask the running turn to end after the token on screen; when nothing runs there is nothing to stop."""
+def request_stop(state: ChatState, shown: float | None = None) -> None:
+    """Ask the running turn to end after the token on screen (`shown` tokens were there at the click: those
+    decoded since are dropped); when nothing runs there is nothing to stop."""
     if state.running:
+        state.stop_after = int(shown) if shown else None
         state.stop_requested = True
 
 

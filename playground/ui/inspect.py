@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any
 
 import gradio as gr
@@ -15,6 +17,7 @@ from playground.ui.components import Components
 from playground.ui.handlers import error_reason
 from playground.wire import tools
 
+log = logging.getLogger(__name__)
 STALE = "\x00stale"  # what the debounce hands Python for a keystroke that a later one superseded
 # Debounce: wait 400 ms after a keystroke; only the latest keystroke's call carries the text.
 DEBOUNCE_JS = f"""(kind, text, model) => {{
@@ -22,6 +25,21 @@ DEBOUNCE_JS = f"""(kind, text, model) => {{
   return new Promise((done) => setTimeout(
     () => done([kind, seq === window.__pgInspectSeq ? text : {STALE!r}, model]), 400));
 }}"""
+
+
+def warm_engines(registry: Registry) -> threading.Thread:
+    """At start-up, in the background: the default model's compile workers and every engine's tables, so
+    neither the inspect panel nor the first turn waits for them."""
+
+    def warm() -> None:
+        try:
+            registry.local_engine(None, "warming the engines").compiler.prepare()
+        except Exception as exc:  # noqa: BLE001 - a remote default model has no local engine to warm
+            log.info("engines not warmed at start-up: %s", exc)
+
+    thread = threading.Thread(target=warm, daemon=True, name="warm-engines")
+    thread.start()
+    return thread
 
 
 def inspect_report(registry: Registry, model: str | None, constraint: Constraint) -> InspectResponse:

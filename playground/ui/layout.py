@@ -10,7 +10,7 @@ import gradio as gr
 from playground.constraints import backends
 from playground.constraints.examples import example_titles
 from playground.providers.registry import Registry
-from playground.render import tokens_html
+from playground.render import NEXT_TOKEN_EMPTY, tokens_html
 from playground.types.sizes import MAX_BEST_OF, MAX_TOP_N_TOKENS
 from playground.ui import controls, debugger
 from playground.ui.compare_engines import render_engine_compare
@@ -24,13 +24,13 @@ from playground.ui.components import (
     Parameters,
     Session,
     html,
+    insight,
 )
 from playground.ui.drafts import example_title
 from playground.ui.examples import KINDS, LANGUAGES, SYSTEM_PROMPT
 from playground.ui.state import ChatState, ModelPick
 from playground.wire.controls import SAMPLING
 
-PAGE_CSS = (Path(__file__).parent / "static" / "page.css").read_text(encoding="utf-8")
 # Clicking a token pins its popover and asks the server for the next-token chart at that position.
 TOKEN_CLICK_JS = (Path(__file__).parent / "static" / "tokens.js").read_text(encoding="utf-8")
 # The chatbot's class while it shows messages exactly (no Markdown): page.css keeps their whitespace.
@@ -234,10 +234,17 @@ def _render_chat_tab() -> Chat:
         elem_classes=[EXACT_CLASS],
     )
     with gr.Row(equal_height=True):
-        text = gr.Textbox(placeholder="Type a message and press Enter", show_label=False, scale=5, elem_id="chat-input")
+        text = gr.Textbox(
+            label="Message",
+            placeholder="Type a message and press Enter",
+            show_label=False,
+            scale=5,
+            elem_id="chat-input",
+        )
         send = gr.Button("Send", variant="primary", scale=1, elem_id="send-btn")
         stop = gr.Button("Stop", variant="secondary", scale=0, min_width=80, interactive=False, elem_id="stop-btn")
-    with gr.Row(equal_height=True):
+        stop_at = gr.Number(visible=False, precision=0, elem_id="stop-at")
+    with gr.Row(equal_height=True, elem_id="chat-actions"):
         retry = gr.Button("Retry", size="sm", elem_id="retry-btn")
         undo = gr.Button("Undo", size="sm", elem_id="undo-btn")
         clear = gr.Button("Clear", size="sm", elem_id="clear-btn")
@@ -245,18 +252,27 @@ def _render_chat_tab() -> Chat:
             value=False, label="Markdown for unconstrained answers", elem_id="chat-markdown", container=False
         )
     error, finish, verdict = html("chat-error"), html("finish-reason"), html("validation-status")
-    gr.Markdown("**Tokens** — hover or focus for alternatives; click or press Enter to pin one and chart its position")
-    mode = gr.Radio(["constrained", "raw"], value="constrained", label="Colour by probability", elem_id="token-mode")
-    tokens = html("token-panel", tokens_html([]), js_on_load=TOKEN_CLICK_JS)
-    gr.Markdown("**Next token** — raw model against the constraint")
-    next_token = html("next-token-panel")
-    gr.Markdown("**Best-of candidates**")
-    bestof = html("bestof-panel")
+    with insight():
+        gr.Markdown(
+            "**Tokens** — hover or focus for alternatives; click or press Enter to pin one and chart its position; "
+            "arrow keys move between tokens, Escape unpins"
+        )
+        mode = gr.Radio(
+            ["constrained", "raw"], value="constrained", label="Colour by probability", elem_id="token-mode"
+        )
+        tokens = html("token-panel", tokens_html([]), js_on_load=TOKEN_CLICK_JS)
+    with insight(collapse_empty=True):
+        gr.Markdown("**Next token** — raw model against the constraint")
+        next_token = html("next-token-panel", NEXT_TOKEN_EMPTY)
+    with insight():
+        gr.Markdown("**Best-of candidates**")
+        bestof = html("bestof-panel")
     return Chat(
         chatbot=chatbot,
         input=text,
         send=send,
         stop=stop,
+        stop_at=stop_at,
         retry=retry,
         undo=undo,
         clear=clear,
@@ -277,7 +293,13 @@ def _render_compare_tab(registry: Registry) -> Compare:
         "another model). Blank input re-runs your last message."
     )
     with gr.Row(equal_height=True):
-        text = gr.Textbox(show_label=False, placeholder="Message to compare", scale=5, elem_id="compare-input")
+        text = gr.Textbox(
+            label="Message to compare",
+            show_label=False,
+            placeholder="Message to compare",
+            scale=5,
+            elem_id="compare-input",
+        )
         run = gr.Button("Compare", variant="primary", scale=1, elem_id="compare-btn")
     with gr.Row():
         left = html("compare-unconstrained")

@@ -57,15 +57,23 @@ def read_query(value: str) -> tuple[Form, list[dict[str, str]]]:
     return import_session(text)
 
 
+# Links and the autosave keep the conversation, not the token panels: said wherever an answer comes back.
+RETRY_HINT = "Retry to see the tokens of the last answer (the token panels are not saved)"
+
+
 def restored(query: str | None, saved: str | None) -> tuple[Form, list[dict[str, str]], str] | None:
-    """What the page opens with: a share link first, else the browser's autosave, else nothing."""
+    """What the page opens with (a share link first, else the browser's autosave, else nothing) and what to
+    say about it."""
     if query:
         form, messages = read_query(query)
-        return form, messages, f"✓ opened a shared session ({len(messages)} messages)"
-    if saved:
+        opened = f"✓ opened a shared session ({len(messages)} messages)"
+    elif saved:
         form, messages = import_session(saved)
-        return form, messages, ""
-    return None
+        opened = ""
+    else:
+        return None
+    answered = any(message.get("role") == "assistant" for message in messages)
+    return form, messages, " · ".join(part for part in (opened, RETRY_HINT if answered else "") if part)
 
 
 def autosaver(c: Components) -> tuple[gr.BrowserState, Callable[[Any], Any]]:
@@ -100,7 +108,7 @@ def setup(demo: gr.Blocks, c: Components, saved: gr.BrowserState) -> None:
             return keep
         loaded, messages, note = found
         fresh = ChatState(messages=messages, mode=state.mode, markdown=state.markdown)
-        status = render.box("ok", note, elem_class="pg-shared") if note else gr.skip()
+        status = render.box("ok" if query else "muted", note, elem_class="pg-shared") if note else gr.skip()
         autosave = export_session(loaded, fresh) if query else gr.skip()
         return (*loaded.values(), fresh, chatbot_value(messages, fresh.markdown), autosave, status)
 

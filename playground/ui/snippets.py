@@ -50,6 +50,10 @@ _EXTRA_BODY = {
 }
 
 
+# Why an OpenAI-route answer can be shorter than the UI's: said at the top of those snippets when stops are set.
+STOP_NOTE = "OpenAI's rule: the answer leaves out the stop sequence that ended it (the UI and /generate keep it)"
+
+
 def curl(url: str, body: dict[str, Any]) -> str:
     payload = json.dumps(body, indent=2, ensure_ascii=False)
     return f"curl -s {shlex.quote(url)} \\\n  -H 'Content-Type: application/json' \\\n  -d {shlex.quote(payload)}"
@@ -130,10 +134,11 @@ def snippets(
     base = base_url.rstrip("/")
     body = chat_body(model, inputs, params)
     tgi_body = {"inputs": prompt, "parameters": outbound.playground_tgi_parameters(params)}
+    note = f"# {STOP_NOTE}\n" if params.stop else ""
     return {
         "curl_generate": curl(f"{base}/generate", tgi_body),
-        "curl_chat": curl(f"{base}/v1/chat/completions", body),
-        "openai": openai_snippet(base, body),
+        "curl_chat": note + curl(f"{base}/v1/chat/completions", body),
+        "openai": note + openai_snippet(base, body),
         "huggingface_hub": hf_snippet(base, prompt, params),
-        "outlines": outlines_snippet(base, body, params.grammar),
+        "outlines": note + outlines_snippet(base, body, params.grammar),
     }

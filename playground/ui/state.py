@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model
 
-from playground.errors import ParameterError, PlaygroundError
+from playground.errors import InvalidConstraintError, ParameterError, PlaygroundError
 from playground.render.chat import CONSTRAINT_KEY
 from playground.types import ChatMessage, GeneratedToken, GenerateParameters, GenerationResult, ProcessorSpec
 from playground.ui.examples import SYSTEM_PROMPT
@@ -119,6 +119,7 @@ class ChatState(BaseModel):
     tokens: list[GeneratedToken] = Field(default_factory=list, description="The answer's tokens on screen.")
     running: bool = False
     stop_requested: bool = False
+    stop_after: int | None = Field(default=None, description="Tokens on the user's screen when they clicked Stop.")
     _scope: str | None = PrivateAttr(default=None)
 
     def cache_scope(self) -> str:
@@ -149,12 +150,19 @@ def processors_of(form: Form) -> list[ProcessorSpec]:
     return [ProcessorSpec(name=form.processor, params=params)]
 
 
+def empty_constraint(kind: str) -> str:
+    """What the status line and a send both say about a constraint editor left empty."""
+    return f"the {kind} is empty: type one or pick an example"
+
+
 def params_of(form: Form, *, constrained: bool = True, fmt: ToolFormat | None = None) -> GenerateParameters:
     """TGI parameters from the form; neutral slider values (temperature 1, top_k 0, ...) mean unset.
 
     `fmt`: the model's tool-call envelope, for the tools kind (its template renders the tools)."""
     values = {**form.model_dump(), "stop": form.stop.splitlines()}
     if constrained:
+        if form.kind not in ("none", "processor") and not (form.constraint_text or "").strip():
+            raise InvalidConstraintError(empty_constraint(form.kind))
         grammar = inbound.grammar_for(form.kind, form.constraint_text, fmt)
         params = inbound.from_controls(values, grammar=grammar, processors=processors_of(form))
     else:

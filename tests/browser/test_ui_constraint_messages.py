@@ -9,7 +9,7 @@ from tests.browser.ui_helpers import open_app, paste_constraint, pick_kind, send
 
 def test_single_quoted_lark_literals_get_a_hint(page: Page, server_url: str) -> None:
     open_app(page, server_url)
-    pick_kind(page, "grammar (Lark)")
+    pick_kind(page, "grammar (Lark or GBNF)")
     paste_constraint(page, "start: 'yes' | 'no'")
     status = page.locator("#constraint-status .pg-bad")
     expect(status).to_contain_text("invalid grammar")

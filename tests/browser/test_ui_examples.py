@@ -53,7 +53,7 @@ def test_own_text_survives_switching_kinds_and_the_title_never_goes_stale(
 
 def test_the_grammar_example_finishes_with_the_right_answer(page: Page, server_url: str) -> None:
     open_app(page, server_url)
-    pick_kind(page, "grammar (Lark)")
+    pick_kind(page, "grammar (Lark or GBNF)")
     page.locator("#constraint-example input").click()
     page.get_by_role("option", name="Calculation").click()
     expect(page.locator("#chat-input textarea")).to_have_value("What is 7 times 6? Answer with the calculation.")

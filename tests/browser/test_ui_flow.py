@@ -15,7 +15,9 @@ from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind
 def test_schema_chat_shows_valid_json_tokens_alternatives_and_next_token_chart(page: Page, server_url: str) -> None:
     open_app(page, server_url)
     page.locator("#model-picker input").click()
-    page.get_by_role("option", name="local · embedded").click()
+    options = page.get_by_role("option")
+    expect(options).to_have_count(1)  # the embedded model, served as `embedded` and by its id, listed once
+    options.filter(has_text="(embedded GGUF)").click()
     expect(page.locator("#model-status .pg-box")).to_contain_text("✓", timeout=SLOW)
     pick_kind(page, "JSON schema")
     paste_constraint(page, PERSON_SCHEMA)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
+from tests.support import AXE_JS
+
 SLOW = 120_000  # ms; the model decodes on one shared CPU thread
 PHONE = {"width": 390, "height": 844}
 
@@ -93,3 +95,22 @@ def send(page: Page, text: str | None = None) -> None:
 def next_token_payload(candidates: list[dict]) -> dict:
     """A next-token distribution as the widgets receive it: two of 100 tokens allowed, 25% of the mass kept."""
     return {"prefix": "", "mass_kept": 0.25, "allowed_count": 2, "vocab_size": 100, "candidates": candidates}
+
+
+# Gradio's CodeMirror editors colour syntax with a theme of their own: third-party markup, not ours.
+AXE_EXCLUDE = [".cm-editor"]
+
+
+def serious_violations(page: Page) -> list[str]:
+    """axe-core's violations of impact serious or critical on the page as it is now, one line each."""
+    if not AXE_JS.is_file():
+        raise RuntimeError(f"{AXE_JS} is missing: run `make test` (target `axe` fetches axe-core from npm)")
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.add_script_tag(content=AXE_JS.read_text(encoding="utf-8"))
+    found = page.evaluate(
+        """async (exclude) => (await axe.run({exclude: exclude.map((s) => [s])}, {resultTypes: ['violations']}))
+            .violations.filter((v) => v.impact === 'serious' || v.impact === 'critical')
+            .flatMap((v) => v.nodes.map((n) => `${v.id}: ${n.target.join(' ')}: ${n.failureSummary}`))""",
+        AXE_EXCLUDE,
+    )
+    return list(found)

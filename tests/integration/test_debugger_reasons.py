@@ -127,3 +127,17 @@ def test_other_engines_are_walked_with_their_own_masks(engine, engine_name: str)
     assert result.constraint_engine == engine_name
     assert result.first_refused.offset == 6
     assert result.first_refused.reason == "the regex expects a digit here"
+
+
+def test_a_key_json_schema_allows_but_the_engine_refuses_for_its_order_says_so(engine) -> None:
+    city = tokens(engine, '"city')
+    reason = reasons_at(engine, JSON, "{", city[:1]).reasons[0]  # `"`: allowed, a key starts here
+    assert reason.allowed
+    reason = reasons_at(engine, JSON, '{"', city[1:2]).reasons[0]
+    assert not reason.allowed
+    assert reason.reason == (
+        "the schema allows only the keys `name` here (llguidance writes keys in the schema's order: "
+        "`city` may only follow `name`)"
+    )
+    other = reasons_at(engine, JSON, '{"', tokens(engine, '"zz')[1:2]).reasons[0]  # no key of the schema
+    assert other.reason == "the schema allows only the keys `name` here"

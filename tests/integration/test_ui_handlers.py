@@ -116,6 +116,10 @@ def test_unknown_processor_is_a_clear_error(registry: Registry) -> None:
 def test_model_picker_serves_loads_and_explains_failures(registry: Registry, monkeypatch) -> None:
     monkeypatch.setattr(registry, "loading", LoadingPolicy(allow_requests=True))  # the operator allowed it
     settings = UISettings()
+    registry.load("embedded", "local")  # as app.py serves it: by its id and as `embedded`, one model
+    assert {name for _, name in registry.models()} == {registry.default_model, "embedded"}
+    assert [model for _, model in controls.model_choices(registry)] == [registry.default_model]
+    assert [model for _, model in controls.model_choices(registry, "embedded")] == ["embedded"]
     assert "provider local" in controls.choose_model(registry, registry.default_model, settings)
     with pytest.raises(Exception, match="no-such-org/no-such-model"):
         controls.choose_model(registry, "no-such-org/no-such-model", settings)
@@ -124,7 +128,7 @@ def test_model_picker_serves_loads_and_explains_failures(registry: Registry, mon
     path = str(embedded_gguf_path())
     status = controls.choose_model(registry, path, settings)
     assert EMBEDDED_FILE in status
-    assert path in {model for _, model in controls.model_choices(registry)}
+    assert path in {model for _, model in controls.model_choices(registry, path)}
     state = ChatState(messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}])
     run_chat(
         registry,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from playground.constraints import Constraint
 from playground.constraints.examples import EXAMPLES
 from playground.ui import controls
-from playground.ui.examples import PROCESSOR_PARAMS
+from playground.ui.examples import KINDS, PROCESSOR_PARAMS
 
 
 def test_live_check_names_the_problem_or_says_valid() -> None:
@@ -75,3 +76,9 @@ def test_the_live_constraint_check_shows_problems_instead_of_raising(kind: str, 
 
 def test_the_live_constraint_check_takes_a_missing_text() -> None:
     assert "the regex is empty" in controls.constraint_status("regex", None)
+
+
+def test_the_grammar_kind_says_it_reads_gbnf_and_has_a_gbnf_example() -> None:
+    assert ("grammar (Lark or GBNF)", "grammar") in KINDS
+    gbnf = controls.example_for("grammar", "Date (GBNF)")[0]
+    assert "::=" in gbnf and Constraint.parse("grammar", gbnf).grammar_dialect == "gbnf"

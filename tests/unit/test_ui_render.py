@@ -6,6 +6,8 @@ import math
 import re
 
 from playground import render
+from playground.debug.why import TokenReason
+from playground.render.debugger import reasons_html
 from playground.types import (
     GeneratedToken,
     GenerationResult,
@@ -255,3 +257,27 @@ def test_details_say_when_the_compile_came_from_the_cache() -> None:
     cached = fresh.model_copy(update={"timings": Timings(compile_s=0.0001, compile_cached=True)})
     assert "(cached)" not in render.details_html(fresh)
     assert "0 ms (cached)" in render.details_html(cached)
+
+
+def test_the_token_panel_is_one_tab_stop() -> None:
+    html = render.tokens_html([tok("a", 0.5), tok("b", 0.5), tok("c", 0.5)])
+    assert re.findall(r'tabindex="(-?\d)"', html) == ["0", "-1", "-1"]
+    assert 'role="group"' in html and "arrow keys move" in html
+
+
+def test_reasons_list_the_refused_tokens_that_mattered_and_count_the_rest() -> None:
+    reasons = [
+        TokenReason(id=1, text="yes", allowed=True, reason="allowed"),
+        TokenReason(id=2, text="maybe", allowed=False, reason="not in the choice"),
+        TokenReason(id=3, text="zzz", allowed=False, reason="not in the choice"),
+        TokenReason(id=4, text="qqq", allowed=False, reason="not in the choice"),
+        TokenReason(id=5, text="<eos>", allowed=False, reason="the answer is not complete"),
+    ]
+    raw = {1: math.log(0.6), 2: math.log(0.3), 3: math.log(0.0001), 4: math.log(0.00002)}
+    html = reasons_html("before token #0", reasons, raw)
+    assert [re.sub("<[^>]+>", "", cell) for cell in re.findall(r"<tr class=\"\w+\"><td>(.*?)</td>", html)] == [
+        "yes",
+        "maybe",
+        "&lt;eos&gt;",
+    ]
+    assert ">0.0%<" not in html and "and 2 more refused tokens the model gave under 0.05%" in html

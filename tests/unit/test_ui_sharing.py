@@ -28,3 +28,11 @@ def test_damaged_links_are_named_and_the_autosave_is_the_fallback() -> None:
     form, messages, note = sharing.restored(None, saved)
     assert form.kind == "choice" and messages == [] and note == ""
     assert sharing.restored(None, None) is None
+
+
+def test_a_restored_answer_says_how_to_see_its_tokens() -> None:
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "abc"}]
+    saved = export_session(Form(), ChatState(messages=messages))
+    assert sharing.restored(None, saved)[2] == sharing.RETRY_HINT
+    query = sharing.share_query(Form(), ChatState(messages=messages)).removeprefix("?session=")
+    assert sharing.restored(query, None)[2] == f"✓ opened a shared session (2 messages) · {sharing.RETRY_HINT}"

@@ -16,7 +16,7 @@ SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required
 
 def curl_body(command: str) -> tuple[str, dict]:
     """(url, JSON body) of a curl snippet, parsed the way a shell would."""
-    words = shlex.split(command.replace("\\\n", " "))
+    words = shlex.split(command.replace("\\\n", " "), comments=True)
     return words[2], json.loads(words[words.index("-d") + 1])
 
 
@@ -141,3 +141,12 @@ def test_a_structural_tag_travels_as_vllm_takes_it() -> None:
     for name in ("openai", "huggingface_hub", "outlines"):
         ast.parse(code[name])
     assert "response_format=" in code["outlines"] and "CFG(" not in code["outlines"]
+
+
+def test_openai_route_snippets_say_they_leave_the_stop_sequence_out() -> None:
+    with_stop = snippets.snippets(BASE, "m", INPUTS, "p", params(stop=["-"]))
+    for key in ("curl_chat", "openai", "outlines"):
+        assert with_stop[key].startswith(f"# {snippets.STOP_NOTE}\n"), key
+    assert snippets.STOP_NOTE not in with_stop["curl_generate"] + with_stop["huggingface_hub"]
+    assert snippets.STOP_NOTE not in snippets.snippets(BASE, "m", INPUTS, "p", params())["openai"]
+    assert curl_body(with_stop["curl_chat"])[1]["stop"] == ["-"]  # a shell skips the comment

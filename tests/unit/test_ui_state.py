@@ -9,6 +9,7 @@ import pytest
 from playground.constraints.examples import EXAMPLES, PERSON_SCHEMA
 from playground.errors import InvalidConstraintError, ParameterError, PlaygroundError
 from playground.types import ChatMessage
+from playground.ui import controls
 from playground.ui.state import FIELDS, ChatState, Form, chat_inputs, export_session, import_session, params_of
 
 
@@ -169,3 +170,11 @@ def test_truncate_watermark_and_adapter_map_to_tgi_names() -> None:
     raw = values(truncate=12.0, watermark=True, adapter_id="  me/lora  ")
     params = params_of(Form.from_values(raw))
     assert (params.truncate, params.watermark, params.adapter_id) == (12, True, "me/lora")
+
+
+@pytest.mark.parametrize("kind", ["json_schema", "regex", "choice", "grammar"])
+def test_an_empty_constraint_is_worded_alike_on_the_status_line_and_on_send(kind: str) -> None:
+    with pytest.raises(InvalidConstraintError) as sent:
+        params_of(Form(kind=kind, constraint_text="  \n"))
+    assert sent.value.message == f"the {kind} is empty: type one or pick an example"
+    assert f"✗ {sent.value.message}" in controls.constraint_status(kind, "  \n")

@@ -1,5 +1,7 @@
+// The token panel is one Tab stop (a roving tabindex): the arrow keys, Home and End move between tokens.
 // Clicking a token, or Enter / Space on a focused one, pins it: its popover opens in the page's flow (under
 // the answer, so it covers nothing) and the server is asked for the next-token chart at that position.
+// Escape unpins.
 const place = (tok) => {
   // Keep a hovering popover inside the window: shift it left when it would run off the right edge.
   const pop = tok.querySelector('.pop');
@@ -12,32 +14,52 @@ const place = (tok) => {
     pop.style.left = `${-Math.max(0, shift)}px`;
   }
 };
-const pin = (tok) => {
-  element.querySelectorAll('.tok.pinned').forEach((other) => { if (other !== tok) other.classList.remove('pinned'); });
-  const pinned = tok.classList.toggle('pinned');
+const unpin = () => {
+  element.querySelectorAll('.tok.pinned').forEach((tok) => tok.classList.remove('pinned'));
   element.querySelectorAll('.pin-detail').forEach((old) => old.remove());
+};
+const pin = (tok) => {
+  const pinned = !tok.classList.contains('pinned');
+  unpin();
   const pop = tok.querySelector('.pop');
-  if (pinned && pop) {
-    const detail = document.createElement('div');
-    detail.className = 'pin-detail';
-    detail.setAttribute('role', 'region');
-    detail.setAttribute('aria-label', 'pinned token');
-    detail.innerHTML = pop.innerHTML;
-    tok.closest('.pg-tokens').appendChild(detail);
+  if (pinned) {
+    tok.classList.add('pinned');
+    if (pop) {
+      const detail = document.createElement('div');
+      detail.className = 'pin-detail';
+      detail.setAttribute('role', 'region');
+      detail.setAttribute('aria-label', 'pinned token');
+      detail.innerHTML = pop.innerHTML;
+      tok.closest('.pg-tokens').appendChild(detail);
+    }
   }
   trigger('click', { index: Number(tok.dataset.index) });
 };
+const moveTo = (to) => {
+  if (!to) return;
+  element.querySelectorAll('.tok[data-index]').forEach((tok) => tok.setAttribute('tabindex', '-1'));
+  to.setAttribute('tabindex', '0');
+  to.focus();
+};
+const STEPS = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1 };
 element.addEventListener('click', (event) => {
   const tok = event.target.closest('.tok[data-index]');
   if (!tok || event.target.closest('.pop')) return;
+  moveTo(tok);
   pin(tok);
 });
 element.addEventListener('keydown', (event) => {
-  if (event.key !== 'Enter' && event.key !== ' ') return;
   const tok = event.target.closest('.tok[data-index]');
   if (!tok) return;
+  const all = [...element.querySelectorAll('.tok[data-index]')];
+  const at = all.indexOf(tok);
+  if (event.key === 'Enter' || event.key === ' ') pin(tok);
+  else if (event.key === 'Escape') unpin();
+  else if (event.key in STEPS) moveTo(all[Math.max(0, Math.min(all.length - 1, at + STEPS[event.key]))]);
+  else if (event.key === 'Home') moveTo(all[0]);
+  else if (event.key === 'End') moveTo(all[all.length - 1]);
+  else return;
   event.preventDefault();
-  pin(tok);
 });
 ['mouseover', 'focusin'].forEach((name) => element.addEventListener(name, (event) => {
   const tok = event.target.closest('.tok[data-index]');
