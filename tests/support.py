@@ -145,6 +145,23 @@ def start_app(*args: str, env: Mapping[str, str | None] | None = None, cwd: Path
     return server
 
 
+class TinyTokenizer:
+    """The tokenizer facts the runner and the decode read, for tiny_llama: one letter per token, 0 the EOS."""
+
+    all_special_ids = [0]
+    eos_token_id = 0
+    pad_token_id = None
+
+    def __init__(self, hidden: tuple[int, ...] = (0,)) -> None:
+        self.hidden = set(hidden)  # ids decoded as no text (the end-of-sequence ids)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(97 + i % 26) for i in ids if i not in self.hidden)
+
+    def convert_ids_to_tokens(self, token_id: int) -> str:
+        return self.decode([token_id])
+
+
 def tiny_llama(**config: object):  # -> LlamaForCausalLM; transformers loads only for the tests that use it
     """A tiny random Llama (2 layers, hidden 32, grouped-query attention), seeded, in eval mode; no download."""
     import torch

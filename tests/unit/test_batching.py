@@ -27,28 +27,17 @@ from playground.decoding.stopping import StopCriteria
 from playground.errors import ProcessorError
 from playground.models import LoadedModel
 from playground.types import GenerateParameters
-from tests.support import tiny_llama
+from tests.support import TinyTokenizer, tiny_llama
 
 ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 64
 EOS = (0, 2)  # the tokenizer's and the generation config's
 
 
-class TinyTokenizer:
-    """The tokenizer facts the runner and the decode read: one letter per token."""
-
-    all_special_ids = [0]
-    eos_token_id = 0
-    pad_token_id = None
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        return "".join(chr(97 + i % 26) for i in ids if i not in EOS)
-
-
 @pytest.fixture(scope="module")
 def runner() -> ModelRunner:
     model = tiny_llama(vocab_size=VOCAB, max_position_embeddings=512)
-    loaded = LoadedModel("tiny", model, TinyTokenizer(), "cpu", "float32", 0.0)
+    loaded = LoadedModel("tiny", model, TinyTokenizer(EOS), "cpu", "float32", 0.0)
     return ModelRunner(loaded)
 
 

@@ -95,7 +95,7 @@ def test_a_refusal_found_in_the_compile_cache_reads_as_the_first_one(monkeypatch
 
     refused = compiler._Outcome(error=UnsatisfiableConstraintError("no value satisfies the schema"))
     cache = compiler.ConstraintCompiler(tokenizer=None)
-    monkeypatch.setattr(cache, "_compile_one", lambda constraint, engine: refused)
+    monkeypatch.setattr(cache, "_compile_one", lambda constraint, engine, background: refused)
     schema = Constraint.parse("json_schema", '{"type": "integer", "minimum": 5, "maximum": 1}')
     messages = []
     for _ in range(2):

@@ -17,18 +17,9 @@ from playground.models import LoadedModel, cpu_weights
 from playground.models.cpu_weights import BatchLinear, pack_for_cpu
 from playground.options import LocalOptions
 from playground.providers.local import make_local
-from tests.support import tiny_llama
+from tests.support import TinyTokenizer, tiny_llama
 
 ATOL = 1e-4  # float32 GEMMs of other kernels sum in another order: ~1e-6 here, far below any logprob shown
-
-
-class TinyTokenizer:
-    all_special_ids = [0]
-    eos_token_id = 0
-    pad_token_id = None
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        return "".join(chr(97 + i % 26) for i in ids)
 
 
 def tiny(dtype: torch.dtype = torch.float32, *, tied: bool = True) -> LlamaForCausalLM:
@@ -152,8 +143,8 @@ def test_a_torch_without_onednn_linear_keeps_mkl(monkeypatch: pytest.MonkeyPatch
 def test_each_row_of_a_batch_sees_what_it_sees_alone_without_the_copy() -> None:
     packed, reference = tiny(), tiny()
     pack_for_cpu(packed, "on")
-    runner = ModelRunner(LoadedModel("tiny", packed, TinyTokenizer(), "cpu", "float32", 0.0))
-    plain = ModelRunner(LoadedModel("tiny", reference, TinyTokenizer(), "cpu", "float32", 0.0))
+    runner = ModelRunner(LoadedModel("tiny", packed, TinyTokenizer(()), "cpu", "float32", 0.0))
+    plain = ModelRunner(LoadedModel("tiny", reference, TinyTokenizer(()), "cpu", "float32", 0.0))
     prompts = [[3, 4, 5], [9, 8, 7, 6, 5, 4], [11]]
     with torch.inference_mode():
         batch = BatchCache(runner)

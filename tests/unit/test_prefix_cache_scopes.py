@@ -101,7 +101,9 @@ def test_the_compile_cache_never_tells_a_client_what_another_compiled(monkeypatc
 
     compiles = []
     monkeypatch.setattr(
-        ConstraintCompiler, "_compile_one", lambda self, c, e: compiles.append(e) or _Outcome(template=object())
+        ConstraintCompiler,
+        "_compile_one",
+        lambda self, c, e, background: compiles.append(e) or _Outcome(template=object()),
     )
     monkeypatch.setattr(compiler_module, "_for_request", lambda c, e, outcome, cached, r: cached)
     compiler = ConstraintCompiler(tokenizer=None)

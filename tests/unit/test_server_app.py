@@ -69,7 +69,7 @@ def test_health_stays_open_and_the_docs_take_the_key(client: TestClient) -> None
         (
             "/generate",
             {"inputs": "x", "parameters": {"grammar": {"type": "yaml", "value": "a"}}},
-            "parameters.grammar.type: Input should be 'json', 'json_schema', 'regex', 'choice' or 'grammar'",
+            "parameters.grammar.type: Input should be 'json', 'json_schema', 'regex', 'choice', 'grammar' or 'structural_tag'",
         ),
         ("/generate", {"parameters": {}}, "inputs: field required"),
         (

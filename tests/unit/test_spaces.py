@@ -396,18 +396,18 @@ def test_a_forked_child_gets_compile_workers_of_its_own() -> None:
     from playground.constraints.compiler import ConstraintCompiler
 
     compiler = ConstraintCompiler(tokenizer=None)
-    compiler._pool = inherited = object()  # the parent's workers (real ones would take seconds to start)
+    compiler._pools = inherited = {False: object()}  # the parent's workers (real ones would take seconds to start)
     compiler._inflight = {"key": "a compile the parent is running"}
     read, write = os.pipe()
     with compiler._lock:  # a parent thread holds the lock at the moment of the fork
         pid = os.fork()
         if pid == 0:  # the child: report and leave at once, running nothing else
-            fresh = compiler._pool is None and compiler._inflight == {} and not compiler._lock.locked()
+            fresh = compiler._pools == {} and compiler._inflight == {} and not compiler._lock.locked()
             os.write(write, b"1" if fresh else b"0")
             os._exit(0)
     os.waitpid(pid, 0)
     assert os.read(read, 1) == b"1"
-    assert compiler._pool is inherited and compiler._inflight  # the parent keeps its own
+    assert compiler._pools is inherited and compiler._inflight  # the parent keeps its own
 
 
 PROBE = (
