@@ -7,17 +7,13 @@ from playground.render); the widget itself only shows the evaluation's progress 
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from playground import render
-from playground.debug.evaluation import MAX_EVAL_ROWS, EvalRow, failed_row, row_of, summary, to_csv, to_jsonl
+from playground.debug.evaluation import EvalRow, run_rows, summary, to_csv, to_jsonl
 from playground.debug.score import ScoreResult, score
-from playground.errors import ParameterError, PlaygroundError
 from playground.providers.base import Inputs, Provider, local_engine
 from playground.types import GenerateParameters
-
-PARALLEL = 4  # rows in flight at once: they decode together in the local model's batch
 
 
 class Scored:
@@ -60,28 +56,13 @@ def evaluate_on(
     expected: list[str | None] | None = None,
     progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> Evaluation:
-    """Every prompt under the same parameters, PARALLEL at a time; `progress(done, total)` after each row."""
-    if not 1 <= len(prompts) <= MAX_EVAL_ROWS:
-        raise ParameterError(f"prompts: 1 to {MAX_EVAL_ROWS}, got {len(prompts)}", field="prompts")
-    answers = expected if expected is not None else [None] * len(prompts)
-    if len(answers) != len(prompts):
-        raise ParameterError("expected: one answer (or None) per prompt", field="expected")
+    """Every prompt under the same parameters; `progress(done, total)` before the first row and after each."""
     engine = local_engine(provider, model, "") if provider.capabilities.local_engine else None
-    params = params.model_copy(update={"details": True, "best_of": None})
-
-    def one(index: int) -> EvalRow:
-        try:
-            result = provider.generate(model, prompts[index], params)
-            return row_of(index, prompts[index], result, answers[index], engine, params)
-        except PlaygroundError as exc:
-            return failed_row(index, prompts[index], answers[index], exc.message)
-
     rows: list[EvalRow] = []
     progress(0, len(prompts))
-    with ThreadPoolExecutor(PARALLEL, thread_name_prefix="evaluate") as pool:
-        for future in as_completed([pool.submit(one, i) for i in range(len(prompts))]):
-            rows.append(future.result())
-            progress(len(rows), len(prompts))
+    for row in run_rows(lambda p, ps: provider.generate(model, p, ps), prompts, expected, params, engine):
+        rows.append(row)
+        progress(len(rows), len(prompts))
     return Evaluation(rows, len(prompts))
 
 

@@ -8,10 +8,13 @@ refusal is the first token where the model's own first choice was refused, with 
 
 from __future__ import annotations
 
+import contextvars
 import csv
 import io
 import json
 from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from statistics import fmean
 from typing import Any
 
@@ -19,10 +22,11 @@ from pydantic import BaseModel, Field
 
 from playground.debug.state import LocalEngine
 from playground.debug.why import reasons_at
-from playground.errors import PlaygroundError
+from playground.errors import ParameterError, PlaygroundError
 from playground.types import ChatMessage, GeneratedToken, GenerateParameters, GenerationResult
 
 MAX_EVAL_ROWS = 256
+PARALLEL = 4  # rows in flight at once: on a local model they decode together in the batch
 CSV_FIELDS = (
     "index",
     "prompt",
@@ -113,6 +117,39 @@ def row_of(
 def failed_row(index: int, prompt: str | list[ChatMessage], expected: str | None, error: str) -> EvalRow:
     """A prompt whose generation failed (a too-long prompt, say): counted, never valid."""
     return EvalRow(index=index, prompt=prompt_label(prompt), expected=expected, error=error, valid=False)
+
+
+def run_rows(
+    generate: Callable[[str | list[ChatMessage], GenerateParameters], GenerationResult],
+    prompts: list[str | list[ChatMessage]],
+    expected: list[str | None] | None,
+    params: GenerateParameters,
+    engine: LocalEngine | None = None,
+) -> Iterator[EvalRow]:
+    """Each prompt's row as it finishes, PARALLEL at a time (the widget's and the UI's evaluations).
+
+    Closing the iterator (a Stop) starts no further row; the rows running then finish."""
+    if not 1 <= len(prompts) <= MAX_EVAL_ROWS:
+        raise ParameterError(f"prompts: 1 to {MAX_EVAL_ROWS}, got {len(prompts)}", field="prompts")
+    answers = expected if expected is not None else [None] * len(prompts)
+    if len(answers) != len(prompts):
+        raise ParameterError("expected: one answer (or none) per prompt", field="expected")
+    params = params.model_copy(update={"details": True, "best_of": None})
+
+    def one(index: int) -> EvalRow:
+        try:
+            result = generate(prompts[index], params)
+            return row_of(index, prompts[index], result, answers[index], engine, params)
+        except PlaygroundError as exc:
+            return failed_row(index, prompts[index], answers[index], exc.message)
+
+    pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="evaluate")
+    try:  # each row in the caller's context (its client scope)
+        futures = [pool.submit(contextvars.copy_context().run, one, i) for i in range(len(prompts))]
+        for future in as_completed(futures):
+            yield future.result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _first_refusal(
