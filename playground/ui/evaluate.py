@@ -62,8 +62,8 @@ def progress_html(done: int, total: int) -> str:
 
 def evaluate(
     registry: Registry, form: Form, state: ChatState, text: str, file_text: str, filename: str
-) -> Iterator[tuple[str, str, dict, list[dict], Any]]:
-    """(progress, charts, row picker, rows, export files) after each finished row, then with the exports."""
+) -> Iterator[tuple[str, str, dict, list[dict]]]:
+    """(progress, charts, row picker, rows) after each finished row."""
     try:
         prompts, expected = read_prompts(file_text or text, filename)
         if not prompts:
@@ -74,36 +74,49 @@ def evaluate(
         provider, model_id = registry.resolve(form.model)
         engine = local_engine(provider, model_id, "") if provider.capabilities.local_engine else None
     except Exception as exc:  # noqa: BLE001
-        yield "", render.error_box(error_message(exc)), gr.update(), [], None
+        yield "", render.error_box(error_message(exc)), gr.update(), []
         return
     rows: list[EvalRow] = []
-    with client_scope.scoped(state.cache_scope()):
-        generate = lambda p, ps: provider.generate(model_id, p, ps)  # noqa: E731
-        for row in run_rows(generate, inputs, expected, params, engine):
-            rows.append(row)
-            yield _update(rows, len(prompts), final=False)
-    yield _update(rows, len(prompts), final=True)
+    scope = state.cache_scope()
+
+    def generate(prompt: Any, row_params: Any) -> Any:
+        # each row enters the conversation's scope in its own thread: Gradio resumes this generator on
+        # any thread, where a context entered before a yield could not be left after it
+        with client_scope.scoped(scope):
+            return provider.generate(model_id, prompt, row_params)
+
+    for row in run_rows(generate, inputs, expected, params, engine):
+        rows.append(row)
+        yield _update(rows, len(prompts))
 
 
-def _update(rows: list[EvalRow], total: int, *, final: bool) -> tuple[str, str, dict, list[dict], Any]:
+def _update(rows: list[EvalRow], total: int) -> tuple[str, str, dict, list[dict]]:
     ordered = sorted(rows, key=lambda r: r.index)
     dumped = [r.model_dump() for r in ordered]
     charts = render.evaluation_html(summary(ordered, total), dumped)
-    picker = gr.update(choices=[(f"#{r.index}: {r.prompt[:60]}", r.index) for r in ordered], value=None)
-    return progress_html(len(rows), total), charts, picker, dumped, _exports(ordered) if final else None
+    picker = gr.update(choices=[row_label(r.index, r.prompt) for r in ordered])
+    return progress_html(len(rows), total), charts, picker, dumped
 
 
-def _exports(rows: list[EvalRow]) -> list[str]:
+def export_files(dumped: list[dict]) -> list[str] | None:
     """The rows as JSONL and CSV files to download."""
+    if not dumped:
+        return None
+    rows = [EvalRow.model_validate(r) for r in dumped]
     folder = Path(tempfile.mkdtemp(prefix="evaluation-"))
     (folder / "evaluation.jsonl").write_text(to_jsonl(rows))
     (folder / "evaluation.csv").write_text(to_csv(rows))
     return [str(folder / "evaluation.jsonl"), str(folder / "evaluation.csv")]
 
 
-def row_html(rows: list[dict], index: int | None) -> str:
+def row_label(index: int, prompt: str) -> str:
+    """A row as the picker lists it: `#7: the prompt`."""
+    return f"#{index}: {prompt[:60]}"
+
+
+def row_html(rows: list[dict], label: str | None) -> str:
     """One row's full token panel, with its prompt, answer and verdict."""
-    row = next((r for r in rows if r["index"] == index), None)
+    row = next((r for r in rows if row_label(r["index"], r["prompt"]) == label), None)
     if row is None:
         return ""
     tokens = [GeneratedToken.model_validate(t) for t in row.get("tokens") or []]
@@ -142,7 +155,7 @@ def setup_evaluate_events(registry: Registry, c: Components, view: EvaluateView,
         try:
             form = Form.from_values(list(values))
         except Exception as exc:  # noqa: BLE001
-            yield "", render.error_box(error_message(exc)), gr.update(), [], None
+            yield "", render.error_box(error_message(exc)), gr.update(), []
             return
         yield from evaluate(registry, form, state, text, "", "")
 
@@ -157,11 +170,12 @@ def setup_evaluate_events(registry: Registry, c: Components, view: EvaluateView,
             return to_jsonl([EvalRow(index=i, prompt=p, expected=e) for i, (p, e) in enumerate(zip(prompts, expected))])
         return "\n".join(prompts)
 
-    outputs = [view.progress, view.panel, view.row, view.rows, view.export]
+    outputs = [view.progress, view.panel, view.row, view.rows]
     running = view.run.click(
         lambda: (gr.update(interactive=False), gr.update(interactive=True)), None, [view.run, view.stop]
     ).then(on_run, [view.prompts, c.state, *c.form_inputs()], outputs)
     running.then(lambda: (gr.update(interactive=True), gr.update(interactive=False)), None, [view.run, view.stop])
+    running.then(export_files, view.rows, view.export)
     view.stop.click(
         lambda: (gr.update(interactive=True), gr.update(interactive=False)),
         None,
@@ -169,7 +183,7 @@ def setup_evaluate_events(registry: Registry, c: Components, view: EvaluateView,
         cancels=[running],
     )
     view.upload.upload(on_upload, view.upload, view.prompts)
-    view.row.change(row_html, [view.rows, view.row], view.row_panel)
+    view.row.input(row_html, [view.rows, view.row], view.row_panel)
 
     def on_score(state: ChatState, branches: BranchState) -> str:
         return score_last_turn(registry, state, branches.pinned)

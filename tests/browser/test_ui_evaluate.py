@@ -33,9 +33,11 @@ def test_choice_turn_ranks_its_answers_and_fifty_prompts_evaluate(page: Page, se
     expect(panel.locator(".bar-row")).to_have_count(50 + panel.locator(".pg-chart").nth(1).locator(".bar-row").count())
     expect(panel).to_contain_text("valid 100.0%")
 
+    expect(page.locator(".toast-body")).to_have_count(0)  # no event failed
     page.locator("#eval-row input").click()
     page.get_by_role("option", name="#7: Name a color (7):").click()
     row = page.locator("#eval-row-panel")
     expect(row).to_contain_text("#7", timeout=SLOW)
     expect(row.locator(".tok").first).to_be_visible()
-    expect(page.locator("#eval-export")).to_contain_text("evaluation.csv")
+    expect(page.locator("#eval-export")).to_contain_text(".csv")
+    expect(page.locator("#eval-export")).to_contain_text(".jsonl")
