@@ -20,7 +20,7 @@ from playground.render.debugger import check_summary
 from playground.types import ChatMessage, GenerateParameters, GenerationResult, NextTokenDistribution
 from playground.wire import inbound
 from playground.wire.controls import SAMPLING, spec
-from widgets import debugger
+from widgets import debugger, evaluation
 from widgets.token_view import STATIC, esm, result_payload
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,7 @@ class Playground(_SamplingTraits):
     check_requested = traitlets.Int(0).tag(sync=True)
     check_result = traitlets.Dict().tag(sync=True)
     branches = traitlets.List(traitlets.Dict()).tag(sync=True)
+    evaluation_progress = traitlets.Dict().tag(sync=True)
 
     def __init__(
         self,
@@ -285,6 +286,24 @@ class Playground(_SamplingTraits):
         )
         self.branches = [*self.branches, {"position": position, "text": text, "result": result_payload(result)}]
         return result
+
+    def score(self) -> evaluation.Scored:
+        """Every answer the current constraint allows after the current prompt (or the last run's), ranked;
+        the result draws itself as the ranked bar chart."""
+        inputs = self._last_inputs or build_inputs(self.mode, self.prompt, self.system_prompt, self.messages)
+        return evaluation.score_on(self._provider, self.model, inputs, build_parameters(self._state()))
+
+    def evaluate(self, prompts: list[str], expected: list[str | None] | None = None) -> evaluation.Evaluation:
+        """The current constraint and settings over many prompts (chat mode: each one user message after the
+        system prompt), with a progress bar; the result draws its charts and exports JSONL and CSV."""
+        inputs = [build_inputs(self.mode, p, self.system_prompt, []) for p in prompts]
+
+        def progress(done: int, total: int) -> None:
+            self.evaluation_progress = evaluation.progress_trait(done, total)
+
+        return evaluation.evaluate_on(
+            self._provider, self.model, inputs, build_parameters(self._state()), expected, progress
+        )
 
     def clear(self) -> None:
         """Forget the conversation and the last answer."""

@@ -34,11 +34,14 @@ from playground.render.results import (
     result_html,
     validation_html,
 )
+from playground.render.score import EVAL_EMPTY, SCORE_EMPTY, evaluation_html, score_html
 from playground.render.tokens import token_span, tokens_html
 
 __all__ = [
     "DIALECT_NOTES",
+    "EVAL_EMPTY",
     "NEXT_TOKEN_EMPTY",
+    "SCORE_EMPTY",
     "STYLESHEET",
     "UNKNOWN",
     "Bar",
@@ -53,6 +56,7 @@ __all__ = [
     "error_box",
     "error_reason",
     "error_text",
+    "evaluation_html",
     "esc",
     "finish_text",
     "kv_cells",
@@ -62,6 +66,7 @@ __all__ = [
     "prob",
     "quoted",
     "result_html",
+    "score_html",
     "side_html",
     "token_label",
     "token_span",

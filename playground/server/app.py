@@ -9,7 +9,7 @@ from fastapi.responses import RedirectResponse
 
 from playground.options import SERVER
 from playground.providers.registry import Registry
-from playground.server import completions, debug, inspect, openai, tgi
+from playground.server import completions, debug, evaluate, inspect, openai, score, tgi
 from playground.server.admission import Admission, AdmissionGate, AdmissionLimits
 from playground.server.auth import (
     LOGIN_MESSAGE,
@@ -67,12 +67,29 @@ def create_app(
     guard = api_key_guard(api_key, guesses)
     checks = [Depends(guard), Depends(valid_unicode)]
     app.include_router(tgi.open_router)
-    for router in (tgi.router, openai.router, completions.router, debug.router, inspect.router):
+    for router in (
+        tgi.router,
+        openai.router,
+        completions.router,
+        debug.router,
+        inspect.router,
+        score.router,
+        evaluate.router,
+    ):
         errors = OPENAI_ERRORS if router.prefix == "/v1" else API_ERRORS
         app.include_router(router, dependencies=checks, max_body_size=MAX_BODY_BYTES, responses=errors)
     add_docs(app, guard)
     methods = api_methods(
-        [tgi.open_router, tgi.router, openai.router, completions.router, debug.router, inspect.router]
+        [
+            tgi.open_router,
+            tgi.router,
+            openai.router,
+            completions.router,
+            debug.router,
+            inspect.router,
+            score.router,
+            evaluate.router,
+        ]
     )
     add_method_not_allowed(app, methods)
     work = {path for path, allowed in methods.items() if "POST" in allowed}

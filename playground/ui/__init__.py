@@ -14,6 +14,7 @@ from playground.ui import controls, debugger, drafts, handlers, layout, sharing,
 from playground.ui.compare_engines import setup_engine_compare_events
 from playground.ui.compare_reasoning import setup_reasoning_compare_events
 from playground.ui.components import Components
+from playground.ui.evaluate import setup_evaluate_events
 from playground.ui.handlers import Panels
 from playground.ui.inspect import setup_inspect_events, warm_engines
 from playground.ui.state import ChatState, Form, ModelPick, UISettings
@@ -208,6 +209,7 @@ def _setup_tab_events(registry: Registry, settings: UISettings, c: Components) -
     compare.run.click(on_compare, [compare.input, c.state, *form], [compare.left, compare.right])
     setup_engine_compare_events(registry, c)
     setup_reasoning_compare_events(registry, c)
+    setup_evaluate_events(registry, c, c.evaluate, c.score)
     code_outputs = [c.code.snippets[key] for key, _, _ in layout.CODE_TABS]
 
     def on_code(state: ChatState, *values: Any) -> list[str]:

@@ -153,6 +153,30 @@ class Compare:
 
 
 @dataclass(frozen=True)
+class EvaluateView:
+    """The Evaluate tab's components."""
+
+    prompts: gr.Textbox
+    upload: gr.UploadButton
+    run: gr.Button
+    stop: gr.Button
+    progress: gr.HTML
+    panel: gr.HTML
+    row: gr.Dropdown
+    row_panel: gr.HTML
+    export: gr.File
+    rows: gr.State
+
+
+@dataclass(frozen=True)
+class ScoreView:
+    """The chat tab's score button and its ranked chart."""
+
+    run: gr.Button
+    panel: gr.HTML
+
+
+@dataclass(frozen=True)
 class Code:
     """The Code tab and its snippets, by the key of each in layout.CODE_TABS."""
 
@@ -174,6 +198,8 @@ class Components:
     debugger: Debugger
     compare: Compare
     code: Code
+    evaluate: EvaluateView
+    score: ScoreView
     state: gr.State
     model_pick: gr.State
     drafts: gr.State

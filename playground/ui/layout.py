@@ -12,7 +12,7 @@ from playground.constraints.examples import example_titles
 from playground.providers.registry import Registry
 from playground.render import NEXT_TOKEN_EMPTY, tokens_html
 from playground.types.sizes import MAX_BEST_OF, MAX_TOP_N_TOKENS
-from playground.ui import controls, debugger
+from playground.ui import controls, debugger, evaluate
 from playground.ui.compare_engines import render_engine_compare
 from playground.ui.compare_reasoning import render_reasoning_compare
 from playground.ui.components import (
@@ -340,9 +340,12 @@ def render_all(registry: Registry) -> Components:
             with gr.Tabs():
                 with gr.Tab("Chat", id="chat"):
                     chat = _render_chat_tab()
+                    score = evaluate.render_score_panel()
                     debug = debugger.render_panels()
                 with gr.Tab("Compare", id="compare"):
                     compare = _render_compare_tab(registry)
+                with gr.Tab("Evaluate", id="evaluate"):
+                    evaluation = evaluate.render_evaluate_tab()
                 with gr.Tab("Code", id="code") as code_tab:
                     code = Code(tab=code_tab, snippets=_render_code_snippets())
     return Components(
@@ -356,6 +359,8 @@ def render_all(registry: Registry) -> Components:
         debugger=debug,
         compare=compare,
         code=code,
+        evaluate=evaluation,
+        score=score,
         state=gr.State(ChatState()),
         model_pick=gr.State(ModelPick()),
         drafts=gr.State({}),

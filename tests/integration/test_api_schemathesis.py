@@ -34,6 +34,8 @@ DECODING = {
     "POST /v1/chat/completions",
     "POST /v1/completions",
     "POST /reason",
+    "POST /score",
+    "POST /evaluate",
 }
 DECODING_EXAMPLES = {GenerationMode.POSITIVE: 12, GenerationMode.NEGATIVE: 4}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
@@ -56,6 +58,9 @@ def shrink(value: Any) -> Any:
                 small[key] = limit
         if isinstance(small.get("prefix"), str):
             small["prefix"] = small["prefix"][:32]
+        for key in ("prompts", "conversations", "expected"):  # /evaluate: two rows at most
+            if isinstance(small.get(key), list):
+                small[key] = small[key][:2]
         return small
     if isinstance(value, list):
         return [shrink(item) for item in value]

@@ -335,6 +335,17 @@ async function render({ model, el }) {
     const result = model.get("result_json");
     nextTokenChart(chart, model.get("next_token"), model.get("next_token_position"), result && result.best ? result.best.tokens : []);
   };
+  const evalBar = h("progress", "sp-eval-progress");
+  const evalText = h("span", "sp-muted");
+  const evalRow = h("div", "sp-row");
+  evalRow.append(evalBar, evalText);
+  const drawEvaluation = () => {
+    const progress = model.get("evaluation_progress") || {};
+    evalRow.style.display = progress.total ? "" : "none";
+    evalBar.max = progress.total || 1;
+    evalBar.value = progress.done || 0;
+    evalText.textContent = progress.total ? `evaluated ${progress.done} of ${progress.total} prompts` : "";
+  };
   const drawState = () => {
     run.disabled = model.get("running");
     status.textContent = model.get("running") ? "running\u2026" : "";
@@ -347,6 +358,7 @@ async function render({ model, el }) {
     ["change:next_token", drawChart],
     ["change:running", drawState],
     ["change:error", drawState],
+    ["change:evaluation_progress", drawEvaluation],
   ];
   for (const [name, handler] of handlers) {
     model.on(name, handler);
@@ -355,13 +367,14 @@ async function render({ model, el }) {
   const actions = h("div", "sp-row");
   actions.append(run, status);
   root.append(modelRow(model, offs), constraintSection(model, offs), chatSection(model, offs),
-    field("message", prompt, "sp-field-col"), parameterSection(model, offs), actions, error, answer, fields, chart,
+    field("message", prompt, "sp-field-col"), parameterSection(model, offs), actions, evalRow, error, answer, fields, chart,
     checkSection(model, offs));
   el.append(root);
   drawAnswer();
   drawChart();
   fieldsTable(fields, model.get("result_json"));
   drawState();
+  drawEvaluation();
   return () => offs.forEach((off) => off());
 }
 

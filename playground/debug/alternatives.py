@@ -1,0 +1,149 @@
+"""Every answer a constraint allows, when there are few: what POST /score ranks.
+
+A choice constraint lists them; after a JSON answer prefix that stops where a value starts, the schema's
+`enum` or `const` there (through `anyOf`/`oneOf`/`allOf` branches, so a tool call's name too) lists them;
+a regex or grammar is walked token by token through llguidance's matcher, collecting each text where the
+language may end. More than MAX_ALTERNATIVES strings, or one longer than MAX_ALTERNATIVE_CHARS
+(an unbounded language), is refused by name.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from playground.constraints import Constraint, jsonstate
+from playground.debug.state import LocalEngine, llguidance_matcher
+from playground.decoding import row_budget
+from playground.errors import InvalidConstraintError, UnsupportedConstraintError
+
+MAX_ALTERNATIVES = 64
+MAX_ALTERNATIVE_CHARS = 256
+MAX_WALK_TEXTS = 20_000  # distinct texts the language walk may visit
+
+
+@dataclass(frozen=True)
+class Alternatives:
+    """The strings to score after the prefix, where they came from, and whether each ends the answer."""
+
+    texts: list[str]
+    source: str
+    complete: bool  # True: the end of text may follow each; False: a value at a JSON position (more follows)
+
+
+def alternatives(engine: LocalEngine, constraint: Constraint, prefix: str, prefix_ids: list[int]) -> Alternatives:
+    """The finite set of continuations of `prefix` that the constraint allows (see the module's docstring)."""
+    if constraint.kind == "choice":
+        texts = [c[len(prefix) :] for c in constraint.value if c.startswith(prefix) and len(c) > len(prefix)]
+        if not texts:
+            raise InvalidConstraintError("no choice continues the answer prefix", field="continue_from")
+        return Alternatives(_bounded(texts, "the choices"), "choice", True)
+    if constraint.kind == "json_schema":
+        return _json_position(constraint, prefix)
+    if constraint.kind in ("regex", "grammar"):
+        with row_budget.walking("the constraint's language"):
+            return Alternatives(_language(engine, constraint, prefix_ids), f"the {constraint.kind}'s language", True)
+    raise InvalidConstraintError(
+        "scoring needs a constraint with a finite set of answers: a choice, a JSON enum, a small regex or grammar",
+        field="grammar",
+    )
+
+
+def _bounded(texts: list[str], what: str) -> list[str]:
+    if len(texts) > MAX_ALTERNATIVES:
+        raise UnsupportedConstraintError(
+            f"{what}: more than {MAX_ALTERNATIVES} answers, too many to score (at most {MAX_ALTERNATIVES})",
+            field="grammar",
+        )
+    return texts
+
+
+def _json_position(constraint: Constraint, prefix: str) -> Alternatives:
+    """The enum (or const) values of the JSON value that starts right after `prefix`."""
+    state = jsonstate.scan(prefix)
+    top = state.top if state else None
+    at_value = state is not None and not state.in_string and not state.scalar and not state.done
+    if not at_value or (top is not None and top.expect not in ("value", "value_or_end")):
+        raise InvalidConstraintError(
+            "a JSON schema is scored at a value's position: give an answer prefix that ends where a value starts "
+            '(as `{"kind": `)',
+            field="continue_from",
+        )
+    path = state.path
+    schema = constraint.schema
+    values = _values(schema, schema, list(path))
+    where = jsonstate.path_text(path)
+    if not values:
+        raise InvalidConstraintError(
+            f"the schema lists no `enum` or `const` values at {where}: nothing finite to score", field="grammar"
+        )
+    texts = list(dict.fromkeys(json.dumps(v, ensure_ascii=False) for v in values))
+    return Alternatives(_bounded(texts, f"the enum at {where}"), f"enum at {where}", False)
+
+
+def _values(root: dict, node: Any, path: list[str | int]) -> list[Any]:
+    """The enum/const values allowed at `path` below `node`, through branches and local $refs."""
+    node = jsonstate._resolve(root, node)
+    if not isinstance(node, dict):
+        return []
+    found: list[Any] = []
+    for key in ("anyOf", "oneOf", "allOf"):
+        for branch in node.get(key) or []:
+            found.extend(_values(root, branch, path))
+    if not path:
+        if "const" in node:
+            found.append(node["const"])
+        found.extend(node.get("enum") or [])
+        if node.get("type") == "boolean" and not found:
+            found.extend([True, False])
+        return found
+    step, rest = path[0], path[1:]
+    if isinstance(step, int):
+        prefix_items = node.get("prefixItems") or []
+        child = prefix_items[step] if step < len(prefix_items) else node.get("items")
+    else:
+        child = (node.get("properties") or {}).get(step)
+    return found + (_values(root, child, rest) if child is not None else [])
+
+
+def _language(engine: LocalEngine, constraint: Constraint, prefix_ids: list[int]) -> list[str]:
+    """Every string the constraint accepts after the prefix: llguidance's matcher walked depth first over
+    every token its mask allows, each distinct text visited once (llguidance may allow only some spellings)."""
+    matcher = llguidance_matcher(engine, constraint, prefix_ids)
+    if matcher is None:
+        raise UnsupportedConstraintError(
+            "scoring a regex or grammar walks its language with llguidance, which cannot read this one", field="grammar"
+        )
+    skip = engine.runner.special_ids | engine.runner.eos_ids
+    found: list[str] = []
+    seen = {""}
+    stack = [(matcher, "")]
+    while stack:
+        row_budget.walked()
+        node, text = stack.pop()
+        if node.is_accepting():
+            found.append(text)
+            _bounded(found, f"the {constraint.kind}'s language")
+        if node.is_stopped():
+            continue
+        bits = np.unpackbits(np.frombuffer(node.compute_bitmask(), dtype=np.uint8), bitorder="little")
+        for token in reversed(bits[: engine.vocab_size].nonzero()[0].tolist()):
+            piece = engine.token_text(token)
+            if token in skip or not piece or "\ufffd" in piece or text + piece in seen:
+                continue
+            if len(text + piece) > MAX_ALTERNATIVE_CHARS or len(seen) > MAX_WALK_TEXTS:
+                raise UnsupportedConstraintError(
+                    f"the {constraint.kind}'s language is too large to score: answers longer than "
+                    f"{MAX_ALTERNATIVE_CHARS} characters, or without end",
+                    field="grammar",
+                )
+            seen.add(text + piece)
+            child = node.deep_copy()
+            child.consume_token(token)
+            stack.append((child, text + piece))
+    if not found:
+        raise InvalidConstraintError(f"the {constraint.kind} allows no answer after the prefix", field="grammar")
+    return sorted(found)

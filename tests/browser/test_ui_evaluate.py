@@ -1,0 +1,43 @@
+"""In Chromium: a choice turn's ranked answers, and 50 prompts evaluated with a progress bar, charts and a row opened."""
+
+from __future__ import annotations
+
+from playwright.sync_api import Page, expect
+
+from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter
+
+
+def test_choice_turn_ranks_its_answers_and_fifty_prompts_evaluate(page: Page, server_url: str) -> None:
+    open_app(page, server_url)
+    pick_kind(page, "choice")
+    paste_constraint(page, "red\ngreen\n<b>blue</b>")
+    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
+    set_parameter(page, "param-max-new-tokens", "4")
+    send(page, "The color of grass is")
+    expect(page.locator("#validation-status")).to_contain_text("valid", timeout=SLOW)
+
+    page.locator("#score-btn").click()
+    chart = page.locator("#score-panel .pg-score")
+    expect(chart.locator(".bar-row")).to_have_count(3, timeout=SLOW)
+    expect(chart).to_contain_text("<b>blue</b>")  # escaped: shown as text, never markup
+    expect(page.locator("#score-panel b", has_text="blue")).to_have_count(0)
+
+    page.get_by_role("tab", name="Evaluate").click()
+    page.locator("#eval-prompts textarea").fill("\n".join(f"Name a color ({i}):" for i in range(50)))
+    page.locator("#eval-run").click()
+    progress = page.locator("#eval-progress progress")
+    expect(progress).to_be_visible(timeout=SLOW)
+    expect(page.locator("#eval-progress")).to_contain_text("50 of 50 prompts", timeout=SLOW * 3)
+    panel = page.locator("#eval-panel")
+    expect(panel).to_contain_text("Mass kept per prompt")
+    expect(panel.locator(".bar-row")).to_have_count(50 + panel.locator(".pg-chart").nth(1).locator(".bar-row").count())
+    expect(panel).to_contain_text("valid 100.0%")
+
+    expect(page.locator(".toast-body")).to_have_count(0)  # no event failed
+    page.locator("#eval-row input").click()
+    page.get_by_role("option", name="#7: Name a color (7):").click()
+    row = page.locator("#eval-row-panel")
+    expect(row).to_contain_text("#7", timeout=SLOW)
+    expect(row.locator(".tok").first).to_be_visible()
+    expect(page.locator("#eval-export")).to_contain_text(".csv")
+    expect(page.locator("#eval-export")).to_contain_text(".jsonl")

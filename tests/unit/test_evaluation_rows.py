@@ -1,0 +1,31 @@
+"""Evaluation rows in and out: prompts from pasted lines, JSONL and CSV; rows exported as CSV and JSONL."""
+
+from __future__ import annotations
+
+import json
+
+from playground.debug.evaluation import EvalRow, read_prompts, to_csv, to_jsonl
+
+
+def test_prompts_read_from_lines_jsonl_and_csv_and_rows_export() -> None:
+    assert read_prompts("a\n\nb\n") == (["a", "b"], [None, None])
+    jsonl = '{"prompt": "a", "expected": "red"}\n{"prompt": "b"}\n'
+    assert read_prompts(jsonl, "set.jsonl") == (["a", "b"], ["red", None])
+    assert read_prompts("prompt,expected\na,red\nb,\n", "set.csv") == (["a", "b"], ["red", None])
+    rows = [EvalRow(index=0, prompt="a, b", text="red", valid=True, expected="red", agree=True)]
+    assert to_csv(rows).splitlines()[1].startswith('0,"a, b",red,True')
+    assert json.loads(to_jsonl(rows))["agree"] is True
+
+
+def test_charts_escape_every_text_from_models_and_users() -> None:
+    from playground.debug.evaluation import FirstRefusal, summary
+    from playground.render import evaluation_html, score_html
+
+    bad = "<script>x</script>"
+    refusal = FirstRefusal(position=0, wanted=bad, chosen="a", reason=bad)
+    rows = [EvalRow(index=0, prompt=bad, text=bad, valid=False, mass_kept_mean=0.5, first_refusal=refusal)]
+    page = evaluation_html(summary(rows, 1), [r.model_dump() for r in rows])
+    assert "<script>" not in page and "&lt;script&gt;" in page and "masked" in page  # the invalid row in red
+    alternative = {"text": bad, "raw_logprob": -1.0, "probability": 1.0, "method": "canonical"}
+    chart = score_html({"alternatives": [alternative], "source": bad})
+    assert "<script>" not in chart and "100.0%" in chart
