@@ -17,6 +17,12 @@ Job = tuple[Any, Any]  # (inputs: a prompt or chat messages, GenerateParameters)
 ChoiceChunks = Callable[[AsyncIterator[Any], int, Job], AsyncIterator["str | GenerationResult"]]
 
 
+def chunk(base: dict[str, Any], index: int, **fields: Any) -> str:
+    """One choice's server-sent chunk: its fields (`delta` or `text`), `logprobs` and `finish_reason` null unless
+    given."""
+    return sse({**base, "choices": [{"index": index, "logprobs": None, "finish_reason": None, **fields}]})
+
+
 def events(provider: Any, model_id: str, job: Job) -> AsyncIterator[Any]:
     """One job's token events and result, decoded on a worker thread."""
     inputs, params = job

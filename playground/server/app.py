@@ -67,7 +67,7 @@ def create_app(
     guard = api_key_guard(api_key, guesses)
     checks = [Depends(guard), Depends(valid_unicode)]
     app.include_router(tgi.open_router)
-    for router in (
+    guarded = (
         tgi.router,
         openai.router,
         completions.router,
@@ -75,22 +75,12 @@ def create_app(
         inspect.router,
         score.router,
         evaluate.router,
-    ):
+    )
+    for router in guarded:
         errors = OPENAI_ERRORS if router.prefix == "/v1" else API_ERRORS
         app.include_router(router, dependencies=checks, max_body_size=MAX_BODY_BYTES, responses=errors)
     add_docs(app, guard)
-    methods = api_methods(
-        [
-            tgi.open_router,
-            tgi.router,
-            openai.router,
-            completions.router,
-            debug.router,
-            inspect.router,
-            score.router,
-            evaluate.router,
-        ]
-    )
+    methods = api_methods([tgi.open_router, *guarded])
     add_method_not_allowed(app, methods)
     work = {path for path, allowed in methods.items() if "POST" in allowed}
     app.add_middleware(

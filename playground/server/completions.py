@@ -14,10 +14,10 @@ from starlette.concurrency import run_in_threadpool
 
 from playground.providers.base import Provider
 from playground.server import chat
-from playground.server.answers import Job, answer
+from playground.server.answers import Job, answer, chunk
 from playground.server.docs import JSON_OR_STREAM
 from playground.server.streaming import decoded
-from playground.server.tgi import resolve, sse
+from playground.server.tgi import resolve
 from playground.types import GenerationResult, TokenEvent
 from playground.wire import checks, completions
 from playground.wire.completions import CompletionRequest
@@ -96,10 +96,6 @@ def _usage(results: list[GenerationResult], n: int) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _chunk(base: dict[str, Any], index: int, text: str, **extra: Any) -> str:
-    return sse({**base, "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": None, **extra}]})
-
-
 async def _choice_chunks(
     events: AsyncIterator[TokenEvent | GenerationResult],
     index: int,
@@ -112,16 +108,16 @@ async def _choice_chunks(
     prompt, params = job
     holdback = chat.StopHoldback(params.stop)
     if req.echo:
-        yield _chunk(base, index, prompt)
+        yield chunk(base, index, text=prompt)
     async for text, tokens, result in decoded(events, holdback.feed):
         if result is None:
-            yield _chunk(base, index, text, logprobs=_stream_logprobs(tokens, req))
+            yield chunk(base, index, text=text, logprobs=_stream_logprobs(tokens, req))
             continue
         rest = holdback.finish(result.best)
         if rest or tokens:
-            yield _chunk(base, index, rest, logprobs=_stream_logprobs(tokens, req))
+            yield chunk(base, index, text=rest, logprobs=_stream_logprobs(tokens, req))
         finish = chat.FINISH_REASONS[result.best.finish_reason]
-        yield _chunk(base, index, "", finish_reason=finish, **chat.choice_extras(result, _warnings(req)))
+        yield chunk(base, index, text="", finish_reason=finish, **chat.choice_extras(result, _warnings(req)))
         yield result
 
 

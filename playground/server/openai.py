@@ -12,10 +12,10 @@ from starlette.concurrency import run_in_threadpool
 
 from playground.providers.base import Provider
 from playground.server import chat
-from playground.server.answers import Job, answer
+from playground.server.answers import Job, answer, chunk
 from playground.server.docs import JSON_OR_STREAM
 from playground.server.streaming import decoded
-from playground.server.tgi import registry_of, resolve, sse
+from playground.server.tgi import registry_of, resolve
 from playground.server.tool_stream import ToolStream
 from playground.types import GenerateParameters, GenerationResult, Name, Strict, TokenEvent
 from playground.wire import chat_fields, checks, inbound, tool_formats, tools
@@ -84,11 +84,6 @@ async def chat_completions(request: Request, body: ChatRequest) -> Any:
     )
 
 
-def _chunk(base: dict[str, Any], index: int, delta: dict[str, Any], **extra: Any) -> str:
-    choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None, **extra}
-    return sse({**base, "choices": [choice]})
-
-
 async def _choice_chunks(
     events: AsyncIterator[TokenEvent | GenerationResult],
     index: int,
@@ -100,7 +95,7 @@ async def _choice_chunks(
 ) -> AsyncIterator[str | GenerationResult]:
     """The chunks of one choice (content, or each tool call's head then its arguments), then its result."""
     params = job[1]
-    yield _chunk(base, index, {"role": "assistant", "content": ""})
+    yield chunk(base, index, delta={"role": "assistant", "content": ""})
     feed, ending = _tool_deltas(req, params, fmt) if tools.mode(req) is not None else _content_deltas(req, params)
     thought = _ReasoningDeltas()
     async for deltas, tokens, result in decoded(events, feed, thought.feed):
@@ -108,10 +103,10 @@ async def _choice_chunks(
             deltas, finish, notes = ending(result, tokens)
             deltas = [*thought.rest(result), *deltas]
         for k, delta in enumerate(deltas):  # the tokens' logprobs ride on the first delta they made
-            yield _chunk(base, index, delta, logprobs=chat.choice_logprobs(tokens if k == 0 else [], req))
+            yield chunk(base, index, delta=delta, logprobs=chat.choice_logprobs(tokens if k == 0 else [], req))
         if result is not None:
             extras = chat.choice_extras(result, [*chat_fields.warnings(req), *notes])
-            yield _chunk(base, index, {}, finish_reason=finish, **extras)
+            yield chunk(base, index, delta={}, finish_reason=finish, **extras)
             yield result
 
 

@@ -27,6 +27,16 @@ def insight(*, collapse_empty: bool = False) -> gr.Column:
     return gr.Column(elem_classes=["pg-insight", *(["pg-collapse-empty"] if collapse_empty else [])])
 
 
+def text_and_button(
+    label: str, text_id: str, button: str, button_id: str, *, text_scale: int = 4, **button_kwargs: Any
+) -> tuple[gr.Textbox, gr.Button]:
+    """A one-line input labelled by its placeholder (screen readers read the label), and its button beside it."""
+    with gr.Row(equal_height=True):
+        text = gr.Textbox(label=label, show_label=False, placeholder=label, scale=text_scale, elem_id=text_id)
+        run = gr.Button(button, scale=1, elem_id=button_id, **button_kwargs)
+    return text, run
+
+
 @dataclass(frozen=True)
 class ConstraintEditor:
     """The constraint picker and editor, its status line, the inspect panel and the custom processor."""

@@ -23,7 +23,7 @@ from playground.render.debugger import fields_html as render_fields
 from playground.render.debugger import reasons_html as render_reasons
 from playground.types import GenerationResult
 from playground.ui import stopped
-from playground.ui.components import Components, Debugger, InstanceCheck, html, insight
+from playground.ui.components import Components, Debugger, InstanceCheck, html, insight, text_and_button
 from playground.ui.handlers import error_message
 from playground.ui.state import ChatState, Form
 from playground.wire import inbound
@@ -165,15 +165,9 @@ def render_panels() -> Debugger:
     with insight(), gr.Accordion("Why refused · branch from a token", open=True, elem_id="debugger"):
         gr.Markdown("Click a token above: the alternatives the constraint refused there, and why.")
         reason_panel = html("reason-panel", REASONS_EMPTY)
-        with gr.Row(equal_height=True):
-            branch_text = gr.Textbox(
-                label="Text to put at the clicked token",
-                show_label=False,
-                placeholder="Text to put at the clicked token",
-                scale=4,
-                elem_id="branch-text",
-            )
-            branch_btn = gr.Button("Continue from here", scale=1, elem_id="branch-btn")
+        branch_text, branch_btn = text_and_button(
+            "Text to put at the clicked token", "branch-text", "Continue from here", "branch-btn"
+        )
         branch_picker = gr.Radio(
             [ORIGINAL], value=ORIGINAL, label="Branches of this turn", visible=False, elem_id="branch-picker"
         )

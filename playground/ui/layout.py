@@ -25,6 +25,7 @@ from playground.ui.components import (
     Session,
     html,
     insight,
+    text_and_button,
 )
 from playground.ui.drafts import example_title
 from playground.ui.examples import KINDS, LANGUAGES, SYSTEM_PROMPT
@@ -292,15 +293,9 @@ def _render_compare_tab(registry: Registry) -> Compare:
         "The same turn twice: without the constraint and with it; or once per constraint engine (and with "
         "another model). Blank input re-runs your last message."
     )
-    with gr.Row(equal_height=True):
-        text = gr.Textbox(
-            label="Message to compare",
-            show_label=False,
-            placeholder="Message to compare",
-            scale=5,
-            elem_id="compare-input",
-        )
-        run = gr.Button("Compare", variant="primary", scale=1, elem_id="compare-btn")
+    text, run = text_and_button(
+        "Message to compare", "compare-input", "Compare", "compare-btn", text_scale=5, variant="primary"
+    )
     with gr.Row():
         left = html("compare-unconstrained")
         right = html("compare-constrained")
