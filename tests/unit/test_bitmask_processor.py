@@ -84,3 +84,22 @@ def test_each_request_copy_of_a_template_has_its_own_matcher(loaded_model) -> No
     assert used.ll_matchers[0] is not fresh.ll_matchers[0]
     assert torch.equal(start, LLGuidanceProcessor(spec, llg).allowed(row[:, :1], vocab))
     assert not torch.equal(start, used.allowed(row, vocab))
+
+
+def test_xgrammar_masks_are_outlines_own_at_every_position(loaded_model) -> None:
+    from outlines.backends.xgrammar import XGrammarLogitsProcessor
+
+    from playground.constraints.backends import xgrammar
+
+    _, _, vocab, ids = _setup(loaded_model)
+    ours = xgrammar._template(
+        xgrammar.BACKEND.worker_backend(loaded_model.tokenizer), "json_schema", json.dumps(SCHEMA)
+    )
+    theirs = XGrammarLogitsProcessor(ours.compiled_grammar, "torch")
+    row, logits = [0], torch.randn(1, vocab)
+    for token in [*ids, None]:
+        with torch._dynamo.config.patch(disable=True):
+            expected = theirs(torch.tensor([row]), logits.clone())
+        assert torch.equal(ours(torch.tensor([row]), logits), expected)
+        if token is not None:
+            row.append(token)

@@ -37,6 +37,7 @@ class BitmaskProcessor:
         """Forget the row: the next call starts the matcher afresh (a template's copy per request)."""
         self._seen: int | None = None
         self._bits: np.ndarray | None = None
+        self._error: Exception | None = None  # what the engine raised catching up (raised to the row's call)
         self.prepared_s = 0.0  # CPU time of a mask `prepare` computed for this row (another thread's), unbilled
 
     # --- what an engine provides -------------------------------------------------------------
@@ -60,20 +61,26 @@ class BitmaskProcessor:
     # --- the row's side -----------------------------------------------------------------------
 
     def advance(self, ids: Sequence[int] | torch.Tensor) -> None:
-        """Catch up with the row `ids` (its tokens so far); the mask is computed when next asked for."""
-        if self._seen is None:
-            self._start()
-        elif len(ids) > self._seen:
-            new = ids[self._seen :]
-            self._consume(new.tolist() if isinstance(new, torch.Tensor) else list(new))
-        else:
-            return
-        self._seen = len(ids)
-        self._bits = None
+        """Catch up with the row `ids` (its tokens so far); the mask is computed when next asked for.
+
+        An engine's refusal is kept for the next `bits` (which may run on another thread than this)."""
+        seen, self._seen, self._bits = self._seen, len(ids), None
+        try:
+            if seen is None:
+                self._start()
+            elif len(ids) > seen:
+                new = ids[seen:]
+                self._consume(new.tolist() if isinstance(new, torch.Tensor) else list(new))
+            else:
+                self._seen = seen
+        except Exception as exc:  # noqa: BLE001 - the engine's own types; the row's call raises it
+            self._error = exc
 
     def bits(self, ids: Sequence[int] | torch.Tensor) -> np.ndarray:
         """The bitmask after `ids`."""
         self.advance(ids)
+        if self._error is not None:
+            raise self._error
         if self._bits is None:
             self._bits = np.empty(self.words, dtype=np.int32)
             self._fill(self._bits)
@@ -100,7 +107,7 @@ def prepare(rows: Sequence[tuple[BitmaskProcessor, Sequence[int]]]) -> None:
         start = time.thread_time()
         processor.advance(ids)
         processor.prepared_s += time.thread_time() - start
-        if processor._bits is None:
+        if processor._bits is None and processor._error is None:
             pending.setdefault(type(processor), []).append(processor)
     for kind, processors in pending.items():
         out = np.empty((len(processors), processors[0].words), dtype=np.int32)
