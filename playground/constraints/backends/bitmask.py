@@ -64,15 +64,16 @@ class BitmaskProcessor:
         """Catch up with the row `ids` (its tokens so far); the mask is computed when next asked for.
 
         An engine's refusal is kept for the next `bits` (which may run on another thread than this)."""
-        seen, self._seen, self._bits = self._seen, len(ids), None
+        seen = self._seen
+        if seen is not None and len(ids) <= seen:
+            return
+        self._seen, self._bits = len(ids), None
         try:
             if seen is None:
                 self._start()
-            elif len(ids) > seen:
+            else:
                 new = ids[seen:]
                 self._consume(new.tolist() if isinstance(new, torch.Tensor) else list(new))
-            else:
-                self._seen = seen
         except Exception as exc:  # noqa: BLE001 - the engine's own types; the row's call raises it
             self._error = exc
 
