@@ -109,7 +109,7 @@ class TokenChooser:
     def allowed(self, ids: torch.Tensor) -> torch.Tensor:
         """The tokens the row's processors allow after `ids` (bools over the vocabulary), without any scores."""
         if len(self.processors) == 1 and isinstance(self.processors[0], BitmaskProcessor):
-            return self.processors[0].allowed(ids, self.runner.vocab_size)
+            return self.processors[0].allowed(ids, self.runner.vocab_size).to(self.runner.device)
         return sampling.finite(self.mask(ids, torch.zeros(self.runner.vocab_size, device=self.runner.device)))
 
     def gate_eos(self, masked: torch.Tensor, text: str) -> torch.Tensor:
