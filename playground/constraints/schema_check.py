@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -191,9 +193,30 @@ def validate(schema: dict, text: str, budget_s: float = VERDICT_BUDGET_S) -> Val
     return Validation(valid=False, message=f"schema violation at {where}: {error.message}")
 
 
+# Validators of the schemas checked lately, by identity (a Constraint keeps its schema dict): building one
+# costs about as much as a verdict, and the JSON EOS gate asks for one at every step where EOS is allowed.
+_VALIDATORS: OrderedDict[int, tuple[dict, Any]] = OrderedDict()
+_VALIDATORS_KEPT = 64
+_validators_lock = threading.Lock()
+
+
+def _validator_of(schema: dict) -> Any:
+    with _validators_lock:
+        hit = _VALIDATORS.get(id(schema))
+        if hit is not None and hit[0] is schema:
+            _VALIDATORS.move_to_end(id(schema))
+            return hit[1]
+    validator = _validator(validator_class(schema), schema)
+    with _validators_lock:
+        _VALIDATORS[id(schema)] = (schema, validator)  # the schema held: its id names no other dict meanwhile
+        while len(_VALIDATORS) > _VALIDATORS_KEPT:
+            _VALIDATORS.popitem(last=False)
+    return validator
+
+
 def _first_error(schema: dict, data: Any) -> Any:
     errors = []
-    for error in _validator(validator_class(schema), schema).iter_errors(data):
+    for error in _validator_of(schema).iter_errors(data):
         verdict_budget.step()
         errors.append(error)
     return min(errors, key=str) if errors else None

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from playground.constraints import Constraint
+from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.decoding import sampling
 from playground.decoding.reasoning import ReasoningGate
 from playground.decoding.row_budget import RowBudget, walked
@@ -82,7 +83,7 @@ class TokenChooser:
             text = text[self.gate.answer_char or 0 :]
         if allowed is None and self.pending is not None:
             allowed, self.pending = self.pending, None
-        with self.budget.step():
+        with self.budget.step(earlier_s=self._prepared_s()):
             masked = scores.masked_fill(~allowed, sampling.NEG_INF) if allowed is not None else self.mask(ids, scores)
             gated = self.gate_eos(masked, text)
         if gated is not masked and not bool(torch.isfinite(gated).any()):
@@ -128,7 +129,24 @@ class TokenChooser:
         """The row's own processors (custom ones, then the constraint); advances their state by one token."""
         if not self.processors:
             return scores
-        return sampling.apply_row_processors(self.processors, ids, scores.unsqueeze(0).clone())[0]
+        return sampling.apply_row_processors(self.processors, ids, scores.unsqueeze(0))[0]
+
+    def bitmask_processors(self) -> list[BitmaskProcessor]:
+        """The row's processors whose masks a batch step may compute ahead, all rows together."""
+        return [p for p in self.processors if isinstance(p, BitmaskProcessor)]
+
+    def _prepared_s(self) -> float:
+        """The time masks computed ahead for this row took (billed once, to the step that uses them)."""
+        spent = 0.0
+        for processor in self.bitmask_processors():
+            spent, processor.prepared_s = spent + processor.prepared_s, 0.0
+        return spent
+
+    def allowed(self, ids: torch.Tensor) -> torch.Tensor:
+        """The tokens the row's processors allow after `ids` (bools over the vocabulary), without any scores."""
+        if len(self.processors) == 1 and isinstance(self.processors[0], BitmaskProcessor):
+            return self.processors[0].allowed(ids, self.runner.vocab_size).to(self.runner.device)
+        return sampling.finite(self.mask(ids, torch.zeros(self.runner.vocab_size, device=self.runner.device)))
 
     def gate_eos(self, masked: torch.Tensor, text: str) -> torch.Tensor:
         """Allow EOS only when the text so far passes the final check.
@@ -140,19 +158,21 @@ class TokenChooser:
         if self.constraint.kind != "json_schema":
             return masked
         eos_allowed = [t for t in self.runner.eos_ids if t < masked.shape[0] and torch.isfinite(masked[t])]
-        if not eos_allowed:
-            return masked
-        if self.gate_stopped:
-            return masked
-        verdict = self.constraint.validate(text, budget_s=GATE_BUDGET_S)
-        if verdict.valid is None:  # too costly to decide at every step: the final verdict (off the batch) decides
-            self.gate_stopped = True
-            self.warnings.append(f"the JSON end-of-text gate stopped ({verdict.message}); the final verdict decides")
-        if verdict.valid is not False:
+        if not self.eos_refused(eos_allowed, text):
             return masked
         masked = masked.clone()
         masked[eos_allowed] = sampling.NEG_INF
         return masked
+
+    def eos_refused(self, eos_allowed: list[int], text: str) -> bool:
+        """Whether the gate takes away the EOS tokens the mask allows (`eos_allowed`): the text fails the check."""
+        if not eos_allowed or self.constraint.kind != "json_schema" or self.gate_stopped:
+            return False
+        verdict = self.constraint.validate(text, budget_s=GATE_BUDGET_S)
+        if verdict.valid is None:  # too costly to decide at every step: the final verdict (off the batch) decides
+            self.gate_stopped = True
+            self.warnings.append(f"the JSON end-of-text gate stopped ({verdict.message}); the final verdict decides")
+        return verdict.valid is False
 
     def choose(self, step: sampling.StepScores) -> int:
         """Greedy argmax or a draw from the row's seeded generator."""
@@ -176,10 +196,8 @@ class TokenChooser:
         out: list[tuple[int, torch.Tensor]] = []
         ids = list(ids)
         while True:
-            scores = torch.zeros(1, self.runner.vocab_size, device=self.runner.device)
             with self.budget.step("probing the tokens the constraint forces"):
-                masked = sampling.apply_row_processors(self.processors, self.runner.ids(ids), scores)[0]
-                allowed = torch.isfinite(masked)
+                allowed = self.allowed(self.runner.ids(ids))
                 token = self._forced_token(allowed) if len(out) < limit else None
             if token is None:
                 self.pending = allowed

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.decoding.chooser import TokenChooser
 from playground.decoding.prefix_cache import PrefixCache
 from playground.decoding.runner import ModelRunner
@@ -151,6 +152,15 @@ class Decode:
         upto = len(generated) - (1 if row.finish_reason is not None else 0)
         tokens = generated[row.fed : upto]
         return tokens if alone else tokens[:1]
+
+    def mask_work(self, index: int) -> list[tuple[BitmaskProcessor, list[int]]]:
+        """The masks row `index` will ask for in this step's `take`, computable before its logits are known:
+        (processor, the row's ids then) for each, when the step ends in a sampled token that needs them."""
+        row = self.rows[index]
+        if row.finish_reason is not None or row.chooser.pending is not None:
+            return []
+        ids = self.prompt_ids + row.generated
+        return [(processor, ids) for processor in row.chooser.bitmask_processors()]
 
     def take(self, index: int, logits: torch.Tensor) -> list[TokenEvent]:
         """The logits after each token just fed (n x vocab): score forced tokens, then sample when none is left."""

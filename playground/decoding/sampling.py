@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch._dynamo
 from transformers.generation import (
@@ -23,6 +24,7 @@ from transformers.generation import (
     WatermarkLogitsProcessor,
 )
 
+from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.errors import ParameterError, ProcessorError
 from playground.types import GeneratedToken, GenerateParameters, Token
 
@@ -130,11 +132,21 @@ def warpers(params: GenerateParameters) -> LogitsProcessorList:
 
 
 def apply_row_processors(processors: list[Processor], input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-    """Run one row's own processors (constraint, custom) in order; a failure fails this request only."""
-    # llguidance's and outlines_core's bitmask kernels are torch.compile'd: compiling costs seconds on
-    # the first request of a process, while eager runs them as fast at this size.
-    with torch._dynamo.config.patch(disable=True):
+    """Run one row's own processors (constraint, custom) in order on a copy of `scores`; a failure fails this
+    request only."""
+    if all(isinstance(p, BitmaskProcessor) for p in processors):  # they return new tensors, with no compiled kernel
         return _apply(processors, input_ids, scores)
+    # Outlines' processors change the scores in place, and their bitmask kernels are torch.compile'd:
+    # compiling costs seconds on the first request of a process, while eager runs them as fast at this size.
+    with torch._dynamo.config.patch(disable=True):
+        return _apply(processors, input_ids, scores.clone())
+
+
+def finite(values: torch.Tensor) -> torch.Tensor:
+    """torch.isfinite, through numpy on the CPU (torch's costs ~20x more there: 0.3 ms on a 49k vocabulary)."""
+    if values.device.type != "cpu":
+        return torch.isfinite(values)
+    return torch.from_numpy(np.isfinite(values.detach().numpy()))
 
 
 def _apply(processors: list[Processor], input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -174,7 +186,7 @@ def score_row(
     raw_logprobs = torch.log_softmax(raw_logits, dim=-1)
     if untouched:
         return StepScores(raw_logprobs, raw_logprobs, raw_logits, 1.0)
-    allowed = torch.isfinite(masked)
+    allowed = finite(masked)
     mass_kept = min(1.0, float(raw_logprobs.exp().mul_(allowed).sum()))
     final = chain(input_ids, masked.unsqueeze(0)).squeeze(0) if len(chain) else masked
     return StepScores(raw_logprobs, torch.log_softmax(final, dim=-1), final, mass_kept)

@@ -30,11 +30,13 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from playground.constraints.backends import bitmask
 from playground.decoding import row_budget
 from playground.decoding.batch import BatchCache, can_batch
 from playground.decoding.rows import Decode
@@ -327,8 +329,9 @@ class Scheduler:
             return
         # a row with nothing to run (finished, waiting to leave) runs a pad token whose logits are ignored
         tokens = [feed or [self.runner.pad_id] for feed in feeds]
+        masks = [w for (job, i), feed in zip(self._slots, feeds) if feed for w in job.decode.mask_work(i)]
         try:
-            with self._exclusive_use():
+            with self._exclusive_use(), _alongside(masks):
                 logits = self._batch.forward(tokens)
         except Exception as exc:  # noqa: BLE001 - the model failed (out of memory): every request in it fails
             for job in self._active:
@@ -370,6 +373,29 @@ class Scheduler:
         self._slots = [self._slots[n] for n in keep]
         self._active = [job for job in self._active if job not in leaving]
         self._batch.keep(keep)
+
+
+@contextlib.contextmanager
+def _alongside(masks: list[tuple[bitmask.BitmaskProcessor, list[int]]]) -> Iterator[None]:
+    """The rows' next masks, all in one engine call on another thread while the block (the forward) runs.
+
+    The engines release the GIL while they compute, so on a CPU the masks cost the step nothing when a
+    core is free. A failure here is left for the row's own call to meet, where it fails that request alone.
+    """
+    if not masks:
+        yield
+        return
+    done = _mask_pool().submit(bitmask.prepare, masks)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            done.result()
+
+
+@functools.cache
+def _mask_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="masks")
 
 
 _SCHEDULERS: weakref.WeakSet[Scheduler] = weakref.WeakSet()

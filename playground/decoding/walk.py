@@ -64,12 +64,14 @@ def masks(
     for k in range(len(token_ids) + 1):
         row_budget.walked()
         with torch.inference_mode():
-            scores = torch.zeros(runner.vocab_size, device=runner.device)
-            masked = chooser.mask(runner.ids(ids), scores)
-            eos_open = any(bool(torch.isfinite(masked[t])) for t in runner.eos_ids if t < masked.shape[0])
-            text = engine.tokenizer.decode(token_ids[:k], skip_special_tokens=True) if eos_open else ""
-            gated = chooser.gate_eos(masked, text) if eos_open else masked
-        yield torch.isfinite(gated).cpu(), gated is not masked
+            allowed = chooser.allowed(runner.ids(ids)).cpu()
+            eos = [t for t in runner.eos_ids if t < allowed.shape[0] and bool(allowed[t])]
+            text = engine.tokenizer.decode(token_ids[:k], skip_special_tokens=True) if eos else ""
+            gated = chooser.eos_refused(eos, text)
+            if gated:
+                allowed = allowed.clone()
+                allowed[eos] = False
+        yield allowed, gated
         if k < len(token_ids):
             ids.append(token_ids[k])
 

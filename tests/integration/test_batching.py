@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from playground.constraints.backends import bitmask
 from playground.models import cpu_weights
 from playground.types import GenerateParameters
 
@@ -92,3 +93,33 @@ def test_the_next_token_view_takes_turns_with_a_running_batch(engine) -> None:
         assert view.candidates and engine.scheduler.usage()["requests"] == 1  # still decoding meanwhile
     finally:
         stream.close()
+
+
+def test_a_batch_steps_masks_are_computed_together_and_change_no_token(engine, monkeypatch) -> None:
+    """Without fast-forward (which probes each row's next mask right after its token), the rows' masks of
+    a step are computed in one call alongside the forward; every answer stays what it is alone."""
+    sizes: list[int] = []
+    real = bitmask.prepare
+
+    def counted(rows: list) -> None:
+        sizes.append(len(rows))
+        real(rows)
+
+    grammars = [REQUESTS[0]["grammar"], REQUESTS[1]["grammar"]]
+    params = [GenerateParameters(max_new_tokens=8, grammar=g, fast_forward=False, top_n_tokens=1) for g in grammars]
+    prompts = ["Customer 0 writes to the bicycle shop:", "Customer 1 writes to the bicycle shop:"]
+    alone = [engine.generate(p, q) for p, q in zip(prompts, params)]
+    monkeypatch.setattr(bitmask, "prepare", counted)
+    start = threading.Barrier(2)
+
+    def together(i: int):
+        start.wait()
+        return engine.generate(prompts[i], params[i])
+
+    with ThreadPoolExecutor(2) as pool:
+        batched = list(pool.map(together, range(2)))
+    assert max(sizes) == 2  # both rows' masks in one call
+    for one, both in zip(alone, batched):
+        assert [t.id for t in one.best.tokens] == [t.id for t in both.best.tokens]
+        for a, b in zip(one.best.tokens, both.best.tokens):
+            assert abs(a.logprob - b.logprob) < TOLERANCE

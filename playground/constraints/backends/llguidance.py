@@ -7,11 +7,16 @@ builds and validates it once, so a refusal or a slow conversion never reaches th
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+
 from playground.constraints import segments
-from playground.constraints.backends.base import TENSOR_LIBRARY, Backend, EngineRefusal, check_satisfiable, refusing
+from playground.constraints.backends.base import Backend, EngineRefusal, check_satisfiable, refusing
+from playground.constraints.backends.bitmask import BitmaskProcessor
 
 # Measured on MaskBench (README, "Benchmarks"): llguidance accepts `\\uXXXX` escapes of any printable
 # character (json.dumps writes them for all non-ASCII text).
@@ -61,11 +66,7 @@ class LLGuidance(Backend):
         return backend
 
     def rebuild_template(self, backend: Any, kind: str, text: str, payload: Any) -> Any:
-        from outlines.backends.llguidance import LLGuidanceLogitsProcessor
-
-        return LLGuidanceLogitsProcessor(
-            grammar(kind, text, backend.llg_tokenizer), backend.llg_tokenizer, TENSOR_LIBRARY
-        )
+        return LLGuidanceProcessor(grammar(kind, text, backend.llg_tokenizer), backend.llg_tokenizer)
 
     def compiled_form(self, constraint: Any, template: Any) -> str:
         import json
@@ -93,6 +94,55 @@ def _pieces(llg_tokenizer: Any, text: str) -> list[segments.Piece]:
     if run:
         out.append(llg_tokenizer.decode_str(run))
     return out
+
+
+class LLGuidanceProcessor(BitmaskProcessor):
+    """One row's llguidance matcher; the rows of a batch step fill their masks in one LLExecutor call.
+
+    `ll_matchers` (one matcher) and `grammar`/`llg_tokenizer` are named as in Outlines' processor: the
+    decoder asks the matcher for forced tokens and errors, the debugger rebuilds it.
+    """
+
+    def __init__(self, grammar: str, llg_tokenizer: Any) -> None:
+        import llguidance
+
+        self.grammar = grammar
+        self.llg_tokenizer = llg_tokenizer
+        # Building a matcher parses the grammar (~1 ms); each row copies this one instead (~10 µs).
+        self._prototype = llguidance.LLMatcher(llg_tokenizer, grammar)
+        super().__init__(llg_tokenizer.vocab_size)
+
+    def reset(self) -> None:
+        super().reset()
+        self.ll_matchers: list[Any] = []
+
+    def _start(self) -> None:
+        self.ll_matchers = [self._prototype.deep_copy()]
+
+    def _consume(self, tokens: list[int]) -> None:
+        matcher = self.ll_matchers[0]
+        for token in tokens:  # a refused token leaves the matcher in its error state (the result reports it)
+            if not matcher.consume_token(token):
+                return
+
+    def _fill(self, out: np.ndarray) -> None:
+        self.ll_matchers[0].unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
+
+    @classmethod
+    def _fill_many(cls, processors: Sequence[BitmaskProcessor], out: np.ndarray) -> None:
+        if len(processors) == 1:
+            processors[0]._fill(out[0])
+            return
+        pairs = [(p.ll_matchers[0], k) for k, p in enumerate(processors) if isinstance(p, LLGuidanceProcessor)]
+        _executor().unsafe_compute_mask_ptr(pairs, out.ctypes.data, out.shape[1] * 4, out.shape[0])
+
+
+@functools.cache
+def _executor() -> Any:
+    """llguidance's thread pool for a batch's masks, built on first use."""
+    import llguidance
+
+    return llguidance.LLExecutor()
 
 
 def _warnings(spec: str, llg_tokenizer: Any, kind: str) -> list[str]:

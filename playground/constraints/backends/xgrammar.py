@@ -14,15 +14,17 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
+
 from playground.constraints import jsonformat, segments
 from playground.constraints.backends.base import (
-    TENSOR_LIBRARY,
     Backend,
     EngineRefusal,
     check_satisfiable,
     outlines_backend,
     refusing,
 )
+from playground.constraints.backends.bitmask import BitmaskProcessor
 
 # xgrammar's strict mode forbids unlisted properties although JSON Schema allows them (measured on MaskBench).
 JSON_OPTIONS: dict[str, Any] = {"strict_mode": False}
@@ -78,22 +80,48 @@ class XGrammar(Backend):
 
 
 def _template(backend: Any, kind: str, text: str) -> Any:
-    """The Outlines processor template; Outlines passes no options to compile_json_schema, so we do."""
+    """The processor template, from the grammar Outlines' backend compiles (with our options for schemas)."""
     if kind == "json_schema":
-        from outlines.backends.xgrammar import XGrammarLogitsProcessor
-
         schema, layout = jsonformat.layout_of(json.loads(text))
         options = {**JSON_OPTIONS, **_whitespace(layout)}
-        compiled = backend.grammar_compiler.compile_json_schema(json.dumps(schema), **options)
-        return XGrammarLogitsProcessor(compiled, TENSOR_LIBRARY)
+        return XGrammarProcessor(backend.grammar_compiler.compile_json_schema(json.dumps(schema), **options))
     if kind == "structural_tag":  # xgrammar's own; its markers are text (special tokens are never produced)
-        from outlines.backends.xgrammar import XGrammarLogitsProcessor
-
-        compiled = backend.grammar_compiler.compile_structural_tag(segments.to_xgrammar(json.loads(text)))
-        return XGrammarLogitsProcessor(compiled, TENSOR_LIBRARY)
+        return XGrammarProcessor(
+            backend.grammar_compiler.compile_structural_tag(segments.to_xgrammar(json.loads(text)))
+        )
     if kind in ("regex", "choice"):
-        return backend.get_regex_logits_processor(text)
-    return backend.get_cfg_logits_processor(text)
+        return XGrammarProcessor(backend.get_regex_logits_processor(text).compiled_grammar)
+    return XGrammarProcessor(backend.get_cfg_logits_processor(text).compiled_grammar)
+
+
+class XGrammarProcessor(BitmaskProcessor):
+    """One row's xgrammar matcher, as Outlines' XGrammarLogitsProcessor drives it, over its bitmask."""
+
+    def __init__(self, compiled_grammar: Any) -> None:
+        self.compiled_grammar = compiled_grammar
+        super().__init__(compiled_grammar.tokenizer_info.vocab_size)
+
+    def reset(self) -> None:
+        super().reset()
+        self._matcher: Any = None
+        self._last: np.ndarray | None = None
+
+    def _start(self) -> None:
+        import xgrammar
+
+        self._matcher = xgrammar.GrammarMatcher(self.compiled_grammar)
+
+    def _consume(self, tokens: list[int]) -> None:
+        for token in tokens:
+            if not self._matcher.is_terminated() and not self._matcher.accept_token(token):
+                raise RuntimeError(f"XGrammar matcher rejected token {token}")
+
+    def _fill(self, out: np.ndarray) -> None:
+        if self._matcher.is_terminated():  # Outlines leaves the last mask as it was (all allowed at first)
+            out[:] = self._last if self._last is not None else -1
+        else:
+            self._matcher.fill_next_token_bitmask(out.reshape(1, -1), 0)
+        self._last = out
 
 
 def _whitespace(layout: str) -> dict[str, Any]:

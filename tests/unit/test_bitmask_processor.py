@@ -1,0 +1,105 @@
+"""llguidance's row processor over its bitmask: Outlines' masks exactly, one engine call for a batch's rows.
+
+Outlines' LLGuidanceLogitsProcessor is the reference (what decoding used before); the embedded model's
+tokenizer and a real JSON schema, walked token by token.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import llguidance.hf
+import torch
+import torch._dynamo
+from outlines.backends.llguidance import LLGuidanceLogitsProcessor
+
+from playground.constraints.backends import bitmask
+from playground.constraints.backends import llguidance as llg_backend
+from playground.constraints.backends.llguidance import LLGuidanceProcessor
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+TEXT = '{"name": "Ada", "age": 36}'
+
+
+def _setup(loaded_model):
+    tokenizer = loaded_model.tokenizer
+    llg = llguidance.hf.from_tokenizer(tokenizer)
+    spec = llg_backend.grammar("json_schema", json.dumps(SCHEMA))
+    vocab = int(loaded_model.model.get_output_embeddings().weight.shape[0])
+    ids = tokenizer(TEXT, add_special_tokens=False)["input_ids"]
+    return llg, spec, vocab, ids
+
+
+def test_masks_and_scores_are_outlines_own_at_every_position(loaded_model) -> None:
+    llg, spec, vocab, ids = _setup(loaded_model)
+    ours, theirs = LLGuidanceProcessor(spec, llg), LLGuidanceLogitsProcessor(spec, llg, "torch")
+    row = [0]
+    logits = torch.randn(1, vocab)
+    for token in [*ids, None]:
+        with torch._dynamo.config.patch(disable=True):  # its kernel is torch.compile'd: minutes to compile
+            expected = theirs(torch.tensor([row]), logits.clone())
+        got = ours(torch.tensor([row]), logits)
+        assert torch.equal(got, expected)
+        assert torch.equal(ours.allowed(torch.tensor([row]), vocab), torch.isfinite(expected[0]))
+        if token is not None:
+            assert bool(torch.isfinite(got[0, token]))
+            row.append(token)
+    assert ours.ll_matchers[0].is_accepting()
+
+
+def test_rows_prepared_together_get_their_own_masks_and_are_not_advanced_twice(loaded_model) -> None:
+    llg, spec, vocab, ids = _setup(loaded_model)
+    rows = [LLGuidanceProcessor(spec, llg) for _ in range(3)]
+    alone = [LLGuidanceProcessor(spec, llg) for _ in range(3)]
+    prefixes = [[0], [0, *ids[:3]], [0, *ids[:7]]]
+    for processor, prefix in zip(rows + alone, prefixes + prefixes):
+        processor(torch.tensor([prefix[:1]]), torch.zeros(1, vocab))  # the first call starts the matcher
+    bitmask.prepare(list(zip(rows, prefixes)))
+    assert all(p.prepared_s > 0 for p in rows)
+    for processor, reference, prefix in zip(rows, alone, prefixes):
+        ready = processor._bits
+        got = processor.allowed(torch.tensor([prefix]), vocab)
+        assert processor._bits is ready  # the call used the prepared mask: nothing consumed again
+        assert torch.equal(got, reference.allowed(torch.tensor([prefix]), vocab))
+    assert not torch.equal(
+        rows[0].allowed(torch.tensor([prefixes[0]]), vocab), rows[1].allowed(torch.tensor([prefixes[1]]), vocab)
+    )
+
+
+def test_each_request_copy_of_a_template_has_its_own_matcher(loaded_model) -> None:
+    llg, spec, vocab, ids = _setup(loaded_model)
+    template = LLGuidanceProcessor(spec, llg)
+    row = torch.tensor([[0, *ids[:4]]])
+    used, fresh = copy.copy(template), copy.copy(template)  # as CompiledConstraint.new_processor makes them
+    used.reset()
+    fresh.reset()
+    used(row[:, :1], torch.zeros(1, vocab))
+    used(row, torch.zeros(1, vocab))
+    start = fresh.allowed(row[:, :1], vocab)
+    assert used.ll_matchers[0] is not fresh.ll_matchers[0]
+    assert torch.equal(start, LLGuidanceProcessor(spec, llg).allowed(row[:, :1], vocab))
+    assert not torch.equal(start, used.allowed(row, vocab))
+
+
+def test_xgrammar_masks_are_outlines_own_at_every_position(loaded_model) -> None:
+    from outlines.backends.xgrammar import XGrammarLogitsProcessor
+
+    from playground.constraints.backends import xgrammar
+
+    _, _, vocab, ids = _setup(loaded_model)
+    ours = xgrammar._template(
+        xgrammar.BACKEND.worker_backend(loaded_model.tokenizer), "json_schema", json.dumps(SCHEMA)
+    )
+    theirs = XGrammarLogitsProcessor(ours.compiled_grammar, "torch")
+    row, logits = [0], torch.randn(1, vocab)
+    for token in [*ids, None]:
+        with torch._dynamo.config.patch(disable=True):
+            expected = theirs(torch.tensor([row]), logits.clone())
+        assert torch.equal(ours(torch.tensor([row]), logits), expected)
+        if token is not None:
+            row.append(token)
