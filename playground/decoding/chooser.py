@@ -132,7 +132,10 @@ class TokenChooser:
         return sampling.apply_row_processors(self.processors, ids, scores.unsqueeze(0))[0]
 
     def bitmask_processors(self) -> list[BitmaskProcessor]:
-        """The row's processors whose masks a batch step may compute ahead, all rows together."""
+        """The row's processors whose masks a batch step may compute ahead, all rows together (none while a thinking
+        model reasons: its processors wait for the answer)."""
+        if self.gate is not None and self.gate.reasoning:
+            return []
         return [p for p in self.processors if isinstance(p, BitmaskProcessor)]
 
     def _prepared_s(self) -> float:
