@@ -21,11 +21,12 @@ export PLAYGROUND_THREADS ?= 1
 run: $(STAMP_RUNTIME)
 	$(PY) app.py
 
-# Two workers, a test file each at a time: the model decodes on one thread, so the second core would idle.
-TEST_WORKERS ?= 2
+# One process by default; TEST_WORKERS=2 runs two pytest workers, a test file each at a time (decoding is
+# single-threaded, so a second core idles), faster on a quiet machine but with timing-sensitive tests under load.
+TEST_WORKERS ?= 1
 
 test: $(STAMP_TEST) chromium axe lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 lint: $(STAMP_TEST)
 	$(VENV)/bin/ruff check .

@@ -72,6 +72,6 @@ def test_bubbles_keep_indentation_and_tabs_byte_for_byte(page: Page, server_url:
     expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
     set_parameter(page, "param-max-new-tokens", "40")
     send(page, "Name a city as JSON.")
-    expect(page.locator("#validation-status")).to_contain_text("✓ valid (json_schema)")
+    expect(page.locator("#validation-status")).to_contain_text("✓ valid (json_schema)", timeout=SLOW)
     answer = bubble_texts(page, "bot")[-1].strip("\n")
     assert answer.startswith('{\n  "city": ') and answer == generated_text(page, "maxLength")
