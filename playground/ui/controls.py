@@ -106,9 +106,11 @@ def model_choices(registry: Registry, current: str | None = None) -> list[tuple[
 
 
 def _model_id(registry: Registry, name: str) -> str:
-    """The id a local provider serves `name` as (remote providers are not asked: that is a request)."""
+    """The id a local provider serves `name` as (neither a remote provider nor a model still loading is asked:
+    that would be a request, or a wait)."""
     provider, _ = registry.resolve(name)
-    if not provider.capabilities.model_loading:
+    loading = registry.startup is not None and not registry.startup.ready() and name == registry.startup.name
+    if loading or not provider.capabilities.model_loading:  # asking a loading model would wait for it
         return name
     try:
         return provider.info(name).model_id
