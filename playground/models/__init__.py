@@ -215,7 +215,7 @@ def load_model(
     if target == "cpu":
         from playground.models.cpu_weights import pack_for_cpu
 
-        batch_weights_mb = pack_for_cpu(model, batch_weights)
+        batch_weights_mb = pack_for_cpu(model, batch_weights, cache_root() / "kernels")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     elapsed = time.perf_counter() - start

@@ -6,12 +6,15 @@ keeps. Tied embeddings stay tied (the parameter is shared); an embedding lookup 
 
 A few rows (a batch's step, fast-forwarded tokens, a short prompt): MKL repacks the weight on every call,
 and a step of 8 rows cost twice one row. oneDNN multiplies them from a copy of the weight kept in its
-blocked layout (made for 8 rows, it serves any number). Measured on the embedded model at 1 thread, one
-forward: 8 rows 73-80 ms instead of 100-106, 16 rows 92 instead of 119, a 20-token prompt 88 instead of
-101. One row stays on MKL (49 ms; oneDNN would take 58), and so do more than 32 rows (MKL is faster from
-about 40: a 64-token prompt takes 133 ms with MKL, 152 with oneDNN). The copy doubles the linear weights'
-memory, so `auto` keeps one only for float32 models whose copy takes at most an eighth of the memory the
-process may use (the machine's, or its container's limit); `on` always (float32), `off` never.
+blocked layout (made for 8 rows, it serves any number). Measured on the embedded model at 1 thread on an
+AVX-512 Xeon, one forward: 8 rows 73-80 ms instead of 100-106, 16 rows 92 instead of 119, a 20-token prompt
+88 instead of 101; one row stays on MKL (49 ms; oneDNN would take 58), and so do long prompts. Where the
+kernels cross over depends on the CPU and the shape, so it is measured when the model loads
+(kernel_probe.py) and each layer routes each row count to the kernel its shape's probe found faster. A
+shape whose probe never favours the blocked copy keeps none. The copies double the linear weights'
+memory at most, so `auto` keeps them only for float32 models whose copies take at most an eighth of the
+memory the process may use (the machine's, or its container's limit); `on` whatever the memory (float32),
+`off` never.
 """
 
 from __future__ import annotations
@@ -24,15 +27,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from playground.models.kernel_probe import Probe, RowTable, measure, row_tables
+
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "on", "off")
 BLOCKED_FOR_ROWS = 8  # the row count oneDNN lays the copy out for
-ONEDNN_MAX_ROWS = 32  # from 2 rows (tokens in one forward) to this many it multiplies faster than MKL
 
 
 class BatchLinear(torch.nn.Linear):
-    """nn.Linear that multiplies 2 to 32 rows with oneDNN from `blocked_weight`, other counts with MKL.
+    """nn.Linear that multiplies the row counts `blocked_rows` marks with oneDNN from `blocked_weight`, the
+    others with MKL.
 
     The copy is the weight as it was at load: once the weight is changed in place (load_state_dict,
     copy_) or replaced, moved off the CPU or trained, every count goes to F.linear (oneDNN's op has no
@@ -42,11 +47,14 @@ class BatchLinear(torch.nn.Linear):
     blocked_weight: torch.Tensor
     blocked_from: torch.Tensor  # the weight parameter the copy was made from
     blocked_version: int  # its version counter then
+    blocked_rows: RowTable  # by row count (tokens in one forward): whether the copy multiplies them faster
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self._parameters["weight"]  # not self.weight: Module.__getattr__ costs more than a dict
+        rows, table = x.numel() // x.shape[-1], self.blocked_rows
         if (
-            1 < x.numel() // x.shape[-1] <= ONEDNN_MAX_ROWS
+            rows < len(table)
+            and table[rows]
             and x.is_cpu
             and x.dtype is torch.float32
             and weight is self.blocked_from
@@ -57,10 +65,10 @@ class BatchLinear(torch.nn.Linear):
         return F.linear(x, weight, self.bias)
 
 
-def pack_for_cpu(model: Any, batch_weights: str = "auto") -> int:
+def pack_for_cpu(model: Any, batch_weights: str = "auto", cache_dir: Path | None = None, probe: Probe = measure) -> int:
     """Lay out every plain linear layer of `model` (on the CPU); the MB the blocked copies add (0: none).
 
-    `auto` judges each model alone, when it loads.
+    `auto` judges each model alone, when it loads; the probe's verdicts are cached in `cache_dir`.
     """
     if batch_weights not in MODES:
         raise ValueError(f"batch_weights must be one of {', '.join(MODES)}, not {batch_weights!r}")
@@ -72,12 +80,21 @@ def pack_for_cpu(model: Any, batch_weights: str = "auto") -> int:
         blocks = _blocked(plain)
     for module in plain:  # quantized or wrapped subclasses keep their layout
         module.weight.data = module.weight.data.t().contiguous().t()
+    if not blocks:
+        return 0
+    tables = row_tables(((m.weight, b, m.bias) for m, b in zip(plain, blocks)), cache_dir, probe)
+    kept = 0
     for module, block in zip(plain, blocks):
+        table = tables[(module.in_features, module.out_features)]
+        if not any(table):  # this shape multiplies every count faster with MKL: no copy to keep
+            continue
         module.blocked_weight = block
         object.__setattr__(module, "blocked_from", module.weight)  # a plain attribute, not a second parameter
         module.blocked_version = module.weight._version
+        module.blocked_rows = table
         module.__class__ = BatchLinear
-    return round(extra / 2**20) if blocks else 0
+        kept += module.weight.numel() * module.weight.element_size()
+    return round(kept / 2**20)
 
 
 def _blocked(plain: list[torch.nn.Linear]) -> list[torch.Tensor]:

@@ -1,7 +1,9 @@
 """Linear weights laid out for the CPU: MKL's transposed layout for one row, oneDNN's blocked copy for several.
 
 A tiny random Llama (no download). The layouts must change no value beyond float32 rounding, keep tied
-embeddings tied, and leave every row of a batch what it is alone; the speed is benchmarks/serve.py's.
+embeddings tied, and leave every row of a batch what it is alone; each row count goes to the kernel the
+probe chose for its shape. Which kernel is faster is timing, so the routing tests give the probe's verdicts
+(`probe=`); the real probe is run once for its form. The speed is benchmarks/serve.py's.
 """
 
 from __future__ import annotations
@@ -13,13 +15,19 @@ from transformers import LlamaForCausalLM
 from playground import cli
 from playground.decoding.batch import BatchCache
 from playground.decoding.runner import ModelRunner
-from playground.models import LoadedModel, cpu_weights
+from playground.models import LoadedModel, cpu_weights, kernel_probe
 from playground.models.cpu_weights import BatchLinear, pack_for_cpu
+from playground.models.kernel_probe import PROBED_ROWS
 from playground.options import LocalOptions
 from playground.providers.local import make_local
 from tests.support import TinyTokenizer, tiny_llama
 
 ATOL = 1e-4  # float32 GEMMs of other kernels sum in another order: ~1e-6 here, far below any logprob shown
+
+
+def always(layers: object) -> list[int]:
+    """A probe's verdict: the blocked copy wins at every probed count."""
+    return list(PROBED_ROWS)
 
 
 def tiny(dtype: torch.dtype = torch.float32, *, tied: bool = True) -> LlamaForCausalLM:
@@ -34,7 +42,7 @@ def logits(model: LlamaForCausalLM, ids: list[list[int]]) -> torch.Tensor:
 def test_blocked_copies_keep_every_value_and_tied_embeddings() -> None:
     reference, model = tiny(), tiny()
     rows = [[5, 9, 11, 3], [7, 1, 4, 60]]
-    pack_for_cpu(model, "on")
+    pack_for_cpu(model, "on", probe=always)
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert linears and all(type(m) is BatchLinear for m in linears)
     assert model.lm_head.weight is model.model.embed_tokens.weight  # still one parameter
@@ -43,21 +51,25 @@ def test_blocked_copies_keep_every_value_and_tied_embeddings() -> None:
 
 
 @pytest.mark.parametrize(
-    ("shape", "onednn"),
+    ("wins", "shape", "onednn"),
     [
-        ((1, 1, 32), False),
-        ((1, 2, 32), True),
-        ((8, 1, 32), True),
-        ((4, 8, 32), True),
-        ((1, 33, 32), False),
-        ((40, 1, 32), False),
+        ((2, 3, 4, 6, 8, 12, 16, 24, 32), (1, 1, 32), False),  # one row: MKL whatever the probe says
+        ((2, 3, 4, 6, 8, 12, 16, 24, 32), (1, 2, 32), True),
+        ((2, 3, 4, 6, 8, 12, 16, 24, 32), (4, 8, 32), True),  # rows: every token of every sequence
+        ((2, 3, 4, 6, 8, 12, 16, 24, 32), (1, 33, 32), True),  # between probed counts: the lower one's verdict
+        ((2, 3, 4, 6, 8, 12, 16, 24, 32), (1, 48, 32), False),
+        ((8, 12, 16), (1, 4, 32), False),  # where an AVX2 machine's probe may start later...
+        ((8, 12, 16), (8, 1, 32), True),
+        ((8, 12, 16), (1, 20, 32), True),
+        ((8, 12, 16), (1, 24, 32), False),  # ...and stop sooner
+        ((2, 64), (1, 65, 32), False),  # past the last probed count: MKL, as for a long prompt
     ],
 )
-def test_onednn_multiplies_2_to_32_rows_and_mkl_the_rest(
-    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...], onednn: bool
+def test_each_row_count_goes_to_the_kernel_its_shape_s_probe_chose(
+    monkeypatch: pytest.MonkeyPatch, wins: tuple[int, ...], shape: tuple[int, ...], onednn: bool
 ) -> None:
     model = tiny()
-    pack_for_cpu(model, "on")
+    pack_for_cpu(model, "on", probe=lambda layers: list(wins))
     layer = model.model.layers[0].mlp.up_proj
     assert not layer.weight.is_contiguous() and layer.weight.t().is_contiguous()  # MKL's layout
     calls = []
@@ -68,6 +80,47 @@ def test_onednn_multiplies_2_to_32_rows_and_mkl_the_rest(
         out = layer(x)
     assert bool(calls) is onednn
     torch.testing.assert_close(out, torch.nn.functional.linear(x, layer.weight), atol=ATOL, rtol=ATOL)
+
+
+def test_a_shape_the_probe_never_favours_keeps_no_copy() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 32), torch.nn.Linear(32, 64))
+    verdicts = {(64, 64): [8, 16], (64, 32): [], (32, 64): [2]}
+    kept = pack_for_cpu(model, "on", probe=lambda layers: verdicts[(layers[0][0].shape[1], layers[0][0].shape[0])])
+    assert [type(m) is BatchLinear for m in model] == [True, False, True]
+    assert not hasattr(model[1], "blocked_weight")  # its copy is not held either
+    assert kept == round((64 * 64 + 32 * 64) * 4 / 2**20)
+
+
+def test_the_probe_runs_once_per_machine_and_model(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    probed = []
+
+    def probe(layers: list[tuple[torch.Tensor, ...]]) -> list[int]:
+        probed.append(tuple(layers[0][0].shape))
+        return [2, 4, 8]
+
+    pack_for_cpu(tiny(), "on", tmp_path, probe)
+    shapes = len(probed)
+    assert shapes == len({tuple(m.weight.shape) for m in tiny().modules() if isinstance(m, torch.nn.Linear)})
+    again = tiny()
+    pack_for_cpu(again, "on", tmp_path, probe)  # cached: not probed again, routed the same
+    assert len(probed) == shapes and again.model.layers[0].mlp.up_proj.blocked_rows[:9] == (
+        (False, False, True, False, True, True, False, False, True)  # counts take the probed one at or below
+    )
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # another ISA cap is another machine
+    pack_for_cpu(tiny(), "on", tmp_path, probe)
+    assert len(probed) == 2 * shapes
+    for cached in tmp_path.iterdir():
+        cached.write_text("{not json")  # a damaged file is probed again
+    pack_for_cpu(tiny(), "on", tmp_path, probe)
+    assert len(probed) == 3 * shapes
+
+
+def test_the_real_probe_times_both_kernels_at_every_probed_count() -> None:
+    layer = torch.nn.Linear(64, 48)
+    with torch.no_grad():
+        blocked = torch.ops.mkldnn._reorder_linear_weight(layer.weight.data, cpu_weights.BLOCKED_FOR_ROWS)
+    wins = kernel_probe.measure([(layer.weight.data.t().contiguous().t(), blocked, layer.bias)])
+    assert set(wins) <= set(PROBED_ROWS) and wins == sorted(wins)
 
 
 def test_off_and_unfit_models_keep_one_copy(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,15 +142,16 @@ def test_off_and_unfit_models_keep_one_copy(monkeypatch: pytest.MonkeyPatch) -> 
 def test_auto_keeps_a_copy_that_fits_and_reports_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_weights, "_memory", lambda: 64 * 2**30)
     model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512))
-    assert pack_for_cpu(model, "auto") == 6  # 4 MiB + 2 MiB of float32 weights
+    assert pack_for_cpu(model, "auto", probe=always) == 6  # 4 MiB + 2 MiB of float32 weights
     assert type(model[0]) is BatchLinear and type(model[2]) is BatchLinear
     monkeypatch.setattr(cpu_weights, "_memory", lambda: 40 * 2**20)  # an eighth is 5 MiB
-    assert pack_for_cpu(torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 512)), "auto") == 0
+    unfit = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 512))
+    assert pack_for_cpu(unfit, "auto", probe=always) == 0
 
 
 def test_a_changed_moved_or_trained_weight_is_not_multiplied_from_the_old_copy() -> None:
     layer = torch.nn.Linear(16, 8)
-    pack_for_cpu(torch.nn.Sequential(layer), "on")
+    pack_for_cpu(torch.nn.Sequential(layer), "on", probe=always)
     x = torch.randn(4, 16)
     with torch.inference_mode():
         before = layer(x)
@@ -107,12 +161,12 @@ def test_a_changed_moved_or_trained_weight_is_not_multiplied_from_the_old_copy()
         torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
         assert not torch.allclose(layer(x), before)
     replaced = torch.nn.Linear(16, 8)
-    pack_for_cpu(torch.nn.Sequential(replaced), "on")
+    pack_for_cpu(torch.nn.Sequential(replaced), "on", probe=always)
     replaced.weight = torch.nn.Parameter(torch.ones(8, 16))
     with torch.inference_mode():
         torch.testing.assert_close(replaced(x), torch.nn.functional.linear(x, replaced.weight, replaced.bias))
     trained = torch.nn.Linear(16, 8)
-    pack_for_cpu(torch.nn.Sequential(trained), "on")
+    pack_for_cpu(torch.nn.Sequential(trained), "on", probe=always)
     trained(x).sum().backward()  # grad mode: F.linear, which has a backward
     assert trained.weight.grad is not None and trained.weight.grad.abs().sum() > 0
 
@@ -142,7 +196,7 @@ def test_a_torch_without_onednn_linear_keeps_mkl(monkeypatch: pytest.MonkeyPatch
 
 def test_each_row_of_a_batch_sees_what_it_sees_alone_without_the_copy() -> None:
     packed, reference = tiny(), tiny()
-    pack_for_cpu(packed, "on")
+    pack_for_cpu(packed, "on", probe=always)
     runner = ModelRunner(LoadedModel("tiny", packed, TinyTokenizer(()), "cpu", "float32", 0.0))
     plain = ModelRunner(LoadedModel("tiny", reference, TinyTokenizer(()), "cpu", "float32", 0.0))
     prompts = [[3, 4, 5], [9, 8, 7, 6, 5, 4], [11]]

@@ -1,0 +1,154 @@
+"""Which kernel multiplies each row count fastest, measured on this machine for the model's own shapes.
+
+Where MKL (one row's kernel, repacking the weight for several) stops and oneDNN's blocked copy starts to
+pay depends on the CPU (AVX-512 or AVX2 only, its caches), the thread count and the layer's shape: a window
+tuned on one machine loses on another (2.78 instead of 3.4 at 8 clients on an AVX2-only EPYC). So each
+distinct weight shape is timed with both kernels at PROBED_ROWS counts when a model loads; a count between
+two probed ones takes the lower one's verdict. The verdicts are cached per machine (CPU model, ISA flags
+and the ISA caps oneDNN and MKL are given), torch version, thread count and shapes: one probe per machine
+and model (the embedded model's takes a few seconds, about six forwards' worth of products per count).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import math
+import os
+import platform
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+PROBED_ROWS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # more rows than the last: MKL, as for a long prompt
+PASSES = 2  # timed passes per kernel and count, after one untimed one (first touch, packing)
+MARGIN = 0.97  # the blocked copy must be this much faster: a tie, or noise, keeps the one-copy kernel
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "asimd", "sve")
+ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
+
+Shape = tuple[int, int]  # (in_features, out_features)
+RowTable = tuple[bool, ...]  # index: row count; True where oneDNN's blocked copy is faster
+Layer = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # weight in MKL's layout, its blocked copy, bias
+Probe = Callable[[list[Layer]], list[int]]  # see measure()
+
+
+def measure(layers: list[Layer]) -> list[int]:
+    """The probed row counts at which the blocked copies multiply faster than MKL, timed here and now.
+
+    Each timing passes over every layer of the shape, as a forward does: their weights stream from memory
+    as they do there (one layer's would sit in the cache and flatter the kernel that rereads it). The two
+    kernels alternate, and each keeps its fastest pass, the one least disturbed by other processes.
+    """
+    wins = []
+    with torch.inference_mode():
+        for rows in PROBED_ROWS:
+            x = torch.randn(rows, layers[0][0].shape[1])
+            mkl = [functools.partial(F.linear, x, weight, bias) for weight, _, bias in layers]
+            onednn = [
+                functools.partial(torch.ops.mkldnn._linear_pointwise, x, blocked, bias, "none", [], "")
+                for _, blocked, bias in layers
+            ]
+            best = {"mkl": math.inf, "onednn": math.inf}
+            for timed in range(PASSES + 1):
+                for kernel, calls in (("mkl", mkl), ("onednn", onednn)):
+                    took = _timed(calls)
+                    best[kernel] = min(best[kernel], took) if timed else best[kernel]
+            if best["onednn"] < MARGIN * best["mkl"]:
+                wins.append(rows)
+    return wins
+
+
+def _timed(calls: list[functools.partial[object]]) -> float:
+    start = time.perf_counter()
+    for call in calls:
+        call()
+    return time.perf_counter() - start
+
+
+def row_tables(layers: Iterable[Layer], cache_dir: Path | None, probe: Probe = measure) -> dict[Shape, RowTable]:
+    """Per shape, for every row count up to the last probed one, whether the blocked copy wins."""
+    samples: dict[Shape, list[Layer]] = {}
+    for layer in layers:
+        samples.setdefault((layer[0].shape[1], layer[0].shape[0]), []).append(layer)
+    path = cache_dir / f"{_machine_key(sorted(samples))}.json" if cache_dir is not None else None
+    cached = _read(path)
+    if cached is not None and set(cached) == set(samples):
+        return {shape: _table(wins) for shape, wins in cached.items()}
+    start = time.perf_counter()
+    wins = {shape: probe(sample) for shape, sample in samples.items()}
+    _write(path, wins)
+    verdicts = {f"{i}x{o}": rows for (i, o), rows in wins.items()}
+    log.info("kernel probe (%.1f s): oneDNN's blocked copy wins at %s rows", time.perf_counter() - start, verdicts)
+    return {shape: _table(rows) for shape, rows in wins.items()}
+
+
+def _table(wins: list[int]) -> RowTable:
+    """Every row count 0..PROBED_ROWS[-1]: the verdict of the nearest probed count at or below it."""
+    table = [False] * (PROBED_ROWS[-1] + 1)
+    for count in range(PROBED_ROWS[0], len(table)):
+        probed = max(r for r in PROBED_ROWS if r <= count)
+        table[count] = probed in wins
+    return tuple(table)
+
+
+def _machine_key(shapes: list[Shape]) -> str:
+    """What the verdicts depend on, hashed: the CPU and its ISA caps, torch, threads and the shapes."""
+    facts = {
+        "cpu": _cpu_model(),
+        "isa": [flag for flag in ISA_FLAGS if flag in _cpu_flags()],
+        "caps": {name: os.environ.get(name) for name in ISA_CAPS},
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "shapes": shapes,
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux: the platform's own words
+        return ""
+
+
+def _cpu_model() -> str:
+    for line in _cpuinfo().splitlines():
+        if line.startswith(("model name", "Model")):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _cpu_flags() -> set[str]:
+    for line in _cpuinfo().splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _read(path: Path | None) -> dict[Shape, list[int]] | None:
+    if path is None or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        return {(int(i), int(o)): [int(r) for r in rows] for (i, o, rows) in data["wins"]}
+    except (ValueError, KeyError, TypeError, OSError):  # a damaged file is probed again
+        return None
+
+
+def _write(path: Path | None, wins: dict[Shape, list[int]]) -> None:
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"wins": [[i, o, rows] for (i, o), rows in wins.items()]}))
+        tmp.replace(path)
+    except OSError as exc:  # a read-only cache: probe again next start
+        log.info("kernel probe not cached: %s", exc)
