@@ -178,6 +178,13 @@ def tiny_llama(**config: object):  # -> LlamaForCausalLM; transformers loads onl
     return LlamaForCausalLM(LlamaConfig(**{**shape, **config})).eval()
 
 
+# The debugger tests' pet: an enum, a bounded string, no other key; the embedded model fills it in ~30 tokens.
+PET_SCHEMA = {
+    "type": "object",
+    "properties": {"kind": {"enum": ["cat", "dog"]}, "name": {"type": "string", "maxLength": 8}},
+    "required": ["kind", "name"],
+    "additionalProperties": False,
+}
 # Constraints every parse refuses as invalid, by kind: (text, words the message holds). The live check and the
 # request's grammar both read them through Constraint.parse.
 INVALID_CONSTRAINTS: dict[str, list[tuple[str, str]]] = {
