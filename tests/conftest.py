@@ -102,6 +102,12 @@ def server_url(start_session_server: StartServer) -> str:
 
 
 @pytest.fixture(scope="session")
+def thinking_url(start_session_server: StartServer, thinking_model_dir: Path) -> str:
+    """The app on the tiny thinking model's folder (no flag, no trust_remote_code), shared by the session."""
+    return start_session_server("--model", str(thinking_model_dir))
+
+
+@pytest.fixture(scope="session")
 def chromium_launch_args() -> dict:
     """How every browser test launches Debian's Chromium: headless, no sandbox, no background traffic."""
     if not os.access(CHROMIUM, os.X_OK):

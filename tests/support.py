@@ -178,6 +178,35 @@ def tiny_llama(**config: object):  # -> LlamaForCausalLM; transformers loads onl
     return LlamaForCausalLM(LlamaConfig(**{**shape, **config})).eval()
 
 
+# The debugger tests' pet: an enum, a bounded string, no other key; the embedded model fills it in ~30 tokens.
+PET_SCHEMA = {
+    "type": "object",
+    "properties": {"kind": {"enum": ["cat", "dog"]}, "name": {"type": "string", "maxLength": 8}},
+    "required": ["kind", "name"],
+    "additionalProperties": False,
+}
+# Constraints every parse refuses as invalid, by kind: (text, words the message holds). The live check and the
+# request's grammar both read them through Constraint.parse.
+INVALID_CONSTRAINTS: dict[str, list[tuple[str, str]]] = {
+    "json_schema": [
+        ("{", "invalid JSON"),
+        ('{"type": ', "JSON"),
+        ('{"type": "strin"}', "not a valid JSON Schema"),
+        ('{"type": "objekt"}', "not a valid JSON Schema"),
+    ],
+    "regex": [("(ab", "invalid regex"), ("(", "invalid regex")],
+    "grammar": [("start: undefined_rule", "undefined_rule"), ("", "Lark grammar")],
+    "choice": [("", "non-empty list")],
+    "nonsense": [("x", "unknown constraint kind")],
+    "bogus": [("x", "unknown constraint kind")],
+}
+
+
+def table_rows(table: Mapping[Any, list[tuple]]) -> list[tuple]:
+    """Parametrize rows from a table grouped by one value (a kind, an expected message): (key, *case) each."""
+    return [(key, *case) for key, cases in table.items() for case in cases]
+
+
 def error_of(path: str, body: dict) -> tuple[str, str]:
     """(message, error type) of an error body, checking it has the shape the route's protocol uses:
     OpenAI's `{"error": {"message", "type", "param", "code"}}` on /v1/*, TGI's `{"error", "error_type"}` elsewhere."""

@@ -4,6 +4,7 @@ chunks of each job in turn; chat and completions differ only in how a choice rea
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 from fastapi.responses import Response, StreamingResponse
@@ -14,7 +15,8 @@ from playground.server.tgi import sse
 from playground.types import GenerationResult
 
 Job = tuple[Any, Any]  # (inputs: a prompt or chat messages, GenerateParameters)
-ChoiceChunks = Callable[[AsyncIterator[Any], int, Job], AsyncIterator["str | GenerationResult"]]
+Chunk = Callable[..., str]  # one choice's chunk from its fields: `chunk` with the envelope and the index bound
+ChoiceChunks = Callable[[AsyncIterator[Any], Job, Chunk], AsyncIterator["str | GenerationResult"]]
 
 
 def chunk(base: dict[str, Any], index: int, **fields: Any) -> str:
@@ -69,8 +71,8 @@ async def choice_stream(
 ) -> AsyncIterator[str]:
     """Every choice's chunks in turn (each ends with its result), the usage chunk when asked, then [DONE].
 
-    `base` is the chunks' envelope, shared with `choice_chunks`: it carries `usage: null` when the stream options
-    ask for usage, as OpenAI's chunks do. An error after the stream started is a last error event in OpenAI's shape.
+    `base` is the chunks' envelope, bound with each choice's index into the `Chunk` its `choice_chunks` writes with:
+    it carries `usage: null` when the stream options ask for usage, as OpenAI's chunks do. An error after the stream started is a last error event in OpenAI's shape.
     """
     include_usage = bool(stream_options and stream_options.include_usage)
     if include_usage:
@@ -78,7 +80,8 @@ async def choice_stream(
     results: list[GenerationResult] = []
     try:
         for index, job in enumerate(jobs):
-            async for item in choice_chunks(first if index == 0 else events(provider, model_id, job), index, job):
+            job_events = first if index == 0 else events(provider, model_id, job)
+            async for item in choice_chunks(job_events, job, partial(chunk, base, index)):
                 if isinstance(item, GenerationResult):
                     results.append(item)
                 else:

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from playground.providers.base import Provider
 from playground.server import chat
-from playground.server.answers import Job, answer, chunk
+from playground.server.answers import Chunk, Job, answer
 from playground.server.docs import JSON_OR_STREAM
 from playground.server.streaming import decoded
 from playground.server.tgi import resolve
@@ -83,7 +83,7 @@ async def create_completion(request: Request, body: CompletionRequest) -> Any:
         warnings = list(dict.fromkeys(w for c in choices for w in c["warnings"]))
         return {**_envelope(model_id, completion_id), "choices": choices, "usage": usage(results), "warnings": warnings}
 
-    choice = partial(_choice_chunks, req=body, base=base)
+    choice = partial(_choice_chunks, req=body)
     return await answer(
         request, provider, model_id, jobs, body, base=base, choice_chunks=choice, usage=usage, respond=respond
     )
@@ -97,27 +97,22 @@ def _usage(results: list[GenerationResult], n: int) -> dict[str, int]:
 
 
 async def _choice_chunks(
-    events: AsyncIterator[TokenEvent | GenerationResult],
-    index: int,
-    job: Job,
-    *,
-    req: CompletionRequest,
-    base: dict[str, Any],
+    events: AsyncIterator[TokenEvent | GenerationResult], job: Job, chunk: Chunk, *, req: CompletionRequest
 ) -> AsyncIterator[str | GenerationResult]:
     """One choice's text as it is decoded (stop sequences held back), then its finish chunk and result."""
     prompt, params = job
     holdback = chat.StopHoldback(params.stop)
     if req.echo:
-        yield chunk(base, index, text=prompt)
+        yield chunk(text=prompt)
     async for text, tokens, result in decoded(events, holdback.feed):
         if result is None:
-            yield chunk(base, index, text=text, logprobs=_stream_logprobs(tokens, req))
+            yield chunk(text=text, logprobs=_stream_logprobs(tokens, req))
             continue
         rest = holdback.finish(result.best)
         if rest or tokens:
-            yield chunk(base, index, text=rest, logprobs=_stream_logprobs(tokens, req))
+            yield chunk(text=rest, logprobs=_stream_logprobs(tokens, req))
         finish = chat.FINISH_REASONS[result.best.finish_reason]
-        yield chunk(base, index, text="", finish_reason=finish, **chat.choice_extras(result, _warnings(req)))
+        yield chunk(text="", finish_reason=finish, **chat.choice_extras(result, _warnings(req)))
         yield result
 
 

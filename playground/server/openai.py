@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from playground.providers.base import Provider
 from playground.server import chat
-from playground.server.answers import Job, answer, chunk
+from playground.server.answers import Chunk, Job, answer
 from playground.server.docs import JSON_OR_STREAM
 from playground.server.streaming import decoded
 from playground.server.tgi import registry_of, resolve
@@ -70,7 +70,7 @@ async def chat_completions(request: Request, body: ChatRequest) -> Any:
     """n choices are n independent samples with seeds seed, seed+1, ...; `validation` on each choice."""
     provider, model_id, fmt, jobs = await _jobs(request, body)
     base = chat.envelope(model_id, "chat.completion.chunk")
-    choice = partial(_choice_chunks, req=body, base=base, fmt=fmt)
+    choice = partial(_choice_chunks, req=body, fmt=fmt)
     return await answer(
         request,
         provider,
@@ -86,16 +86,15 @@ async def chat_completions(request: Request, body: ChatRequest) -> Any:
 
 async def _choice_chunks(
     events: AsyncIterator[TokenEvent | GenerationResult],
-    index: int,
     job: Job,
+    chunk: Chunk,
     *,
     req: ChatRequest,
-    base: dict[str, Any],
     fmt: ToolFormat | None,
 ) -> AsyncIterator[str | GenerationResult]:
     """The chunks of one choice (content, or each tool call's head then its arguments), then its result."""
     params = job[1]
-    yield chunk(base, index, delta={"role": "assistant", "content": ""})
+    yield chunk(delta={"role": "assistant", "content": ""})
     feed, ending = _tool_deltas(req, params, fmt) if tools.mode(req) is not None else _content_deltas(req, params)
     thought = _ReasoningDeltas()
     async for deltas, tokens, result in decoded(events, feed, thought.feed):
@@ -103,10 +102,10 @@ async def _choice_chunks(
             deltas, finish, notes = ending(result, tokens)
             deltas = [*thought.rest(result), *deltas]
         for k, delta in enumerate(deltas):  # the tokens' logprobs ride on the first delta they made
-            yield chunk(base, index, delta=delta, logprobs=chat.choice_logprobs(tokens if k == 0 else [], req))
+            yield chunk(delta=delta, logprobs=chat.choice_logprobs(tokens if k == 0 else [], req))
         if result is not None:
             extras = chat.choice_extras(result, [*chat_fields.warnings(req), *notes])
-            yield chunk(base, index, delta={}, finish_reason=finish, **extras)
+            yield chunk(delta={}, finish_reason=finish, **extras)
             yield result
 
 

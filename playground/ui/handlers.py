@@ -25,21 +25,22 @@ from playground.wire.tool_formats import ToolFormat
 log = logging.getLogger(__name__)
 
 PENDING = "…"
+Shown = str | None  # a component's next value: None leaves it as it is, "" clears it
 
 
 @dataclass
 class Panels:
-    """Everything one chat step shows; a field left None leaves that component as it is ("" clears it)."""
+    """Everything one chat step shows: the conversation, then each panel's `Shown` value."""
 
     state: ChatState
     chatbot: list[dict[str, Any]]
-    tokens: str | None = None
-    details: str | None = None
-    verdict: str | None = None
-    bestof: str | None = None
-    error: str | None = None
-    input_text: str | None = None
-    running: bool | None = None
+    tokens: Shown = None
+    details: Shown = None
+    verdict: Shown = None
+    bestof: Shown = None
+    error: Shown = None
+    input_text: Shown = None
+    running: bool | None = None  # the Stop button's state; None leaves it as it is
 
     @classmethod
     def failed(cls, state: ChatState, exc: BaseException, input_text: str | None = None) -> Panels:

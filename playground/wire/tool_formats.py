@@ -3,7 +3,7 @@
 A family says how its models write one call (`begin` with the function's name, the arguments' JSON, `end`), the
 trigger that opens a call, and what separates parallel calls. The calls become a structural tag
 (playground.constraints.segments): the envelope is enforced, each call's arguments against its tool's schema, and
-the same spec reads the calls back with a verdict per call. Adding a family is one `ToolFormat` in FAMILIES.
+the same spec reads the calls back with a verdict per call. Adding a family is one entry in FAMILIES.
 """
 
 from __future__ import annotations
@@ -33,27 +33,20 @@ class ToolFormat:
         return self.begin.replace("{name}", json.dumps(name))
 
 
+_CALL_OBJECT = '{"name": {name}, "arguments": '  # a call as OpenAI's JSON object writes it, up to the arguments
+
+
+def _special_tokens(name: str, tokens: tuple[str, ...], begin: str, end: str, separator: str) -> ToolFormat:
+    """A family whose envelope is special tokens: the template names them all, the first opens a call, and they
+    stay in the answer's text."""
+    return ToolFormat(name, tokens, tokens[0], begin, end, separator, markup=tokens)
+
+
 FAMILIES: tuple[ToolFormat, ...] = (
     # Qwen2.5, Qwen3, Hermes 2/3, SmolLM3 and the many templates that copied them (vLLM's `hermes` parser).
-    ToolFormat(
-        name="hermes",
-        marks=("<tool_call>", "</tool_call>"),
-        trigger="<tool_call>",
-        begin='<tool_call>\n{"name": {name}, "arguments": ',
-        end="}\n</tool_call>",
-        separator="\n",
-        markup=("<tool_call>", "</tool_call>"),
-    ),
+    _special_tokens("hermes", ("<tool_call>", "</tool_call>"), "<tool_call>\n" + _CALL_OBJECT, "}\n</tool_call>", "\n"),
     # Mistral's v3 tokenizers: `[TOOL_CALLS]` then a JSON list; here one call per list (vLLM's `mistral` parser).
-    ToolFormat(
-        name="mistral",
-        marks=("[TOOL_CALLS]",),
-        trigger="[TOOL_CALLS]",
-        begin='[TOOL_CALLS][{"name": {name}, "arguments": ',
-        end="}]",
-        separator="",
-        markup=("[TOOL_CALLS]",),
-    ),
+    _special_tokens("mistral", ("[TOOL_CALLS]",), "[TOOL_CALLS][" + _CALL_OBJECT, "}]", ""),
     # Llama 3.1/3.2/3.3 JSON tool calling: a bare `{"name", "parameters"}` object (vLLM's `llama3_json` parser).
     ToolFormat(
         name="llama3_json",

@@ -6,22 +6,13 @@ import json
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter
-
-PET = {
-    "type": "object",
-    "properties": {"kind": {"enum": ["cat", "dog"]}, "name": {"type": "string", "maxLength": 8}},
-    "required": ["kind", "name"],
-    "additionalProperties": False,
-}
+from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter, use_constraint
+from tests.support import PET_SCHEMA
 
 
 def ask_for_a_pet(page: Page, url: str) -> dict:
     open_app(page, url)
-    pick_kind(page, "JSON schema")
-    paste_constraint(page, json.dumps(PET))
-    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
-    set_parameter(page, "param-max-new-tokens", "30")
+    use_constraint(page, "JSON schema", json.dumps(PET_SCHEMA), max_new_tokens=30)
     send(page, "A pet as JSON.")
     expect(page.locator("#validation-status")).to_contain_text("✓ valid (json_schema)")
     return json.loads(page.locator("#chatbot [data-testid=bot] code").last.inner_text())
@@ -56,7 +47,7 @@ def test_fields_reasons_and_a_branch(page: Page, server_url: str) -> None:
 def test_check_an_instance_names_the_refused_token(page: Page, server_url: str) -> None:
     open_app(page, server_url)
     pick_kind(page, "JSON schema")
-    paste_constraint(page, json.dumps(PET))
+    paste_constraint(page, json.dumps(PET_SCHEMA))
     page.locator("#check > button.label-wrap").click()
     page.locator("#check-text textarea").fill('{"kind": "cow", "name": "<script>x</script>"}')
     page.locator("#check-btn").click()

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter
+from tests.browser.ui_helpers import SLOW, open_app, send, use_constraint
 
 
 def test_choice_turn_ranks_its_answers_and_fifty_prompts_evaluate(page: Page, server_url: str) -> None:
     open_app(page, server_url)
-    pick_kind(page, "choice")
-    paste_constraint(page, "red\ngreen\n<b>blue</b>")
-    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
-    set_parameter(page, "param-max-new-tokens", "4")
+    use_constraint(page, "choice", "red\ngreen\n<b>blue</b>", max_new_tokens=4)
     send(page, "The color of grass is")
     expect(page.locator("#validation-status")).to_contain_text("valid", timeout=SLOW)
 

@@ -9,7 +9,7 @@ import jsonschema
 from playwright.sync_api import Page, expect
 
 from playground.constraints.examples import PERSON_SCHEMA
-from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter
+from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter, use_constraint
 
 
 def test_schema_chat_shows_valid_json_tokens_alternatives_and_next_token_chart(page: Page, server_url: str) -> None:
@@ -19,10 +19,7 @@ def test_schema_chat_shows_valid_json_tokens_alternatives_and_next_token_chart(p
     expect(options).to_have_count(1)  # the embedded model, served as `embedded` and by its id, listed once
     options.filter(has_text="(embedded GGUF)").click()
     expect(page.locator("#model-status .pg-box")).to_contain_text("✓", timeout=SLOW)
-    pick_kind(page, "JSON schema")
-    paste_constraint(page, PERSON_SCHEMA)
-    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
-    set_parameter(page, "param-max-new-tokens", "40")
+    use_constraint(page, "JSON schema", PERSON_SCHEMA, max_new_tokens=40)
     send(page, "Invent a person and describe them as JSON.")
 
     expect(page.locator("#validation-status")).to_contain_text("✓ valid (json_schema)")
@@ -67,9 +64,7 @@ def test_invalid_schema_is_explained_before_anything_is_sent(page: Page, server_
 
 def test_best_of_three_shows_three_candidates_and_marks_the_chosen(page: Page, server_url: str) -> None:
     open_app(page, server_url)
-    pick_kind(page, "choice")
-    paste_constraint(page, "red\ngreen\nblue")
-    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
+    use_constraint(page, "choice", "red\ngreen\nblue")
     set_parameter(page, "param-best-of", "3")
     page.locator("#param-do-sample input").check()
     expect(page.locator("#param-do-sample input")).to_be_checked()

@@ -48,13 +48,20 @@ def paste_constraint(page: Page, text: str) -> None:
     page.keyboard.insert_text(text)
 
 
+def use_constraint(page: Page, kind: str, text: str, max_new_tokens: int | None = None) -> None:
+    """A valid constraint of the kind labelled `kind` in place (and max_new_tokens set, if given), ready for a
+    message."""
+    pick_kind(page, kind)
+    paste_constraint(page, text)
+    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
+    if max_new_tokens is not None:
+        set_parameter(page, "param-max-new-tokens", str(max_new_tokens))
+
+
 def open_with_regex(page: Page, url: str, pattern: str, max_new_tokens: int) -> None:
     """The app with a valid regex constraint in place and max_new_tokens set, ready for a message."""
     open_app(page, url)
-    pick_kind(page, "regex")
-    paste_constraint(page, pattern)
-    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
-    set_parameter(page, "param-max-new-tokens", str(max_new_tokens))
+    use_constraint(page, "regex", pattern, max_new_tokens)
 
 
 def show_parameter(page: Page, elem_id: str) -> None:

@@ -4,8 +4,6 @@ puts it (`reasoning`, `reasoning_content`, streamed before the content), reasoni
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import httpx
 import openai
 import pytest
@@ -17,18 +15,20 @@ YES_NO = {"choice": ["yes", "no"]}
 
 
 @pytest.fixture(scope="module")
-def thinking_url(start_session_server, thinking_model_dir: Path) -> str:
-    return start_session_server("--model", str(thinking_model_dir))
-
-
-@pytest.fixture(scope="module")
 def client(thinking_url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{thinking_url}/v1", api_key="unused", timeout=120, max_retries=0)
 
 
-def ask(client: openai.OpenAI, **extra):
+def ask(client: openai.OpenAI, stream: bool = False, **extra):
+    """The yes/no question, greedy; streamed (usage in the last chunk) when asked."""
+    streamed = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
     return client.chat.completions.create(
-        model="tgi", messages=CHAT, temperature=0, max_tokens=24, extra_body={"structured_outputs": YES_NO, **extra}
+        model="tgi",
+        messages=CHAT,
+        temperature=0,
+        max_tokens=24,
+        extra_body={"structured_outputs": YES_NO, **extra},
+        **streamed,
     )
 
 
@@ -46,15 +46,7 @@ def test_the_answer_carries_the_reasoning_apart_and_usage_counts_it(client: open
 
 def test_streamed_reasoning_comes_before_the_content_and_adds_up_to_the_answer(client: openai.OpenAI) -> None:
     whole = ask(client, max_reasoning_tokens=5).choices[0].message
-    stream = client.chat.completions.create(
-        model="tgi",
-        messages=CHAT,
-        temperature=0,
-        max_tokens=24,
-        stream=True,
-        stream_options={"include_usage": True},
-        extra_body={"structured_outputs": YES_NO, "max_reasoning_tokens": 5},
-    )
+    stream = ask(client, stream=True, max_reasoning_tokens=5)
     kinds, reasoning, content, usage = [], "", "", None
     for chunk in stream:
         usage = chunk.usage or usage

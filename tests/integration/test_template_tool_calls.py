@@ -5,7 +5,6 @@ OpenAI's `tool_calls` with a verdict per call. Its text is noise: these tests re
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import httpx
 import jsonschema
@@ -22,18 +21,28 @@ NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
 
 
 @pytest.fixture(scope="module")
-def url(start_session_server, thinking_model_dir: Path) -> str:
-    return start_session_server("--model", str(thinking_model_dir))
-
-
-@pytest.fixture(scope="module")
-def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=300, max_retries=0)
+def client(thinking_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{thinking_url}/v1", api_key="unused", timeout=300, max_retries=0)
 
 
 @pytest.fixture(scope="module")
 def model(client: openai.OpenAI) -> str:
     return client.models.list().data[0].id
+
+
+def _parallel_calls(client: openai.OpenAI, model: str, **extra):
+    """Both tools, in parallel: min_tokens keeps the end of sequence away until a second envelope has been written."""
+    return client.chat.completions.create(
+        model=model,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=True,
+        max_tokens=120,
+        extra_body={"min_tokens": 40, **NO_THINKING},
+        seed=1,
+        **extra,
+    )
 
 
 def _check_calls(calls, verdicts: list[dict]) -> None:
@@ -45,8 +54,8 @@ def _check_calls(calls, verdicts: list[dict]) -> None:
         assert verdict["begin"].startswith('<tool_call>\n{"name": "' + call.function.name)
 
 
-def test_info_names_the_envelope_the_template_writes(url: str) -> None:
-    info = httpx.get(f"{url}/info", timeout=60).json()
+def test_info_names_the_envelope_the_template_writes(thinking_url: str) -> None:
+    info = httpx.get(f"{thinking_url}/info", timeout=60).json()
     assert info["tool_format"] == "hermes"
 
 
@@ -67,17 +76,7 @@ def test_a_named_call_comes_back_in_tool_calls_with_its_verdict(client: openai.O
 
 
 def test_parallel_calls_each_judged(client: openai.OpenAI, model: str) -> None:
-    """min_tokens keeps the end of sequence away until a second envelope has been written."""
-    choice = client.chat.completions.create(
-        model=model,
-        messages=ASK,
-        tools=TOOLS,
-        tool_choice="required",
-        parallel_tool_calls=True,
-        max_tokens=120,
-        extra_body={"min_tokens": 40, **NO_THINKING},
-        seed=1,
-    ).choices[0]
+    choice = _parallel_calls(client, model).choices[0]
     assert choice.finish_reason == "tool_calls"
     assert len(choice.message.tool_calls) >= 2
     _check_calls(choice.message.tool_calls, choice.model_extra["validation"]["segments"])
@@ -85,17 +84,7 @@ def test_parallel_calls_each_judged(client: openai.OpenAI, model: str) -> None:
 
 
 def test_streamed_calls_add_up_to_the_answer(client: openai.OpenAI, model: str) -> None:
-    stream = client.chat.completions.create(
-        model=model,
-        messages=ASK,
-        tools=TOOLS,
-        tool_choice="required",
-        parallel_tool_calls=True,
-        max_tokens=120,
-        extra_body={"min_tokens": 40, **NO_THINKING},
-        seed=1,
-        stream=True,
-    )
+    stream = _parallel_calls(client, model, stream=True)
     calls: dict[int, dict] = {}
     last = None
     for chunk in stream:

@@ -10,15 +10,9 @@ from playground.providers.local import LocalProvider
 from playground.providers.registry import Registry
 from playground.ui import debugger, handlers
 from playground.ui.state import ChatState, Form
+from tests.support import PET_SCHEMA
 
-PET = json.dumps(
-    {
-        "type": "object",
-        "properties": {"kind": {"enum": ["cat", "dog"]}, "name": {"type": "string", "maxLength": 8}},
-        "required": ["kind", "name"],
-        "additionalProperties": False,
-    }
-)
+PET = json.dumps(PET_SCHEMA)
 
 
 @pytest.fixture

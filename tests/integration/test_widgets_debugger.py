@@ -8,19 +8,15 @@ import pytest
 
 from playground.errors import ParameterError
 from playground.providers.local import LocalProvider
+from tests.support import PET_SCHEMA
 from widgets.playground import Playground
-
-PET = {
-    "type": "object",
-    "properties": {"kind": {"enum": ["cat", "dog"]}, "name": {"type": "string", "maxLength": 8}},
-    "required": ["kind", "name"],
-    "additionalProperties": False,
-}
 
 
 @pytest.fixture
 def widget(engine) -> Playground:
-    w = Playground(provider=LocalProvider([engine]), constraint_kind="json_schema", constraint_text=json.dumps(PET))
+    w = Playground(
+        provider=LocalProvider([engine]), constraint_kind="json_schema", constraint_text=json.dumps(PET_SCHEMA)
+    )
     w.max_new_tokens = 30
     w.prompt = "A pet as JSON."
     return w

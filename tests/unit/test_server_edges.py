@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from playground.providers.registry import Registry
 from playground.server import create_app
 from playground.server.guards import MAX_BODY_BYTES, invalid_unicode_field
-from tests.support import error_of
+from tests.support import error_of, table_rows
 
 JSON = {"content-type": "application/json"}
 
@@ -21,19 +21,16 @@ def client(request: pytest.FixtureRequest) -> TestClient:
     return TestClient(create_app(Registry([]), ui=request.param))
 
 
-@pytest.mark.parametrize(
-    ("method", "path", "allow"),
-    [
-        ("GET", "/generate", "POST"),
-        ("PUT", "/v1/chat/completions", "POST"),
-        ("DELETE", "/v1/models", "GET, POST"),
-        ("POST", "/health", "GET"),
-        ("POST", "/info", "GET"),
-        ("GET", "/next_token", "POST"),
-        ("PATCH", "/tokenize", "POST"),
-    ],
-)
-def test_a_wrong_method_is_405_in_our_shape(client: TestClient, method: str, path: str, allow: str) -> None:
+# The methods a route allows, and calls to such routes with a method they do not.
+WRONG_METHODS = {
+    "POST": [("GET", "/generate"), ("PUT", "/v1/chat/completions"), ("GET", "/next_token"), ("PATCH", "/tokenize")],
+    "GET": [("POST", "/health"), ("POST", "/info")],
+    "GET, POST": [("DELETE", "/v1/models")],
+}
+
+
+@pytest.mark.parametrize(("allow", "method", "path"), table_rows(WRONG_METHODS))
+def test_a_wrong_method_is_405_in_our_shape(client: TestClient, allow: str, method: str, path: str) -> None:
     response = client.request(method, path)
     assert response.status_code == 405
     assert response.headers["allow"] == allow

@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 
 from playground.providers.registry import Registry
 from playground.server import create_app
+from tests.support import table_rows
 
 
 @pytest.fixture(scope="module")
@@ -21,50 +22,38 @@ def post_raw(client: TestClient, path: str, text: str):
     return client.post(path, content=text.encode(), headers={"content-type": "application/json"})
 
 
-@pytest.mark.parametrize(
-    ("parameters", "field", "message"),
-    [
-        ('{"temperature": Infinity}', "parameters.temperature", "finite number"),
-        ('{"temperature": NaN}', "parameters.temperature", "finite number"),
-        ('{"top_p": -Infinity}', "parameters.top_p", "finite number"),
-        ('{"max_new_tokens": true}', "parameters.max_new_tokens", "valid integer"),
-        ('{"max_new_tokens": "3"}', "parameters.max_new_tokens", "valid integer"),
-        ('{"max_new_tokens": 3.0}', "parameters.max_new_tokens", "valid integer"),
-        ('{"seed": false}', "parameters.seed", "valid integer"),
-        ('{"temperature": "0.5"}', "parameters.temperature", "valid number"),
-        ('{"repetition_penalty": true}', "parameters.repetition_penalty", "valid number"),
-        ('{"do_sample": "true"}', "parameters.do_sample", "valid boolean"),
-        ('{"do_sample": 1}', "parameters.do_sample", "valid boolean"),
-    ],
-)
-def test_tgi_parameters_are_strict(client: TestClient, parameters: str, field: str, message: str) -> None:
-    response = post_raw(client, "/generate", f'{{"inputs": "x", "parameters": {parameters}}}')
+# Each message, and the (parameter, JSON value) pairs that earn it; the error names the parameter.
+TGI_REFUSED = {
+    "finite number": [("temperature", "Infinity"), ("temperature", "NaN"), ("top_p", "-Infinity")],
+    "valid integer": [*(("max_new_tokens", value) for value in ("true", '"3"', "3.0")), ("seed", "false")],
+    "valid number": [("temperature", '"0.5"'), ("repetition_penalty", "true")],
+    "valid boolean": [("do_sample", '"true"'), ("do_sample", "1")],
+}
+CHAT_REFUSED = {
+    "finite number": [("temperature", "Infinity"), ("top_p", "NaN"), ("frequency_penalty", "Infinity")],
+    "valid integer": [("max_tokens", "true"), ("max_tokens", '"3"'), ("n", "2.0")],
+    "valid boolean": [("logprobs", '"yes"')],
+}
+
+
+@pytest.mark.parametrize(("message", "name", "value"), table_rows(TGI_REFUSED))
+def test_tgi_parameters_are_strict(client: TestClient, message: str, name: str, value: str) -> None:
+    response = post_raw(client, "/generate", f'{{"inputs": "x", "parameters": {{"{name}": {value}}}}}')
     assert response.status_code == 422, response.text
     assert response.json()["error_type"] == "validation"
-    assert response.json()["error"].startswith(f"{field}: ")
+    assert response.json()["error"].startswith(f"parameters.{name}: ")
     assert message in response.json()["error"]
 
 
-@pytest.mark.parametrize(
-    ("extra", "field", "message"),
-    [
-        ('"temperature": Infinity', "temperature", "finite number"),
-        ('"top_p": NaN', "top_p", "finite number"),
-        ('"max_tokens": true', "max_tokens", "valid integer"),
-        ('"max_tokens": "3"', "max_tokens", "valid integer"),
-        ('"n": 2.0', "n", "valid integer"),
-        ('"logprobs": "yes"', "logprobs", "valid boolean"),
-        ('"frequency_penalty": Infinity', "frequency_penalty", "finite number"),
-    ],
-)
-def test_chat_parameters_are_strict(client: TestClient, extra: str, field: str, message: str) -> None:
+@pytest.mark.parametrize(("message", "name", "value"), table_rows(CHAT_REFUSED))
+def test_chat_parameters_are_strict(client: TestClient, message: str, name: str, value: str) -> None:
     response = post_raw(
-        client, "/v1/chat/completions", f'{{"messages": [{{"role": "user", "content": "x"}}], {extra}}}'
+        client, "/v1/chat/completions", f'{{"messages": [{{"role": "user", "content": "x"}}], "{name}": {value}}}'
     )
     assert response.status_code == 400, response.text
-    assert response.json()["error"]["message"].startswith(f"{field}: ")
+    assert response.json()["error"]["message"].startswith(f"{name}: ")
     assert message in response.json()["error"]["message"]
-    assert response.json()["error"]["param"] == field
+    assert response.json()["error"]["param"] == name
 
 
 def test_next_token_top_k_is_strict(client: TestClient) -> None:

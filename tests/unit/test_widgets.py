@@ -23,7 +23,7 @@ from playground.types import (
 from playground.wire.controls import SAMPLING
 from playground.wire.inbound import grammar_for
 from tests.fakes import FakeProvider
-from tests.support import free_port
+from tests.support import INVALID_CONSTRAINTS, free_port, table_rows
 from widgets import TokenView
 from widgets.playground import Playground, build_inputs, build_parameters
 from widgets.token_view import result_payload
@@ -181,16 +181,7 @@ def test_grammar_for_each_kind() -> None:
     assert grammar_for("grammar", 'start: "x"').type == "grammar"
 
 
-@pytest.mark.parametrize(
-    ("kind", "text", "words"),
-    [
-        ("json_schema", '{"type": ', "JSON"),
-        ("json_schema", '{"type": "objekt"}', "not a valid JSON Schema"),
-        ("regex", "(", "invalid regex"),
-        ("choice", "", "non-empty list"),
-        ("bogus", "x", "unknown constraint kind"),
-    ],
-)
+@pytest.mark.parametrize(("kind", "text", "words"), table_rows(INVALID_CONSTRAINTS))
 def test_grammar_for_rejects_bad_constraints(kind: str, text: str, words: str) -> None:
     with pytest.raises(InvalidConstraintError) as info:
         grammar_for(kind, text)
