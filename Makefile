@@ -16,7 +16,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 export PLAYGROUND_THREADS ?= 1
 
-.PHONY: run test lint bench soak gpu-check install install-test chromium axe
+.PHONY: run test lint bench soak anchors gpu-check install install-test chromium axe
 
 run: $(STAMP_RUNTIME)
 	$(PY) app.py
@@ -38,6 +38,25 @@ bench: $(STAMP_RUNTIME)
 # Minutes of mixed benign and hostile traffic against one server: 5xx, transport errors, memory (one JSON line).
 soak: $(STAMP_RUNTIME)
 	$(PY) -m benchmarks.soak
+
+# llama.cpp's server built from the llama-cpp-python source package on PyPI (pinned, checked; minutes on 2
+# cores, once), then our server and it side by side on the embedded GGUF (benchmarks/anchors.py).
+LLAMA_SDIST := https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-0.3.36.tar.gz
+LLAMA_SDIST_SHA256 := 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+LLAMA_DIR := .cache/llama.cpp-0.3.36
+LLAMA_SERVER := $(LLAMA_DIR)/build/bin/llama-server
+
+anchors: $(STAMP_RUNTIME) $(LLAMA_SERVER)
+	$(PY) -m benchmarks.anchors --llama-server $(LLAMA_SERVER)
+
+$(LLAMA_SERVER):
+	mkdir -p $(LLAMA_DIR)/src
+	curl -sSfL -o $(LLAMA_DIR)/src.tar.gz $(LLAMA_SDIST)
+	echo "$(LLAMA_SDIST_SHA256)  $(LLAMA_DIR)/src.tar.gz" | sha256sum -c -
+	tar xzf $(LLAMA_DIR)/src.tar.gz -C $(LLAMA_DIR)/src --strip-components=3 llama_cpp_python-0.3.36/vendor/llama.cpp
+	cmake -S $(LLAMA_DIR)/src -B $(LLAMA_DIR)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF
+	cmake --build $(LLAMA_DIR)/build --target llama-server -j $(shell nproc)
 
 # On a CUDA machine (a CUDA build of torch in .venv): integration tests and both benchmarks on the GPU,
 # in bf16 (the default dtype there); the figures are the last JSON lines of gpu-check.log.
