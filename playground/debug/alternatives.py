@@ -61,18 +61,37 @@ def _bounded(texts: list[str], what: str) -> list[str]:
     return texts
 
 
+def listed(constraint: Constraint, prefix: str) -> bool:
+    """Whether the constraint itself lists the answers after `prefix` (a choice; an enum or const where a JSON
+    value starts): ranking them then walks no language, cheap enough for the UI to do after every turn."""
+    if constraint.kind == "choice":
+        return any(c.startswith(prefix) and len(c) > len(prefix) for c in constraint.value)
+    if constraint.kind != "json_schema":
+        return False
+    path = _value_path(prefix)
+    return path is not None and bool(_values(constraint.schema, constraint.schema, list(path)))
+
+
+def _value_path(prefix: str) -> jsonstate.Path | None:
+    """The JSON path of the value that starts right after `prefix`; None when no value starts there."""
+    state = jsonstate.scan(prefix)
+    if state is None or state.in_string or state.scalar or state.done:
+        return None
+    top = state.top
+    if top is not None and top.expect not in ("value", "value_or_end"):
+        return None
+    return state.path
+
+
 def _json_position(constraint: Constraint, prefix: str) -> Alternatives:
     """The enum (or const) values of the JSON value that starts right after `prefix`."""
-    state = jsonstate.scan(prefix)
-    top = state.top if state else None
-    at_value = state is not None and not state.in_string and not state.scalar and not state.done
-    if not at_value or (top is not None and top.expect not in ("value", "value_or_end")):
+    path = _value_path(prefix)
+    if path is None:
         raise InvalidConstraintError(
             "a JSON schema is scored at a value's position: give an answer prefix that ends where a value starts "
             '(as `{"kind": `)',
             field="continue_from",
         )
-    path = state.path
     schema = constraint.schema
     values = _values(schema, schema, list(path))
     where = jsonstate.path_text(path)

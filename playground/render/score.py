@@ -11,7 +11,10 @@ from typing import Any
 
 from playground.render.core import esc, pct, token_label
 
-SCORE_EMPTY = '<div class="pg-chart pg-empty">Score a choice, an enum or a small regex to rank its answers.</div>'
+SCORE_EMPTY = (
+    '<div class="pg-chart pg-empty">A choice or an enum turn ranks its answers here; '
+    "a small regex or grammar, on demand.</div>"
+)
 EVAL_EMPTY = '<div class="pg-chart pg-empty">Paste prompts and run the evaluation.</div>'
 MAX_REASON_BARS = 12
 

@@ -10,7 +10,7 @@ import gradio as gr
 from playground import render
 from playground.providers.registry import Registry
 from playground.render.chat import chatbot_value
-from playground.ui import controls, debugger, drafts, handlers, layout, sharing, startup
+from playground.ui import controls, debugger, drafts, evaluate, handlers, layout, sharing, startup
 from playground.ui.compare_engines import setup_engine_compare_events
 from playground.ui.compare_reasoning import setup_reasoning_compare_events
 from playground.ui.components import Components
@@ -171,16 +171,23 @@ def _setup_chat_events(registry: Registry, c: Components, autosave: Callable[[An
         ([ch.retry.click, ch.chatbot.retry], retry, [c.state, *form]),
         ([ch.chatbot.edit], edit, [c.state, *form]),
     ]
+    rank = lambda state: evaluate.rank_turn(registry, state)  # noqa: E731
     for triggers, fn, inputs in turns:
+        # the last turn's ranking goes as its turn starts; the new one fills in once the answer has streamed
+        gr.on(triggers, lambda: render.SCORE_EMPTY, None, c.score.panel, queue=False, show_progress="hidden")
         event = gr.on(triggers, fn, inputs, outputs, show_progress="minimal")
-        autosave(event).then(next_token, c.state, ch.next_token, show_progress="hidden")
+        autosave(event).then(next_token, c.state, ch.next_token, show_progress="hidden").then(
+            rank, c.state, c.score.panel, show_progress="minimal"
+        )
     # Not `cancels=`: killing the handler mid-step would leave the stored turn out of step with the screen.
     # The click says how many tokens the user sees: the answer ends there, not at the server's (later) token.
     ch.stop.click(handlers.request_stop, [c.state, ch.stop_at], None, js=STOP_JS, show_progress="hidden", queue=False)
     resets = [([ch.undo.click, ch.chatbot.undo], handlers.undo), ([ch.clear.click, ch.chatbot.clear], handlers.clear)]
     for triggers, reset in resets:
         event = gr.on(triggers, _panels_of(reset), c.state, outputs)
-        autosave(event).then(lambda: render.NEXT_TOKEN_EMPTY, None, ch.next_token)
+        autosave(event).then(
+            lambda: (render.NEXT_TOKEN_EMPTY, render.SCORE_EMPTY), None, [ch.next_token, c.score.panel]
+        )
     ch.mode.change(handlers.set_mode, [c.state, ch.mode], [c.state, ch.tokens], show_progress="hidden")
 
     def on_markdown(state: ChatState, markdown: bool) -> tuple:
@@ -191,7 +198,9 @@ def _setup_chat_events(registry: Registry, c: Components, autosave: Callable[[An
 
     def on_token_click(state: ChatState, evt: gr.EventData) -> str:
         index = getattr(evt, "index", None)
-        return handlers.next_token(registry, state, int(index) if isinstance(index, (int, float)) else None)
+        at = int(index) if isinstance(index, (int, float)) else None
+        # where the token starts a JSON value the schema enumerates, that value's alternatives ranked under its chart
+        return handlers.next_token(registry, state, at) + evaluate.enum_at_token(registry, state, at)
 
     ch.tokens.click(on_token_click, c.state, ch.next_token, show_progress="minimal")
 

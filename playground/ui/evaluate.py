@@ -11,13 +11,16 @@ from typing import Any
 import gradio as gr
 
 from playground import client_scope, render
+from playground.constraints import Constraint
+from playground.debug.alternatives import listed
 from playground.debug.evaluation import EvalRow, read_prompts, run_rows, summary, to_csv, to_jsonl
 from playground.debug.score import score
-from playground.errors import ParameterError
+from playground.errors import ModelError, ParameterError
 from playground.providers.base import local_engine
 from playground.providers.registry import Registry
 from playground.render.core import esc
 from playground.types import GeneratedToken
+from playground.ui import stopped
 from playground.ui.components import Components, EvaluateView, ScoreView, html
 from playground.ui.debugger import BranchState
 from playground.ui.handlers import error_message
@@ -25,11 +28,15 @@ from playground.ui.state import ChatState, Form, chat_inputs, params_of
 from playground.wire import tools
 
 MAX_UPLOAD_CHARS = 2_000_000
+JSON_TYPES = ("json", "json_schema")
 
 
 def render_score_panel() -> ScoreView:
-    """Under the chat's panels: rank every answer the constraint allows for the last message."""
-    gr.Markdown("**Every allowed answer** — a choice, an enum at the pinned position, a small regex, ranked")
+    """Under the chat's panels: every answer the constraint allows for the last message, ranked."""
+    gr.Markdown(
+        "**Every allowed answer**, ranked — after each choice or enum turn by itself; the button ranks a small "
+        "regex's or grammar's language too, or the enum at the clicked token"
+    )
     run = gr.Button("Rank the allowed answers", size="sm", elem_id="score-btn")
     return ScoreView(run=run, panel=html("score-panel", render.SCORE_EMPTY))
 
@@ -131,20 +138,72 @@ def row_html(rows: list[dict], label: str | None) -> str:
 
 
 def score_last_turn(registry: Registry, state: ChatState, pinned: int | None) -> str:
-    """The last turn's allowed answers ranked; under a JSON schema, the enum values at the pinned token."""
+    """On demand: the last turn's allowed answers ranked (a small regex's or grammar's language too, which the
+    turn's own ranking does not walk); under a JSON schema, the enum values at the pinned token."""
     try:
         request = state.request
         if request is None:
             raise ParameterError("send a message first: the ranking is for the last turn's prompt and constraint")
-        params = request.params.model_copy(update={"best_of": None})
-        if pinned is not None and params.grammar is not None and params.grammar.type in ("json", "json_schema"):
-            prefix = "".join(t.text for t in state.tokens[:pinned] if not t.special)
-            params = params.model_copy(update={"continue_from": (params.continue_from or "") + prefix or None})
-        provider, model_id = registry.resolve(request.model)
-        with client_scope.scoped(state.cache_scope()):
-            result = score(local_engine(provider, model_id, "scoring alternatives"), request.inputs, params)
+        prefix = request.params.continue_from or ""
+        if pinned is not None and request.params.grammar is not None and request.params.grammar.type in JSON_TYPES:
+            prefix += "".join(t.text for t in state.tokens[:pinned] if not t.special)
+        return _ranked(registry, state, prefix)
     except Exception as exc:  # noqa: BLE001
         return render.error_box(error_message(exc))
+
+
+def rank_turn(registry: Registry, state: ChatState) -> str:
+    """After a turn: its answers ranked when the constraint lists them (a choice, a JSON enum answer); else the
+    empty panel, with no error (a regex's or grammar's language is walked only on demand, by the button)."""
+    request = state.request
+    prefix = (request.params.continue_from or "") if request else ""
+    if not _lists_answers(registry, state, prefix, ("choice", "json_schema")):
+        return render.SCORE_EMPTY
+    try:
+        return _ranked(registry, state, prefix)
+    except Exception as exc:  # noqa: BLE001
+        return render.error_box(error_message(exc))
+
+
+def enum_at_token(registry: Registry, state: ChatState, index: int | None) -> str:
+    """Under a clicked token's next-token chart: the enum values ranked when the token starts a JSON value whose
+    schema lists them (the answer before the token ends where the value starts); "" anywhere else."""
+    if index is None or not 0 <= index < len(state.tokens) or state.request is None:
+        return ""
+    prefix = (state.request.params.continue_from or "") + stopped.answer_text(state.tokens[:index])
+    if not _lists_answers(registry, state, prefix, ("json_schema",)):
+        return ""
+    try:
+        return _ranked(registry, state, prefix)
+    except Exception as exc:  # noqa: BLE001
+        return render.error_box(error_message(exc))
+
+
+def _lists_answers(registry: Registry, state: ChatState, prefix: str, kinds: tuple[str, ...]) -> bool:
+    """Whether the last turn's constraint (of one of `kinds`) lists its answers after `prefix`, and a local model
+    can rank them."""
+    request = state.request
+    if request is None or request.params.grammar is None or request.params.logits_processors:
+        return False
+    constraint = Constraint.from_grammar(request.params.grammar)
+    if constraint.kind not in kinds or not listed(constraint, prefix):
+        return False
+    try:
+        provider, _ = registry.resolve(request.model)
+    except ModelError:  # the turn's model is gone since: nothing to rank with
+        return False
+    return provider.capabilities.local_engine
+
+
+def _ranked(registry: Registry, state: ChatState, prefix: str) -> str:
+    """The last turn's alternatives after `prefix`, scored in one batched forward on the turn's cached prompt."""
+    request = state.request
+    if request is None:
+        raise ParameterError("send a message first: the ranking is for the last turn's prompt and constraint")
+    params = request.params.model_copy(update={"best_of": None, "continue_from": prefix or None})
+    provider, model_id = registry.resolve(request.model)
+    with client_scope.scoped(state.cache_scope()):
+        result = score(local_engine(provider, model_id, "scoring alternatives"), request.inputs, params)
     return render.score_html(result.model_dump())
 
 

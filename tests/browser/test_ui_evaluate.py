@@ -1,4 +1,4 @@
-"""In Chromium: a choice turn's ranked answers, and 50 prompts evaluated with a progress bar, charts and a row opened."""
+"""In Chromium: a choice turn's answers ranked by themselves after it, and 50 prompts evaluated with a progress bar, charts and a row opened."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def test_choice_turn_ranks_its_answers_and_fifty_prompts_evaluate(page: Page, se
     send(page, "The color of grass is")
     expect(page.locator("#validation-status")).to_contain_text("valid", timeout=SLOW)
 
-    page.locator("#score-btn").click()
+    # no click: the ranking fills in by itself once the turn has streamed
     chart = page.locator("#score-panel .pg-score")
     expect(chart.locator(".bar-row")).to_have_count(3, timeout=SLOW)
     expect(chart).to_contain_text("<b>blue</b>")  # escaped: shown as text, never markup
