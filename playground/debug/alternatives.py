@@ -32,6 +32,9 @@ class Alternatives:
     texts: list[str]
     source: str
     complete: bool  # True: the end of text may follow each; False: a value at a JSON position (more follows)
+    # What may stand before each text and mean the same answer: JSON's insignificant whitespace, which a model
+    # writes inside the value's first token (` "dog"` after `"kind":`); each lead's spellings are summed.
+    leads: tuple[str, ...] = ("",)
 
 
 def alternatives(engine: LocalEngine, constraint: Constraint, prefix: str, prefix_ids: list[int]) -> Alternatives:
@@ -100,7 +103,8 @@ def _json_position(constraint: Constraint, prefix: str) -> Alternatives:
             f"the schema lists no `enum` or `const` values at {where}: nothing finite to score", field="grammar"
         )
     texts = list(dict.fromkeys(json.dumps(v, ensure_ascii=False) for v in values))
-    return Alternatives(_bounded(texts, f"the enum at {where}"), f"enum at {where}", False)
+    leads = ("",) if prefix[-1:].isspace() else ("", " ")
+    return Alternatives(_bounded(texts, f"the enum at {where}"), f"enum at {where}", False, leads)
 
 
 def _values(root: dict, node: Any, path: list[str | int]) -> list[Any]:

@@ -4,6 +4,8 @@ Each alternative is teacher-forced after the prompt (and the answer prefix) in o
 shares the prompt's KV cache (decoding/teacher.py). `raw_logprob` is the model's own log-probability of
 the alternative's text: the product over its canonical tokenization's tokens, summed with every other
 tokenization the constraint's mask allows (when there are at most MAX_TOKENIZATIONS; `method` says which).
+A value at a JSON position is also summed over the whitespace JSON allows before it and the model writes
+inside the value's first token (` "dog"` as well as `"dog"` after `"kind":`): the same answer, spelled apart.
 The end of text is not counted (as lm-eval's loglikelihood and sglang's choice scoring do): a choice
 constraint allows nothing but the end after a complete choice. `logprob` is the constrained distribution
 over the alternatives: the raw probabilities renormalised to sum to one.
@@ -55,7 +57,8 @@ class Alternative(BaseModel):
     tokenizations: int = Field(description="Tokenizations summed into raw_logprob.")
     method: str = Field(
         description="canonical (the only tokenization allowed), all_tokenizations (every one the mask allows, "
-        "summed) or canonical_only (more than 8: the canonical one alone)."
+        "summed) or canonical_only (more than 8: the canonical one alone; at a JSON value, with and without the "
+        "space before it)."
     )
     tokens: list[ScoredToken]
 
@@ -141,13 +144,20 @@ def _allowed_paths(
     paths: dict[str, tuple[list[list[int]], str]] = {}
     warnings = []
     for text in found.texts:
-        spelled, capped = tokenizations(engine, text)
+        spelled, canonical, capped = [], [], False
+        for lead in found.leads:
+            ids_list, lead_capped = tokenizations(engine, lead + text)
+            spelled += ids_list
+            canonical.append(ids_list[0])
+            capped |= lead_capped
+        if capped:  # too many spellings: each lead's canonical one alone, as the method says
+            spelled = canonical
         allowed = [
             ids
             for ids in spelled
             if first_refusal(engine, constraint, compiled, prefix_ids + ids, with_eos=found.complete) is None
         ]
-        if not allowed or allowed[0] != spelled[0]:
+        if not allowed or allowed[0] not in canonical:
             warnings.append(f"{text!r}: the {compiled.engine} mask refuses it as the model would write it; not scored")
             continue
         paths[text] = (allowed, CANONICAL_ONLY if capped else ALL_TOKENIZATIONS if len(allowed) > 1 else CANONICAL)

@@ -35,12 +35,18 @@ def brute_force(engine: Any, prompt: str, prefix: str, ids: list[int]) -> float:
     return float(sum(steps[k, t] for k, t in enumerate(ids)))
 
 
+def leads_for(grammar: dict, prefix: str) -> tuple[str, ...]:
+    """What may stand before an alternative: a JSON value also the space JSON allows, unless already there."""
+    return ("", " ") if grammar["type"] == "json" and not prefix[-1:].isspace() else ("",)
+
+
 def allowed_spellings(engine: Any, grammar: dict, prefix: str, text: str, complete: bool) -> list[list[int]]:
-    """Every tokenization of `text` after `prefix` that the constraint's mask allows."""
+    """Every tokenization of `text` after `prefix` that the constraint's mask allows; a JSON value also with
+    the space JSON allows before it, unless the prefix ends in whitespace."""
     constraint = Constraint.from_grammar(grammar)
     compiled = engine.compiler.compile(constraint, "auto")
     prefix_ids = engine._encode(prefix, add_special_tokens=False) if prefix else []
-    spelled, capped = tokenizations(engine, text)
+    spelled = [ids for lead in leads_for(grammar, prefix) for ids in tokenizations(engine, lead + text)[0]]
     return [
         ids
         for ids in spelled
@@ -54,6 +60,7 @@ def allowed_spellings(engine: Any, grammar: dict, prefix: str, text: str, comple
         ("The capital of France is", {"type": "choice", "value": CITIES}, "", CITIES),
         ("Is the sky blue? Answer:", {"type": "regex", "value": " (yes|no|maybe)"}, "", [" yes", " no", " maybe"]),
         ("A pet as JSON: ", {"type": "json", "value": PET}, '{"kind": ', ['"cat"', '"dog"', '"fish"']),
+        ("A pet as JSON: ", {"type": "json", "value": PET}, '{"kind":', ['"cat"', '"dog"', '"fish"']),
     ],
 )
 def test_every_alternative_matches_brute_force(
@@ -75,11 +82,20 @@ def test_every_alternative_matches_brute_force(
             assert alt.tokenizations == len(spellings) > 1
             total = math.log(sum(math.exp(brute_force(engine, prompt, prefix, ids)) for ids in spellings))
             assert abs(alt.raw_logprob - total) < TOLERANCE, alt.text
+        elif alt.method == "canonical_only":  # too many spellings: each lead's canonical one the mask allows
+            canonicals = [tokenizations(engine, lead + alt.text)[0][0] for lead in leads_for(grammar, prefix)]
+            summed = [ids for ids in canonicals if ids in spellings]
+            total = math.log(sum(math.exp(brute_force(engine, prompt, prefix, ids)) for ids in summed))
+            assert abs(alt.raw_logprob - total) < TOLERANCE, alt.text
         else:
             assert alt.raw_logprob == alt.canonical_raw_logprob
     norm = math.log(sum(math.exp(a.raw_logprob) for a in alternatives))
     for alt in alternatives:
         assert abs(alt.logprob - (alt.raw_logprob - norm)) < 1e-9
+    if prefix.endswith(":"):  # the value as the model writes it, ` "dog"`, is summed in
+        spaced = [ids for alt in alternatives for ids in allowed_spellings(engine, grammar, prefix, alt.text, False)]
+        assert any(engine.token_text(ids[0]).startswith(" ") for ids in spaced)
+        assert all(alt.method != "canonical" for alt in alternatives)
 
 
 def post(url: str, body: dict[str, Any]) -> httpx.Response:
