@@ -4,12 +4,15 @@ python -m benchmarks.step [--runs 3] [--tokens 48] [--model embedded] [--threads
 Per generated token, interleaved in one process, process CPU time on CPU, medians over runs:
   engine_ms     the engine decoding alone (Engine.stream, after the first token)
   forward_ms    the model's forward alone on the same prompt (one token per call, its growing KV cache)
+  lean_step_ms  the same through the lean lone-row step the engine takes (playground/models/llama_step.py;
+                the model's forward where it does not apply)
   generate_ms   transformers' generate (its decode: 48 tokens' time less one token's)
   linears_ms    every linear layer's weight multiplied by one row once, in order: the weights' stream alone
-Then loop_ms = engine - forward (the loop's own cost), other_ops_ms = forward - linears (every other op and
-the modelling code's Python), and ceiling_vs_generate = generate / linears: the `engine_vs_generate` a
-step that cost nothing but its matrix products would reach. torch.profiler's table of one forward by op
-(self CPU time; the profiler inflates small ops) comes first; one JSON line of figures last.
+Then loop_ms = engine - lean_step (the loop's own cost), other_ops_ms = forward - linears (every other op
+and the modelling code's Python; lean_other_ops_ms the same for the lean step), and ceiling_vs_generate =
+generate / linears: the `engine_vs_generate` a step that cost nothing but its matrix products would reach.
+torch.profiler's table of one forward by op (self CPU time; the profiler inflates small ops) comes first;
+one JSON line of figures last.
 """
 
 from __future__ import annotations
@@ -38,15 +41,19 @@ def _engine_ms(engine: Engine, prompt: str, tokens: int) -> float:
     return (_clock() - first) * 1000 / max(1, event.best.generated_tokens - 1)
 
 
-def _forward_ms(engine: Engine, prompt: str, tokens: int) -> float:
-    """The model alone: greedy tokens one forward each, as a lone row runs them."""
+def _forward_ms(engine: Engine, prompt: str, tokens: int, *, lean: bool = False) -> float:
+    """The model alone: greedy tokens one forward each (or, `lean`, the lone-row step), as a lone row runs them."""
     runner = engine.runner
     _, ids = engine.encode_prompt(_messages(prompt))
     with torch.inference_mode():
         logits, kv = runner.forward(runner.ids(ids))
         start = _clock()
-        for _ in range(tokens - 1):
-            logits, kv = runner.forward(runner.ids([int(logits[0, -1].argmax())]), kv)
+        for n in range(tokens - 1):
+            token = int(logits[0, -1].argmax())
+            stepped = runner.lone_step(token, len(ids) + n, kv) if lean else None
+            if stepped is None:
+                stepped, kv = runner.forward(runner.ids([token]), kv)
+            logits = stepped
         return (_clock() - start) * 1000 / (tokens - 1)
 
 
@@ -108,11 +115,12 @@ def main() -> None:
     _engine_ms(engine, PROMPTS[0], 4)
     _generate_ms(engine, PROMPTS[0], 4)
     by_op = _by_op(engine)
-    seen: dict[str, list[float]] = {"engine": [], "forward": [], "generate": [], "linears": []}
+    seen: dict[str, list[float]] = {"engine": [], "forward": [], "lean_step": [], "generate": [], "linears": []}
     for _ in range(args.runs):
         for prompt in PROMPTS:
             seen["engine"].append(_engine_ms(engine, prompt, args.tokens))
             seen["forward"].append(_forward_ms(engine, prompt, args.tokens))
+            seen["lean_step"].append(_forward_ms(engine, prompt, args.tokens, lean=True))
             seen["generate"].append(_generate_ms(engine, prompt, args.tokens))
             seen["linears"].append(_linears_ms(engine))
     med = {name: statistics.median(values) for name, values in seen.items()}
@@ -122,8 +130,9 @@ def main() -> None:
         "runs": args.runs * len(PROMPTS),
         "tokens": args.tokens,
         **{f"{name}_ms": round(value, 2) for name, value in med.items()},
-        "loop_ms": round(med["engine"] - med["forward"], 2),
+        "loop_ms": round(med["engine"] - med["lean_step"], 2),
         "other_ops_ms": round(med["forward"] - med["linears"], 2),
+        "lean_other_ops_ms": round(med["lean_step"] - med["linears"], 2),
         "ceiling_vs_generate": round(med["generate"] / med["linears"], 3),
         **by_op,
     }
