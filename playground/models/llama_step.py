@@ -1,0 +1,107 @@
+"""A lone row's one-token decode step for Llama models on the CPU, without the modelling code's per-call overhead.
+
+On the CPU, transformers' Llama forward spends ~17 of a ~70 ms step (SmolLM2-135M, 1 thread) outside its
+matrix products: module calls, keyword plumbing, masks and output objects around ~1,000 small ops
+(`python -m benchmarks.step`). This step runs the same math on the same modules and the same KV cache
+layers (each layer's own `update`), so the cache, the prefix cache and batching see no difference; only
+the calls around the ops go. It serves only what it can prove it matches: a plain LlamaForCausalLM on the
+CPU (no hooks, no adapter layers in place of its projections) and one token after a cache without
+padding; anything else returns None and the model's own forward runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers.cache_utils import DynamicLayer
+from transformers.models.llama.modeling_llama import (
+    LlamaAttention,
+    LlamaDecoderLayer,
+    LlamaForCausalLM,
+    LlamaMLP,
+    LlamaModel,
+    LlamaRMSNorm,
+)
+
+from playground.models.cpu_weights import BatchLinear
+
+PLAIN_LINEAR = (torch.nn.Linear, BatchLinear)
+
+
+class LlamaStep:
+    """The decode step of one Llama model, for a lone row."""
+
+    def __init__(self, model: LlamaForCausalLM) -> None:
+        self.model = model
+        self.inner: LlamaModel = model.model
+        self.layers: list[LlamaDecoderLayer] = list(self.inner.layers)
+
+    @classmethod
+    def for_model(cls, model: Any) -> LlamaStep | None:
+        """The step for `model`, or None when its forward is not the one this step reproduces."""
+        if type(model) is not LlamaForCausalLM or type(model.model) is not LlamaModel:
+            return None
+        if model.device.type != "cpu" or getattr(model, "hf_device_map", None):
+            return None
+        config = model.config
+        if getattr(config, "pretraining_tp", 1) not in (None, 1):
+            return None
+        for layer in model.model.layers:
+            kinds = (type(layer), type(layer.self_attn), type(layer.mlp))
+            norms = (type(layer.input_layernorm), type(layer.post_attention_layernorm))
+            if kinds != (LlamaDecoderLayer, LlamaAttention, LlamaMLP) or norms != (LlamaRMSNorm, LlamaRMSNorm):
+                return None
+        if type(model.model.norm) is not LlamaRMSNorm:
+            return None
+        if any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):
+            return None
+        return cls(model)
+
+    def __call__(self, token_id: int, position: int, cache: Any) -> torch.Tensor | None:
+        """Logits (1 x 1 x vocab) of `token_id` at `position` after `cache` (updated in place), or None when
+        this step does not apply (the model's forward must run)."""
+        layers = getattr(cache, "layers", None)
+        if not layers or len(layers) != len(self.layers) or self.model.training:
+            return None
+        if any(type(layer) is not DynamicLayer or not layer.is_initialized for layer in layers):
+            return None
+        projections = [_projections(layer) for layer in self.layers]
+        if projections[0] is None or any(p is None for p in projections):
+            return None  # an adapter's layers sit in place of a projection
+        hidden = self.inner.embed_tokens(torch.tensor([[token_id]]))
+        cos, sin = self.inner.rotary_emb(hidden, torch.tensor([[position]]))
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        for layer, kv, (q_proj, k_proj, v_proj, o_proj, gate, up, down) in zip(self.layers, layers, projections):
+            attn = layer.self_attn
+            x = _rms(hidden, layer.input_layernorm)
+            shape = (1, 1, -1, attn.head_dim)
+            q = q_proj.forward(x).view(shape).transpose(1, 2)
+            k = k_proj.forward(x).view(shape).transpose(1, 2)
+            v = v_proj.forward(x).view(shape).transpose(1, 2)
+            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+            keys, values = kv.update(k, v)
+            out = F.scaled_dot_product_attention(q, keys, values, scale=attn.scaling, enable_gqa=True)
+            hidden = hidden + o_proj.forward(out.transpose(1, 2).reshape(1, 1, -1))
+            x = _rms(hidden, layer.post_attention_layernorm)
+            hidden = hidden + down.forward(layer.mlp.act_fn(gate.forward(x)) * up.forward(x))
+        return self.model.lm_head(_rms(hidden, self.inner.norm))
+
+
+def _projections(layer: LlamaDecoderLayer) -> tuple[Any, ...] | None:
+    attn, mlp = layer.self_attn, layer.mlp
+    found = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+    return found if all(type(p) in PLAIN_LINEAR for p in found) else None
+
+
+def _rms(hidden: torch.Tensor, norm: LlamaRMSNorm) -> torch.Tensor:
+    """LlamaRMSNorm's forward, op for op."""
+    x = hidden.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * x.to(hidden.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

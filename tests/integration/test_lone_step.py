@@ -1,0 +1,24 @@
+"""The lean lone-row step on the embedded model (its CPU weight layouts included): the model's own logprobs."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from playground.types import ChatMessage
+
+
+def test_the_embedded_models_lone_step_gives_its_forwards_logprobs(engine) -> None:
+    runner = engine.runner
+    _, ids = engine.encode_prompt([ChatMessage(role="user", content="Name a colour.")])
+    with torch.inference_mode():
+        _, ours = runner.forward(runner.ids(ids))
+        theirs = copy.deepcopy(ours)
+        for position, token in enumerate([504, 2114, 30], start=len(ids)):
+            got = runner.lone_step(token, position, ours)
+            assert got is not None  # the embedded model is a plain Llama: the step applies
+            want, theirs = runner.forward(runner.ids([token]), theirs)
+            torch.testing.assert_close(
+                torch.log_softmax(got[0, -1], -1), torch.log_softmax(want[0, -1], -1), atol=1e-4, rtol=0
+            )

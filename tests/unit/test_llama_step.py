@@ -1,0 +1,86 @@
+"""The lean lone-row step on a tiny random Llama (no download): the model's own logits and cache, or no step at all.
+
+Its speed is benchmarks/step.py's and benchmarks/decode.py's; here only that it computes what the model's
+forward computes, that a lone row's step takes it, and that it stands aside wherever it could differ.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers.cache_utils import DynamicSlidingWindowLayer
+
+from playground.decoding.batch import BatchCache
+from playground.decoding.runner import ModelRunner
+from playground.models import LoadedModel
+from playground.models.llama_step import LlamaStep
+from tests.support import TinyTokenizer, tiny_llama
+
+VOCAB = 64
+PROMPT = [5, 9, 3, 17, 30, 11]
+
+
+def runner_for(model: torch.nn.Module) -> ModelRunner:
+    return ModelRunner(LoadedModel("tiny", model, TinyTokenizer((0, 2)), "cpu", "float32", 0.0))
+
+
+def logprobs(logits: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits.reshape(-1).float(), dim=-1)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{}, {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}}, {"attention_bias": True}],
+    ids=["default", "scaled-rope", "biases"],
+)
+def test_the_step_gives_the_models_logprobs_and_cache(config: dict) -> None:
+    runner = runner_for(tiny_llama(vocab_size=VOCAB, **config))
+    step = LlamaStep.for_model(runner.model)
+    assert step is not None
+    with torch.inference_mode():
+        _, ours = runner.forward(runner.ids(PROMPT))
+        theirs = copy.deepcopy(ours)
+        for position, token in enumerate([7, 40, 2, 63], start=len(PROMPT)):
+            got = step(token, position, ours)
+            want, theirs = runner.forward(runner.ids([token]), theirs)
+            torch.testing.assert_close(logprobs(got), logprobs(want), atol=1e-4, rtol=0)
+        for mine, model_s in zip(ours.layers, theirs.layers):
+            torch.testing.assert_close(mine.keys, model_s.keys, atol=1e-5, rtol=0)
+            torch.testing.assert_close(mine.values, model_s.values, atol=1e-5, rtol=0)
+
+
+def test_a_lone_rows_step_takes_it_and_a_wider_step_does_not() -> None:
+    model = tiny_llama(vocab_size=VOCAB)
+    runner, reference = runner_for(model), runner_for(copy.deepcopy(model))
+    forwards = []
+    model.register_forward_pre_hook(lambda *_: forwards.append(1))  # after the runner chose its step
+    batch = BatchCache(runner)
+    with torch.inference_mode():
+        batch.adopt(runner.forward(runner.ids(PROMPT))[1])
+        forwards.clear()
+        got = batch.forward([[7]])[0]
+        assert forwards == []  # the lean step ran, not the model's forward
+        want = reference.forward(reference.ids([*PROMPT, 7]))[0][0, -1:]
+        torch.testing.assert_close(logprobs(got), logprobs(want), atol=1e-4, rtol=0)
+        batch.forward([[8, 9]])  # fast-forwarded tokens: several positions in one forward, the model's
+        assert forwards == [1]
+
+
+def test_it_stands_aside_where_it_could_differ() -> None:
+    hooked = tiny_llama(vocab_size=VOCAB)
+    hooked.model.layers[0].mlp.register_forward_hook(lambda *_: None)
+    assert LlamaStep.for_model(hooked) is None
+    assert LlamaStep.for_model(tiny_llama(vocab_size=VOCAB).to("meta")) is None
+
+    model = tiny_llama(vocab_size=VOCAB)
+    step, runner = LlamaStep.for_model(model), runner_for(model)
+    with torch.inference_mode():
+        _, cache = runner.forward(runner.ids(PROMPT))
+        sliding = copy.deepcopy(cache)
+        sliding.layers[1] = DynamicSlidingWindowLayer(sliding_window=4)
+        assert step(7, len(PROMPT), sliding) is None
+        model.model.layers[1].self_attn.q_proj = torch.nn.Sequential(model.model.layers[1].self_attn.q_proj)
+        assert step(7, len(PROMPT), cache) is None  # an adapter's layer in place of a projection
+        assert cache.get_seq_length() == len(PROMPT)  # and the cache is left as it was
