@@ -75,12 +75,13 @@ def test_concurrent_requests_decode_in_one_batch_as_they_would_alone(server_url:
         assert candidates == [(c["generated_text"], c["seed"]) for c in other["details"].get("best_of_sequences") or []]
     info = httpx.get(f"{server_url}/info", timeout=30).json()
     assert info["batch"]["max_batch_size"] == 32 and info["max_running_requests"] == 8
-    # --cpu-batch-weights auto: on the CPU the embedded model's copy (513 MB) is kept where it fits an eighth
-    # of the memory (the rows above then multiplied from it); on a GPU there is none
+    # --cpu-batch-weights auto: on the CPU the embedded model keeps blocked copies (513 MB for every shape)
+    # where they fit an eighth of the memory, for the shapes this machine's kernel probe found them faster;
+    # on a GPU there are none
     if info["device"] != "cpu":
         assert info["batch"]["batch_weights_mb"] == 0
     elif cpu_weights._memory() >= 8 * 2**30:
-        assert info["batch"]["batch_weights_mb"] == 513
+        assert 0 <= info["batch"]["batch_weights_mb"] <= 513
 
 
 def test_the_next_token_view_takes_turns_with_a_running_batch(engine) -> None:
