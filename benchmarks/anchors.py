@@ -57,7 +57,9 @@ def llama_server(binary: Path, gguf: Path, threads: int, slots: int) -> Iterator
         port = sock.getsockname()[1]
     args = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--jinja"]
     args += ["--threads", str(threads), "--threads-batch", str(threads), "--parallel", str(slots)]
-    args += ["--ctx-size", str(1024 * slots), "--no-webui"]
+    # --no-repack: llama.cpp's AMX kernels, picked where the CPU lists AMX, crash on this GGUF where the kernel
+    # does not grant AMX to the process (seen on the development VM); Q4_1 is not repacked for AVX2/AVX-512
+    args += ["--ctx-size", str(1024 * slots), "--no-webui", "--no-repack"]
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(args, stdout=log, stderr=log, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
     url = f"http://127.0.0.1:{port}"
@@ -83,7 +85,7 @@ def llama_server(binary: Path, gguf: Path, threads: int, slots: int) -> Iterator
 def ask(url: str, prompt: str, tokens: int) -> int:
     """One schema-constrained chat completion; the completion tokens it made."""
     body = {
-        "model": "any",
+        "model": "embedded",  # ours serves it by that name; llama.cpp serves its one model whatever the name
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": tokens,
         "temperature": 0,
