@@ -1,4 +1,8 @@
-"""The lean lone-row step on the embedded model (its CPU weight layouts included): the model's own logprobs."""
+"""The lean lone-row step on the embedded model (its CPU weight layouts included): the model's own logprobs.
+
+A model of its own: the session's gets PEFT adapter layers injected by the adapter tests, after which its
+lone rows rightly take the model's forward.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,13 @@ import copy
 
 import torch
 
+from playground.decoding.runner import ModelRunner
+from playground.models import load_model
 from playground.types import ChatMessage
 
 
 def test_the_embedded_models_lone_step_gives_its_forwards_logprobs(engine) -> None:
-    runner = engine.runner
+    runner = ModelRunner(load_model("embedded", threads=1))
     _, ids = engine.encode_prompt([ChatMessage(role="user", content="Name a colour.")])
     with torch.inference_mode():
         _, ours = runner.forward(runner.ids(ids))
