@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from playwright.sync_api import Page, expect
 
 from tests.support import AXE_JS
@@ -108,12 +110,23 @@ def next_token_payload(candidates: list[dict]) -> dict:
 AXE_EXCLUDE = [".cm-editor"]
 
 
-def serious_violations(page: Page) -> list[str]:
-    """axe-core's violations of impact serious or critical on the page as it is now, one line each."""
+def serious_violations(page: Page, settle_s: float = 6.0) -> list[str]:
+    """axe-core's violations of impact serious or critical on the page once it has settled, one line each.
+
+    A panel fading in (or dimmed while an event runs) shows its colours at part opacity for a moment, which
+    axe reads as low contrast: what is still found after `settle_s` of asking again is what a user sees.
+    """
     if not AXE_JS.is_file():
         raise RuntimeError(f"{AXE_JS} is missing: run `make test` (target `axe` fetches axe-core from npm)")
     if not page.evaluate("typeof window.axe !== 'undefined'"):
         page.add_script_tag(content=AXE_JS.read_text(encoding="utf-8"))
+    deadline = time.monotonic() + settle_s
+    while (found := _axe(page)) and time.monotonic() < deadline:
+        page.wait_for_timeout(500)
+    return found
+
+
+def _axe(page: Page) -> list[str]:
     found = page.evaluate(
         """async (exclude) => (await axe.run({exclude: exclude.map((s) => [s])}, {resultTypes: ['violations']}))
             .violations.filter((v) => v.impact === 'serious' || v.impact === 'critical')
