@@ -15,10 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.serve import server
+from benchmarks.serve import free_port, healthy, server
 from playground.models import embedded_gguf_path
 
 SCHEMA = {
@@ -52,34 +49,15 @@ PROMPTS = [
 @contextmanager
 def llama_server(binary: Path, gguf: Path, threads: int, slots: int) -> Iterator[str]:
     """llama.cpp's server on a free port, `slots` parallel sequences; yields its base URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     args = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--jinja"]
     args += ["--threads", str(threads), "--threads-batch", str(threads), "--parallel", str(slots)]
     # --no-repack: llama.cpp's AMX kernels, picked where the CPU lists AMX, crash on this GGUF where the kernel
     # does not grant AMX to the process (seen on the development VM); Q4_1 is not repacked for AVX2/AVX-512
     args += ["--ctx-size", str(1024 * slots), "--no-webui", "--no-repack"]
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(args, stdout=log, stderr=log, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"llama-server exited: {log.read().decode(errors='replace')[-3000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    with healthy(args, port, env, "llama-server", limit_s=120) as (url, _):
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
 
 
 def ask(url: str, prompt: str, tokens: int) -> int:

@@ -71,23 +71,26 @@ def _client_grammar(i: int) -> dict:
     return {"type": "json", "value": schema}
 
 
-@contextmanager
-def server(model: str, threads: int, *flags: str) -> Iterator[tuple[str, int]]:
-    """app.py on a free port; yields (base URL, pid)."""
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    args = ["--no-ui", "--host", "127.0.0.1", "--port", str(port), "--model", model, "--threads", str(threads)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": str(threads)}
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def healthy(
+    command: list[str], port: int, env: dict[str, str], name: str, limit_s: float = 300
+) -> Iterator[tuple[str, int]]:
+    """`command` serving on 127.0.0.1:`port`, once its /health answers 200; yields (base URL, pid)."""
     log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "app.py", *args, *flags], cwd=ROOT, env=env, stdout=log, stderr=log)
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 log.seek(0)
-                raise RuntimeError(f"app.py exited: {log.read().decode(errors='replace')[-3000:]}")
+                raise RuntimeError(f"{name} exited: {log.read().decode(errors='replace')[-3000:]}")
             try:
                 if httpx.get(f"{url}/health", timeout=5).status_code == 200:
                     break
@@ -99,6 +102,16 @@ def server(model: str, threads: int, *flags: str) -> Iterator[tuple[str, int]]:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+@contextmanager
+def server(model: str, threads: int, *flags: str) -> Iterator[tuple[str, int]]:
+    """app.py on a free port; yields (base URL, pid)."""
+    port = free_port()
+    args = ["--no-ui", "--host", "127.0.0.1", "--port", str(port), "--model", model, "--threads", str(threads)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": str(threads)}
+    with healthy([sys.executable, "app.py", *args, *flags], port, env, "app.py") as running:
+        yield running
 
 
 def rss_mb(pid: int) -> float:
