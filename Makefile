@@ -21,9 +21,9 @@ export PLAYGROUND_THREADS ?= 1
 run: $(STAMP_RUNTIME)
 	$(PY) app.py
 
-# One process by default; TEST_WORKERS=2 runs two pytest workers, a test file each at a time (decoding is
-# single-threaded, so a second core idles), faster on a quiet machine but with timing-sensitive tests under load.
-TEST_WORKERS ?= 1
+# Two pytest workers, a test file each at a time (decoding is single-threaded: one process leaves a core idle);
+# the servers a whole run shares start once for both (tests/conftest.py). TEST_WORKERS=1 runs one process.
+TEST_WORKERS ?= 2
 
 test: $(STAMP_TEST) chromium axe lint
 	$(PY) -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)

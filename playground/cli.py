@@ -174,9 +174,16 @@ def main(argv: list[str] | None = None) -> None:
     uvicorn.run(app, **uvicorn_options(args))
 
 
+SHUTDOWN_GRACE_S = 5
+
+
 def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
     """uvicorn's settings: X-Forwarded-For is believed only from the proxies --forwarded-allow-ips names
-    (uvicorn believes loopback by default: rotating the header there would reset the key-guess limiter)."""
+    (uvicorn believes loopback by default: rotating the header there would reset the key-guess limiter).
+
+    On SIGTERM or Ctrl-C, open connections get SHUTDOWN_GRACE_S to finish: uvicorn would otherwise wait for
+    every one, and an open browser tab keeps Gradio's heartbeat stream open for as long as it stays open.
+    """
     trusted = args.forwarded_allow_ips
     return {
         "host": args.host,
@@ -184,4 +191,5 @@ def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:
         "log_level": "info",
         "proxy_headers": bool(trusted),
         "forwarded_allow_ips": trusted or None,
+        "timeout_graceful_shutdown": SHUTDOWN_GRACE_S,
     }

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+import psutil
 import pytest
+from filelock import FileLock
 
 from tests.support import CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, TEST_ENV, LiveServer, start_app
 
@@ -25,6 +29,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for tier in TIERS:
             if tier in parts:
                 item.add_marker(getattr(pytest.mark, tier))
+
+
+def _run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """Under pytest-xdist, the folder every worker of this run sees (the workers' temp folders' parent); else None."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    return tmp_path_factory.getbasetemp().parent
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In the xdist controller, once every worker is done: stop the session servers the workers shared."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not session.config.pluginmanager.hasplugin("dsession"):
+        return
+    folder = session.config._tmp_path_factory.getbasetemp()
+    records = [json.loads(path.read_text()) for path in folder.glob("server-*.json")]
+    servers = [psutil.Process(record["pid"]) for record in records if psutil.pid_exists(record["pid"])]
+    for server in servers:
+        server.terminate()
+    _, alive = psutil.wait_procs(servers, timeout=15)
+    for server in alive:
+        server.kill()
+    for record in records:
+        Path(record["log"]).unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")
@@ -63,10 +90,18 @@ def start_server() -> Iterator[StartServer]:
 
 @pytest.fixture(scope="session")
 def thinking_model_dir(loaded_model, tmp_path_factory) -> Path:
-    """A tiny thinking model folder (Qwen3-style template with `<think>` and `<tool_call>`), written once per session."""
+    """A tiny thinking model folder (Qwen3-style template with `<think>` and `<tool_call>`), written once per run."""
     from tests.thinking_model import save_thinking_model
 
-    return save_thinking_model(tmp_path_factory.mktemp("thinking-model"), loaded_model.tokenizer)
+    shared = _run_folder(tmp_path_factory)
+    if shared is None:
+        return save_thinking_model(tmp_path_factory.mktemp("thinking-model"), loaded_model.tokenizer)
+    folder = shared / "thinking-model"
+    with FileLock(shared / "thinking-model.lock"):  # one worker writes it, every worker (and server) reads it
+        if not (folder / "done").exists():
+            save_thinking_model(folder, loaded_model.tokenizer)
+            (folder / "done").touch()
+    return folder
 
 
 @pytest.fixture(scope="session")
@@ -78,16 +113,35 @@ def thinking_model(thinking_model_dir: Path):
 
 
 @pytest.fixture(scope="session")
-def start_session_server() -> Iterator[StartServer]:
-    """Like start_server, but each distinct (args, env) runs once and is shared for the whole session."""
+def start_session_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartServer]:
+    """Like start_server, but each distinct (args, env) runs once and is shared for the whole run.
+
+    Under pytest-xdist the first worker to ask starts it and writes down its address; the others use the
+    same server (a second copy of each would double the memory), and the controller stops it at the end.
+    """
     servers: list[LiveServer] = []
     started: dict[tuple, str] = {}
     factory = _server_factory(servers)
+    shared = _run_folder(tmp_path_factory)
+
+    def start_shared(key: tuple, *args: str, env: Mapping[str, str | None] | None, cwd: Path | None) -> str:
+        assert shared is not None
+        name = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+        record = shared / f"server-{name}.json"
+        with FileLock(shared / f"server-{name}.lock"):
+            if record.exists():
+                return json.loads(record.read_text())["url"]
+            server = start_app(*args, env=env, cwd=cwd or REPO_ROOT)
+            record.write_text(json.dumps({"url": server.url, "pid": server.proc.pid, "log": server.log_path}))
+            return server.url
 
     def start(*args: str, env: Mapping[str, str | None] | None = None, cwd: Path | None = None) -> str:
         key = (args, tuple(sorted((env or {}).items())), str(cwd))
         if key not in started:
-            started[key] = factory(*args, env=env, cwd=cwd)
+            if shared is None:
+                started[key] = factory(*args, env=env, cwd=cwd)
+            else:
+                started[key] = start_shared(key, *args, env=env, cwd=cwd)
         return started[key]
 
     yield start

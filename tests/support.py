@@ -30,6 +30,7 @@ CHROMIUM_ARGS = [
 ]
 # The first start on a fresh machine dequantizes the embedded GGUF (~30 s on 2 shared cores).
 START_TIMEOUT_S = float(os.environ.get("PLAYGROUND_TEST_START_TIMEOUT", "180"))
+STOP_TIMEOUT_S = 12  # the server's own grace for open connections (playground.cli.SHUTDOWN_GRACE_S) and then some
 # Every subprocess of the suite runs offline, single-threaded and without telemetry.
 TEST_ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -97,6 +98,10 @@ class LiveServer:
             stderr=subprocess.STDOUT,
         )
 
+    @property
+    def log_path(self) -> str:
+        return self._log.name
+
     def output(self) -> str:
         """What the server printed so far (the tail), for failure messages."""
         self._log.flush()
@@ -125,16 +130,24 @@ class LiveServer:
         raise RuntimeError(f"app.py {' '.join(self.args)} not healthy after {timeout_s:.0f} s ({last}):\n{output}")
 
     def stop(self) -> None:
-        """Terminate politely, then kill; always remove the log."""
+        """Terminate politely, then kill; always remove the log.
+
+        A server that outlives SIGTERM by STOP_TIMEOUT_S fails the test that stopped it: open connections (a
+        browser tab's heartbeat, a stream) get a few seconds of grace, not forever.
+        """
+        hung = ""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=15)
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
+                hung = self.output()
                 self.proc.kill()
                 self.proc.wait(timeout=15)
         self._log.close()
         Path(self._log.name).unlink(missing_ok=True)
+        if hung:
+            raise AssertionError(f"app.py {' '.join(self.args)} still ran {STOP_TIMEOUT_S} s after SIGTERM:\n{hung}")
 
 
 def start_app(*args: str, env: Mapping[str, str | None] | None = None, cwd: Path = REPO_ROOT) -> LiveServer:

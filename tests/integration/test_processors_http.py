@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.support import REPO_ROOT
+from tests.support import REPO_ROOT, start_app
 
 PLUGIN_PATH = str(REPO_ROOT / "tests" / "plugins")
 PROMPT = "Count from 1 to 20 with digits: 1, 2, 3,"
 
 
 @pytest.fixture(scope="module")
-def plugin_server(start_session_server) -> str:
-    return start_session_server("--custom-modules", "sp_example_plugin", env={"PYTHONPATH": PLUGIN_PATH})
+def plugin_server() -> Iterator[str]:
+    app = start_app("--custom-modules", "sp_example_plugin", env={"PYTHONPATH": PLUGIN_PATH})
+    yield app.url
+    app.stop()
 
 
 def test_info_lists_the_plugin(plugin_server):
