@@ -92,6 +92,7 @@ def test_a_shape_the_probe_never_favours_keeps_no_copy() -> None:
 
 
 def test_the_probe_runs_once_per_machine_and_model(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setattr(kernel_probe, "busy", lambda: False)
     probed = []
 
     def probe(layers: list[tuple[torch.Tensor, ...]]) -> list[int]:
@@ -113,6 +114,34 @@ def test_the_probe_runs_once_per_machine_and_model(monkeypatch: pytest.MonkeyPat
         cached.write_text("{not json")  # a damaged file is probed again
     pack_for_cpu(tiny(), "on", tmp_path, probe)
     assert len(probed) == 3 * shapes
+
+
+def test_verdicts_probed_on_a_busy_machine_are_replaced_at_the_first_quiet_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    probed = []
+
+    def probe(layers: list[tuple[torch.Tensor, ...]]) -> list[int]:
+        probed.append(tuple(layers[0][0].shape))
+        return [2]
+
+    shapes = len({tuple(m.weight.shape) for m in tiny().modules() if isinstance(m, torch.nn.Linear)})
+    monkeypatch.setattr(kernel_probe, "busy", lambda: True)
+    pack_for_cpu(tiny(), "on", tmp_path, probe)
+    pack_for_cpu(tiny(), "on", tmp_path, probe)  # still busy: the busy verdicts serve
+    assert len(probed) == shapes
+    monkeypatch.setattr(kernel_probe, "busy", lambda: False)
+    pack_for_cpu(tiny(), "on", tmp_path, probe)  # quiet now: probed again, and these verdicts stay
+    pack_for_cpu(tiny(), "on", tmp_path, probe)
+    assert len(probed) == 2 * shapes
+
+
+def test_busy_reads_the_load_against_this_process_s_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernel_probe.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(kernel_probe.os, "getloadavg", lambda: (2.5, 1.0, 1.0))
+    assert kernel_probe.busy()
+    monkeypatch.setattr(kernel_probe.os, "getloadavg", lambda: (1.2, 1.0, 1.0))
+    assert not kernel_probe.busy()
 
 
 def test_the_real_probe_times_both_kernels_at_every_probed_count() -> None:
