@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from playground.space import container_cpus
+
 log = logging.getLogger(__name__)
 
 PROBED_ROWS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # more rows than the last: MKL, as for a long prompt
@@ -96,18 +98,14 @@ def row_tables(layers: Iterable[Layer], cache_dir: Path | None, probe: Probe = m
 
 
 def busy() -> bool:
-    """Whether other work competes for this process's cores (load average at least their count).
+    """Whether other work competes for this container's CPUs (load average at least their count).
 
     Timings taken then are noisy (on the development VM a busy probe dropped most of the shapes the copy wins,
     `concurrent8_vs_single` 2.99 instead of 3.38): such verdicts are used and cached, but the first start on a
     quiet machine probes again and replaces them.
     """
     try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        cores = os.cpu_count() or 1
-    try:
-        return os.getloadavg()[0] >= cores
+        return os.getloadavg()[0] >= container_cpus()
     except OSError:  # no load average here: nothing to judge by
         return False
 

@@ -137,7 +137,7 @@ def test_verdicts_probed_on_a_busy_machine_are_replaced_at_the_first_quiet_start
 
 
 def test_busy_reads_the_load_against_this_process_s_cores(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kernel_probe.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(kernel_probe, "container_cpus", lambda: 2)
     monkeypatch.setattr(kernel_probe.os, "getloadavg", lambda: (2.5, 1.0, 1.0))
     assert kernel_probe.busy()
     monkeypatch.setattr(kernel_probe.os, "getloadavg", lambda: (1.2, 1.0, 1.0))
