@@ -79,13 +79,23 @@ def _server_factory(servers: list[LiveServer]) -> StartServer:
     return start
 
 
-@pytest.fixture
-def start_server() -> Iterator[StartServer]:
-    """Start `app.py ARGS` (e.g. --api-key K) for one test; returns its base URL; stopped after the test."""
+def _servers_until_teardown() -> Iterator[StartServer]:
     servers: list[LiveServer] = []
     yield _server_factory(servers)
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def start_server() -> Iterator[StartServer]:
+    """Start `app.py ARGS` (e.g. --api-key K) for one test; returns its base URL; stopped after the test."""
+    yield from _servers_until_teardown()
+
+
+@pytest.fixture(scope="module")
+def start_module_server() -> Iterator[StartServer]:
+    """Like start_server, but the servers run until the test module ends."""
+    yield from _servers_until_teardown()
 
 
 @pytest.fixture(scope="session")

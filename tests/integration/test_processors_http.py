@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.support import REPO_ROOT, start_app
+from tests.support import REPO_ROOT
 
 PLUGIN_PATH = str(REPO_ROOT / "tests" / "plugins")
 PROMPT = "Count from 1 to 20 with digits: 1, 2, 3,"
 
 
 @pytest.fixture(scope="module")
-def plugin_server() -> Iterator[str]:
-    app = start_app("--custom-modules", "sp_example_plugin", env={"PYTHONPATH": PLUGIN_PATH})
-    yield app.url
-    app.stop()
+def plugin_server(start_module_server) -> str:
+    return start_module_server("--custom-modules", "sp_example_plugin", env={"PYTHONPATH": PLUGIN_PATH})
 
 
 def test_info_lists_the_plugin(plugin_server):

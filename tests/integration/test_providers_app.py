@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.stub_server import StubReply, StubServer, chat_completion, models_list
-from tests.support import free_port, start_app
+from tests.support import free_port
 
 SCHEMA = {
     "type": "object",
@@ -41,7 +40,7 @@ def stubs():
 
 
 @pytest.fixture(scope="module")
-def app_url(server_url: str, stubs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def app_url(server_url: str, stubs, tmp_path_factory: pytest.TempPathFactory, start_module_server) -> str:
     """A second app whose providers are: itself, the first app (as vLLM), a closed port and the stubs."""
     ignoring, garbage = stubs
     path: Path = tmp_path_factory.mktemp("providers") / "providers.yaml"
@@ -56,9 +55,7 @@ models:
   - {{model_id: ghost, provider_id: dead}}
   - {{model_id: junk, provider_id: garbage}}
 """)
-    app = start_app("--providers", str(path), "--no-ui", "--allow-model-loading")
-    yield app.url
-    app.stop()
+    return start_module_server("--providers", str(path), "--no-ui", "--allow-model-loading")
 
 
 def chat(url: str, model: str, **extra) -> httpx.Response:
