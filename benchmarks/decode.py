@@ -1,8 +1,12 @@
-"""Engine vs transformers' generate on the same loaded model, unconstrained and per constraint kind.
+"""Engine vs transformers' generate, unconstrained and per constraint kind.
 
 python -m benchmarks.decode [--runs 5] [--tokens 48] [--model embedded] [--threads 1] [--cpu-batch-weights auto]
+    [--cpu-gguf-kernels auto]
 Prints a table, then one JSON line of figures last. Runs are interleaved in one process and timed in
 process CPU seconds on CPU (other processes on a 2-core machine don't skew them); medians over runs.
+`engine_vs_generate` races generate on the model loaded without the CPU kernels (no blocked copies, no
+GGUF blocks: transformers' products, in MKL's one-row layout); `engine_vs_generate_same_model` races
+generate on the engine's own model, so the kernels speed both and the ratio is the loop's alone.
 """
 
 from __future__ import annotations
@@ -11,11 +15,12 @@ import argparse
 import json
 import statistics
 import time
+from typing import Any
 
 import torch
 
 from playground.decoding.engine import Engine
-from playground.models import load_model
+from playground.models import load_model, quant_weights
 from playground.models.cpu_weights import MODES
 from playground.types import ChatMessage, GenerateParameters
 
@@ -53,13 +58,14 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def _hf_generate(engine: Engine, prompt: str, tokens: int) -> float:
-    """tokens/s of transformers' generate, greedy, from the same chat-templated prompt ids."""
+def _hf_generate(engine: Engine, prompt: str, tokens: int, model: Any = None) -> float:
+    """tokens/s of transformers' generate, greedy, from the same chat-templated prompt ids, on `model`
+    (default: the engine's)."""
     _, ids = engine.encode_prompt(_messages(prompt))
     input_ids = torch.tensor([ids], device=engine.device)
     start = _clock()
     with torch.inference_mode():
-        out = engine.model.generate(
+        out = (model or engine.model).generate(
             input_ids, max_new_tokens=tokens, do_sample=False, pad_token_id=engine.tokenizer.eos_token_id
         )
     _sync()
@@ -91,18 +97,25 @@ def main() -> None:
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cpu-batch-weights", choices=MODES, default="auto")
+    parser.add_argument("--cpu-gguf-kernels", choices=quant_weights.MODES, default="auto")
     args = parser.parse_args()
-    engine = Engine(load_model(args.model, threads=args.threads, batch_weights=args.cpu_batch_weights))
+    loaded = load_model(
+        args.model, threads=args.threads, batch_weights=args.cpu_batch_weights, gguf_kernels=args.cpu_gguf_kernels
+    )
+    engine = Engine(loaded)
+    plain = load_model(args.model, threads=args.threads, batch_weights="off", gguf_kernels="off").model
     for grammar in CONSTRAINTS.values():  # compile once, outside the timed runs (the cache is the point)
         engine.compile(GenerateParameters(grammar=grammar))
     _engine(engine, PROMPTS[0], 4)
+    _hf_generate(engine, PROMPTS[0], 4, plain)
     _hf_generate(engine, PROMPTS[0], 4)
 
-    hf, ours, ours_decode = [], [], []
+    hf, hf_same, ours, ours_decode = [], [], [], []
     kinds: dict[str, list[float]] = {k: [] for k in CONSTRAINTS}
     for _ in range(args.runs):
         for prompt in PROMPTS:
-            hf.append(_hf_generate(engine, prompt, args.tokens))
+            hf.append(_hf_generate(engine, prompt, args.tokens, plain))
+            hf_same.append(_hf_generate(engine, prompt, args.tokens))
             full, decode = _engine(engine, prompt, args.tokens)
             ours.append(full)
             ours_decode.append(decode)
@@ -118,6 +131,9 @@ def main() -> None:
         "hf_generate_tok_s": round(med(hf), 2),
         "engine_tok_s": round(med(ours), 2),
         "engine_vs_generate": round(med(ours) / med(hf), 3),
+        "hf_generate_same_model_tok_s": round(med(hf_same), 2),
+        "engine_vs_generate_same_model": round(med(ours) / med(hf_same), 3),
+        "gguf_blocks_mb": loaded.gguf_blocks_mb,
         "clock": "process CPU time" if not torch.cuda.is_available() else "wall, synchronized",
         "engine_decode_tok_s": round(med(ours_decode), 2),
     }

@@ -104,6 +104,14 @@ class LocalOptions:
         "the machine's (or its container's) memory (default: auto)",
         choices=("auto", "on", "off"),
     )
+    cpu_gguf_kernels: str = option(
+        "auto",
+        "on the CPU, let a GGUF model's Q4_1 and Q8_0 layers multiply from the file's own blocks (float32 math, "
+        "~6x fewer bytes per token than its dequantized weights) with a small C kernel compiled for this machine "
+        "on first use, at the row counts a probe at load finds it faster; off: float32 weights only; needs a C "
+        "compiler (cc, or $CC), without one nothing changes (default: auto)",
+        choices=("auto", "off"),
+    )
     max_new_tokens: int = option(256, "max_new_tokens when a request leaves it unset (default: 256)", type=int)
     reasoning: str = option(
         "auto",

@@ -37,6 +37,7 @@ class LoadedModel:
     from_cache: bool = False
     source: str = ""
     batch_weights_mb: int = 0  # CPU: memory of the linear layers' second, blocked copy for batches (0: none)
+    gguf_blocks_mb: int = 0  # CPU: memory of the GGUF blocks linear layers multiply from (0: none)
 
     @property
     def context_length(self) -> int:
@@ -94,12 +95,17 @@ def _file_hash(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def _converted(path: Path) -> Path:
+    """The cache folder of a GGUF's converted weights (keyed by the file's content)."""
+    return cache_root() / f"gguf-{_file_hash(path)}"
+
+
 def _load_gguf(path: Path, dtype: Any) -> tuple[Any, Any, bool]:
     """Dequantize a GGUF once; later starts read the cached safetensors, config and tokenizer."""
     from safetensors.torch import load_file, save_file
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    cached = cache_root() / f"gguf-{_file_hash(path)}"
+    cached = _converted(path)
     if (cached / "model.safetensors").is_file():
         config = AutoConfig.from_pretrained(cached)
         tokenizer = AutoTokenizer.from_pretrained(cached)
@@ -182,11 +188,14 @@ def load_model(
     trust_remote_code: bool = False,
     threads: int | None = None,
     batch_weights: str = "auto",
+    gguf_kernels: str = "auto",
 ) -> LoadedModel:
     """Load `name`: 'embedded', a .gguf path, a local folder or a hub id.
 
     `batch_weights` (auto, on, off): on the CPU, whether linear layers keep a second copy of their
-    weights for batches of rows (playground/models/cpu_weights.py).
+    weights for batches of rows (playground/models/cpu_weights.py). `gguf_kernels` (auto, off): on the
+    CPU, whether a GGUF's float32 layers multiply from its own blocks where that is faster
+    (playground/models/quant_weights.py).
     """
     import torch
 
@@ -196,26 +205,31 @@ def load_model(
     target = pick_device(device)
     torch_dtype = pick_dtype(target, dtype)
     from_cache = False
+    gguf: Path | None = None
     if name in (EMBEDDED, "", None):
-        path = embedded_gguf_path()
-        model, tokenizer, from_cache = _load_gguf(path, torch_dtype)
-        model_id, source = EMBEDDED_NAME, str(path)
+        gguf = embedded_gguf_path()
+        model, tokenizer, from_cache = _load_gguf(gguf, torch_dtype)
+        model_id, source = EMBEDDED_NAME, str(gguf)
     elif name.endswith(".gguf"):
-        path = Path(name).expanduser()
-        if not path.is_file():
+        gguf = Path(name).expanduser()
+        if not gguf.is_file():
             raise ModelError(f"GGUF file not found: {name}")
-        model, tokenizer, from_cache = _load_gguf(path, torch_dtype)
-        model_id, source = path.name, str(path)
+        model, tokenizer, from_cache = _load_gguf(gguf, torch_dtype)
+        model_id, source = gguf.name, str(gguf)
     else:
         model, tokenizer = _load_pretrained(name, torch_dtype, trust_remote_code)
         model_id, source = name, name
     model.to(target)
     model.eval()
-    batch_weights_mb = 0
+    batch_weights_mb = gguf_blocks_mb = 0
     if target == "cpu":
+        from playground.models import quant_weights
         from playground.models.cpu_weights import pack_for_cpu
 
         batch_weights_mb = pack_for_cpu(model, batch_weights, cache_root() / "kernels")
+        if gguf is not None:
+            saved = _converted(gguf) / "gguf-blocks.safetensors"
+            gguf_blocks_mb = quant_weights.attach(model, gguf, gguf_kernels, cache_root() / "kernels", saved)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     elapsed = time.perf_counter() - start
@@ -230,4 +244,5 @@ def load_model(
         from_cache=from_cache,
         source=source,
         batch_weights_mb=batch_weights_mb,
+        gguf_blocks_mb=gguf_blocks_mb,
     )

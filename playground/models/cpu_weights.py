@@ -36,31 +36,41 @@ BLOCKED_FOR_ROWS = 8  # the row count oneDNN lays the copy out for
 
 
 class BatchLinear(torch.nn.Linear):
-    """nn.Linear that multiplies the row counts `blocked_rows` marks with oneDNN from `blocked_weight`, the
-    others with MKL.
+    """nn.Linear that routes each row count to its fastest kernel: the GGUF's own blocks where `quant_rows`
+    marks it (quant_weights.py), oneDNN's `blocked_weight` where `blocked_rows` does, MKL otherwise.
 
-    The copy is the weight as it was at load: once the weight is changed in place (load_state_dict,
-    copy_) or replaced, moved off the CPU or trained, every count goes to F.linear (oneDNN's op has no
-    backward). Edits through `.data` bypass the version counter: after one, pack the model again.
+    Both are copies of the weight as it was when packed: once the weight is changed in place
+    (load_state_dict, copy_) or replaced, moved off the CPU or trained, every count goes to F.linear
+    (neither kernel has a backward). Edits through `.data` bypass the version counter: after one, pack
+    the model again.
     """
 
+    blocked_rows: RowTable = ()  # by row count (tokens in one forward): whether the blocked copy is faster
+    quant_rows: RowTable = ()  # whether the GGUF blocks are (checked first)
     blocked_weight: torch.Tensor
-    blocked_from: torch.Tensor  # the weight parameter the copy was made from
-    blocked_version: int  # its version counter then
-    blocked_rows: RowTable  # by row count (tokens in one forward): whether the copy multiplies them faster
+    quant: Any  # quant_weights.QuantMatmul
+    packed_from: torch.Tensor  # the weight parameter the copies were made from
+    packed_version: int  # its version counter then
+
+    def watch(self, weight: torch.Tensor) -> None:
+        """Serve the copies while `weight` stays this parameter, unchanged."""
+        object.__setattr__(self, "packed_from", weight)  # a plain attribute, not a second parameter
+        self.packed_version = weight._version
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self._parameters["weight"]  # not self.weight: Module.__getattr__ costs more than a dict
-        rows, table = x.numel() // x.shape[-1], self.blocked_rows
+        rows, quant, blocked = x.numel() // x.shape[-1], self.quant_rows, self.blocked_rows
+        use_quant = rows < len(quant) and quant[rows]
         if (
-            rows < len(table)
-            and table[rows]
+            (use_quant or (rows < len(blocked) and blocked[rows]))
             and x.is_cpu
             and x.dtype is torch.float32
-            and weight is self.blocked_from
-            and weight._version == self.blocked_version
+            and weight is self.packed_from
+            and weight._version == self.packed_version
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
         ):
+            if use_quant:
+                return self.quant(x, self.bias)
             return torch.ops.mkldnn._linear_pointwise(x, self.blocked_weight, self.bias, "none", [], "")
         return F.linear(x, weight, self.bias)
 
@@ -88,11 +98,10 @@ def pack_for_cpu(model: Any, batch_weights: str = "auto", cache_dir: Path | None
         table = tables[(module.in_features, module.out_features)]
         if not any(table):  # this shape multiplies every count faster with MKL: no copy to keep
             continue
-        module.blocked_weight = block
-        object.__setattr__(module, "blocked_from", module.weight)  # a plain attribute, not a second parameter
-        module.blocked_version = module.weight._version
-        module.blocked_rows = table
         module.__class__ = BatchLinear
+        module.blocked_weight = block
+        module.blocked_rows = table
+        module.watch(module.weight)
         kept += module.weight.numel() * module.weight.element_size()
     return round(kept / 2**20)
 

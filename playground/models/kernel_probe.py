@@ -7,6 +7,7 @@ distinct weight shape is timed with both kernels at PROBED_ROWS counts when a mo
 two probed ones takes the lower one's verdict. The verdicts are cached per machine (CPU model, ISA flags
 and the ISA caps oneDNN and MKL are given), torch version, thread count and shapes: one probe per machine
 and model (the embedded model's takes a few seconds, about six forwards' worth of products per count).
+The same probe decides where a GGUF's own blocks (quant_weights.py) beat a layer's float32 route.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import platform
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +32,7 @@ from playground.space import container_cpus
 log = logging.getLogger(__name__)
 
 PROBED_ROWS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # more rows than the last: MKL, as for a long prompt
+QUANT_ROWS = (1, *PROBED_ROWS)  # the GGUF blocks (quant_weights.py) may win for a lone row too
 PASSES = 2  # timed passes per kernel and count, after one untimed one (first touch, packing)
 MARGIN = 0.97  # the blocked copy must be this much faster: a tie, or noise, keeps the one-copy kernel
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "asimd", "sve")
@@ -37,12 +40,30 @@ ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
 
 Shape = tuple[int, int]  # (in_features, out_features)
 RowTable = tuple[bool, ...]  # index: row count; True where oneDNN's blocked copy is faster
-Layer = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # weight in MKL's layout, its blocked copy, bias
+Layer = tuple[Any, ...]  # the weight in MKL's layout first; blocked copy: (weight, its copy, bias)
 Probe = Callable[[list[Layer]], list[int]]  # see measure()
 
 
 def measure(layers: list[Layer]) -> list[int]:
-    """The probed row counts at which the blocked copies multiply faster than MKL, timed here and now.
+    """The probed row counts at which the blocked copies multiply faster than MKL, timed here and now."""
+    return faster_at(
+        PROBED_ROWS,
+        layers[0][0].shape[1],
+        lambda x: [functools.partial(F.linear, x, weight, bias) for weight, _, bias in layers],
+        lambda x: [
+            functools.partial(torch.ops.mkldnn._linear_pointwise, x, blocked, bias, "none", [], "")
+            for _, blocked, bias in layers
+        ],
+    )
+
+
+def faster_at(
+    counts: tuple[int, ...],
+    in_features: int,
+    baseline: Callable[[torch.Tensor], list[Callable[[], object]]],
+    candidate: Callable[[torch.Tensor], list[Callable[[], object]]],
+) -> list[int]:
+    """The row counts at which the candidate's calls (one per layer of a shape, given the rows) beat the baseline's.
 
     Each timing passes over every layer of the shape, as a forward does: their weights stream from memory
     as they do there (one layer's would sit in the cache and flatter the kernel that rereads it). The two
@@ -50,51 +71,61 @@ def measure(layers: list[Layer]) -> list[int]:
     """
     wins = []
     with torch.inference_mode():
-        for rows in PROBED_ROWS:
-            x = torch.randn(rows, layers[0][0].shape[1])
-            mkl = [functools.partial(F.linear, x, weight, bias) for weight, _, bias in layers]
-            onednn = [
-                functools.partial(torch.ops.mkldnn._linear_pointwise, x, blocked, bias, "none", [], "")
-                for _, blocked, bias in layers
-            ]
-            best = {"mkl": math.inf, "onednn": math.inf}
+        for rows in counts:
+            x = torch.randn(rows, in_features)
+            calls = {"baseline": baseline(x), "candidate": candidate(x)}
+            best = {"baseline": math.inf, "candidate": math.inf}
             for timed in range(PASSES + 1):
-                for kernel, calls in (("mkl", mkl), ("onednn", onednn)):
-                    took = _timed(calls)
+                for kernel, each in calls.items():
+                    took = _timed(each)
                     best[kernel] = min(best[kernel], took) if timed else best[kernel]
-            if best["onednn"] < MARGIN * best["mkl"]:
+            if best["candidate"] < MARGIN * best["baseline"]:
                 wins.append(rows)
     return wins
 
 
-def _timed(calls: list[functools.partial[object]]) -> float:
+def _timed(calls: list[Callable[[], object]]) -> float:
     start = time.perf_counter()
     for call in calls:
         call()
     return time.perf_counter() - start
 
 
-def row_tables(layers: Iterable[Layer], cache_dir: Path | None, probe: Probe = measure) -> dict[Shape, RowTable]:
-    """Per shape, for every row count up to the last probed one, whether the blocked copy wins."""
+def row_tables(
+    layers: Iterable[Layer],
+    cache_dir: Path | None,
+    probe: Probe = measure,
+    *,
+    kind: str = "blocked",
+    extra: dict[str, str] | None = None,
+    counts: tuple[int, ...] = PROBED_ROWS,
+) -> dict[Shape, RowTable]:
+    """Per shape, for every row count up to the last probed one, whether the candidate kernel wins.
+
+    Layers are tuples whose first item is the weight (out x in); `probe` times a shape's layers at `counts`.
+    `kind` and `extra` (what else the verdicts depend on) key the cache beside the machine.
+    """
     samples: dict[Shape, list[Layer]] = {}
     for layer in layers:
         samples.setdefault((layer[0].shape[1], layer[0].shape[0]), []).append(layer)
-    path = cache_dir / f"{_machine_key(sorted(samples))}.json" if cache_dir is not None else None
+    key = _machine_key(sorted(samples), {"kind": kind, **(extra or {})})
+    path = cache_dir / f"{key}.json" if cache_dir is not None else None
     cached, cached_busy = _read(path)
     if cached is not None and set(cached) == set(samples) and not (cached_busy and not busy()):
-        return {shape: _table(wins) for shape, wins in cached.items()}
+        return {shape: _table(wins, counts) for shape, wins in cached.items()}
     start = time.perf_counter()
     wins = {shape: probe(sample) for shape, sample in samples.items()}
     probed_busy = busy()
     _write(path, wins, probed_busy)
     verdicts = {f"{i}x{o}": rows for (i, o), rows in wins.items()}
     log.info(
-        "kernel probe (%.1f s%s): oneDNN's blocked copy wins at %s rows",
+        "kernel probe, %s (%.1f s%s): wins at %s rows",
+        kind,
         time.perf_counter() - start,
         ", machine busy: probed again at the first quiet start" if probed_busy else "",
         verdicts,
     )
-    return {shape: _table(rows) for shape, rows in wins.items()}
+    return {shape: _table(rows, counts) for shape, rows in wins.items()}
 
 
 def busy() -> bool:
@@ -110,25 +141,31 @@ def busy() -> bool:
         return False
 
 
-def _table(wins: list[int]) -> RowTable:
-    """Every row count 0..PROBED_ROWS[-1]: the verdict of the nearest probed count at or below it."""
-    table = [False] * (PROBED_ROWS[-1] + 1)
-    for count in range(PROBED_ROWS[0], len(table)):
-        probed = max(r for r in PROBED_ROWS if r <= count)
+def _table(wins: list[int], counts: tuple[int, ...]) -> RowTable:
+    """Every row count 0..counts[-1]: the verdict of the nearest probed count at or below it."""
+    table = [False] * (counts[-1] + 1)
+    for count in range(counts[0], len(table)):
+        probed = max(r for r in counts if r <= count)
         table[count] = probed in wins
     return tuple(table)
 
 
-def _machine_key(shapes: list[Shape]) -> str:
-    """What the verdicts depend on, hashed: the CPU and its ISA caps, torch, threads and the shapes."""
-    facts = {
+def machine_facts() -> dict[str, object]:
+    """What a kernel's speed here depends on: the CPU and its ISA caps, torch and its threads."""
+    return {
         "cpu": _cpu_model(),
         "isa": [flag for flag in ISA_FLAGS if flag in _cpu_flags()],
         "caps": {name: os.environ.get(name) for name in ISA_CAPS},
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "shapes": shapes,
     }
+
+
+def _machine_key(shapes: list[Shape], extra: dict[str, str]) -> str:
+    """What the verdicts depend on, hashed: the machine, the shapes and what else the caller names."""
+    facts = {**machine_facts(), "shapes": shapes}
+    if extra != {"kind": "blocked"}:  # the blocked copy's verdicts keep the key they were cached under
+        facts["extra"] = extra
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -48,6 +48,7 @@ def make_local(options: LocalOptions | None = None, model: str | None = None) ->
     options = options or LocalOptions()
     load = {"device": options.device, "dtype": options.dtype, "threads": options.threads}
     load["batch_weights"] = options.cpu_batch_weights
+    load["gguf_kernels"] = options.cpu_gguf_kernels
     local = LocalProvider(
         load_options={**load, "trust_remote_code": options.trust_remote_code},
         engine_options={
@@ -192,7 +193,11 @@ class LocalProvider:
             device=engine.loaded.device,
             compile_limits=engine.compiler.limits.as_dict(),
             prefix_cache=engine.prefix_cache.public_usage(),
-            batch={**engine.scheduler.usage(), "batch_weights_mb": engine.loaded.batch_weights_mb},
+            batch={
+                **engine.scheduler.usage(),
+                "batch_weights_mb": engine.loaded.batch_weights_mb,
+                "gguf_blocks_mb": engine.loaded.gguf_blocks_mb,
+            },
             reasoning=engine.reasoning.public() if engine.reasoning else None,
             tool_format=engine.tool_format,
         )

@@ -1,0 +1,171 @@
+/* y = x W^T + bias, W kept in a GGUF's own blocks of 32 weights (Q4_1, Q8_0), computed in float32.
+
+Each block is expanded to float32 in registers (Q4_1: d * q + m, Q8_0: d * q, as the GGUF's dequantizer
+does) and multiplied into up to ROWS rows of x at once: the weights stream from memory at 5 or 8.5 bits
+each instead of 32, and a batch's rows share one expansion. The products are float32 throughout, so the
+result is the dequantized weight's up to the order of the additions. Built by quant_weights.py with
+-march=native for the machine it runs on: AVX-512, AVX2 + FMA, or portable C the compiler vectorizes.
+Output features are split across `threads` (OpenMP) when it was compiled with it.
+*/
+#include <stddef.h>
+#include <stdint.h>
+
+#define QK 32 /* weights per block */
+#define ROWS 8 /* rows of x per pass over W */
+
+enum { Q4_1 = 0, Q8_0 = 1 };
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define LANES 16
+typedef __m512 vec;
+#define vzero() _mm512_setzero_ps()
+#define vset(v) _mm512_set1_ps(v)
+#define vload(p) _mm512_loadu_ps(p)
+#define vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define vadd(a, b) _mm512_add_ps(a, b)
+#define vsum(a) _mm512_reduce_add_ps(a)
+
+static inline void expand_q4_1(const uint8_t *q, vec d, vec m, vec *w) {
+    const __m128i nibble = _mm_set1_epi8(15), raw = _mm_loadu_si128((const __m128i *)q);
+    const __m128i lo = _mm_and_si128(raw, nibble), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), nibble);
+    w[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), d, m);
+    w[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), d, m);
+}
+
+static inline void expand_q8_0(const int8_t *q, vec d, vec *w) {
+    w[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q))), d);
+    w[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)))), d);
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define LANES 8
+typedef __m256 vec;
+#define vzero() _mm256_setzero_ps()
+#define vset(v) _mm256_set1_ps(v)
+#define vload(p) _mm256_loadu_ps(p)
+#define vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define vadd(a, b) _mm256_add_ps(a, b)
+
+static inline float vsum(vec a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline vec widen_u8(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)); }
+
+static inline void expand_q4_1(const uint8_t *q, vec d, vec m, vec *w) {
+    const __m128i nibble = _mm_set1_epi8(15), raw = _mm_loadu_si128((const __m128i *)q);
+    const __m128i lo = _mm_and_si128(raw, nibble), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), nibble);
+    w[0] = _mm256_fmadd_ps(widen_u8(lo), d, m);
+    w[1] = _mm256_fmadd_ps(widen_u8(_mm_srli_si128(lo, 8)), d, m);
+    w[2] = _mm256_fmadd_ps(widen_u8(hi), d, m);
+    w[3] = _mm256_fmadd_ps(widen_u8(_mm_srli_si128(hi, 8)), d, m);
+}
+
+static inline void expand_q8_0(const int8_t *q, vec d, vec *w) {
+    for (int v = 0; v < 4; v++)
+        w[v] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * v)))), d);
+}
+
+#else /* portable: 8-float vectors the compiler maps to the machine's SIMD */
+#define LANES 8
+typedef struct { float f[LANES]; } vec;
+static inline vec vzero(void) { vec r = {{0}}; return r; }
+static inline vec vset(float v) { vec r; for (int i = 0; i < LANES; i++) r.f[i] = v; return r; }
+static inline vec vload(const float *p) { vec r; for (int i = 0; i < LANES; i++) r.f[i] = p[i]; return r; }
+static inline vec vfma(vec a, vec b, vec c) { for (int i = 0; i < LANES; i++) c.f[i] += a.f[i] * b.f[i]; return c; }
+static inline vec vadd(vec a, vec b) { for (int i = 0; i < LANES; i++) a.f[i] += b.f[i]; return a; }
+static inline float vsum(vec a) { float s = 0; for (int i = 0; i < LANES; i++) s += a.f[i]; return s; }
+
+static inline void expand_q4_1(const uint8_t *q, vec d, vec m, vec *w) {
+    for (int j = 0; j < QK / 2; j++) {
+        w[j / LANES].f[j % LANES] = d.f[0] * (float)(q[j] & 15) + m.f[0];
+        w[(j + QK / 2) / LANES].f[j % LANES] = d.f[0] * (float)(q[j] >> 4) + m.f[0];
+    }
+}
+
+static inline void expand_q8_0(const int8_t *q, vec d, vec *w) {
+    for (int j = 0; j < QK; j++) w[j / LANES].f[j % LANES] = d.f[0] * (float)q[j];
+}
+#endif
+
+#define VECS (QK / LANES) /* vectors per block */
+
+/* Output feature o for R rows of x (R <= ROWS); two accumulators per row keep the FMAs independent. */
+static inline __attribute__((always_inline)) void feature(
+    int format, const float *x, int in, const uint8_t *qs, const float *d, const float *m,
+    const float *bias, float *y, int out, int o, const int R)
+{
+    const int blocks = in / QK;
+    const int bytes = format == Q4_1 ? QK / 2 : QK;
+    const uint8_t *q = qs + (size_t)o * blocks * bytes;
+    const float *dd = d + (size_t)o * blocks, *mm = m ? m + (size_t)o * blocks : NULL;
+    vec acc[ROWS][2], w[VECS];
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = vzero();
+    for (int b = 0; b < blocks; b++) {
+        if (format == Q4_1)
+            expand_q4_1(q + (size_t)b * bytes, vset(dd[b]), vset(mm[b]), w);
+        else
+            expand_q8_0((const int8_t *)(q + (size_t)b * bytes), vset(dd[b]), w);
+        for (int r = 0; r < R; r++) {
+            const float *xr = x + (size_t)r * in + (size_t)b * QK;
+            for (int v = 0; v < VECS; v++) acc[r][v & 1] = vfma(w[v], vload(xr + v * LANES), acc[r][v & 1]);
+        }
+    }
+    for (int r = 0; r < R; r++) y[(size_t)r * out + o] = vsum(vadd(acc[r][0], acc[r][1])) + (bias ? bias[o] : 0.0f);
+}
+
+#define EACH_FEATURE(FORMAT, R_)                                                                     \
+    _Pragma("omp parallel for schedule(static) num_threads(threads)")                                \
+    for (int o = 0; o < out; o++) feature(FORMAT, xr, in, qs, d, m, bias, yr, out, o, R_)
+
+static inline __attribute__((always_inline)) void linear(
+    int format, const float *x, int rows, int in, const uint8_t *qs, const float *d, const float *m,
+    const float *bias, float *y, int out, int threads)
+{
+    for (int r0 = 0; r0 < rows; r0 += ROWS) {
+        const int R = rows - r0 < ROWS ? rows - r0 : ROWS;
+        const float *xr = x + (size_t)r0 * in;
+        float *yr = y + (size_t)r0 * out;
+        switch (R) { /* a constant row count per case: the accumulators stay in registers */
+        case 1: EACH_FEATURE(format, 1); break;
+        case 2: EACH_FEATURE(format, 2); break;
+        case 3: EACH_FEATURE(format, 3); break;
+        case 4: EACH_FEATURE(format, 4); break;
+        case 5: EACH_FEATURE(format, 5); break;
+        case 6: EACH_FEATURE(format, 6); break;
+        case 7: EACH_FEATURE(format, 7); break;
+        default: EACH_FEATURE(format, 8); break;
+        }
+    }
+}
+
+/* x: rows x in (float32, contiguous); qs: out x in/32 blocks of 16 bytes; d, m: out x in/32; y: rows x out. */
+void q4_1_linear(const float *x, int rows, int in, const uint8_t *qs, const float *d, const float *m,
+                 const float *bias, float *y, int out, int threads)
+{
+    linear(Q4_1, x, rows, in, qs, d, m, bias, y, out, threads);
+}
+
+/* x: rows x in; qs: out x in/32 blocks of 32 signed bytes; d: out x in/32; y: rows x out. */
+void q8_0_linear(const float *x, int rows, int in, const int8_t *qs, const float *d,
+                 const float *bias, float *y, int out, int threads)
+{
+    linear(Q8_0, x, rows, in, (const uint8_t *)qs, d, NULL, bias, y, out, threads);
+}
+
+/* Which of the paths above this build took: "avx512", "avx2" or "portable". */
+const char *qlinear_isa(void)
+{
+#if defined(__AVX512F__)
+    return "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+    return "avx2";
+#else
+    return "portable";
+#endif
+}

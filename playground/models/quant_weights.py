@@ -1,0 +1,334 @@
+"""Linear layers that multiply from their GGUF's own blocks (Q4_1, Q8_0) on the CPU, with float32 math.
+
+A GGUF's quantized weights are exact: transformers dequantizes each block of 32 to float32 (Q4_1:
+d * q + m, Q8_0: d * q), and the CPU then streams ~540 MB of float32 per token for the embedded model,
+where the blocks take ~96 MB. A decode step is bound by those bytes, so this keeps the blocks beside the
+float32 weights and multiplies from them with a small C kernel (qlinear.c, compiled with -march=native on
+first use and cached): each block expands to float32 in registers and is multiplied into every row of the
+batch, in float32, so a product differs from the dequantized weight's only in the order of its sums (~1e-6).
+
+Which layers: those whose GGUF tensor dequantizes bit for bit to the loaded weight (checked at load; rows
+reordered by the loader, as Llama's q and k are, are matched by content). Which row counts: those at which
+a probe at load finds the blocks faster than the layer's float32 route (kernel_probe.py): on an AVX-512
+Xeon at 1 thread, every linear of the embedded model once took 17 ms instead of 35 for one row and 28
+instead of 54 for eight. Without a C compiler, or with `gguf_kernels="off"`, nothing changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from playground.models.kernel_probe import QUANT_ROWS, faster_at, machine_facts, row_tables
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "off")
+SOURCE = Path(__file__).with_name("qlinear.c")
+QK = 32  # weights per block
+BLOCK_BYTES = {"Q4_1": 20, "Q8_0": 34}  # fp16 d (and m) + the quants
+FLAG_SETS = (("-march=native", "-fopenmp"), ("-march=native",), ())  # the first the compiler takes
+COMPILE_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """One weight (out x in) in a GGUF's blocks: quants per block, d (and m for Q4_1) per block, float32."""
+
+    format: str  # "Q4_1" or "Q8_0"
+    qs: torch.Tensor  # Q4_1: uint8 (out, in/32, 16), two weights a byte; Q8_0: int8 (out, in/32, 32)
+    d: torch.Tensor  # float32 (out, in/32)
+    m: torch.Tensor | None  # Q4_1's minimum per block, float32 (out, in/32)
+
+    @classmethod
+    def from_gguf(cls, format: str, raw: Any) -> Blocks:
+        """From a GGUF tensor's bytes, (out, in/32 * BLOCK_BYTES) uint8."""
+        data = torch.from_numpy(raw.copy()).view(raw.shape[0], -1, BLOCK_BYTES[format])
+        d = data[..., 0:2].contiguous().view(torch.float16).squeeze(-1).float()
+        if format == "Q4_1":
+            m = data[..., 2:4].contiguous().view(torch.float16).squeeze(-1).float()
+            return cls(format, data[..., 4:].contiguous(), d, m)
+        return cls(format, data[..., 2:].contiguous().view(torch.int8), d, None)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.d.shape[0], self.d.shape[1] * QK
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.qs, self.d, self.m) if t is not None)
+
+    def dequantize(self) -> torch.Tensor:
+        """The float32 weight, computed as the GGUF's dequantizer computes it (so equal bit for bit)."""
+        if self.format == "Q4_1":
+            q = torch.cat((self.qs & 15, self.qs >> 4), dim=-1).float()
+            return (self.d.unsqueeze(-1) * q + self.m.unsqueeze(-1)).reshape(self.shape)
+        return (self.d.unsqueeze(-1) * self.qs.float()).reshape(self.shape)
+
+    def rows(self, order: torch.Tensor) -> Blocks:
+        return Blocks(
+            self.format,
+            self.qs[order].contiguous(),
+            self.d[order].contiguous(),
+            None if self.m is None else self.m[order].contiguous(),
+        )
+
+
+class Kernels:
+    """qlinear.c, built for this machine and loaded."""
+
+    def __init__(self, path: Path) -> None:
+        lib = ctypes.CDLL(str(path))
+        p, i = ctypes.c_void_p, ctypes.c_int
+        lib.q4_1_linear.argtypes = [p, i, i, p, p, p, p, p, i, i]
+        lib.q8_0_linear.argtypes = [p, i, i, p, p, p, p, i, i]
+        lib.q4_1_linear.restype = lib.q8_0_linear.restype = None
+        lib.qlinear_isa.restype = ctypes.c_char_p
+        self.isa: str = lib.qlinear_isa().decode()
+        self.path = path
+        self._lib = lib
+
+    def matmul(self, blocks: Blocks) -> QuantMatmul:
+        return QuantMatmul(self, blocks)
+
+
+class QuantMatmul:
+    """x @ W^T + bias from one weight's blocks (x float32 on the CPU, any leading dimensions)."""
+
+    def __init__(self, kernels: Kernels, blocks: Blocks) -> None:
+        self.blocks = blocks  # keeps the tensors the pointers below address alive
+        self.out_features, self.in_features = blocks.shape
+        lib = kernels._lib
+        q, d = blocks.qs.data_ptr(), blocks.d.data_ptr()
+        if blocks.format == "Q4_1":
+            fn, m = lib.q4_1_linear, blocks.m.data_ptr()
+            self._call = lambda x, rows, bias, y, threads: fn(
+                x, rows, self.in_features, q, d, m, bias, y, self.out_features, threads
+            )
+        else:
+            fn = lib.q8_0_linear
+            self._call = lambda x, rows, bias, y, threads: fn(
+                x, rows, self.in_features, q, d, bias, y, self.out_features, threads
+            )
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        x = x.contiguous()
+        y = torch.empty(*x.shape[:-1], self.out_features)
+        rows = x.numel() // self.in_features
+        self._call(
+            x.data_ptr(),
+            rows,
+            None if bias is None else bias.contiguous().data_ptr(),
+            y.data_ptr(),
+            torch.get_num_threads(),
+        )
+        return y
+
+
+def build(cache_dir: Path | None) -> Kernels | None:
+    """qlinear.c compiled for this machine (cached by source, compiler and CPU), or None without a compiler."""
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        log.info("no C compiler (cc, or $CC): GGUF layers multiply from their float32 weights")
+        return None
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.info("C compiler %s does not answer (%s): GGUF layers multiply from their float32 weights", compiler, exc)
+        return None
+    facts = machine_facts()
+    key = hashlib.sha256(SOURCE.read_bytes() + version + repr((facts["cpu"], facts["isa"])).encode()).hexdigest()
+    folder = cache_dir if cache_dir is not None else Path(tempfile.gettempdir())
+    path = folder / f"qlinear-{key[:16]}.so"
+    if not path.is_file():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            folder = Path(tempfile.gettempdir())
+            path = folder / path.name
+        if not _compile(compiler, path):
+            return None
+    try:
+        return Kernels(path)
+    except OSError as exc:
+        log.info("GGUF kernels built but not loadable (%s): float32 weights", exc)
+        return None
+
+
+def _compile(compiler: str, path: Path) -> bool:
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.so")
+    errors = b""
+    for flags in FLAG_SETS:
+        command = [compiler, "-O3", "-shared", "-fPIC", *flags, "-o", str(tmp), str(SOURCE)]
+        try:
+            done = subprocess.run(command, capture_output=True, timeout=COMPILE_TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError) as exc:
+            errors = str(exc).encode()
+            continue
+        if done.returncode == 0:
+            tmp.replace(path)  # atomic: a second process starting beside this one reads a whole file
+            return True
+        errors = done.stderr
+    log.info("qlinear.c did not compile (%s): float32 weights", errors.decode(errors="replace")[-300:])
+    return False
+
+
+def gguf_blocks(path: Path, model: Any) -> Iterator[tuple[torch.nn.Linear, Blocks]]:
+    """Each linear layer of `model` with its GGUF tensor's blocks, where they dequantize to its weight exactly."""
+    from gguf import MODEL_ARCH_NAMES, GGUFReader, get_tensor_name_map
+
+    reader = GGUFReader(path)
+    field = reader.fields.get("general.architecture")
+    arch_name = bytes(field.parts[field.data[0]]).decode() if field is not None else ""
+    arch = next((a for a, n in MODEL_ARCH_NAMES.items() if n == arch_name), None)
+    layers = getattr(model.config, "num_hidden_layers", None)
+    if arch is None or layers is None:
+        return
+    names = get_tensor_name_map(arch, layers)
+    tensors = {t.name: t for t in reader.tensors if t.tensor_type.name in BLOCK_BYTES}
+    by_param: dict[int, Any] = {}
+    for hf_name, param in model.named_parameters():
+        gguf_name = names.get_name(hf_name.removesuffix(".weight")) if hf_name.endswith(".weight") else None
+        if gguf_name is not None and f"{gguf_name}.weight" in tensors:
+            by_param[id(param)] = tensors[f"{gguf_name}.weight"]
+    for module in model.modules():
+        if not isinstance(module, torch.nn.Linear) or id(module.weight) not in by_param:
+            continue
+        tensor = by_param[id(module.weight)]
+        blocks = _aligned(Blocks.from_gguf(tensor.tensor_type.name, tensor.data), module.weight.detach())
+        if blocks is not None:
+            yield module, blocks
+
+
+def _aligned(blocks: Blocks, weight: torch.Tensor) -> Blocks | None:
+    """`blocks` in `weight`'s row order when every row dequantizes to it exactly, else None."""
+    if blocks.shape != tuple(weight.shape) or weight.dtype != torch.float32:
+        return None
+    dequantized = blocks.dequantize()
+    if torch.equal(dequantized, weight):
+        return blocks
+    # the loader may reorder rows (Llama's q and k: llama.cpp's rotary layout back to transformers')
+    index = {row.numpy().tobytes(): i for i, row in enumerate(dequantized)}
+    order = [index.get(row.numpy().tobytes()) for row in weight]
+    if None in order:
+        return None
+    return blocks.rows(torch.tensor(order))
+
+
+def attach(
+    model: Any,
+    path: Path,
+    mode: str = "auto",
+    cache_dir: Path | None = None,
+    saved: Path | None = None,
+    probe: Any = None,
+) -> int:
+    """Route each GGUF layer's row counts that the blocks multiply faster to them; the MB of blocks kept (0: none).
+
+    `model` must be packed (cpu_weights.pack_for_cpu) first: the probe races the blocks against each
+    layer's own route. `saved` (a .safetensors file beside the converted weights) keeps the blocks found,
+    so later starts skip reading the GGUF's metadata and checking every weight (~3 s for the embedded model).
+    """
+    from playground.models.cpu_weights import BatchLinear
+
+    if mode not in MODES:
+        raise ValueError(f"gguf_kernels must be one of {', '.join(MODES)}, not {mode!r}")
+    if mode == "off":
+        return 0
+    kernels = build(cache_dir)
+    if kernels is None:
+        return 0
+    found = [(module, kernels.matmul(blocks)) for module, blocks in _blocks(path, model, saved)]
+    if not found:
+        return 0
+    layers = [(module.weight, matmul, module.bias, module) for module, matmul in found]
+    key = {"kernels": kernels.path.name, "isa": kernels.isa}
+    tables = row_tables(layers, cache_dir, probe or faster_with_blocks, kind="gguf", extra=key, counts=QUANT_ROWS)
+    kept = served = 0
+    for module, matmul in found:
+        table = tables[(module.in_features, module.out_features)]
+        if not any(table):
+            continue
+        if type(module) is not BatchLinear:
+            module.__class__ = BatchLinear
+        module.quant = matmul
+        module.quant_rows = table
+        module.watch(module.weight)
+        kept += matmul.blocks.nbytes
+        served += 1
+    log.info("GGUF blocks (%s kernels) serve %d of %d layers", kernels.isa, served, len(found))
+    return round(kept / 2**20)
+
+
+def _blocks(path: Path, model: Any, saved: Path | None) -> list[tuple[torch.nn.Linear, Blocks]]:
+    """gguf_blocks(), read from `saved` when it holds them (their first and last rows checked), else saved there."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    modules = {module: name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+    by_name = {name: module for module, name in modules.items()}
+    if saved is not None and saved.is_file():
+        try:
+            with safe_open(str(saved), "pt") as file:
+                formats = file.metadata() or {}
+                found = [
+                    (
+                        by_name[name],
+                        Blocks(
+                            format,
+                            file.get_tensor(f"{name}.qs"),
+                            file.get_tensor(f"{name}.d"),
+                            file.get_tensor(f"{name}.m") if format == "Q4_1" else None,
+                        ),
+                    )
+                    for name, format in formats.items()
+                ]
+            if all(_rows_match(blocks, module.weight.detach()) for module, blocks in found):
+                return found
+        except (OSError, KeyError, ValueError, RuntimeError) as exc:  # damaged: read the GGUF again
+            log.info("saved GGUF blocks %s not used (%s)", saved, exc)
+    found = list(gguf_blocks(path, model))
+    if saved is not None and found:
+        tensors = {}
+        for module, blocks in found:
+            name = modules[module]
+            tensors.update({f"{name}.qs": blocks.qs, f"{name}.d": blocks.d})
+            if blocks.m is not None:
+                tensors[f"{name}.m"] = blocks.m
+        try:
+            tmp = saved.with_name(f"{saved.name}.{os.getpid()}.tmp")
+            save_file(tensors, str(tmp), metadata={modules[m]: b.format for m, b in found})
+            tmp.replace(saved)
+        except OSError as exc:  # a read-only cache: read the GGUF again next start
+            log.info("GGUF blocks not saved: %s", exc)
+    return found
+
+
+def _rows_match(blocks: Blocks, weight: torch.Tensor) -> bool:
+    """Whether the first and last rows of `blocks` dequantize to `weight`'s (a cheap check of saved blocks)."""
+    if blocks.shape != tuple(weight.shape):
+        return False
+    ends = torch.tensor([0, weight.shape[0] - 1])
+    return torch.equal(blocks.rows(ends).dequantize(), weight[ends])
+
+
+def faster_with_blocks(layers: list[tuple[Any, ...]]) -> list[int]:
+    """The row counts at which the blocks multiply faster than each layer's own route, timed here and now."""
+    in_features = layers[0][0].shape[1]
+    return faster_at(
+        QUANT_ROWS,
+        in_features,
+        lambda x: [lambda x=x, module=module: module.forward(x) for _, _, _, module in layers],
+        lambda x: [lambda x=x, matmul=matmul, bias=bias: matmul(x, bias) for _, matmul, bias, _ in layers],
+    )
