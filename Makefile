@@ -16,7 +16,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 export PLAYGROUND_THREADS ?= 1
 
-.PHONY: run test lint bench soak anchors gpu-check install install-test chromium axe
+.PHONY: run test lint bench soak anchors gpu-check install install-test chromium axe cc
 
 run: $(STAMP_RUNTIME)
 	$(PY) app.py
@@ -25,7 +25,7 @@ run: $(STAMP_RUNTIME)
 # the servers a whole run shares start once for both (tests/conftest.py). TEST_WORKERS=1 runs one process.
 TEST_WORKERS ?= 2
 
-test: $(STAMP_TEST) chromium axe lint
+test: $(STAMP_TEST) chromium axe cc lint
 	$(PY) -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 lint: $(STAMP_TEST)
@@ -96,6 +96,12 @@ chromium:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
 	fi
+
+# The GGUF kernels (playground/models/qlinear.c) compile on first use; the tests build and check them.
+cc:
+	@command -v cc >/dev/null || command -v gcc >/dev/null || { \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y gcc; }
 
 axe: $(AXE)
 

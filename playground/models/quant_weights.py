@@ -20,6 +20,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -137,10 +138,12 @@ class QuantMatmul:
 
 
 def build(cache_dir: Path | None) -> Kernels | None:
-    """qlinear.c compiled for this machine (cached by source, compiler and CPU), or None without a compiler."""
-    compiler = shutil.which(os.environ.get("CC", "cc"))
+    """qlinear.c compiled for this machine (cached by source, compiler, CPU and $CFLAGS), or None without a
+    compiler ($CC, else cc or gcc)."""
+    named = os.environ.get("CC")
+    compiler = shutil.which(named) if named else shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        log.info("no C compiler (cc, or $CC): GGUF layers multiply from their float32 weights")
+        log.info("no C compiler (%s): GGUF layers multiply from their float32 weights", named or "cc, gcc")
         return None
     try:
         version = subprocess.run([compiler, "--version"], capture_output=True, timeout=30).stdout
@@ -148,7 +151,9 @@ def build(cache_dir: Path | None) -> Kernels | None:
         log.info("C compiler %s does not answer (%s): GGUF layers multiply from their float32 weights", compiler, exc)
         return None
     facts = machine_facts()
-    key = hashlib.sha256(SOURCE.read_bytes() + version + repr((facts["cpu"], facts["isa"])).encode()).hexdigest()
+    extra = shlex.split(os.environ.get("CFLAGS", ""))
+    key = hashlib.sha256(SOURCE.read_bytes() + version + repr((facts["cpu"], facts["isa"], extra)).encode())
+    key = key.hexdigest()
     folder = cache_dir if cache_dir is not None else Path(tempfile.gettempdir())
     path = folder / f"qlinear-{key[:16]}.so"
     if not path.is_file():
@@ -157,7 +162,7 @@ def build(cache_dir: Path | None) -> Kernels | None:
         except OSError:
             folder = Path(tempfile.gettempdir())
             path = folder / path.name
-        if not _compile(compiler, path):
+        if not _compile(compiler, path, extra):
             return None
     try:
         return Kernels(path)
@@ -166,11 +171,13 @@ def build(cache_dir: Path | None) -> Kernels | None:
         return None
 
 
-def _compile(compiler: str, path: Path) -> bool:
+def _compile(compiler: str, path: Path, extra: list[str]) -> bool:
+    """Build qlinear.c into `path` with the first flag set the compiler takes, then $CFLAGS (-mno-avx512f
+    builds the AVX2 path on an AVX-512 machine)."""
     tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.so")
     errors = b""
     for flags in FLAG_SETS:
-        command = [compiler, "-O3", "-shared", "-fPIC", *flags, "-o", str(tmp), str(SOURCE)]
+        command = [compiler, "-O3", "-shared", "-fPIC", *flags, *extra, "-o", str(tmp), str(SOURCE)]
         try:
             done = subprocess.run(command, capture_output=True, timeout=COMPILE_TIMEOUT_S)
         except (OSError, subprocess.SubprocessError) as exc:
@@ -273,7 +280,7 @@ def attach(
 
 def _blocks(path: Path, model: Any, saved: Path | None) -> list[tuple[torch.nn.Linear, Blocks]]:
     """gguf_blocks(), read from `saved` when it holds them (their first and last rows checked), else saved there."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import save_file
 
     modules = {module: name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
@@ -296,7 +303,7 @@ def _blocks(path: Path, model: Any, saved: Path | None) -> list[tuple[torch.nn.L
                 ]
             if all(_rows_match(blocks, module.weight.detach()) for module, blocks in found):
                 return found
-        except (OSError, KeyError, ValueError, RuntimeError) as exc:  # damaged: read the GGUF again
+        except (OSError, KeyError, ValueError, RuntimeError, SafetensorError) as exc:  # damaged: read the GGUF again
             log.info("saved GGUF blocks %s not used (%s)", saved, exc)
     found = list(gguf_blocks(path, model))
     if saved is not None and found:

@@ -1,0 +1,203 @@
+"""A GGUF's layers multiplied from the file's own blocks (playground/models/quant_weights.py, qlinear.c).
+
+The kernel is compiled here, as on a user's machine, and checked against float32 products of the same
+weights for every row count a batch can have; the embedded GGUF's blocks must dequantize bit for bit to
+the weights transformers loaded (q and k rows reordered, the tied output layer included); layers route
+the row counts the probe chose (given here: speed is benchmarks/decode.py's) and fall back to float32
+once their weight changes. Greedy tokens and logprobs stay those of the float32 weights.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from playground import cli
+from playground.models import EMBEDDED, embedded_gguf_path, load_model, quant_weights
+from playground.models.cpu_weights import BatchLinear
+from playground.models.kernel_probe import QUANT_ROWS
+from playground.models.quant_weights import Blocks, QuantMatmul
+from playground.options import LocalOptions
+from playground.providers.local import make_local
+
+ATOL = 1e-4  # float32 sums in another order: ~1e-6 here, far below any logprob shown
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory: pytest.TempPathFactory) -> quant_weights.Kernels:
+    built = quant_weights.build(tmp_path_factory.mktemp("kernels"))
+    assert built is not None, "qlinear.c must compile here (make test installs a C compiler)"
+    return built
+
+
+@pytest.fixture(scope="module")
+def plain():
+    """The embedded model with float32 weights only (no GGUF blocks, no blocked copies): the reference."""
+    return load_model(EMBEDDED, threads=1, batch_weights="off", gguf_kernels="off")
+
+
+def random_blocks(format: str, out: int, blocks: int, seed: int = 0) -> Blocks:
+    generator = torch.Generator().manual_seed(seed)
+    d = torch.rand(out, blocks, generator=generator).half().float() / 8
+    if format == "Q4_1":
+        qs = torch.randint(0, 256, (out, blocks, 16), dtype=torch.uint8, generator=generator)
+        m = -torch.rand(out, blocks, generator=generator).half().float()
+        return Blocks(format, qs, d, m)
+    qs = torch.randint(-128, 128, (out, blocks, 32), dtype=torch.int8, generator=generator)
+    return Blocks(format, qs, d, None)
+
+
+@pytest.mark.parametrize("format", ["Q4_1", "Q8_0"])
+def test_the_kernel_matches_float32_products_of_the_dequantized_weight(kernels, format: str) -> None:
+    blocks = random_blocks(format, out=40, blocks=6)
+    weight, bias = blocks.dequantize(), torch.randn(40)
+    matmul = kernels.matmul(blocks)
+    for rows in [*range(1, 18), 33]:  # every pass width (8 rows at a time) and its remainders
+        x = torch.randn(rows, 192)
+        torch.testing.assert_close(matmul(x, None), F.linear(x, weight), atol=ATOL, rtol=ATOL)
+        torch.testing.assert_close(matmul(x, bias), F.linear(x, weight, bias), atol=ATOL, rtol=ATOL)
+    x = torch.randn(2, 3, 192)[:, ::2]  # leading dimensions, not contiguous
+    torch.testing.assert_close(matmul(x, bias), F.linear(x, weight, bias), atol=ATOL, rtol=ATOL)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # output features split across threads
+        x = torch.randn(5, 192)
+        torch.testing.assert_close(matmul(x, bias), F.linear(x, weight, bias), atol=ATOL, rtol=ATOL)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_blocks_dequantize_as_the_gguf_reader_does() -> None:
+    from gguf import GGMLQuantizationType, dequantize
+
+    for format in ("Q4_1", "Q8_0"):
+        blocks = random_blocks(format, out=3, blocks=2, seed=1)
+        raw = [blocks.d.half().view(torch.uint8).view(3, 2, 2)]
+        if blocks.m is not None:
+            raw.append(blocks.m.half().view(torch.uint8).view(3, 2, 2))
+        raw.append(blocks.qs.view(torch.uint8))
+        data = torch.cat(raw, dim=-1).reshape(3, -1).numpy()
+        expected = torch.from_numpy(dequantize(data, GGMLQuantizationType[format]))
+        assert torch.equal(blocks.dequantize(), expected)
+        assert torch.equal(Blocks.from_gguf(format, data).dequantize(), expected)
+
+
+def test_every_layer_of_the_embedded_gguf_finds_its_blocks(plain) -> None:
+    model = plain.model
+    found = dict(quant_weights.gguf_blocks(embedded_gguf_path(), model))
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert set(found) == set(linears)  # 7 per layer and the output layer, tied to the embeddings
+    for module, blocks in found.items():
+        assert torch.equal(blocks.dequantize(), module.weight)
+    assert found[model.lm_head].format == "Q8_0" and found[model.model.layers[0].mlp.up_proj].format == "Q4_1"
+
+
+def test_layers_route_the_probed_row_counts_to_the_blocks_and_keep_the_float32_results(plain, tmp_path) -> None:
+    loaded = load_model(EMBEDDED, threads=1, batch_weights="off", gguf_kernels="off")
+    model, saved = loaded.model, tmp_path / "blocks.safetensors"
+    kept = quant_weights.attach(model, embedded_gguf_path(), "auto", tmp_path, saved, probe=lambda layers: [1, 8])
+    assert 90 < kept < 120 and saved.is_file()  # Q4_1 at 6 bits a weight here, the output layer at 8.5 + 32 bits
+    up = model.model.layers[3].mlp.up_proj
+    assert type(up) is BatchLinear and up.quant_rows[:10] == (
+        False,
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+        False,
+        True,
+        True,
+    )
+    calls = []
+    original = QuantMatmul.__call__
+
+    def spy(self: QuantMatmul, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        calls.append(x.numel() // x.shape[-1])
+        return original(self, x, bias)
+
+    ids = [[5, 9, 11, 3, 7, 1, 4, 60]]
+    with torch.inference_mode(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(QuantMatmul, "__call__", spy)
+        for rows in ([ids[0][:1]], [ids[0][:2]], ids):
+            got = model(input_ids=torch.tensor(rows)).logits.log_softmax(-1)
+            want = plain.model(input_ids=torch.tensor(rows)).logits.log_softmax(-1)
+            torch.testing.assert_close(got, want, atol=ATOL, rtol=ATOL)  # ~-20 for unlikely tokens: relative
+            top = want.topk(10, dim=-1).indices  # what the panels show: within 1e-4 outright
+            torch.testing.assert_close(got.gather(-1, top), want.gather(-1, top), atol=ATOL, rtol=0)
+        assert sorted(set(calls)) == [1, 8]  # 2 rows: the float32 route, as the probe said
+        assert len(calls) == 2 * 211
+        calls.clear()
+        tokens = model.generate(torch.tensor(ids), max_new_tokens=12, do_sample=False, pad_token_id=0)
+        assert calls  # the lone rows of decoding went to the blocks...
+        assert torch.equal(
+            tokens, plain.model.generate(torch.tensor(ids), max_new_tokens=12, do_sample=False, pad_token_id=0)
+        )  # ...and chose the same tokens
+        calls.clear()
+        with torch.no_grad():
+            up.weight.mul_(2)  # changed in place: its blocks are stale
+        x = torch.randn(1, 576)
+        torch.testing.assert_close(up(x), F.linear(x, up.weight), atol=ATOL, rtol=ATOL)
+        assert calls == []
+
+
+def test_saved_blocks_are_reused_and_a_damaged_file_is_read_again(plain, tmp_path, monkeypatch) -> None:
+    saved = tmp_path / "blocks.safetensors"
+    first = quant_weights._blocks(embedded_gguf_path(), plain.model, saved)
+    read = []
+    monkeypatch.setattr(quant_weights, "gguf_blocks", lambda *args: read.append(args) or iter(first))
+    again = quant_weights._blocks(embedded_gguf_path(), plain.model, saved)
+    assert not read
+    again_by, first_by = dict(again), dict(first)
+    assert set(again_by) == set(first_by)
+    for module, blocks in first_by.items():
+        assert all(
+            torch.equal(a, b)
+            for a, b in zip(vars(blocks).values(), vars(again_by[module]).values())
+            if isinstance(a, torch.Tensor)
+        )
+    saved.write_bytes(b"not safetensors")
+    quant_weights._blocks(embedded_gguf_path(), plain.model, saved)
+    assert len(read) == 1
+
+
+def test_without_a_compiler_or_when_off_nothing_changes(monkeypatch, tmp_path, caplog) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32))
+    assert quant_weights.attach(model, embedded_gguf_path(), "off", tmp_path) == 0
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    with caplog.at_level(logging.INFO, logger="playground.models.quant_weights"):
+        assert quant_weights.build(tmp_path) is None
+        assert quant_weights.attach(model, embedded_gguf_path(), "auto", tmp_path) == 0
+    assert "no C compiler (/nonexistent/cc)" in caplog.text
+    assert type(model[0]) is torch.nn.Linear
+    with pytest.raises(ValueError, match="gguf_kernels must be one of auto, off, not 'on'"):
+        quant_weights.attach(model, embedded_gguf_path(), "on", tmp_path)
+
+
+def test_a_gguf_whose_weights_differ_from_the_loaded_model_keeps_float32(plain) -> None:
+    blocks = random_blocks("Q4_1", out=4, blocks=2)
+    assert quant_weights._aligned(blocks, blocks.dequantize()[[2, 0, 3, 1]]).qs.equal(blocks.qs[[2, 0, 3, 1]])
+    other = blocks.dequantize().clone()
+    other[1, 5] += 1e-3
+    assert quant_weights._aligned(blocks, other) is None
+
+
+def test_the_flag_reaches_the_loader() -> None:
+    assert LocalOptions.from_flags(cli.parse_args([])).cpu_gguf_kernels == "auto"
+    assert LocalOptions.from_flags(cli.parse_args(["--cpu-gguf-kernels", "off"])).cpu_gguf_kernels == "off"
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--cpu-gguf-kernels", "on"])
+    assert make_local(LocalOptions(cpu_gguf_kernels="off")).load_options["gguf_kernels"] == "off"
+
+
+def test_the_probe_races_the_blocks_against_each_layer_s_own_route(kernels) -> None:
+    blocks = random_blocks("Q4_1", out=48, blocks=2)
+    layer = torch.nn.Linear(64, 48, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(blocks.dequantize())
+    wins = quant_weights.faster_with_blocks([(layer.weight, kernels.matmul(blocks), None, layer)])
+    assert set(wins) <= set(QUANT_ROWS) and wins == sorted(wins)
