@@ -14,12 +14,16 @@ def test_second_load_comes_from_cache_with_identical_logits(monkeypatch: pytest.
     monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
     first = models.load_model("embedded", threads=1)
     cached = list(tmp_path.glob("gguf-*"))
+    kernels = sorted(p.name for p in (tmp_path / "kernels").iterdir())
     second = models.load_model("embedded", threads=1)
 
     assert (first.from_cache, second.from_cache) == (False, True)
     assert [p.name for p in cached] == [p.name for p in tmp_path.iterdir() if p.name != "kernels"]
-    assert len(list((tmp_path / "kernels").iterdir())) == 1  # the CPU kernel probe's verdicts, taken once
-    assert (cached[0] / "model.safetensors").is_file()
+    # the probe's verdicts (blocked copies, GGUF blocks) and the GGUF kernels' build, each made once
+    assert [name.rsplit(".", 1)[-1] for name in kernels] == ["json", "json", "so"]
+    assert sorted(p.name for p in (tmp_path / "kernels").iterdir()) == kernels
+    assert (cached[0] / "model.safetensors").is_file() and (cached[0] / "gguf-blocks.safetensors").is_file()
+    assert first.gguf_blocks_mb == second.gguf_blocks_mb > 0
     assert (first.device, first.model_id) == (models.pick_device(), models.EMBEDDED_NAME)
     assert (second.device, second.dtype) == (first.device, first.dtype)
 
