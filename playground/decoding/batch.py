@@ -127,8 +127,8 @@ class BatchCache:
         # A mask without holes is left out: the model then takes exactly the path it takes for one request.
         mask = None if bool(self.mask.all()) else self.mask
         logits = None
-        if mask is None and ids.shape == (1, 1):  # a lone row's one token: the lean step, where the model has one
-            logits = self.runner.lone_step(tokens[0][0], int(positions[0, 0]), self.kv)
+        if width == 1:  # one token per row: the lean step, where the model has one
+            logits = self.runner.lean_step([t[0] for t in tokens], positions[:, 0], self.kv, mask)
         if logits is None:
             logits, self.kv = self.runner.forward(ids, self.kv, keep=width, attention_mask=mask, position_ids=positions)
         return [logits[i, : len(t)].float() for i, t in enumerate(tokens)]

@@ -41,14 +41,21 @@ class ModelRunner:
         self._token_text: dict[int, str] = {}
         # transformers 5 renamed the KV cache argument and output from past_key_values to cache.
         self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-        self._lone_step = LlamaStep.for_model(self.model)
+        self._lean_step = LlamaStep.for_model(self.model)
 
     def lone_step(self, token_id: int, position: int, cache: Any) -> torch.Tensor | None:
         """A lone row's next token through the lean step (playground/models/llama_step.py): its logits (1 x 1 x
         vocab), the cache updated; None where that step does not apply, and `forward` must run."""
-        if self._lone_step is None:
+        return self.lean_step([token_id], torch.tensor([position]), cache)
+
+    def lean_step(
+        self, token_ids: list[int], positions: torch.Tensor, cache: Any, mask: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
+        """One token per row through the lean step: logits (rows x 1 x vocab), the cache updated; None where
+        that step does not apply. `mask`: the batch's attention mask with the new column, None without holes."""
+        if self._lean_step is None:
             return None
-        return self._lone_step(token_id, position, cache)
+        return self._lean_step.rows(token_ids, positions, cache, mask)
 
     def forward(
         self, input_ids: torch.Tensor, cache: Any = None, keep: int = 1, **batch: Any

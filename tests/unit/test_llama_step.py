@@ -84,3 +84,35 @@ def test_it_stands_aside_where_it_could_differ() -> None:
         model.model.layers[1].self_attn.q_proj = torch.nn.Sequential(model.model.layers[1].self_attn.q_proj)
         assert step(7, len(PROMPT), cache) is None  # an adapter's layer in place of a projection
         assert cache.get_seq_length() == len(PROMPT)  # and the cache is left as it was
+
+
+def test_a_batchs_ragged_rows_take_it_and_get_the_models_logits_and_cache() -> None:
+    model = tiny_llama(vocab_size=VOCAB)
+    runner, reference = runner_for(model), runner_for(copy.deepcopy(model))
+    forwards = []
+    model.register_forward_pre_hook(lambda *_: forwards.append(1))  # after the runner chose its step
+    prompts = [PROMPT, PROMPT[:2], [4, 8, 15, 16]]  # ragged: the shorter rows are padded on the left
+    batches = []
+    with torch.inference_mode():
+        for each in (runner, reference):
+            batch = BatchCache(each)
+            for prompt in prompts:
+                row = BatchCache(each)
+                row.adopt(each.forward(each.ids(prompt))[1])
+                batch.merge(row)
+            batches.append(batch)
+        mine, theirs = batches
+        assert not bool(mine.mask.all())
+        forwards.clear()
+        for tokens in ([[7], [40], [2]], [[63], [1], [9]]):
+            got = mine.forward(tokens)
+            reference._lean_step = None  # the reference takes the model's own forward
+            want = theirs.forward(tokens)
+            for row_got, row_want in zip(got, want):
+                torch.testing.assert_close(logprobs(row_got), logprobs(row_want), atol=1e-4, rtol=0)
+        assert forwards == []  # the lean step ran, not the model's forward
+        for a, b in zip(mine.kv.layers, theirs.kv.layers):
+            torch.testing.assert_close(a.keys, b.keys, atol=1e-5, rtol=0)
+            torch.testing.assert_close(a.values, b.values, atol=1e-5, rtol=0)
+        mine.forward([[8, 9], [3], [5]])  # several tokens in a row: the model's forward
+        assert forwards == [1]
