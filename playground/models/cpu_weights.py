@@ -75,6 +75,9 @@ class BatchLinear(torch.nn.Linear):
         return F.linear(x, weight, self.bias)
 
 
+PLAIN_LINEAR = (torch.nn.Linear, BatchLinear)  # the layers these layouts (and the GGUF blocks) apply to
+
+
 def pack_for_cpu(model: Any, batch_weights: str = "auto", cache_dir: Path | None = None, probe: Probe = measure) -> int:
     """Lay out every plain linear layer of `model` (on the CPU); the MB the blocked copies add (0: none).
 

@@ -154,7 +154,7 @@ def machine_facts() -> dict[str, object]:
     """What a kernel's speed here depends on: the CPU and its ISA caps, torch and its threads."""
     return {
         "cpu": _cpu_model(),
-        "isa": [flag for flag in ISA_FLAGS if flag in _cpu_flags()],
+        "isa": [flag for flag in ISA_FLAGS if flag in cpu_flags()],
         "caps": {name: os.environ.get(name) for name in ISA_CAPS},
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -183,7 +183,8 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _cpu_flags() -> set[str]:
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as the kernel lists them (empty where it does not)."""
     for line in _cpuinfo().splitlines():
         if line.startswith(("flags", "Features")):
             return set(line.split(":", 1)[1].split())

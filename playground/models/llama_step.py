@@ -26,9 +26,7 @@ from transformers.models.llama.modeling_llama import (
     LlamaRMSNorm,
 )
 
-from playground.models.cpu_weights import BatchLinear
-
-PLAIN_LINEAR = (torch.nn.Linear, BatchLinear)
+from playground.models.cpu_weights import PLAIN_LINEAR
 
 
 class LlamaStep:

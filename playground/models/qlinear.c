@@ -3,7 +3,8 @@
 Each block is expanded to float32 in registers (Q4_1: d * q + m, Q8_0: d * q, as the GGUF's dequantizer
 does) and multiplied into up to ROWS rows of x at once: the weights stream from memory at 5 or 8.5 bits
 each instead of 32, and a batch's rows share one expansion. The products are float32 throughout, so the
-result is the dequantized weight's up to the order of the additions. Built by quant_weights.py with
+result is the dequantized weight's up to the order of the additions (and Q4_1's d * q + m rounded once, fused,
+where the dequantizer rounds twice: at most one unit in the last place of a weight). Built by quant_weights.py with
 -march=native for the machine it runs on: AVX-512, AVX2 + FMA, or portable C the compiler vectorizes.
 Output features are split across `threads` (OpenMP) when it was compiled with it.
 */

@@ -31,7 +31,8 @@ from typing import Any
 
 import torch
 
-from playground.models.kernel_probe import QUANT_ROWS, faster_at, machine_facts, row_tables
+from playground.models.cpu_weights import PLAIN_LINEAR, BatchLinear
+from playground.models.kernel_probe import QUANT_ROWS, cpu_flags, faster_at, machine_facts, row_tables
 
 log = logging.getLogger(__name__)
 
@@ -124,16 +125,17 @@ class QuantMatmul:
             )
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if x.dtype != torch.float32 or not x.is_cpu or x.shape[-1] != self.in_features:
+            raise ValueError(f"the GGUF kernel takes float32 CPU rows of {self.in_features}, not {x.dtype} {x.shape}")
+        if bias is not None and (bias.dtype != torch.float32 or bias.shape != (self.out_features,)):
+            raise ValueError(
+                f"the GGUF kernel takes a float32 bias of {self.out_features}, not {bias.dtype} {bias.shape}"
+            )
         x = x.contiguous()
-        y = torch.empty(*x.shape[:-1], self.out_features)
+        bias = None if bias is None else bias.contiguous()  # held until the call returns
+        y = torch.empty(*x.shape[:-1], self.out_features, dtype=torch.float32)
         rows = x.numel() // self.in_features
-        self._call(
-            x.data_ptr(),
-            rows,
-            None if bias is None else bias.contiguous().data_ptr(),
-            y.data_ptr(),
-            torch.get_num_threads(),
-        )
+        self._call(x.data_ptr(), rows, None if bias is None else bias.data_ptr(), y.data_ptr(), torch.get_num_threads())
         return y
 
 
@@ -150,18 +152,19 @@ def build(cache_dir: Path | None) -> Kernels | None:
     except (OSError, subprocess.SubprocessError) as exc:
         log.info("C compiler %s does not answer (%s): GGUF layers multiply from their float32 weights", compiler, exc)
         return None
-    facts = machine_facts()
     extra = shlex.split(os.environ.get("CFLAGS", ""))
-    key = hashlib.sha256(SOURCE.read_bytes() + version + repr((facts["cpu"], facts["isa"], extra)).encode())
-    key = key.hexdigest()
-    folder = cache_dir if cache_dir is not None else Path(tempfile.gettempdir())
-    path = folder / f"qlinear-{key[:16]}.so"
-    if not path.is_file():
+    # -march=native uses every extension the CPU lists: a build cached for another CPU would not run here
+    facts = (machine_facts()["cpu"], sorted(cpu_flags()), extra)
+    key = hashlib.sha256(SOURCE.read_bytes() + version + repr(facts).encode()).hexdigest()
+    name = f"qlinear-{key[:16]}.so"
+    path = cache_dir / name if cache_dir is not None else None
+    if path is None or not path.is_file():
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            folder = Path(tempfile.gettempdir())
-            path = folder / path.name
+            if path is None:
+                raise OSError("no cache folder")
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:  # built for this process only, in a folder no one else can write
+            path = Path(tempfile.mkdtemp(prefix="qlinear-")) / name
         if not _compile(compiler, path, extra):
             return None
     try:
@@ -184,7 +187,11 @@ def _compile(compiler: str, path: Path, extra: list[str]) -> bool:
             errors = str(exc).encode()
             continue
         if done.returncode == 0:
-            tmp.replace(path)  # atomic: a second process starting beside this one reads a whole file
+            try:
+                tmp.replace(path)  # atomic: a second process starting beside this one reads a whole file
+            except OSError as exc:
+                errors = str(exc).encode()
+                break
             return True
         errors = done.stderr
     log.info("qlinear.c did not compile (%s): float32 weights", errors.decode(errors="replace")[-300:])
@@ -210,7 +217,7 @@ def gguf_blocks(path: Path, model: Any) -> Iterator[tuple[torch.nn.Linear, Block
         if gguf_name is not None and f"{gguf_name}.weight" in tensors:
             by_param[id(param)] = tensors[f"{gguf_name}.weight"]
     for module in model.modules():
-        if not isinstance(module, torch.nn.Linear) or id(module.weight) not in by_param:
+        if type(module) not in PLAIN_LINEAR or id(module.weight) not in by_param:  # subclasses keep their own forward
             continue
         tensor = by_param[id(module.weight)]
         blocks = _aligned(Blocks.from_gguf(tensor.tensor_type.name, tensor.data), module.weight.detach())
@@ -247,31 +254,35 @@ def attach(
     layer's own route. `saved` (a .safetensors file beside the converted weights) keeps the blocks found,
     so later starts skip reading the GGUF's metadata and checking every weight (~3 s for the embedded model).
     """
-    from playground.models.cpu_weights import BatchLinear
-
     if mode not in MODES:
         raise ValueError(f"gguf_kernels must be one of {', '.join(MODES)}, not {mode!r}")
     if mode == "off":
         return 0
-    kernels = build(cache_dir)
-    if kernels is None:
+    try:  # a speed-up only: whatever goes wrong here, the float32 weights serve
+        kernels = build(cache_dir)
+        if kernels is None:
+            return 0
+        found = [(module, kernels.matmul(blocks)) for module, blocks in _blocks(path, model, saved)]
+        if not found:
+            return 0
+        layers = [(module.weight, matmul, module.bias, module) for module, matmul in found]
+        # what the blocks were raced against: MKL alone, or with the blocked copies (cpu_weights.py)
+        baseline = "blocked" if any(type(module) is BatchLinear for module, _ in found) else "mkl"
+        key = {"kernels": kernels.path.name, "isa": kernels.isa, "baseline": baseline}
+        tables = row_tables(layers, cache_dir, probe or faster_with_blocks, kind="gguf", extra=key, counts=QUANT_ROWS)
+    except Exception as exc:  # noqa: BLE001 - a GGUF or toolchain we did not foresee
+        log.warning("GGUF blocks not used (%s: %s): float32 weights", type(exc).__name__, exc)
         return 0
-    found = [(module, kernels.matmul(blocks)) for module, blocks in _blocks(path, model, saved)]
-    if not found:
-        return 0
-    layers = [(module.weight, matmul, module.bias, module) for module, matmul in found]
-    key = {"kernels": kernels.path.name, "isa": kernels.isa}
-    tables = row_tables(layers, cache_dir, probe or faster_with_blocks, kind="gguf", extra=key, counts=QUANT_ROWS)
     kept = served = 0
     for module, matmul in found:
         table = tables[(module.in_features, module.out_features)]
         if not any(table):
             continue
-        if type(module) is not BatchLinear:
+        if type(module) is not BatchLinear:  # (a BatchLinear already watches its weight since it was packed)
             module.__class__ = BatchLinear
+            module.watch(module.weight)
         module.quant = matmul
         module.quant_rows = table
-        module.watch(module.weight)
         kept += matmul.blocks.nbytes
         served += 1
     log.info("GGUF blocks (%s kernels) serve %d of %d layers", kernels.isa, served, len(found))
@@ -283,7 +294,7 @@ def _blocks(path: Path, model: Any, saved: Path | None) -> list[tuple[torch.nn.L
     from safetensors import SafetensorError, safe_open
     from safetensors.torch import save_file
 
-    modules = {module: name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+    modules = {module: name for name, module in model.named_modules() if type(module) in PLAIN_LINEAR}
     by_name = {name: module for module, name in modules.items()}
     if saved is not None and saved.is_file():
         try:
@@ -317,8 +328,9 @@ def _blocks(path: Path, model: Any, saved: Path | None) -> list[tuple[torch.nn.L
             tmp = saved.with_name(f"{saved.name}.{os.getpid()}.tmp")
             save_file(tensors, str(tmp), metadata={modules[m]: b.format for m, b in found})
             tmp.replace(saved)
-        except OSError as exc:  # a read-only cache: read the GGUF again next start
+        except (OSError, SafetensorError) as exc:  # a read-only or full cache: read the GGUF again next start
             log.info("GGUF blocks not saved: %s", exc)
+            tmp.unlink(missing_ok=True)
     return found
 
 

@@ -23,7 +23,6 @@ def test_second_load_comes_from_cache_with_identical_logits(monkeypatch: pytest.
     assert [name.rsplit(".", 1)[-1] for name in kernels] == ["json", "json", "so"]
     assert sorted(p.name for p in (tmp_path / "kernels").iterdir()) == kernels
     assert (cached[0] / "model.safetensors").is_file() and (cached[0] / "gguf-blocks.safetensors").is_file()
-    assert first.gguf_blocks_mb == second.gguf_blocks_mb > 0
     assert (first.device, first.model_id) == (models.pick_device(), models.EMBEDDED_NAME)
     assert (second.device, second.dtype) == (first.device, first.dtype)
 

@@ -10,6 +10,7 @@ once their weight changes. Greedy tokens and logprobs stay those of the float32 
 from __future__ import annotations
 
 import logging
+import platform
 
 import pytest
 import torch
@@ -26,10 +27,20 @@ from playground.providers.local import make_local
 ATOL = 1e-4  # float32 sums in another order: ~1e-6 here, far below any logprob shown
 
 
-@pytest.fixture(scope="module")
-def kernels(tmp_path_factory: pytest.TempPathFactory) -> quant_weights.Kernels:
-    built = quant_weights.build(tmp_path_factory.mktemp("kernels"))
+# The paths qlinear.c takes: this machine's widest, then (on x86) AVX2 and portable C built by capping -march=native.
+BUILDS = {"native": ""}
+if platform.machine() in ("x86_64", "AMD64"):
+    BUILDS.update({"avx2": "-mno-avx512f", "portable": "-mno-avx512f -mno-avx2 -mno-fma"})
+
+
+@pytest.fixture(scope="module", params=list(BUILDS))
+def kernels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> quant_weights.Kernels:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CFLAGS", BUILDS[request.param])
+        built = quant_weights.build(tmp_path_factory.mktemp("kernels"))
     assert built is not None, "qlinear.c must compile here (make test installs a C compiler)"
+    if request.param == "portable":
+        assert built.isa == "portable"
     return built
 
 
@@ -52,8 +63,8 @@ def random_blocks(format: str, out: int, blocks: int, seed: int = 0) -> Blocks:
 
 @pytest.mark.parametrize("format", ["Q4_1", "Q8_0"])
 def test_the_kernel_matches_float32_products_of_the_dequantized_weight(kernels, format: str) -> None:
-    blocks = random_blocks(format, out=40, blocks=6)
-    weight, bias = blocks.dequantize(), torch.randn(40)
+    blocks = random_blocks(format, out=41, blocks=6)  # an odd count: the last feature goes alone
+    weight, bias = blocks.dequantize(), torch.randn(41)
     matmul = kernels.matmul(blocks)
     for rows in [*range(1, 18), 33]:  # every pass width (8 rows at a time) and its remainders
         x = torch.randn(rows, 192)
@@ -201,3 +212,24 @@ def test_the_probe_races_the_blocks_against_each_layer_s_own_route(kernels) -> N
         layer.weight.copy_(blocks.dequantize())
     wins = quant_weights.faster_with_blocks([(layer.weight, kernels.matmul(blocks), None, layer)])
     assert set(wins) <= set(QUANT_ROWS) and wins == sorted(wins)
+
+
+def test_rows_the_kernel_cannot_take_are_refused_and_a_failure_at_load_leaves_float32(
+    kernels, monkeypatch, tmp_path, caplog
+) -> None:
+    matmul = kernels.matmul(random_blocks("Q8_0", out=8, blocks=2))
+    for x in (torch.randn(2, 32), torch.randn(2, 64, dtype=torch.float64)):
+        with pytest.raises(ValueError, match="the GGUF kernel takes float32 CPU rows of 64"):
+            matmul(x, None)
+    with pytest.raises(ValueError, match="a float32 bias of 8"):
+        matmul(torch.randn(2, 64), torch.randn(9))
+
+    def unforeseen(*args: object) -> None:
+        raise RuntimeError("a GGUF this reader does not know")
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32))
+    monkeypatch.setattr(quant_weights, "_blocks", unforeseen)
+    with caplog.at_level(logging.WARNING, logger="playground.models.quant_weights"):
+        assert quant_weights.attach(model, embedded_gguf_path(), "auto", tmp_path) == 0
+    assert "GGUF blocks not used (RuntimeError: a GGUF this reader does not know): float32 weights" in caplog.text
+    assert type(model[0]) is torch.nn.Linear
