@@ -39,7 +39,7 @@ ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "asimd", "sve")
 ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
 
 Shape = tuple[int, int]  # (in_features, out_features)
-RowTable = tuple[bool, ...]  # index: row count; True where oneDNN's blocked copy is faster
+RowTable = tuple[bool, ...]  # index: row count; True where the probed kernel is faster
 Layer = tuple[Any, ...]  # the weight in MKL's layout first; blocked copy: (weight, its copy, bias)
 Probe = Callable[[list[Layer]], list[int]]  # see measure()
 
@@ -163,9 +163,7 @@ def machine_facts() -> dict[str, object]:
 
 def _machine_key(shapes: list[Shape], extra: dict[str, str]) -> str:
     """What the verdicts depend on, hashed: the machine, the shapes and what else the caller names."""
-    facts = {**machine_facts(), "shapes": shapes}
-    if extra != {"kind": "blocked"}:  # the blocked copy's verdicts keep the key they were cached under
-        facts["extra"] = extra
+    facts = {**machine_facts(), "shapes": shapes, "extra": extra}
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 
