@@ -119,17 +119,16 @@ class BatchCache:
         """Run each row's new tokens (one or more per row); each row's logits at its new positions."""
         width = max(len(t) for t in tokens)
         device = self.mask.device
-        ids = torch.tensor([t + [self.runner.pad_id] * (width - len(t)) for t in tokens], device=device)
+        padded = [t + [self.runner.pad_id] * (width - len(t)) for t in tokens]
         new_mask = torch.tensor([[1] * len(t) + [0] * (width - len(t)) for t in tokens], device=device)
         self.mask = torch.cat([self.mask, new_mask], dim=1)
         positions = self.positions.unsqueeze(1) + torch.arange(width, device=device)
         self.positions = self.positions + torch.tensor([len(t) for t in tokens], device=device)
         # A mask without holes is left out: the model then takes exactly the path it takes for one request.
         mask = None if bool(self.mask.all()) else self.mask
-        logits = None
-        if width == 1:  # one token per row: the lean step, where the model has one
-            logits = self.runner.lean_step([t[0] for t in tokens], positions[:, 0], self.kv, mask)
+        logits = self.runner.lean_step(padded, positions, self.kv, mask)  # where the model has one
         if logits is None:
+            ids = torch.tensor(padded, device=device)
             logits, self.kv = self.runner.forward(ids, self.kv, keep=width, attention_mask=mask, position_ids=positions)
         return [logits[i, : len(t)].float() for i, t in enumerate(tokens)]
 

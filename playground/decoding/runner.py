@@ -46,13 +46,14 @@ class ModelRunner:
     def lone_step(self, token_id: int, position: int, cache: Any) -> torch.Tensor | None:
         """A lone row's next token through the lean step (playground/models/llama_step.py): its logits (1 x 1 x
         vocab), the cache updated; None where that step does not apply, and `forward` must run."""
-        return self.lean_step([token_id], torch.tensor([position]), cache)
+        return self.lean_step([[token_id]], torch.tensor([[position]]), cache)
 
     def lean_step(
-        self, token_ids: list[int], positions: torch.Tensor, cache: Any, mask: torch.Tensor | None = None
+        self, token_ids: list[list[int]], positions: torch.Tensor, cache: Any, mask: torch.Tensor | None = None
     ) -> torch.Tensor | None:
-        """One token per row through the lean step: logits (rows x 1 x vocab), the cache updated; None where
-        that step does not apply. `mask`: the batch's attention mask with the new column, None without holes."""
+        """Each row's new tokens (as many per row) through the lean step: logits (rows x width x vocab), the cache
+        updated; None where that step does not apply. `mask`: the batch's attention mask with the new columns,
+        None without holes."""
         if self._lean_step is None:
             return None
         return self._lean_step.rows(token_ids, positions, cache, mask)

@@ -1,13 +1,14 @@
-"""The one-token decode step of a lone row or a batch's rows for Llama models on the CPU, without the modelling
-code's per-call overhead.
+"""The decode step of a lone row or a batch's rows for Llama models on the CPU, without the modelling code's
+per-call overhead.
 
 On the CPU, transformers' Llama forward spends ~17 of a ~70 ms step (SmolLM2-135M, 1 thread) outside its
 matrix products: module calls, keyword plumbing, masks and output objects around ~1,000 small ops
 (`python -m benchmarks.step`). This step runs the same math on the same modules and the same KV cache
 layers (each layer's own `update`), so the cache, the prefix cache and batching see no difference; only
 the calls around the ops go. It serves only what it can prove it matches: a plain LlamaForCausalLM on the
-CPU (no hooks, no adapter layers in place of its projections) and one token per row after a cache (a
-batch's padding given as its mask); anything else returns None and the model's own forward runs.
+CPU (no hooks, no adapter layers in place of its projections), after a cache, one token or several per row
+(fast-forwarded tokens: causal among themselves; a batch's padding given as its mask); anything else returns
+None and the model's own forward runs.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from playground.models.cpu_weights import PLAIN_LINEAR
 
 
 class LlamaStep:
-    """The decode step of one Llama model, for a lone row."""
+    """The decode step of one Llama model."""
 
     def __init__(self, model: LlamaForCausalLM) -> None:
         self.model = model
@@ -61,14 +62,15 @@ class LlamaStep:
     def __call__(self, token_id: int, position: int, cache: Any) -> torch.Tensor | None:
         """Logits (1 x 1 x vocab) of `token_id` at `position` after `cache` (updated in place), or None when
         this step does not apply (the model's forward must run)."""
-        return self.rows([token_id], torch.tensor([position]), cache)
+        return self.rows([[token_id]], torch.tensor([[position]]), cache)
 
     def rows(
-        self, token_ids: list[int], positions: torch.Tensor, cache: Any, mask: torch.Tensor | None = None
+        self, token_ids: list[list[int]], positions: torch.Tensor, cache: Any, mask: torch.Tensor | None = None
     ) -> torch.Tensor | None:
-        """Logits (rows x 1 x vocab) of one token per row, each at its position, after `cache` (rows x ...,
-        updated in place), or None when this step does not apply. `mask` (rows x every cached position and
-        the new one; 1 where the row has a token) marks the padding of a batch's ragged rows: None, none."""
+        """Logits (rows x width x vocab) of each row's `width` new tokens at their positions (rows x width), after
+        `cache` (rows x ..., updated in place), or None when this step does not apply. Each new token sees the
+        cache and the row's new tokens up to itself; `mask` (rows x every cached position and the new ones; 1
+        where the row has a token) marks the padding of a batch's ragged rows: None, none."""
         layers = getattr(cache, "layers", None)
         if not layers or len(layers) != len(self.layers) or self.model.training:
             return None
@@ -77,15 +79,15 @@ class LlamaStep:
         projections = [_projections(layer) for layer in self.layers]
         if projections[0] is None or any(p is None for p in projections):
             return None  # an adapter's layers sit in place of a projection
-        n = len(token_ids)
-        hidden = self.inner.embed_tokens(torch.tensor(token_ids).unsqueeze(1))
-        cos, sin = self.inner.rotary_emb(hidden, positions.view(n, 1))
+        n, width = len(token_ids), len(token_ids[0])
+        hidden = self.inner.embed_tokens(torch.tensor(token_ids))
+        cos, sin = self.inner.rotary_emb(hidden, positions.view(n, width))
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        allowed = None if mask is None else mask.bool()[:, None, None, :]  # the padding mask sdpa gets from the model
+        allowed = _allowed(mask, layers[0].get_seq_length(), n, width)
         for layer, kv, (q_proj, k_proj, v_proj, o_proj, gate, up, down) in zip(self.layers, layers, projections):
             attn = layer.self_attn
             x = _rms(hidden, layer.input_layernorm)
-            shape = (n, 1, -1, attn.head_dim)
+            shape = (n, width, -1, attn.head_dim)
             q = q_proj.forward(x).view(shape).transpose(1, 2)
             k = k_proj.forward(x).view(shape).transpose(1, 2)
             v = v_proj.forward(x).view(shape).transpose(1, 2)
@@ -94,10 +96,20 @@ class LlamaStep:
             out = F.scaled_dot_product_attention(
                 q, keys, values, attn_mask=allowed, scale=attn.scaling, enable_gqa=True
             )
-            hidden = hidden + o_proj.forward(out.transpose(1, 2).reshape(n, 1, -1))
+            hidden = hidden + o_proj.forward(out.transpose(1, 2).reshape(n, width, -1))
             x = _rms(hidden, layer.post_attention_layernorm)
             hidden = hidden + down.forward(layer.mlp.act_fn(gate.forward(x)) * up.forward(x))
         return self.model.lm_head(_rms(hidden, self.inner.norm))
+
+
+def _allowed(mask: torch.Tensor | None, cached: int, n: int, width: int) -> torch.Tensor | None:
+    """sdpa's boolean mask (rows x 1 x width x keys): the row's own tokens (`mask`), and none after the query's
+    own position; None where every query sees every key (one new token per row, no padding)."""
+    padding = None if mask is None else mask.bool()[:, None, None, :]
+    if width == 1:
+        return padding
+    causal = torch.ones(width, cached + width, dtype=torch.bool).tril(diagonal=cached)[None, None]
+    return causal if padding is None else causal & padding
 
 
 def _projections(layer: LlamaDecoderLayer) -> tuple[Any, ...] | None:

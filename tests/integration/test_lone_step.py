@@ -1,4 +1,4 @@
-"""The lean lone-row step on the embedded model (its CPU weight layouts included): the model's own logprobs.
+"""The lean step on the embedded model (its CPU weight layouts included): the model's own logprobs.
 
 A model of its own: the session's gets PEFT adapter layers injected by the adapter tests, after which its
 lone rows rightly take the model's forward.
@@ -28,3 +28,9 @@ def test_the_embedded_models_lone_step_gives_its_forwards_logprobs(engine) -> No
             torch.testing.assert_close(
                 torch.log_softmax(got[0, -1], -1), torch.log_softmax(want[0, -1], -1), atol=1e-4, rtol=0
             )
+        forced = [28, 17, 2114, 504, 30, 28, 17, 30, 11]  # fast-forwarded tokens: one step, causal among them
+        positions = torch.arange(len(forced)).add(len(ids) + 3).unsqueeze(0)
+        got = runner.lean_step([forced], positions, ours)
+        want, theirs = runner.forward(runner.ids(forced), theirs, keep=len(forced))
+        assert got is not None and got.shape == want.shape
+        torch.testing.assert_close(torch.log_softmax(got[0], -1), torch.log_softmax(want[0], -1), atol=1e-4, rtol=0)

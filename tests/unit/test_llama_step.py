@@ -1,7 +1,8 @@
-"""The lean lone-row step on a tiny random Llama (no download): the model's own logits and cache, or no step at all.
+"""The lean step on a tiny random Llama (no download): the model's own logits and cache, or no step at all.
 
 Its speed is benchmarks/step.py's and benchmarks/decode.py's; here only that it computes what the model's
-forward computes, that a lone row's step takes it, and that it stands aside wherever it could differ.
+forward computes (one token or several per row, ragged batches), that the steps take it, and that it stands
+aside wherever it could differ.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def test_the_step_gives_the_models_logprobs_and_cache(config: dict) -> None:
             torch.testing.assert_close(mine.values, model_s.values, atol=1e-5, rtol=0)
 
 
-def test_a_lone_rows_step_takes_it_and_a_wider_step_does_not() -> None:
+def test_a_lone_rows_steps_take_it_one_token_or_several() -> None:
     model = tiny_llama(vocab_size=VOCAB)
     runner, reference = runner_for(model), runner_for(copy.deepcopy(model))
     forwards = []
@@ -60,12 +61,14 @@ def test_a_lone_rows_step_takes_it_and_a_wider_step_does_not() -> None:
     with torch.inference_mode():
         batch.adopt(runner.forward(runner.ids(PROMPT))[1])
         forwards.clear()
-        got = batch.forward([[7]])[0]
+        seen = list(PROMPT)
+        for tokens in ([7], [8, 9, 40], [2]):  # fast-forwarded tokens: several positions in one step, causal
+            got = batch.forward([tokens])[0]
+            seen += tokens
+            want = reference.forward(reference.ids(seen), keep=len(tokens))[0][0]
+            for k in range(len(tokens)):
+                torch.testing.assert_close(logprobs(got[k]), logprobs(want[k]), atol=1e-4, rtol=0)
         assert forwards == []  # the lean step ran, not the model's forward
-        want = reference.forward(reference.ids([*PROMPT, 7]))[0][0, -1:]
-        torch.testing.assert_close(logprobs(got), logprobs(want), atol=1e-4, rtol=0)
-        batch.forward([[8, 9]])  # fast-forwarded tokens: several positions in one forward, the model's
-        assert forwards == [1]
 
 
 def test_it_stands_aside_where_it_could_differ() -> None:
@@ -104,15 +107,16 @@ def test_a_batchs_ragged_rows_take_it_and_get_the_models_logits_and_cache() -> N
         mine, theirs = batches
         assert not bool(mine.mask.all())
         forwards.clear()
-        for tokens in ([[7], [40], [2]], [[63], [1], [9]]):
+        # one token a row, then ragged runs of tokens (padded on the right), then one again
+        for tokens in ([[7], [40], [2]], [[8, 9, 63], [3], [5, 6]], [[63], [1], [9]]):
             got = mine.forward(tokens)
             reference._lean_step = None  # the reference takes the model's own forward
             want = theirs.forward(tokens)
             for row_got, row_want in zip(got, want):
-                torch.testing.assert_close(logprobs(row_got), logprobs(row_want), atol=1e-4, rtol=0)
+                assert row_got.shape == row_want.shape
+                for k in range(row_got.shape[0]):
+                    torch.testing.assert_close(logprobs(row_got[k]), logprobs(row_want[k]), atol=1e-4, rtol=0)
         assert forwards == []  # the lean step ran, not the model's forward
         for a, b in zip(mine.kv.layers, theirs.kv.layers):
             torch.testing.assert_close(a.keys, b.keys, atol=1e-5, rtol=0)
             torch.testing.assert_close(a.values, b.values, atol=1e-5, rtol=0)
-        mine.forward([[8, 9], [3], [5]])  # several tokens in a row: the model's forward
-        assert forwards == [1]
