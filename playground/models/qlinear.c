@@ -1,6 +1,8 @@
-/* y = x W^T + bias, W kept in a GGUF's own blocks of 32 weights (Q4_1, Q8_0), computed in float32.
+/* y = x W^T + bias, W kept in blocks of 32 weights, computed in float32: Q4_1 (4-bit q, d and m per block),
+Q8_0 (8-bit signed q, d per block) and Q8_16 (8-bit signed q, d per 16 weights). quant_weights.py reads a GGUF's
+own blocks into them (Q4_0, Q5_0, Q4_K and Q6_K too: their values are the same d * q (+ m) in these forms).
 
-Each block is expanded to float32 in registers (Q4_1: d * q + m, Q8_0: d * q, as the GGUF's dequantizer
+Each block is expanded to float32 in registers (Q4_1: d * q + m, Q8: d * q, as the GGUF's dequantizer
 does) and multiplied into up to ROWS rows of x at once: the weights stream from memory at 5 or 8.5 bits
 each instead of 32, and a batch's rows share one expansion. The products are float32 throughout, so the
 result is the dequantized weight's up to the order of the additions (and Q4_1's d * q + m rounded once, fused,
@@ -15,7 +17,7 @@ Output features are split across `threads` (OpenMP) when it was compiled with it
 #define ROWS 8 /* rows of x per pass over W */
 #define FEATURES 2 /* output features per pass over x */
 
-enum { Q4_1 = 0, Q8_0 = 1 };
+enum { Q4_1 = 0, Q8_0 = 1, Q8_16 = 2 };
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -35,9 +37,10 @@ static inline void expand_q4_1(const uint8_t *q, vec d, vec m, vec *w) {
     w[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), d, m);
 }
 
-static inline void expand_q8_0(const int8_t *q, vec d, vec *w) {
-    w[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q))), d);
-    w[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)))), d);
+/* d0 scales the first 16 weights, d1 the last 16 (the same d for Q8_0) */
+static inline void expand_q8(const int8_t *q, vec d0, vec d1, vec *w) {
+    w[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q))), d0);
+    w[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)))), d1);
 }
 
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -68,9 +71,10 @@ static inline void expand_q4_1(const uint8_t *q, vec d, vec m, vec *w) {
     w[3] = _mm256_fmadd_ps(widen_u8(_mm_srli_si128(hi, 8)), d, m);
 }
 
-static inline void expand_q8_0(const int8_t *q, vec d, vec *w) {
+static inline void expand_q8(const int8_t *q, vec d0, vec d1, vec *w) {
     for (int v = 0; v < 4; v++)
-        w[v] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * v)))), d);
+        w[v] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * v)))),
+                             v < 2 ? d0 : d1);
 }
 
 #else /* portable: 8-float vectors the compiler maps to the machine's SIMD */
@@ -90,8 +94,8 @@ static inline void expand_q4_1(const uint8_t *q, vec d, vec m, vec *w) {
     }
 }
 
-static inline void expand_q8_0(const int8_t *q, vec d, vec *w) {
-    for (int j = 0; j < QK; j++) w[j / LANES].f[j % LANES] = d.f[0] * (float)q[j];
+static inline void expand_q8(const int8_t *q, vec d0, vec d1, vec *w) {
+    for (int j = 0; j < QK; j++) w[j / LANES].f[j % LANES] = (j < QK / 2 ? d0 : d1).f[0] * (float)q[j];
 }
 #endif
 
@@ -114,8 +118,10 @@ static inline __attribute__((always_inline)) void features(
             const size_t at = (size_t)(o + f) * blocks + b;
             if (format == Q4_1)
                 expand_q4_1(qs + at * bytes, vset(d[at]), vset(m[at]), w[f]);
+            else if (format == Q8_0)
+                expand_q8((const int8_t *)(qs + at * bytes), vset(d[at]), vset(d[at]), w[f]);
             else
-                expand_q8_0((const int8_t *)(qs + at * bytes), vset(d[at]), w[f]);
+                expand_q8((const int8_t *)(qs + at * bytes), vset(d[2 * at]), vset(d[2 * at + 1]), w[f]);
         }
         for (int r = 0; r < R; r++) {
             const float *xr = x + (size_t)r * in + (size_t)b * QK;
@@ -170,6 +176,13 @@ void q8_0_linear(const float *x, int rows, int in, const int8_t *qs, const float
                  const float *bias, float *y, int out, int threads)
 {
     linear(Q8_0, x, rows, in, (const uint8_t *)qs, d, NULL, bias, y, out, threads);
+}
+
+/* x: rows x in; qs: out x in/32 blocks of 32 signed bytes; d: out x in/16 (one per 16 weights); y: rows x out. */
+void q8_16_linear(const float *x, int rows, int in, const int8_t *qs, const float *d,
+                  const float *bias, float *y, int out, int threads)
+{
+    linear(Q8_16, x, rows, in, (const uint8_t *)qs, d, NULL, bias, y, out, threads);
 }
 
 /* Which of the paths above this build took: "avx512", "avx2" or "portable". */

@@ -1,7 +1,8 @@
-"""Linear layers that multiply from their GGUF's own blocks (Q4_1, Q8_0) on the CPU, with float32 math.
+"""Linear layers that multiply from their GGUF's own blocks (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K) on the CPU, with
+float32 math.
 
-A GGUF's quantized weights are exact: transformers dequantizes each block of 32 to float32 (Q4_1:
-d * q + m, Q8_0: d * q), and the CPU then streams ~540 MB of float32 per token for the embedded model,
+A GGUF's quantized weights are exact: transformers dequantizes each block to float32 (Q4_1: d * q + m,
+Q8_0: d * q, ...), and the CPU then streams ~540 MB of float32 per token for the embedded model,
 where the blocks take ~96 MB. A decode step is bound by those bytes, so this keeps the blocks beside the
 float32 weights and multiplies from them with a small C kernel (qlinear.c, compiled with -march=native on
 first use and cached): each block expands to float32 in registers and is multiplied into every row of the
@@ -39,33 +40,62 @@ log = logging.getLogger(__name__)
 MODES = ("auto", "off")
 SOURCE = Path(__file__).with_name("qlinear.c")
 QK = 32  # weights per block
-BLOCK_BYTES = {"Q4_1": 20, "Q8_0": 34}  # fp16 d (and m) + the quants
+QK_K = 256  # weights per super-block (Q4_K, Q6_K)
+# The GGUF block types read, with each block's bytes: Q4_1 and Q8_0 as they are; Q4_0 and Q5_0 as Q8_0 (their
+# signed q - 8, q - 16 in a byte); Q4_K as Q4_1 per sub-block of 32 (d * scale, -dmin * min); Q6_K as Q8_16.
+GGUF_BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q8_0": 34, "Q4_K": 144, "Q6_K": 210}
 FLAG_SETS = (("-march=native", "-fopenmp"), ("-march=native",), ())  # the first the compiler takes
 COMPILE_TIMEOUT_S = 120
 
 
 @dataclass(frozen=True)
 class Blocks:
-    """One weight (out x in) in a GGUF's blocks: quants per block, d (and m for Q4_1) per block, float32."""
+    """One weight (out x in) in blocks of 32 weights the kernel takes, float32 scales:
+    Q4_1: d * q + m per block, q 4-bit (two a byte: q[j] low, q[j + 16] high);
+    Q8_0: d * q per block, q a signed byte; Q8_16: the same with one d per 16 weights."""
 
-    format: str  # "Q4_1" or "Q8_0"
-    qs: torch.Tensor  # Q4_1: uint8 (out, in/32, 16), two weights a byte; Q8_0: int8 (out, in/32, 32)
-    d: torch.Tensor  # float32 (out, in/32)
+    format: str  # "Q4_1", "Q8_0" or "Q8_16"
+    qs: torch.Tensor  # Q4_1: uint8 (out, in/32, 16); Q8_0, Q8_16: int8 (out, in/32, 32)
+    d: torch.Tensor  # float32 (out, in/32); Q8_16: (out, in/16)
     m: torch.Tensor | None  # Q4_1's minimum per block, float32 (out, in/32)
 
     @classmethod
-    def from_gguf(cls, format: str, raw: Any) -> Blocks:
-        """From a GGUF tensor's bytes, (out, in/32 * BLOCK_BYTES) uint8."""
-        data = torch.from_numpy(raw.copy()).view(raw.shape[0], -1, BLOCK_BYTES[format])
-        d = data[..., 0:2].contiguous().view(torch.float16).squeeze(-1).float()
-        if format == "Q4_1":
-            m = data[..., 2:4].contiguous().view(torch.float16).squeeze(-1).float()
-            return cls(format, data[..., 4:].contiguous(), d, m)
-        return cls(format, data[..., 2:].contiguous().view(torch.int8), d, None)
+    def from_gguf(cls, kind: str, raw: Any) -> Blocks:
+        """From a GGUF tensor's bytes, (out, bytes per row) uint8, of block type `kind` (GGUF_BLOCK_BYTES)."""
+        out = raw.shape[0]
+        data = torch.from_numpy(raw.copy()).view(out, -1, GGUF_BLOCK_BYTES[kind])
+        d = _half(data[..., 0:2])
+        if kind == "Q4_1":
+            return cls(kind, data[..., 4:].contiguous(), d, _half(data[..., 2:4]))
+        if kind == "Q8_0":
+            return cls(kind, data[..., 2:].contiguous().view(torch.int8), d, None)
+        if kind == "Q4_0":
+            return cls("Q8_0", (_nibbles(data[..., 2:]).to(torch.int8) - 8), d, None)
+        if kind == "Q5_0":
+            high = data[..., 2:6].contiguous().view(torch.int32).to(torch.int64)  # bit j: weight j's fifth bit
+            fifth = (high >> torch.arange(QK)) & 1
+            q = _nibbles(data[..., 6:]).to(torch.int64) | (fifth << 4)
+            return cls("Q8_0", (q - 16).to(torch.int8), d, None)
+        if kind == "Q4_K":  # 8 sub-blocks of 32: d * scale and dmin * min, 6-bit each, packed in 12 bytes
+            scales, mins = _k_scales(data[..., 4:16])
+            chunks = data[..., 16:].reshape(out, -1, 4, 32)  # 32 bytes: sub-block 2j (low nibbles), 2j + 1 (high)
+            q = torch.stack((chunks & 15, chunks >> 4), dim=3).reshape(out, -1, QK)
+            d = (d.unsqueeze(-1) * scales).reshape(out, -1)
+            m = -(_half(data[..., 2:4]).unsqueeze(-1) * mins).reshape(out, -1)
+            return cls("Q4_1", _pack_nibbles(q), d, m)
+        if kind == "Q6_K":  # 16 sub-blocks of 16: d * scale; q 6-bit, low 4 bits in ql, high 2 in qh
+            ql, qh = data[..., :128].reshape(out, -1, 2, 1, 64), data[..., 128:192].reshape(out, -1, 2, 1, 32)
+            low = ((ql >> torch.tensor([0, 4], dtype=torch.uint8).view(2, 1)) & 15).reshape(out, -1, 8, 32)
+            high = ((qh >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8).view(4, 1)) & 3).reshape(out, -1, 8, 32)
+            q = (low | (high << 4)).to(torch.int8) - 32
+            scales = data[..., 192:208].contiguous().view(torch.int8).float()
+            d = _half(data[..., 208:210]).unsqueeze(-1) * scales
+            return cls("Q8_16", q.reshape(out, -1, QK), d.reshape(out, -1), None)
+        raise ValueError(f"no blocks for GGUF type {kind}")
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.d.shape[0], self.d.shape[1] * QK
+        return self.qs.shape[0], self.qs.shape[1] * QK
 
     @property
     def nbytes(self) -> int:
@@ -76,7 +106,10 @@ class Blocks:
         if self.format == "Q4_1":
             q = torch.cat((self.qs & 15, self.qs >> 4), dim=-1).float()
             return (self.d.unsqueeze(-1) * q + self.m.unsqueeze(-1)).reshape(self.shape)
-        return (self.d.unsqueeze(-1) * self.qs.float()).reshape(self.shape)
+        out, blocks = self.qs.shape[:2]
+        per = self.d.shape[1] // blocks  # scales per block: 1 (Q8_0) or 2 (Q8_16)
+        q = self.qs.reshape(out, blocks, per, QK // per).float()
+        return (self.d.reshape(out, blocks, per, 1) * q).reshape(self.shape)
 
     def rows(self, order: torch.Tensor) -> Blocks:
         return Blocks(
@@ -87,6 +120,29 @@ class Blocks:
         )
 
 
+def _half(data: torch.Tensor) -> torch.Tensor:
+    """Little-endian float16s (..., 2 bytes) as float32 (...)."""
+    return data.contiguous().view(torch.float16).squeeze(-1).float()
+
+
+def _nibbles(data: torch.Tensor) -> torch.Tensor:
+    """16 bytes (..., 16) as the 32 4-bit values of a Q4_0/Q5_0 block (..., 32): low nibbles first."""
+    return torch.cat((data & 15, data >> 4), dim=-1)
+
+
+def _pack_nibbles(q: torch.Tensor) -> torch.Tensor:
+    """32 4-bit values (..., 32) as a Q4_1 block's 16 bytes: value j low, value j + 16 high."""
+    return (q[..., :16] | (q[..., 16:] << 4)).contiguous()
+
+
+def _k_scales(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Q4_K super-block's 12 bytes (..., 12) as its 8 sub-blocks' 6-bit scales and mins, float32 (..., 8)."""
+    d, m, both = packed[..., 0:4], packed[..., 4:8], packed[..., 8:12]
+    scales = torch.cat((d & 63, (both & 15) | ((d >> 2) & 48)), dim=-1)
+    mins = torch.cat((m & 63, (both >> 4) | ((m >> 2) & 48)), dim=-1)
+    return scales.float(), mins.float()
+
+
 class Kernels:
     """qlinear.c, built for this machine and loaded."""
 
@@ -94,8 +150,8 @@ class Kernels:
         lib = ctypes.CDLL(str(path))
         p, i = ctypes.c_void_p, ctypes.c_int
         lib.q4_1_linear.argtypes = [p, i, i, p, p, p, p, p, i, i]
-        lib.q8_0_linear.argtypes = [p, i, i, p, p, p, p, i, i]
-        lib.q4_1_linear.restype = lib.q8_0_linear.restype = None
+        lib.q8_0_linear.argtypes = lib.q8_16_linear.argtypes = [p, i, i, p, p, p, p, i, i]
+        lib.q4_1_linear.restype = lib.q8_0_linear.restype = lib.q8_16_linear.restype = None
         lib.qlinear_isa.restype = ctypes.c_char_p
         self.isa: str = lib.qlinear_isa().decode()
         self.path = path
@@ -119,7 +175,7 @@ class QuantMatmul:
                 x, rows, self.in_features, q, d, m, bias, y, self.out_features, threads
             )
         else:
-            fn = lib.q8_0_linear
+            fn = lib.q8_0_linear if blocks.format == "Q8_0" else lib.q8_16_linear
             self._call = lambda x, rows, bias, y, threads: fn(
                 x, rows, self.in_features, q, d, bias, y, self.out_features, threads
             )
@@ -210,7 +266,7 @@ def gguf_blocks(path: Path, model: Any) -> Iterator[tuple[torch.nn.Linear, Block
     if arch is None or layers is None:
         return
     names = get_tensor_name_map(arch, layers)
-    tensors = {t.name: t for t in reader.tensors if t.tensor_type.name in BLOCK_BYTES}
+    tensors = {t.name: t for t in reader.tensors if t.tensor_type.name in GGUF_BLOCK_BYTES}
     by_param: dict[int, Any] = {}
     for hf_name, param in model.named_parameters():
         gguf_name = names.get_name(hf_name.removesuffix(".weight")) if hf_name.endswith(".weight") else None

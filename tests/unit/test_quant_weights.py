@@ -1,8 +1,9 @@
 """A GGUF's layers multiplied from the file's own blocks (playground/models/quant_weights.py, qlinear.c).
 
 The kernel is compiled here, as on a user's machine, and checked against float32 products of the same
-weights for every row count a batch can have; the embedded GGUF's blocks must dequantize bit for bit to
-the weights transformers loaded (q and k rows reordered, the tied output layer included); layers route
+weights for every row count a batch can have; every GGUF block type read (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K)
+must dequantize as gguf's own dequantizer does, and the embedded GGUF's blocks bit for bit to the weights
+transformers loaded (q and k rows reordered, the tied output layer included); layers route
 the row counts the probe chose (given here: speed is benchmarks/decode.py's) and fall back to float32
 once their weight changes. Greedy tokens and logprobs stay those of the float32 weights.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import platform
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -52,7 +54,7 @@ def plain():
 
 def random_blocks(format: str, out: int, blocks: int, seed: int = 0) -> Blocks:
     generator = torch.Generator().manual_seed(seed)
-    d = torch.rand(out, blocks, generator=generator).half().float() / 8
+    d = torch.rand(out, blocks * (2 if format == "Q8_16" else 1), generator=generator).half().float() / 8
     if format == "Q4_1":
         qs = torch.randint(0, 256, (out, blocks, 16), dtype=torch.uint8, generator=generator)
         m = -torch.rand(out, blocks, generator=generator).half().float()
@@ -61,7 +63,7 @@ def random_blocks(format: str, out: int, blocks: int, seed: int = 0) -> Blocks:
     return Blocks(format, qs, d, None)
 
 
-@pytest.mark.parametrize("format", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("format", ["Q4_1", "Q8_0", "Q8_16"])
 def test_the_kernel_matches_float32_products_of_the_dequantized_weight(kernels, format: str) -> None:
     blocks = random_blocks(format, out=41, blocks=6)  # an odd count: the last feature goes alone
     weight, bias = blocks.dequantize(), torch.randn(41)
@@ -81,19 +83,37 @@ def test_the_kernel_matches_float32_products_of_the_dequantized_weight(kernels, 
         torch.set_num_threads(threads)
 
 
-def test_blocks_dequantize_as_the_gguf_reader_does() -> None:
+# GGUF block type -> (weights per block, the offsets of its float16 scales in a block, the layout it is read into)
+GGUF_TYPES = {
+    "Q4_0": (32, [0], "Q8_0"),
+    "Q4_1": (32, [0, 2], "Q4_1"),
+    "Q5_0": (32, [0], "Q8_0"),
+    "Q8_0": (32, [0], "Q8_0"),
+    "Q4_K": (256, [0, 2], "Q4_1"),
+    "Q6_K": (256, [208], "Q8_16"),
+}
+
+
+@pytest.mark.parametrize("kind", list(GGUF_TYPES))
+def test_every_gguf_block_type_read_dequantizes_as_the_gguf_reader_does(kernels, kind: str) -> None:
+    """Random blocks of each type (finite scales): what transformers loads (gguf's dequantizer) bit for bit, and
+    the kernel's products of them."""
     from gguf import GGMLQuantizationType, dequantize
 
-    for format in ("Q4_1", "Q8_0"):
-        blocks = random_blocks(format, out=3, blocks=2, seed=1)
-        raw = [blocks.d.half().view(torch.uint8).view(3, 2, 2)]
-        if blocks.m is not None:
-            raw.append(blocks.m.half().view(torch.uint8).view(3, 2, 2))
-        raw.append(blocks.qs.view(torch.uint8))
-        data = torch.cat(raw, dim=-1).reshape(3, -1).numpy()
-        expected = torch.from_numpy(dequantize(data, GGMLQuantizationType[format]))
-        assert torch.equal(blocks.dequantize(), expected)
-        assert torch.equal(Blocks.from_gguf(format, data).dequantize(), expected)
+    per, halves, layout = GGUF_TYPES[kind]
+    rng = np.random.default_rng(7)
+    size = quant_weights.GGUF_BLOCK_BYTES[kind]
+    raw = rng.integers(0, 256, (6, 512 // per * size), dtype=np.uint8)
+    each = raw.reshape(6, -1, size)
+    for at in halves:
+        scale = (rng.random(each.shape[:2]) / 8).astype(np.float16)
+        each[..., at : at + 2] = scale.view(np.uint8).reshape(*each.shape[:2], 2)
+    expected = torch.from_numpy(dequantize(raw, GGMLQuantizationType[kind]))
+    blocks = Blocks.from_gguf(kind, raw)
+    assert blocks.format == layout and blocks.shape == (6, 512)
+    assert torch.equal(blocks.dequantize(), expected)
+    x = torch.randn(3, 512)
+    torch.testing.assert_close(kernels.matmul(blocks)(x, None), F.linear(x, expected), atol=ATOL, rtol=ATOL)
 
 
 def test_every_layer_of_the_embedded_gguf_finds_its_blocks(plain) -> None:
