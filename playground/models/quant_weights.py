@@ -44,6 +44,7 @@ QK_K = 256  # weights per super-block (Q4_K, Q6_K)
 # The GGUF block types read, with each block's bytes: Q4_1 and Q8_0 as they are; Q4_0 and Q5_0 as Q8_0 (their
 # signed q - 8, q - 16 in a byte); Q4_K as Q4_1 per sub-block of 32 (d * scale, -dmin * min); Q6_K as Q8_16.
 GGUF_BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q8_0": 34, "Q4_K": 144, "Q6_K": 210}
+READ_TYPES_KEY, READ_TYPES = "__gguf_types_read__", ",".join(GGUF_BLOCK_BYTES)  # in the saved blocks' metadata
 FLAG_SETS = (("-march=native", "-fopenmp"), ("-march=native",), ())  # the first the compiler takes
 COMPILE_TIMEOUT_S = 120
 
@@ -167,6 +168,21 @@ class QuantMatmul:
     def __init__(self, kernels: Kernels, blocks: Blocks) -> None:
         self.blocks = blocks  # keeps the tensors the pointers below address alive
         self.out_features, self.in_features = blocks.shape
+        # what the kernel reads through the pointers: (bytes a block, scales a block) of each layout
+        layout = {"Q4_1": (16, 1), "Q8_0": (32, 1), "Q8_16": (32, 2)}.get(blocks.format, (0, 0))
+        out, count = blocks.qs.shape[:2]
+        scales = [blocks.d, blocks.m] if blocks.format == "Q4_1" else [blocks.d]
+        if (
+            tuple(blocks.qs.shape) != (out, count, layout[0])
+            or not blocks.qs.is_contiguous()
+            or not all(
+                t is not None and t.dtype == torch.float32 and t.shape == (out, count * layout[1]) and t.is_contiguous()
+                for t in scales
+            )
+        ):
+            raise ValueError(
+                f"the kernel takes no {blocks.format} blocks of {tuple(blocks.qs.shape)} with these scales"
+            )
         lib = kernels._lib
         q, d = blocks.qs.data_ptr(), blocks.d.data_ptr()
         if blocks.format == "Q4_1":
@@ -324,7 +340,9 @@ def attach(
         layers = [(module.weight, matmul, module.bias, module) for module, matmul in found]
         # what the blocks were raced against: MKL alone, or with the blocked copies (cpu_weights.py)
         baseline = "blocked" if any(type(module) is BatchLinear for module, _ in found) else "mkl"
-        key = {"kernels": kernels.path.name, "isa": kernels.isa, "baseline": baseline}
+        # layers of one shape may differ in format (a Q4_K_M file's Q4_K and Q6_K): the verdicts are theirs
+        formats = sorted({f"{module.in_features}x{module.out_features}:{m.blocks.format}" for module, m in found})
+        key = {"kernels": kernels.path.name, "isa": kernels.isa, "baseline": baseline, "formats": ",".join(formats)}
         tables = row_tables(layers, cache_dir, probe or faster_with_blocks, kind="gguf", extra=key, counts=QUANT_ROWS)
     except Exception as exc:  # noqa: BLE001 - a GGUF or toolchain we did not foresee
         log.warning("GGUF blocks not used (%s: %s): float32 weights", type(exc).__name__, exc)
@@ -355,7 +373,10 @@ def _blocks(path: Path, model: Any, saved: Path | None) -> list[tuple[torch.nn.L
     if saved is not None and saved.is_file():
         try:
             with safe_open(str(saved), "pt") as file:
-                formats = file.metadata() or {}
+                formats = dict(file.metadata() or {})
+                # blocks saved by a version that read fewer GGUF types would hide the layers of the others
+                if formats.pop(READ_TYPES_KEY, None) != READ_TYPES:
+                    raise ValueError("saved by a version that reads other GGUF types")
                 found = [
                     (
                         by_name[name],
@@ -382,7 +403,9 @@ def _blocks(path: Path, model: Any, saved: Path | None) -> list[tuple[torch.nn.L
                 tensors[f"{name}.m"] = blocks.m
         try:
             tmp = saved.with_name(f"{saved.name}.{os.getpid()}.tmp")
-            save_file(tensors, str(tmp), metadata={modules[m]: b.format for m, b in found})
+            save_file(
+                tensors, str(tmp), metadata={READ_TYPES_KEY: READ_TYPES, **{modules[m]: b.format for m, b in found}}
+            )
             tmp.replace(saved)
         except (OSError, SafetensorError) as exc:  # a read-only or full cache: read the GGUF again next start
             log.info("GGUF blocks not saved: %s", exc)

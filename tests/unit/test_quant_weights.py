@@ -194,6 +194,14 @@ def test_saved_blocks_are_reused_and_a_damaged_file_is_read_again(plain, tmp_pat
     saved.write_bytes(b"not safetensors")
     quant_weights._blocks(embedded_gguf_path(), plain.model, saved)
     assert len(read) == 1
+    # blocks saved by a version that read fewer GGUF types (no list of them, or another) are read again
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(saved))
+    for types in ({}, {quant_weights.READ_TYPES_KEY: "Q4_1,Q8_0"}):
+        save_file(tensors, str(saved), metadata={**types, **{"lm_head": "Q8_0"}})
+        quant_weights._blocks(embedded_gguf_path(), plain.model, saved)
+    assert len(read) == 3
 
 
 def test_without_a_compiler_or_when_off_nothing_changes(monkeypatch, tmp_path, caplog) -> None:
@@ -243,6 +251,15 @@ def test_rows_the_kernel_cannot_take_are_refused_and_a_failure_at_load_leaves_fl
             matmul(x, None)
     with pytest.raises(ValueError, match="a float32 bias of 8"):
         matmul(torch.randn(2, 64), torch.randn(9))
+    good = random_blocks("Q8_16", out=8, blocks=2)
+    for damaged in (  # scales the kernel would read past (or misread): refused before any pointer is taken
+        Blocks("Q8_16", good.qs, good.d[:, :2].contiguous(), None),
+        Blocks("Q8_0", good.qs, good.d, None),
+        Blocks("Q4_1", good.qs.view(torch.uint8)[..., :16].contiguous(), good.d[:, :2].contiguous(), None),
+        Blocks("Q5_1", good.qs, good.d, None),
+    ):
+        with pytest.raises(ValueError, match="the kernel takes no"):
+            kernels.matmul(damaged)
 
     def unforeseen(*args: object) -> None:
         raise RuntimeError("a GGUF this reader does not know")
