@@ -74,4 +74,5 @@ def test_bubbles_keep_indentation_and_tabs_byte_for_byte(page: Page, server_url:
     send(page, "Name a city as JSON.")
     expect(page.locator("#validation-status")).to_contain_text("✓ valid (json_schema)", timeout=SLOW)
     answer = bubble_texts(page, "bot")[-1].strip("\n")
-    assert answer.startswith('{\n  "city": ') and answer == generated_text(page, "maxLength")
+    # the indentation kept (which key the model writes first is the model's: other keys are allowed)
+    assert answer.startswith('{\n  "') and answer == generated_text(page, "maxLength")
