@@ -120,3 +120,44 @@ def test_a_batchs_ragged_rows_take_it_and_get_the_models_logits_and_cache() -> N
         for a, b in zip(mine.kv.layers, theirs.kv.layers):
             torch.testing.assert_close(a.keys, b.keys, atol=1e-5, rtol=0)
             torch.testing.assert_close(a.values, b.values, atol=1e-5, rtol=0)
+
+
+def test_a_long_cache_grows_in_place_and_a_shared_view_is_never_written_through(monkeypatch) -> None:
+    from playground.models import llama_step
+
+    monkeypatch.setattr(llama_step, "ROOM_FROM", len(PROMPT) + 2)  # the tiny prompt counts as long after two steps
+    model = tiny_llama(vocab_size=VOCAB)
+    runner, reference = runner_for(model), runner_for(copy.deepcopy(model))
+    step = LlamaStep.for_model(model)
+    with torch.inference_mode():
+        _, ours = runner.forward(runner.ids(PROMPT))
+        theirs = copy.deepcopy(ours)
+        tokens = [7, 40, 2, 63, 1, 9, 30, 12]
+        for position, token in enumerate(tokens, start=len(PROMPT)):
+            got = step(token, position, ours)
+            want, theirs = reference.forward(reference.ids([token]), theirs)
+            torch.testing.assert_close(logprobs(got), logprobs(want), atol=1e-4, rtol=0)
+        layer = ours.layers[0]
+        assert not layer.keys.is_contiguous()  # a view of a buffer with room: no copy per step
+        assert layer.keys.untyped_storage().nbytes() > layer.keys.numel() * layer.keys.element_size()
+        for mine, model_s in zip(ours.layers, theirs.layers):
+            torch.testing.assert_close(mine.keys, model_s.keys, atol=1e-5, rtol=0)
+            torch.testing.assert_close(mine.values, model_s.values, atol=1e-5, rtol=0)
+
+        # a copy holding the same views (a shallow copy of the cache): neither writes into what the other sees
+        shared = copy.copy(ours)
+        shared.layers = [copy.copy(layer) for layer in ours.layers]
+        before = [(layer.keys.clone(), layer.values.clone()) for layer in shared.layers]
+        length = ours.get_seq_length()
+        step(5, length, ours)
+        step(6, length, shared)  # another token at the same position, from the same cache
+        step(8, length + 1, ours)
+        for layer, (keys, values) in zip(shared.layers, before):
+            assert torch.equal(layer.keys[:, :, :length], keys) and torch.equal(layer.values[:, :, :length], values)
+        mine_alone = copy.deepcopy(theirs)
+        reference.forward(reference.ids([6]), mine_alone)
+        for layer, model_s in zip(shared.layers, mine_alone.layers):
+            torch.testing.assert_close(layer.keys, model_s.keys, atol=1e-5, rtol=0)
+        theirs = reference.forward(reference.ids([5, 8]), theirs)[1]
+        for layer, model_s in zip(ours.layers, theirs.layers):
+            torch.testing.assert_close(layer.keys, model_s.keys, atol=1e-5, rtol=0)
