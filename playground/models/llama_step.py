@@ -129,7 +129,8 @@ def _append(layer: DynamicLayer, k: torch.Tensor, v: torch.Tensor) -> tuple[torc
     more slowly than a whole tensor, which costs more than a short copy. `python -m benchmarks.kv_cache`: 8 rows
     of 1,000 positions 116.9 -> 92.3 ms a step, one row 27.8 -> 26.6; 8 rows of 40 would lose 7% in place.
     """
-    if id(layer.keys) not in _TAILS and layer.get_seq_length() + k.shape[-2] < ROOM_FROM:
+    short = id(layer.keys) not in _TAILS and layer.get_seq_length() + k.shape[-2] < ROOM_FROM
+    if short or not torch.is_inference_mode_enabled():  # (the buffers are inference tensors: written inside only)
         return layer.update(k, v)
     layer.keys, layer.values = _room(layer.keys, k), _room(layer.values, v)
     return layer.keys, layer.values
@@ -141,6 +142,8 @@ def _room(cached: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     buffer with room for a quarter more (at least ROOM positions)."""
     length = cached.shape[-2] if cached.dim() == new.dim() else 0  # (an initialized layer's first keys are empty)
     added = new.shape[-2]
+    if length and cached.shape[:-2] != new.shape[:-2]:  # as torch.cat would refuse them, not broadcast
+        raise ValueError(f"cannot append {tuple(new.shape)} to a cache of {tuple(cached.shape)}")
     entry = _TAILS.pop(id(cached), None)  # taken: a copy of the layer holding the same view must not write too
     buffer = entry[1] if entry is not None and entry[0]() is cached else None
     if (

@@ -161,3 +161,18 @@ def test_a_long_cache_grows_in_place_and_a_shared_view_is_never_written_through(
         theirs = reference.forward(reference.ids([5, 8]), theirs)[1]
         for layer, model_s in zip(ours.layers, theirs.layers):
             torch.testing.assert_close(layer.keys, model_s.keys, atol=1e-5, rtol=0)
+
+
+def test_outside_inference_mode_a_grown_cache_concatenates_again(monkeypatch) -> None:
+    from playground.models import llama_step
+
+    monkeypatch.setattr(llama_step, "ROOM_FROM", 1)
+    model = tiny_llama(vocab_size=VOCAB)
+    runner, step = runner_for(model), LlamaStep.for_model(model)
+    with torch.inference_mode():
+        _, cache = runner.forward(runner.ids(PROMPT))
+        step(7, len(PROMPT), cache)
+        assert not cache.layers[0].keys.is_contiguous()  # grown in place
+    with torch.no_grad():  # a generator resumed on a thread that left inference mode behind
+        assert step(40, len(PROMPT) + 1, cache) is not None
+    assert cache.get_seq_length() == len(PROMPT) + 2 and cache.layers[0].keys.is_contiguous()
