@@ -133,7 +133,8 @@ class BatchCache:
         return [logits[i, : len(t)].float() for i, t in enumerate(tokens)]
 
     def row_cache(self, row: int) -> Any:
-        """Row `row`'s own KV cache (its columns only), as a one-row cache for the prefix cache."""
+        """Row `row`'s own KV cache (its columns only), as a one-row cache for the prefix cache: a copy of its
+        keys and values (the batch's are never shared with it)."""
         columns = self.mask[row].nonzero().squeeze(1)
         out = copy.copy(self.kv)
         out.layers = []

@@ -65,12 +65,15 @@ class PrefixCache:
             kv.crop(-extra)
         return best, kv
 
-    def store(self, ids: list[int], kv: Any, scope: str = client_scope.LOCAL) -> None:
-        """Keep a copy of `kv`, which holds exactly `ids`, for `scope`; its entries that `ids` extends are dropped."""
+    def store(self, ids: list[int], kv: Any, scope: str = client_scope.LOCAL, *, owned: bool = False) -> None:
+        """Keep a copy of `kv`, which holds exactly `ids`, for `scope`; its entries that `ids` extends are dropped.
+
+        `owned`: `kv` is a copy no one else holds or writes (a batch row's, cut out for this): kept as it is."""
         if not self.max_tokens or not ids or len(ids) > self.max_tokens or not _croppable(kv):
             return
         tokens = tuple(ids)
-        kv = copy.deepcopy(kv)
+        if not owned:
+            kv = copy.deepcopy(kv)
         with self._lock:
             for entry in [
                 e for e in self._entries if e[0] == scope and len(e[1]) <= len(tokens) and tokens[: len(e[1])] == e[1]
@@ -117,8 +120,8 @@ class ScopedCache:
     def lookup(self, ids: list[int]) -> tuple[int, Any]:
         return self.cache.lookup(ids, self.scope)
 
-    def store(self, ids: list[int], kv: Any) -> None:
-        self.cache.store(ids, kv, self.scope)
+    def store(self, ids: list[int], kv: Any, *, owned: bool = False) -> None:
+        self.cache.store(ids, kv, self.scope, owned=owned)
 
 
 def _nbytes(kv: Any) -> int:

@@ -174,10 +174,11 @@ class Decode:
                 events.extend(self._sample(index, logits[k]))
         return events
 
-    def remember_prompt(self, kv: Any) -> None:
-        """Keep the prompt's KV cache (a retry, best_of or the next-token view starts from it)."""
+    def remember_prompt(self, kv: Any, *, owned: bool = False) -> None:
+        """Keep the prompt's KV cache (a retry, best_of or the next-token view starts from it); `owned`: `kv` is a
+        copy made for this (a batch row's), kept without another."""
         if self.prefix_cache is not None:
-            self.prefix_cache.store(self.prompt_ids, kv)
+            self.prefix_cache.store(self.prompt_ids, kv, owned=owned)
 
     @property
     def keeps_cache(self) -> bool:
@@ -185,9 +186,10 @@ class Decode:
         return self.prefix_cache is not None and len(self.rows) == 1
 
     def remember(self, kv: Any) -> None:
-        """Keep the finished row's KV cache (prompt and the tokens it ran), for the next turn or a retry."""
+        """Keep the finished row's KV cache (prompt and the tokens it ran), for the next turn or a retry: `kv` is the
+        row's own copy, cut out of the batch's (BatchCache.row_cache), kept without another."""
         row = self.rows[0]
-        self.prefix_cache.store(self.prompt_ids + row.generated[: row.fed], kv)
+        self.prefix_cache.store(self.prompt_ids + row.generated[: row.fed], kv, owned=True)
 
     def _sample(self, index: int, raw: torch.Tensor) -> list[TokenEvent]:
         """Choose the row's next token; with fast-forward, append the tokens the constraint forces after it."""

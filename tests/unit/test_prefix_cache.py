@@ -64,3 +64,16 @@ def test_zero_budget_turns_it_off():
     cache.store([1, 2, 3], kv(3))
     assert cache.lookup([1, 2, 3, 4]) == (0, None)
     assert cache.usage()["entries"] == 0
+
+
+def test_a_caller_s_live_cache_is_copied_and_an_owned_one_kept_as_it_is():
+    cache = PrefixCache(100)
+    live, owned = kv(3), kv(3)
+    cache.store([1, 2, 3], live)
+    cache.store([4, 5, 6], owned, owned=True)
+    held = {tokens: entry for (_, tokens), entry in cache._entries.items()}
+    assert held[(1, 2, 3)] is not live and held[(1, 2, 3)].layers[0].keys is not live.layers[0].keys
+    assert held[(4, 5, 6)] is owned  # a batch row's copy, cut out for the cache: no second copy
+    live.update(torch.ones(1, 1, 1, 1), torch.ones(1, 1, 1, 1), 0)  # the caller decodes on
+    n, hit = cache.lookup([1, 2, 3, 9])
+    assert n == 3 and hit.layers[0].keys.flatten().tolist() == [0.0, 1.0, 2.0]
