@@ -3,7 +3,7 @@ Q8_0 (8-bit signed q, d per block) and Q8_16 (8-bit signed q, d per 16 weights).
 own blocks into them (Q4_0, Q5_0, Q4_K and Q6_K too: their values are the same d * q (+ m) in these forms).
 
 Each block is expanded to float32 in registers (Q4_1: d * q + m, Q8: d * q, as the GGUF's dequantizer
-does) and multiplied into up to ROWS rows of x at once: the weights stream from memory at 5 or 8.5 bits
+does) and multiplied into up to ROWS rows of x at once: the weights stream from memory at 5 to 10 bits
 each instead of 32, and a batch's rows share one expansion. The products are float32 throughout, so the
 result is the dequantized weight's up to the order of the additions (and Q4_1's d * q + m rounded once, fused,
 where the dequantizer rounds twice: at most one unit in the last place of a weight). Built by quant_weights.py with
