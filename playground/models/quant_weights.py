@@ -65,7 +65,15 @@ class Blocks:
         """From a GGUF tensor's bytes, (out, bytes per row) uint8, of block type `kind` (GGUF_BLOCK_BYTES)."""
         out = raw.shape[0]
         data = torch.from_numpy(raw.copy()).view(out, -1, GGUF_BLOCK_BYTES[kind])
-        d = _half(data[..., 0:2])
+        if kind == "Q6_K":  # 16 sub-blocks of 16: d * scale; q 6-bit, low 4 bits in ql, high 2 in qh
+            ql, qh = data[..., :128].reshape(out, -1, 2, 1, 64), data[..., 128:192].reshape(out, -1, 2, 1, 32)
+            low = ((ql >> torch.tensor([0, 4], dtype=torch.uint8).view(2, 1)) & 15).reshape(out, -1, 8, 32)
+            high = ((qh >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8).view(4, 1)) & 3).reshape(out, -1, 8, 32)
+            q = (low | (high << 4)).to(torch.int8) - 32
+            scales = data[..., 192:208].contiguous().view(torch.int8).float()
+            d = _half(data[..., 208:210]).unsqueeze(-1) * scales
+            return cls("Q8_16", q.reshape(out, -1, QK), d.reshape(out, -1), None)
+        d = _half(data[..., 0:2])  # every other type's block starts with its d
         if kind == "Q4_1":
             return cls(kind, data[..., 4:].contiguous(), d, _half(data[..., 2:4]))
         if kind == "Q8_0":
@@ -84,14 +92,6 @@ class Blocks:
             d = (d.unsqueeze(-1) * scales).reshape(out, -1)
             m = -(_half(data[..., 2:4]).unsqueeze(-1) * mins).reshape(out, -1)
             return cls("Q4_1", _pack_nibbles(q), d, m)
-        if kind == "Q6_K":  # 16 sub-blocks of 16: d * scale; q 6-bit, low 4 bits in ql, high 2 in qh
-            ql, qh = data[..., :128].reshape(out, -1, 2, 1, 64), data[..., 128:192].reshape(out, -1, 2, 1, 32)
-            low = ((ql >> torch.tensor([0, 4], dtype=torch.uint8).view(2, 1)) & 15).reshape(out, -1, 8, 32)
-            high = ((qh >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8).view(4, 1)) & 3).reshape(out, -1, 8, 32)
-            q = (low | (high << 4)).to(torch.int8) - 32
-            scales = data[..., 192:208].contiguous().view(torch.int8).float()
-            d = _half(data[..., 208:210]).unsqueeze(-1) * scales
-            return cls("Q8_16", q.reshape(out, -1, QK), d.reshape(out, -1), None)
         raise ValueError(f"no blocks for GGUF type {kind}")
 
     @property
