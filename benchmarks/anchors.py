@@ -22,9 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-
-from benchmarks.serve import free_port, healthy, server
+from benchmarks.serve import HTTP, free_port, healthy, server
 from playground.models import embedded_gguf_path
 
 SCHEMA = {
@@ -69,7 +67,7 @@ def ask(url: str, prompt: str, tokens: int) -> int:
         "temperature": 0,
         "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}},
     }
-    reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600)
+    reply = HTTP.post(f"{url}/v1/chat/completions", json=body)
     reply.raise_for_status()
     return int(reply.json()["usage"]["completion_tokens"])
 
