@@ -16,6 +16,8 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from transformers.cache_utils import DynamicLayer
+
 from playground import client_scope
 
 # /info shows the memory held in steps of this much: fine figures would move with other clients' requests.
@@ -39,7 +41,7 @@ class PrefixCache:
         return ScopedCache(self, client_scope.current() if scope is None else scope)
 
     def lookup(self, ids: list[int], scope: str = client_scope.LOCAL) -> tuple[int, Any]:
-        """(n, a private copy of a KV cache for ids[:n]) for the longest prefix `scope` cached; (0, None) if none.
+        """(n, a KV cache of the caller's own for ids[:n]) for the longest prefix `scope` cached; (0, None) if none.
 
         At least one token is left to run, since the model's logits for the last position are needed.
         """
@@ -57,7 +59,7 @@ class PrefixCache:
                 self.misses += 1
                 return 0, None
             self._entries.move_to_end(key)
-            kv = copy.deepcopy(self._entries[key])
+            kv = _own(self._entries[key])
             self.hits += 1
             self.reused_tokens += best
         extra = kv.get_seq_length() - best
@@ -65,15 +67,13 @@ class PrefixCache:
             kv.crop(-extra)
         return best, kv
 
-    def store(self, ids: list[int], kv: Any, scope: str = client_scope.LOCAL, *, owned: bool = False) -> None:
-        """Keep a copy of `kv`, which holds exactly `ids`, for `scope`; its entries that `ids` extends are dropped.
-
-        `owned`: `kv` is a copy no one else holds or writes (a batch row's, cut out for this): kept as it is."""
+    def store(self, ids: list[int], kv: Any, scope: str = client_scope.LOCAL) -> None:
+        """Keep `kv`, which holds exactly `ids`, for `scope` (as it is now: the caller decodes on with its own);
+        its entries that `ids` extends are dropped."""
         if not self.max_tokens or not ids or len(ids) > self.max_tokens or not _croppable(kv):
             return
         tokens = tuple(ids)
-        if not owned:
-            kv = copy.deepcopy(kv)
+        kv = _own(kv)
         with self._lock:
             for entry in [
                 e for e in self._entries if e[0] == scope and len(e[1]) <= len(tokens) and tokens[: len(e[1])] == e[1]
@@ -120,8 +120,21 @@ class ScopedCache:
     def lookup(self, ids: list[int]) -> tuple[int, Any]:
         return self.cache.lookup(ids, self.scope)
 
-    def store(self, ids: list[int], kv: Any, *, owned: bool = False) -> None:
-        self.cache.store(ids, kv, self.scope, owned=owned)
+    def store(self, ids: list[int], kv: Any) -> None:
+        self.cache.store(ids, kv, self.scope)
+
+
+def _own(kv: Any) -> Any:
+    """A cache that can grow, crop or splice without changing `kv`, nor `kv` it: for plain growing layers, a copy
+    of the cache and its layers over the same keys and values (no one writes a cache's tensors in place:
+    transformers' update, crop and the batch's splices make new ones, and the lean step's `_append` writes only
+    into room past the end of the view it last wrote), else a deep copy. (A deep copy costs ~2 ms for a short
+    prompt of the embedded model: every request that hits or fills the cache paid it.)"""
+    if not all(type(layer) is DynamicLayer for layer in kv.layers):
+        return copy.deepcopy(kv)
+    own = copy.copy(kv)
+    own.layers = [copy.copy(layer) for layer in kv.layers]
+    return own
 
 
 def _nbytes(kv: Any) -> int:

@@ -87,7 +87,7 @@ class Decode:
         self._partial: tuple[int, Any] | None = None  # a chunked prefill so far: (tokens run, KV cache)
 
     def cached_prefix(self) -> tuple[int, Any]:
-        """How much of the prompt the prefix cache holds, and a private copy of its KV cache (or (0, None))."""
+        """How much of the prompt the prefix cache holds, and a KV cache of its own for it (or (0, None))."""
         if self.prefix_cache is None:
             return 0, None
         return self.prefix_cache.lookup(self.prompt_ids)
@@ -174,11 +174,10 @@ class Decode:
                 events.extend(self._sample(index, logits[k]))
         return events
 
-    def remember_prompt(self, kv: Any, *, owned: bool = False) -> None:
-        """Keep the prompt's KV cache (a retry, best_of or the next-token view starts from it); `owned`: `kv` is a
-        copy made for this (a batch row's), kept without another."""
+    def remember_prompt(self, kv: Any) -> None:
+        """Keep the prompt's KV cache (a retry, best_of or the next-token view starts from it)."""
         if self.prefix_cache is not None:
-            self.prefix_cache.store(self.prompt_ids, kv, owned=owned)
+            self.prefix_cache.store(self.prompt_ids, kv)
 
     @property
     def keeps_cache(self) -> bool:
@@ -186,10 +185,9 @@ class Decode:
         return self.prefix_cache is not None and len(self.rows) == 1
 
     def remember(self, kv: Any) -> None:
-        """Keep the finished row's KV cache (prompt and the tokens it ran), for the next turn or a retry: `kv` is the
-        row's own copy, cut out of the batch's (BatchCache.row_cache), kept without another."""
+        """Keep the finished row's KV cache (prompt and the tokens it ran), for the next turn or a retry."""
         row = self.rows[0]
-        self.prefix_cache.store(self.prompt_ids + row.generated[: row.fed], kv, owned=True)
+        self.prefix_cache.store(self.prompt_ids + row.generated[: row.fed], kv)
 
     def _sample(self, index: int, raw: torch.Tensor) -> list[TokenEvent]:
         """Choose the row's next token; with fast-forward, append the tokens the constraint forces after it."""

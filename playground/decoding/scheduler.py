@@ -294,7 +294,7 @@ class Scheduler:
         for i, job in enumerate(jobs):
             job.decode.prefill_s = took
             if job.decode.prefix_cache is not None:
-                job.decode.remember_prompt(fresh.row_cache(i), owned=True)
+                job.decode.remember_prompt(fresh.row_cache(i))
             try:
                 self._started(job, logits[i], [])
             except Exception as exc:  # noqa: BLE001 - this request's constraint failed at once; the others go on

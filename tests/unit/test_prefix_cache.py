@@ -6,6 +6,7 @@ import torch
 from transformers import DynamicCache
 
 from playground.decoding.prefix_cache import PrefixCache
+from playground.models import llama_step
 
 
 def kv(length: int) -> DynamicCache:
@@ -66,14 +67,24 @@ def test_zero_budget_turns_it_off():
     assert cache.usage()["entries"] == 0
 
 
-def test_a_caller_s_live_cache_is_copied_and_an_owned_one_kept_as_it_is():
+def test_what_is_stored_and_handed_out_never_changes_with_the_holders_decoding(monkeypatch):
+    """Entries and hits share their keys and values with the caller (no copy per request), and stay as they were
+    whatever the caller does next: grow by concatenation, grow in place (the lean step's room), crop."""
+    monkeypatch.setattr(llama_step, "ROOM_FROM", 0)  # every append writes into room
     cache = PrefixCache(100)
-    live, owned = kv(3), kv(3)
+    live = kv(3)
     cache.store([1, 2, 3], live)
-    cache.store([4, 5, 6], owned, owned=True)
-    held = {tokens: entry for (_, tokens), entry in cache._entries.items()}
-    assert held[(1, 2, 3)] is not live and held[(1, 2, 3)].layers[0].keys is not live.layers[0].keys
-    assert held[(4, 5, 6)] is owned  # a batch row's copy, cut out for the cache: no second copy
-    live.update(torch.ones(1, 1, 1, 1), torch.ones(1, 1, 1, 1), 0)  # the caller decodes on
-    n, hit = cache.lookup([1, 2, 3, 9])
-    assert n == 3 and hit.layers[0].keys.flatten().tolist() == [0.0, 1.0, 2.0]
+    held = next(iter(cache._entries.values()))
+    assert held is not live and held.layers[0].keys is live.layers[0].keys  # shared, not copied
+    one = torch.ones(1, 1, 1, 1)
+    live.update(one, one, 0)  # the caller decodes on
+    with torch.inference_mode():
+        for _ in range(2):
+            n, hit = cache.lookup([1, 2, 3, 9])
+            assert n == 3 and hit.layers[0].keys is held.layers[0].keys
+            for _ in range(3):
+                llama_step._append(hit.layers[0], one, one)  # in place from the second on
+            hit.crop(-2)
+            assert hit.layers[0].keys.flatten().tolist() == [0.0, 1.0, 2.0, 1.0]
+    assert held.layers[0].keys.flatten().tolist() == [0.0, 1.0, 2.0]
+    assert cache.lookup([1, 2, 3, 9])[1].layers[0].values.flatten().tolist() == [0.0, 1.0, 2.0]
