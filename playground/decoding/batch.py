@@ -70,16 +70,20 @@ class BatchCache:
                 values = [_pad_left(_layer_or_empty(kv, n, layer).values, max(cached)) for kv, _ in rows]
                 layer.keys, layer.values = torch.cat(keys), torch.cat(values)
         pad = self.runner.pad_id
-        ids = torch.tensor([[pad] * (width - len(t)) + t for _, t in rows], device=device)
+        padded = [[pad] * (width - len(t)) + t for _, t in rows]
         new_mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for _, t in rows], device=device)
-        positions = (self.positions.unsqueeze(1) + torch.arange(width, device=device)).sub(
-            torch.tensor([width - len(t) for _, t in rows], device=device).unsqueeze(1)
+        positions = (
+            (self.positions.unsqueeze(1) + torch.arange(width, device=device))
+            .sub(torch.tensor([width - len(t) for _, t in rows], device=device).unsqueeze(1))
+            .clamp(min=0)
         )
         self.mask = torch.cat([self.mask, new_mask], dim=1)
         self.positions = self.positions + torch.tensor([len(t) for _, t in rows], device=device)
-        logits, self.kv = self.runner.forward(
-            ids, self.kv, attention_mask=self.mask, position_ids=positions.clamp(min=0)
-        )
+        # after cached prefixes (a chat's next turn, a client's repeated system prompt) the lean step applies
+        logits = None if self.kv is None else self.runner.lean_step(padded, positions, self.kv, self.mask, last=True)
+        if logits is None:
+            ids = torch.tensor(padded, device=device)
+            logits, self.kv = self.runner.forward(ids, self.kv, attention_mask=self.mask, position_ids=positions)
         return logits[:, -1].float()
 
     def merge(self, other: BatchCache) -> None:

@@ -49,14 +49,20 @@ class ModelRunner:
         return self.lean_step([[token_id]], torch.tensor([[position]]), cache)
 
     def lean_step(
-        self, token_ids: list[list[int]], positions: torch.Tensor, cache: Any, mask: torch.Tensor | None = None
+        self,
+        token_ids: list[list[int]],
+        positions: torch.Tensor,
+        cache: Any,
+        mask: torch.Tensor | None = None,
+        *,
+        last: bool = False,
     ) -> torch.Tensor | None:
-        """Each row's new tokens (as many per row) through the lean step: logits (rows x width x vocab), the cache
-        updated; None where that step does not apply. `mask`: the batch's attention mask with the new columns,
-        None without holes."""
+        """Each row's new tokens (as many per row) through the lean step: logits (rows x width x vocab; `last`: of
+        the last position only), the cache updated; None where that step does not apply. `mask`: the batch's
+        attention mask with the new columns, None without holes."""
         if self._lean_step is None:
             return None
-        return self._lean_step.rows(token_ids, positions, cache, mask)
+        return self._lean_step.rows(token_ids, positions, cache, mask, last=last)
 
     def forward(
         self, input_ids: torch.Tensor, cache: Any = None, keep: int = 1, **batch: Any

@@ -70,12 +70,19 @@ class LlamaStep:
         return self.rows([[token_id]], torch.tensor([[position]]), cache)
 
     def rows(
-        self, token_ids: list[list[int]], positions: torch.Tensor, cache: Any, mask: torch.Tensor | None = None
+        self,
+        token_ids: list[list[int]],
+        positions: torch.Tensor,
+        cache: Any,
+        mask: torch.Tensor | None = None,
+        *,
+        last: bool = False,
     ) -> torch.Tensor | None:
         """Logits (rows x width x vocab) of each row's `width` new tokens at their positions (rows x width), after
         `cache` (rows x ..., updated in place), or None when this step does not apply. Each new token sees the
         cache and the row's new tokens up to itself; `mask` (rows x every cached position and the new ones; 1
-        where the row has a token) marks the padding of a batch's ragged rows: None, none."""
+        where the row has a token) marks the padding of a batch's ragged rows: None, none. `last`: only the last
+        position's logits (rows x 1 x vocab), as a prefill wants them."""
         layers = getattr(cache, "layers", None)
         if not layers or len(layers) != len(self.layers) or self.model.training:
             return None
@@ -104,12 +111,13 @@ class LlamaStep:
             hidden = hidden + o_proj.forward(out.transpose(1, 2).reshape(n, width, -1))
             x = _rms(hidden, layer.post_attention_layernorm)
             hidden = hidden + down.forward(layer.mlp.act_fn(gate.forward(x)) * up.forward(x))
-        return self.model.lm_head(_rms(hidden, self.inner.norm))
+        return self.model.lm_head(_rms(hidden[:, -1:] if last else hidden, self.inner.norm))
 
 
 def _allowed(mask: torch.Tensor | None, cached: int, n: int, width: int) -> torch.Tensor | None:
     """sdpa's boolean mask (rows x 1 x width x keys): the row's own tokens (`mask`), and none after the query's
-    own position; None where every query sees every key (one new token per row, no padding)."""
+    own position; None where every query sees every key (one new token per row, no padding). (A query that sees
+    no key, a prefill's left padding before a row's first token, gets zeros from sdpa.)"""
     padding = None if mask is None else mask.bool()[:, None, None, :]
     if width == 1:
         return padding

@@ -130,14 +130,23 @@ def test_a_rows_own_cache_continues_like_the_row_alone(runner):
             close(logits[0, -1].float(), alone(runner, [*row, 50]))
 
 
-@pytest.mark.parametrize("cached", [(0, 0, 0), (3, 0, 5), (2, 2, 1)])
+@pytest.mark.parametrize("cached", [(0, 0, 0), (3, 0, 5), (2, 2, 1), (5, 0, 2)])
 def test_prompts_prefilled_together_after_their_cached_prefixes_decode_as_alone(runner, cached):
-    """Newcomers share one prefill forward, each after what the prefix cache held of it (or nothing)."""
+    """Newcomers share one prefill forward, each after what the prefix cache held of it (or nothing); after
+    cached prefixes it is the lean step's, even for a row with nothing cached and padding before its tokens."""
     prompts = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [14, 15, 16, 17, 18, 19, 20, 21]]
     batch = BatchCache(runner)
+    forwards = []
+    hook = runner.model.register_forward_pre_hook(lambda *_: forwards.append(1))  # after the runner chose its step
     with torch.inference_mode():
         plans = [(prefilled(runner, p[:n]) if n else None, p[n:]) for p, n in zip(prompts, cached)]
-        for prompt, logits in zip(prompts, batch.prefill(plans)):
+        forwards.clear()
+        try:
+            prefill = batch.prefill(plans)
+        finally:
+            hook.remove()
+        assert len(forwards) == (0 if any(cached) else 1)
+        for prompt, logits in zip(prompts, prefill):
             close(logits, alone(runner, prompt))
         batch.keep([0, 1, 1, 2])  # the second request has best_of 2
         rows = [list(prompts[0]), list(prompts[1]), list(prompts[1]), list(prompts[2])]
