@@ -170,10 +170,20 @@ class Scheduler:
         release_free_memory()
 
     def _cycle(self) -> None:
-        """Admit newcomers, run one step for every row, let finished requests leave."""
+        """Admit newcomers, run one step for every row, let finished requests leave.
+
+        A batch that starts takes the requests that arrived during its prefill before its first step, as often as
+        they come (at most max_rows): clients that arrive together but not at once (a burst: each request's
+        tokenizing and the HTTP around it come between them) would otherwise leave the first ones a step ahead,
+        and each step of those, now and again at the end, costs the batch nearly a full step."""
+        starting = not self._slots
         newcomers = self._admit()
+        while True:
+            with self.model_lock:
+                self._join(newcomers)
+            if not (starting and self._joining) or not (newcomers := self._admit()):
+                break
         with self.model_lock:
-            self._join(newcomers)
             self._prefill_chunk()
             self._step()
         self._leave()

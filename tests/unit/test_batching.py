@@ -268,6 +268,28 @@ def test_requests_decoded_together_get_what_they_get_alone(runner, scheduler):
     assert scheduler.peak_rows == 5  # every request in one batch (best_of 2 is two rows)
 
 
+def test_requests_arriving_while_a_starting_batch_prefills_join_before_its_first_step(runner, scheduler):
+    """A burst of clients: the first prefills while the others arrive. None of them steps before all have joined,
+    so none is a step ahead, to be stepped alone at the end (each such step costs the batch nearly a full one)."""
+    first = Job(decode_of(runner, [5, 6, 7], tokens=6))
+    later = [Job(decode_of(runner, [8, 9], tokens=6)), Job(decode_of(runner, [10, 11, 12, 13], tokens=6, seed=3))]
+    prefill = first.decode.prefill
+
+    def others_arrive_meanwhile():
+        for job in later:
+            scheduler.submit(job)
+        return prefill()
+
+    first.decode.prefill = others_arrive_meanwhile
+    rows_per_step = []
+    step = scheduler._step
+    scheduler._step = lambda: (rows_per_step.append(len(scheduler._slots)), step())[1]
+    scheduler.submit(first)
+    for job in (first, *later):
+        assert len(tokens_of(job)) == 6
+    assert rows_per_step and set(rows_per_step) == {3}
+
+
 def test_a_request_that_leaves_early_frees_its_rows_and_the_others_go_on(runner, scheduler):
     def make_long() -> Decode:
         return decode_of(runner, [5, 6, 7], tokens=60)
