@@ -2,7 +2,7 @@
 
 Modelled on TGI's router and transformers' continuous batching, at the scale of one process: a request
 thread submits a Job and reads its events; one scheduler thread per model loops over
-  admit (prefill each newcomer alone, then splice its KV cache into the batch's)
+  admit (prefill the newcomers, together where they can share a batch, then splice their KV caches into the batch's)
   -> one forward for every row (playground/decoding/batch.py) -> each request's rows choose their tokens
   -> finished or abandoned requests leave.
 Each row keeps its own constraint, processors, seed, stops and parameters (playground/decoding/rows.py), so a
@@ -173,16 +173,18 @@ class Scheduler:
         """Admit newcomers, run one step for every row, let finished requests leave.
 
         A batch that starts takes the requests that arrived during its prefill before its first step, as often as
-        they come (at most max_rows): clients that arrive together but not at once (a burst: each request's
-        tokenizing and the HTTP around it come between them) would otherwise leave the first ones a step ahead,
-        and each step of those, now and again at the end, costs the batch nearly a full step."""
+        they come (at most max_rows prefills): clients that arrive together but not at once (a burst: each
+        request's tokenizing and the HTTP around it come between them) would otherwise leave the first ones a
+        step ahead, to be stepped again with fewer rows after the others' last. Requests done at their prefill
+        leave meanwhile."""
         starting = not self._slots
         newcomers = self._admit()
-        while True:
+        for _ in range(self.max_rows):
             with self.model_lock:
                 self._join(newcomers)
-            if not (starting and self._joining) or not (newcomers := self._admit()):
+            if not (starting and self._joining) or self._stopping or not (newcomers := self._admit()):
                 break
+            self._leave()
         with self.model_lock:
             self._prefill_chunk()
             self._step()

@@ -290,6 +290,24 @@ def test_requests_arriving_while_a_starting_batch_prefills_join_before_its_first
     assert rows_per_step and set(rows_per_step) == {3}
 
 
+def test_a_request_done_at_its_prefill_leaves_while_a_burst_still_joins(runner, scheduler):
+    first = Job(decode_of(runner, [5, 6, 7], tokens=1))
+    later = Job(decode_of(runner, [8, 9], tokens=4))
+    prefill = first.decode.prefill
+
+    def another_arrives_meanwhile():
+        scheduler.submit(later)
+        return prefill()
+
+    first.decode.prefill = another_arrives_meanwhile
+    joined_with = []
+    join = scheduler._join
+    scheduler._join = lambda jobs: (joined_with.append(list(scheduler._active)), join(jobs))[1]
+    scheduler.submit(first)
+    assert len(tokens_of(first)) == 1 and len(tokens_of(later)) == 4
+    assert joined_with[:2] == [[], []]  # the first had left (done) before the second joined
+
+
 def test_a_request_that_leaves_early_frees_its_rows_and_the_others_go_on(runner, scheduler):
     def make_long() -> Decode:
         return decode_of(runner, [5, 6, 7], tokens=60)
