@@ -1,7 +1,8 @@
 """The KV cache of every row decoding together (continuous batching): ragged rows kept rectangular.
 
-Each request is prefilled alone, then its KV cache joins the batch's: the shorter side is padded on the
-left and an attention mask hides the padding, while each row's position ids count only its own tokens
+Newcomers are prefilled (together when they can share a batch, each after what the prefix cache holds of
+it), then their KV cache joins the batch's: the shorter side is padded on the left and an attention mask
+hides the padding, while each row's position ids count only its own tokens
 (so a row sees exactly what it would see alone). Rows leave when they finish; columns that no row uses
 any more are dropped, and the whole cache goes when the last row leaves.
 

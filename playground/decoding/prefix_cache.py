@@ -125,11 +125,11 @@ class ScopedCache:
 
 
 def _own(kv: Any) -> Any:
-    """A cache that can grow, crop or splice without changing `kv`, nor `kv` it: for plain growing layers, a copy
-    of the cache and its layers over the same keys and values (no one writes a cache's tensors in place:
-    transformers' update, crop and the batch's splices make new ones, and the lean step's `_append` writes only
-    into room past the end of the view it last wrote), else a deep copy. (A deep copy costs ~2 ms for a short
-    prompt of the embedded model: every request that hits or fills the cache paid it.)"""
+    """A cache that grows, crops or splices without changing `kv`, and `kv` without changing it: for plain growing
+    layers, a copy of the cache and its layers over the same keys and values (no one writes a cache's tensors in
+    place: transformers' update, crop and the batch's splices make new ones, and the lean step's `_append` writes
+    only into room past the end of the view it last wrote), else a deep copy. (A deep copy costs ~2 ms for a
+    short prompt of the embedded model: every request that hits or fills the cache paid it.)"""
     if not all(type(layer) is DynamicLayer for layer in kv.layers):
         return copy.deepcopy(kv)
     own = copy.copy(kv)
@@ -138,8 +138,8 @@ def _own(kv: Any) -> Any:
 
 
 def _nbytes(kv: Any) -> int:
-    """The memory an entry holds: its keys and values."""
-    return sum(t.nbytes for layer in kv.layers for t in (layer.keys, layer.values))
+    """The memory an entry holds: its keys' and values' storage (a view holds all of its buffer)."""
+    return sum(t.untyped_storage().nbytes() for layer in kv.layers for t in (layer.keys, layer.values))
 
 
 def _croppable(kv: Any) -> bool:

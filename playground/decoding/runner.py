@@ -22,7 +22,7 @@ class ModelRunner:
         self.model = loaded.model
         # Never trained here. A decode generator resumed on another thread (Gradio, the API's streams)
         # has left its inference_mode behind (grad mode is per thread): without this its KV cache would
-        # carry autograd history, and the prefix cache's deepcopy of it fails.
+        # carry autograd history, and a deep copy of it (the teacher's, the prefix cache's of other cache kinds) fails.
         self.model.requires_grad_(False)
         self.tokenizer = loaded.tokenizer
         self.device = torch.device(loaded.device)

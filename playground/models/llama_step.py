@@ -116,13 +116,18 @@ class LlamaStep:
 
 def _allowed(mask: torch.Tensor | None, cached: int, n: int, width: int) -> torch.Tensor | None:
     """sdpa's boolean mask (rows x 1 x width x keys): the row's own tokens (`mask`), and none after the query's
-    own position; None where every query sees every key (one new token per row, no padding). (A query that sees
-    no key, a prefill's left padding before a row's first token, gets zeros from sdpa.)"""
+    own position; None where every query sees every key (one new token per row, no padding).
+
+    A query that would see no key at all (a prefill's left padding before a row's first token, nothing cached)
+    sees its own: older torch's sdpa gives NaN for it (2.13's gives zeros), and it would reach the cache."""
     padding = None if mask is None else mask.bool()[:, None, None, :]
     if width == 1:
         return padding
-    causal = torch.ones(width, cached + width, dtype=torch.bool).tril(diagonal=cached)[None, None]
-    return causal if padding is None else causal & padding
+    below = torch.ones(width, cached + width, dtype=torch.bool).tril(diagonal=cached)
+    if padding is None:
+        return below[None, None]
+    allowed = below[None, None] & padding
+    return allowed | (below.triu(diagonal=cached)[None, None] & ~allowed.any(-1, keepdim=True))
 
 
 def _append(layer: DynamicLayer, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,10 +135,10 @@ def _append(layer: DynamicLayer, k: torch.Tensor, v: torch.Tensor) -> tuple[torc
 
     transformers' DynamicLayer concatenates: each step copies every cached key and value (8 rows of a 1,000-token
     chat: ~370 MB a step for the embedded model). From ROOM_FROM positions on, the layer's keys and values are
-    views of buffers with room to spare, and the new positions are written into that room; a buffer is copied
-    into a larger one only when full, or when the layer no longer holds the views last written (anything that
-    replaced or shared them: a batch's splicing, a copy for the prefix cache, transformers' own update), so no
-    one else's tensors change. Shorter caches concatenate: sdpa's CPU kernel reads a view of a larger buffer
+    views of buffers with room to spare, and the new positions are written into that room, past the end of the
+    view; a buffer is copied into a larger one when full, or when the layer's keys are not the views last written
+    there (replaced by a batch's splicing or transformers' own update; of two holders of one view, a layer and
+    its prefix cache entry, the second to append), so no tensor anyone holds changes. Shorter caches concatenate: sdpa's CPU kernel reads a view of a larger buffer
     more slowly than a whole tensor, which costs more than a short copy. `python -m benchmarks.kv_cache`: 8 rows
     of 1,000 positions 116.9 -> 92.3 ms a step, one row 27.8 -> 26.6; 8 rows of 40 would lose 7% in place.
     """

@@ -16,7 +16,7 @@ from transformers.cache_utils import DynamicSlidingWindowLayer
 from playground.decoding.batch import BatchCache
 from playground.decoding.runner import ModelRunner
 from playground.models import LoadedModel
-from playground.models.llama_step import LlamaStep
+from playground.models.llama_step import LlamaStep, _allowed
 from tests.support import TinyTokenizer, tiny_llama
 
 VOCAB = 64
@@ -120,6 +120,18 @@ def test_a_batchs_ragged_rows_take_it_and_get_the_models_logits_and_cache() -> N
         for a, b in zip(mine.kv.layers, theirs.kv.layers):
             torch.testing.assert_close(a.keys, b.keys, atol=1e-5, rtol=0)
             torch.testing.assert_close(a.values, b.values, atol=1e-5, rtol=0)
+
+
+def test_a_padding_query_that_would_see_nothing_sees_itself_and_the_rest_see_what_they_did() -> None:
+    """A prefill's left padding with nothing cached sees no key: sdpa gives NaN for it on older torch (which would
+    reach the cache), so it sees its own; every other query keeps exactly the causal mask of its row's tokens."""
+    mask = torch.tensor([[1, 1, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1]])  # 2 cached columns, then 4 new ones
+    allowed = _allowed(mask, cached=2, n=2, width=4)[:, 0]
+    assert bool(allowed.any(-1).all())
+    causal = torch.ones(4, 6, dtype=torch.bool).tril(diagonal=2)
+    assert torch.equal(allowed[0], causal & mask[0].bool())
+    assert torch.equal(allowed[1, 2:], (causal & mask[1].bool())[2:])  # its tokens see what they saw
+    assert allowed[1, :2].nonzero().tolist() == [[0, 2], [1, 3]]  # its padding, only itself
 
 
 def test_a_long_cache_grows_in_place_and_a_shared_view_is_never_written_through(monkeypatch) -> None:
