@@ -2,8 +2,8 @@
 
 python -m benchmarks.serve [--runs 3] [--tokens 24] [--model embedded] [--threads 1] [--flags "..."]
 Starts app.py on 127.0.0.1 (real HTTP), once with the prefix cache and once without, and prints a table,
-then one JSON line of figures last. Ratios are measured in the same run; figures are medians over runs,
-timed on the wall clock (the server is another process).
+then one JSON line of figures last. Ratios are measured in the same run, the counts of clients taking turns
+run by run; figures are medians over runs, timed on the wall clock (the server is another process).
 """
 
 from __future__ import annotations
@@ -216,8 +216,12 @@ def main() -> None:
             generate(url, {"grammar": _client_grammar(i), "max_new_tokens": 1, "details": True}, "warm up")
         rss_before = idle_rss_mb(url, pid)
         figures["batch_weights_mb"] = HTTP.get(f"{url}/info", timeout=30).json()["batch"]["batch_weights_mb"]
-        for clients in CLIENTS:
-            runs = [concurrent(url, clients, args.tokens) for _ in range(args.runs)]
+        # the counts of clients take turns, run by run: a host whose speed drifts moves them together
+        rounds: dict[int, list[tuple[float, float, float]]] = {clients: [] for clients in CLIENTS}
+        for _ in range(args.runs):
+            for clients in CLIENTS:
+                rounds[clients].append(concurrent(url, clients, args.tokens))
+        for clients, runs in rounds.items():
             figures[f"c{clients}_tok_s"] = round(med(r[0] for r in runs), 2)
             figures[f"c{clients}_p50_s"] = round(med(r[1] for r in runs), 2)
             figures[f"c{clients}_p90_s"] = round(med(r[2] for r in runs), 2)
