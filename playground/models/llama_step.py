@@ -138,9 +138,10 @@ def _append(layer: DynamicLayer, k: torch.Tensor, v: torch.Tensor) -> tuple[torc
     views of buffers with room to spare, and the new positions are written into that room, past the end of the
     view; a buffer is copied into a larger one when full, or when the layer's keys are not the views last written
     there (replaced by a batch's splicing or transformers' own update; of two holders of one view, a layer and
-    its prefix cache entry, the second to append), so no tensor anyone holds changes. Shorter caches concatenate: sdpa's CPU kernel reads a view of a larger buffer
-    more slowly than a whole tensor, which costs more than a short copy. `python -m benchmarks.kv_cache`: 8 rows
-    of 1,000 positions 116.9 -> 92.3 ms a step, one row 27.8 -> 26.6; 8 rows of 40 would lose 7% in place.
+    its prefix cache entry, the second to append), so no tensor anyone holds changes. Shorter caches concatenate:
+    sdpa's CPU kernel reads a view of a larger buffer more slowly than a whole tensor, which costs more than a
+    short copy. `python -m benchmarks.kv_cache`: 8 rows of 1,000 positions 116.9 -> 92.3 ms a step, one row
+    27.8 -> 26.6; 8 rows of 40 would lose 7% in place.
     """
     short = id(layer.keys) not in _TAILS and layer.get_seq_length() + k.shape[-2] < ROOM_FROM
     if short or not torch.is_inference_mode_enabled():  # (the buffers are inference tensors: written inside only)
