@@ -179,12 +179,17 @@ class Scheduler:
         leave meanwhile."""
         starting = not self._slots
         newcomers = self._admit()
-        for _ in range(self.max_rows):
-            with self.model_lock:
-                self._join(newcomers)
-            if not (starting and self._joining) or self._stopping or not (newcomers := self._admit()):
+        with self.model_lock:
+            self._join(newcomers)
+        for _ in range(self.max_rows if starting else 0):
+            if self._stopping or not self._joining:
                 break
             self._leave()
+            newcomers = self._admit()
+            if not newcomers:
+                break
+            with self.model_lock:
+                self._join(newcomers)
         with self.model_lock:
             self._prefill_chunk()
             self._step()

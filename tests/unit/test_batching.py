@@ -290,22 +290,31 @@ def test_requests_arriving_while_a_starting_batch_prefills_join_before_its_first
     assert rows_per_step and set(rows_per_step) == {3}
 
 
-def test_a_request_done_at_its_prefill_leaves_while_a_burst_still_joins(runner, scheduler):
-    first = Job(decode_of(runner, [5, 6, 7], tokens=1))
-    later = Job(decode_of(runner, [8, 9], tokens=4))
-    prefill = first.decode.prefill
+def test_requests_done_at_their_prefill_leave_while_a_burst_still_joins_and_none_is_left_out(runner):
+    """A chain of arrivals, each during the previous one's prefill, longer than the burst loop's bound (max_rows
+    prefills): the ones done at their prefill leave between joins, and every admitted request is joined."""
+    scheduler = Scheduler(runner, threading.Lock(), max_rows=2)
+    jobs = [Job(decode_of(runner, [5 + k, 6, 7], tokens=1)) for k in range(4)] + [
+        Job(decode_of(runner, [8, 9], tokens=4))
+    ]
+    for job, following in zip(jobs, jobs[1:]):
+        prefill = job.decode.prefill
 
-    def another_arrives_meanwhile():
-        scheduler.submit(later)
-        return prefill()
+        def next_arrives_meanwhile(prefill=prefill, following=following):
+            scheduler.submit(following)
+            return prefill()
 
-    first.decode.prefill = another_arrives_meanwhile
-    joined_with = []
+        job.decode.prefill = next_arrives_meanwhile
+    active_at_join = []
     join = scheduler._join
-    scheduler._join = lambda jobs: (joined_with.append(list(scheduler._active)), join(jobs))[1]
-    scheduler.submit(first)
-    assert len(tokens_of(first)) == 1 and len(tokens_of(later)) == 4
-    assert joined_with[:2] == [[], []]  # the first had left (done) before the second joined
+    scheduler._join = lambda batch: (active_at_join.append(len(scheduler._active)), join(batch))[1]
+    scheduler.submit(jobs[0])
+    got: list[int] = []
+    reader = threading.Thread(target=lambda: got.extend(len(tokens_of(job)) for job in jobs), daemon=True)
+    reader.start()
+    reader.join(60)
+    assert got == [1, 1, 1, 1, 4]
+    assert active_at_join[:3] == [0, 0, 0]  # each left (done) before the next joined
 
 
 def test_a_request_that_leaves_early_frees_its_rows_and_the_others_go_on(runner, scheduler):
