@@ -173,7 +173,7 @@ class Scheduler:
         """Admit newcomers, run one step for every row, let finished requests leave.
 
         A batch that starts takes the requests that arrived during its prefill before its first step, as often as
-        they come (at most max_rows prefills): clients that arrive together but not at once (a burst: each
+        they come (at most max_rows more prefills): clients that arrive together but not at once (a burst: each
         request's tokenizing and the HTTP around it come between them) would otherwise leave the first ones a
         step ahead, to be stepped again with fewer rows after the others' last. Requests done at their prefill
         leave meanwhile."""
