@@ -270,7 +270,7 @@ def test_requests_decoded_together_get_what_they_get_alone(runner, scheduler):
 
 def test_requests_arriving_while_a_starting_batch_prefills_join_before_its_first_step(runner, scheduler):
     """A burst of clients: the first prefills while the others arrive. None of them steps before all have joined,
-    so none is a step ahead, to be stepped alone at the end (each such step costs the batch nearly a full one)."""
+    so none is a step ahead, to be stepped again with fewer rows after the others' last."""
     first = Job(decode_of(runner, [5, 6, 7], tokens=6))
     later = [Job(decode_of(runner, [8, 9], tokens=6)), Job(decode_of(runner, [10, 11, 12, 13], tokens=6, seed=3))]
     prefill = first.decode.prefill
@@ -292,7 +292,7 @@ def test_requests_arriving_while_a_starting_batch_prefills_join_before_its_first
 
 def test_requests_done_at_their_prefill_leave_while_a_burst_still_joins_and_none_is_left_out(runner):
     """A chain of arrivals, each during the previous one's prefill, longer than the burst loop's bound (max_rows
-    prefills): the ones done at their prefill leave between joins, and every admitted request is joined."""
+    more prefills): the ones done at their prefill leave between joins, and every admitted request is joined."""
     scheduler = Scheduler(runner, threading.Lock(), max_rows=2)
     jobs = [Job(decode_of(runner, [5 + k, 6, 7], tokens=1)) for k in range(4)] + [
         Job(decode_of(runner, [8, 9], tokens=4))
