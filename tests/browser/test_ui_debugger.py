@@ -6,7 +6,16 @@ import json
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter, use_constraint
+from tests.browser.ui_helpers import (
+    SLOW,
+    open_accordion,
+    open_app,
+    paste_constraint,
+    pick_kind,
+    send,
+    set_parameter,
+    use_constraint,
+)
 from tests.support import PET_SCHEMA
 
 
@@ -48,7 +57,7 @@ def test_check_an_instance_names_the_refused_token(page: Page, server_url: str) 
     open_app(page, server_url)
     pick_kind(page, "JSON schema")
     paste_constraint(page, json.dumps(PET_SCHEMA))
-    page.locator("#check > button.label-wrap").click()
+    open_accordion(page, "check")
     page.locator("#check-text textarea").fill('{"kind": "cow", "name": "<script>x</script>"}')
     page.locator("#check-btn").click()
     result = page.locator("#check-result")

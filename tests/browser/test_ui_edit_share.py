@@ -8,7 +8,7 @@ from playwright.sync_api import Page, expect
 
 from playground.ui.sharing import share_query
 from playground.ui.state import ChatState, Form
-from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter
+from tests.browser.ui_helpers import SLOW, open_accordion, open_app, paste_constraint, pick_kind, send, set_parameter
 
 
 def texts(page: Page, role: str) -> list[str]:
@@ -58,7 +58,7 @@ def test_the_session_survives_a_reload_and_a_share_link_opens_the_same_setup(bro
     expect(page.locator("#constraint-kind").get_by_label("choice", exact=True)).to_be_checked()
     expect(page.locator("#constraint-text .cm-content")).to_contain_text("green")
 
-    page.locator("#session > button.label-wrap").click()
+    open_accordion(page, "session")
     page.locator("#session-share").click()
     link = page.locator("#share-link textarea, #share-link input").first
     expect(link).to_have_value(lambda_free_prefix(server_url), timeout=SLOW)

@@ -8,7 +8,7 @@ import json
 from playwright.sync_api import Page, expect
 
 from playground.constraints.examples import PERSON_SCHEMA
-from tests.browser.ui_helpers import open_app, paste_constraint, pick_kind, send
+from tests.browser.ui_helpers import open_accordion, open_app, paste_constraint, pick_kind, send
 
 OWN_SCHEMA = '{"type": "object", "properties": {"colour": {"enum": ["red", "blue"]}}, "required": ["colour"]}'
 
@@ -42,7 +42,7 @@ def test_own_text_survives_switching_kinds_and_the_title_never_goes_stale(
     }
     path = tmp_path / "session.json"
     path.write_text(json.dumps(session), encoding="utf-8")
-    page.locator("#session > button.label-wrap").click()
+    open_accordion(page, "session")
     with page.expect_file_chooser() as chooser:
         page.locator("#session-import").click()
     chooser.value.set_files(str(path))

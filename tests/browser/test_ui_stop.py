@@ -6,7 +6,7 @@ import json
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.ui_helpers import SLOW, open_app, open_with_regex, paste_constraint, pick_kind, send
+from tests.browser.ui_helpers import SLOW, open_accordion, open_app, open_with_regex, paste_constraint, pick_kind, send
 
 # At least 60 numbers: a turn long enough to stop in the middle of.
 LONG = r"[0-9]{1,3}(, [0-9]{1,3}){60,90}"
@@ -15,7 +15,7 @@ LONG = r"[0-9]{1,3}(, [0-9]{1,3}){60,90}"
 def exported_messages(page: Page) -> list[dict]:
     """The conversation as the server stores it (through the session export)."""
     if not page.locator("#session-export").is_visible():
-        page.locator("#session > button.label-wrap").click()
+        open_accordion(page, "session")
     page.locator("#session-export").click()
     link = page.locator("#session-file a[download]").first
     expect(link).to_be_visible(timeout=SLOW)

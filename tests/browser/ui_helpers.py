@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from playwright.sync_api import Page, expect
@@ -71,11 +72,25 @@ def show_parameter(page: Page, elem_id: str) -> None:
     if page.locator(f"#{elem_id}").is_visible():
         return
     for accordion in ("parameters", PARAMETER_GROUP[elem_id]):
-        toggle = page.locator(f"#{accordion} > button.label-wrap")
-        expect(toggle).to_be_visible()
-        if "open" not in (toggle.get_attribute("class") or "").split():
-            toggle.click()
+        open_accordion(page, accordion)
     expect(page.locator(f"#{elem_id}")).to_be_visible()
+
+
+def open_accordion(page: Page, elem_id: str) -> None:
+    """Click an accordion's toggle until it is open: a click that lands while the page re-renders after an
+    event (the constraint's validation, say) can be lost, and CI once saw the Parameters accordion stay shut."""
+    toggle = page.locator(f"#{elem_id} > button.label-wrap")
+    expect(toggle).to_be_visible()
+    for _ in range(3):
+        if "open" in (toggle.get_attribute("class") or "").split():
+            return
+        toggle.click()
+        try:
+            expect(toggle).to_have_class(re.compile(r"(^|\s)open(\s|$)"), timeout=3000)
+            return
+        except AssertionError:
+            continue
+    expect(toggle).to_have_class(re.compile(r"(^|\s)open(\s|$)"))
 
 
 def set_parameter(page: Page, elem_id: str, value: str) -> None:
