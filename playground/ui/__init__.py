@@ -102,28 +102,31 @@ def _setup_constraint_events(demo: gr.Blocks, c: Components) -> None:
 
     def on_kind(kind: str, message: str, saved: dict[str, str]) -> tuple:
         text, example_message = drafts.text_for(saved, kind)
-        examples, editor, processor_group = layout.kind_view(kind, text)
+        examples, editor, processor_group, text_kind = layout.kind_view(kind, text)
         chat_text = controls.suggested_message(message, example_message)
-        return examples, {**editor, "value": text}, processor_group, chat_text
+        return examples, {**editor, "value": text}, processor_group, text_kind, chat_text
 
     def on_example(kind: str, title: str | None, message: str) -> tuple:
         text, example_message = controls.example_for(kind, title)
-        return text, controls.suggested_message(message, example_message)
+        return text, kind, controls.suggested_message(message, example_message)
 
-    def on_text(kind: str, text: str | None, saved: dict[str, str]) -> tuple:
-        return drafts.remember(saved, kind, text), gr.update(value=drafts.example_title(kind, text))
+    def on_text(kind: str, text_kind: str, text: str | None, saved: dict[str, str]) -> tuple:
+        # A change sent after the kind's radio flipped but before the editor got the new kind's text is the
+        # old kind's text: it is kept under the kind it was written for, and names no example of the new one.
+        title = gr.update(value=drafts.example_title(kind, text)) if text_kind == kind else gr.skip()
+        return drafts.remember(saved, text_kind, text), title
 
     status = (controls.constraint_status, [ed.kind, ed.text], ed.status)
-    ed.kind.input(
-        on_kind, [ed.kind, c.chat.input, c.drafts], [ed.example, ed.text, ed.processor_group, c.chat.input]
-    ).then(*status, show_progress="hidden")
-    ed.example.input(on_example, [ed.kind, ed.example, c.chat.input], [ed.text, c.chat.input]).then(
+    ed.kind.input(on_kind, [ed.kind, c.chat.input, c.drafts], [*ed.view, c.chat.input]).then(
+        *status, show_progress="hidden"
+    )
+    ed.example.input(on_example, [ed.kind, ed.example, c.chat.input], [ed.text, ed.text_kind, c.chat.input]).then(
         *status, show_progress="hidden"
     )
     ed.text.change(*status, show_progress="hidden", trigger_mode="always_last")
     ed.text.change(
         on_text,
-        [ed.kind, ed.text, c.drafts],
+        [ed.kind, ed.text_kind, ed.text, c.drafts],
         [c.drafts, ed.example],
         show_progress="hidden",
         trigger_mode="always_last",
@@ -246,12 +249,14 @@ def _setup_session_events(c: Components) -> None:
         try:
             loaded, fresh = controls.import_file(path, state.mode)
         except Exception as exc:  # noqa: BLE001
-            return (*[gr.skip()] * len(form), gr.skip(), gr.skip(), render.error_box(handlers.error_message(exc)))
+            return (*[gr.skip()] * (len(form) + 3), render.error_box(handlers.error_message(exc)))
         fresh.markdown = state.markdown
         note = render.box("ok", f"✓ imported {len(fresh.messages)} messages and the settings")
-        return (*loaded.values(), fresh, chatbot_value(fresh.messages, state.markdown), note)
+        return (*loaded.values(), loaded.kind, fresh, chatbot_value(fresh.messages, state.markdown), note)
 
     session.export.click(on_export, [c.state, *form], [session.file, session.status])
-    session.upload.upload(on_import, [session.upload, c.state], [*form, c.state, c.chat.chatbot, session.status]).then(
-        layout.kind_view, [ed.kind, ed.text], [ed.example, ed.text, ed.processor_group]
-    ).then(controls.constraint_status, [ed.kind, ed.text], ed.status)
+    session.upload.upload(
+        on_import, [session.upload, c.state], [*form, ed.text_kind, c.state, c.chat.chatbot, session.status]
+    ).then(layout.kind_view, [ed.kind, ed.text], ed.view).then(
+        controls.constraint_status, [ed.kind, ed.text], ed.status
+    )

@@ -50,6 +50,14 @@ class ConstraintEditor:
     processor: gr.Dropdown
     processor_help: gr.HTML
     processor_params: gr.Textbox
+    # The kind the editor's text was put there for, set in the same update as the text: the radio flips
+    # first, so a text change sent in between would otherwise be filed under the new kind.
+    text_kind: gr.State
+
+    @property
+    def view(self) -> list[Any]:
+        """What switching kinds updates (layout.kind_view's outputs)."""
+        return [self.example, self.text, self.processor_group, self.text_kind]
 
 
 @dataclass(frozen=True)

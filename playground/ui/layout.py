@@ -111,6 +111,7 @@ def _render_constraint() -> ConstraintEditor:
         processor=processor,
         processor_help=processor_help,
         processor_params=params,
+        text_kind=gr.State("none"),
     )
 
 
@@ -362,11 +363,13 @@ def render_all(registry: Registry) -> Components:
     )
 
 
-def kind_view(kind: str, text: str | None = None) -> tuple[dict, dict, dict]:
-    """What a constraint kind shows: its examples (the one `text` is, if any), the editor, the processor group."""
+def kind_view(kind: str, text: str | None = None) -> tuple[dict, dict, dict, str]:
+    """What a constraint kind shows (ConstraintEditor.view): its examples (the one `text` is, if any), the
+    editor, the processor group, and the kind the editor is now for."""
     titles = example_titles(kind)
     return (
         gr.update(choices=titles, value=example_title(kind, text), visible=bool(titles)),
         gr.update(language=LANGUAGES.get(kind), visible=kind not in ("none", "processor")),
         gr.update(visible=kind == "processor"),
+        kind,
     )

@@ -99,7 +99,7 @@ def setup(demo: gr.Blocks, c: Components, saved: gr.BrowserState) -> None:
 
     def on_load(stored: str | None, state: ChatState, request: gr.Request) -> tuple:
         query = request.query_params.get(QUERY_KEY) if request else None
-        keep = (*[gr.skip()] * len(form), gr.skip(), gr.skip(), gr.skip(), gr.skip())
+        keep = (gr.skip(),) * (len(form) + 5)
         try:
             found = restored(query, stored)
         except Exception as exc:  # noqa: BLE001
@@ -110,12 +110,12 @@ def setup(demo: gr.Blocks, c: Components, saved: gr.BrowserState) -> None:
         fresh = ChatState(messages=messages, mode=state.mode, markdown=state.markdown)
         status = render.box("ok" if query else "muted", note, elem_class="pg-shared") if note else gr.skip()
         autosave = export_session(loaded, fresh) if query else gr.skip()
-        return (*loaded.values(), fresh, chatbot_value(messages, fresh.markdown), autosave, status)
+        return (*loaded.values(), loaded.kind, fresh, chatbot_value(messages, fresh.markdown), autosave, status)
 
-    outputs = [*form, c.state, c.chat.chatbot, saved, c.chat.error]
-    demo.load(on_load, [saved, c.state], outputs).then(
-        layout.kind_view, [ed.kind, ed.text], [ed.example, ed.text, ed.processor_group]
-    ).then(None, js=DROP_QUERY_JS)
+    outputs = [*form, c.constraint.text_kind, c.state, c.chat.chatbot, saved, c.chat.error]
+    demo.load(on_load, [saved, c.state], outputs).then(layout.kind_view, [ed.kind, ed.text], ed.view).then(
+        None, js=DROP_QUERY_JS
+    )
 
     def on_share(state: ChatState, *values: Any) -> tuple:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from playground.constraints.examples import EXAMPLES
 from playground.providers.registry import Registry
 from playground.ui import create_ui, layout
 from playground.ui.state import FIELDS, Form
@@ -82,3 +83,27 @@ def test_every_sampling_control_is_a_slider_and_a_form_field_at_its_neutral_valu
         comps.params.sampling["min_p"].minimum,
         comps.params.sampling["min_p"].maximum,
     ) == (0, 1)
+
+
+def test_a_text_change_is_kept_under_the_kind_the_editor_was_filled_for() -> None:
+    """The radio flips before the editor gets the new kind's text, so a change of the old text can reach the
+    server with the new kind: every event that fills the editor names its kind in the same update, and the
+    change is kept under that kind (it once became the regex draft, and cleared the regex example's title)."""
+    demo = create_ui(Registry([]))
+    fns = {fn.name: fn for fn in demo.fns.values()}
+    on_text = fns["on_text"]
+    text = elem_ids(demo)["constraint-text"]
+    text_kind = on_text.inputs[1]
+    assert isinstance(text_kind, gr.State)
+    filling = [fn for fn in demo.fns.values() if any(out is text for out in fn.outputs)]
+    assert {fn.name for fn in filling} >= {"on_kind", "on_example", "on_import", "on_load", "kind_view"}
+    assert all(any(out is text_kind for out in fn.outputs) for fn in filling)
+
+    own = '{"type": "string"}'
+    saved, title = on_text.fn("regex", "json_schema", own, {})
+    assert saved == {"json_schema": own}
+    assert title == gr.skip()
+    ipv4 = next(e.text for e in EXAMPLES["regex"] if e.title == "IPv4 address")
+    saved, title = on_text.fn("regex", "regex", ipv4, saved)
+    assert saved == {"json_schema": own, "regex": ipv4}
+    assert title["value"] == "IPv4 address"
