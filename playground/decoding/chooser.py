@@ -62,6 +62,7 @@ class TokenChooser:
         self.budget = RowBudget()  # the constraint work this row may do in the batch's steps
         self.gate_stopped = False  # the EOS gate gave up on this row (a verdict past its step budget)
         self.warnings: list[str] = []  # this row's, for the result's warnings
+        self.masks_only = all(isinstance(p, BitmaskProcessor) for p in processors)  # they only put tokens at -inf
 
     def step(
         self,
@@ -84,7 +85,7 @@ class TokenChooser:
         if allowed is None and self.pending is not None:
             allowed, self.pending = self.pending, None
         with self.budget.step(earlier_s=self._prepared_s()):
-            masked = scores.masked_fill(~allowed, sampling.NEG_INF) if allowed is not None else self.mask(ids, scores)
+            masked = torch.where(allowed, scores, sampling.NEG_INF) if allowed is not None else self.mask(ids, scores)
             gated = self.gate_eos(masked, text)
         if gated is not masked and not bool(torch.isfinite(gated).any()):
             raise UnenforcedKeywordError(
@@ -94,7 +95,9 @@ class TokenChooser:
         chain = self.warpers if warp else sampling.LogitsProcessorList()
         # nothing touched the logits (each stage returns its input unchanged): one softmax serves both
         untouched = gated is logits and not len(chain)
-        return sampling.score_row(logits, gated, chain, ids, untouched=untouched)
+        # a mask and the EOS gate only put tokens at -inf; penalties and custom processors may change any logit
+        filled = scores is logits and (allowed is not None or self.masks_only)
+        return sampling.score_row(logits, gated, chain, ids, untouched=untouched, filled=filled)
 
     def _reasoning_step(
         self, ids: torch.Tensor, logits: torch.Tensor, scores: torch.Tensor, warp: bool
@@ -109,7 +112,8 @@ class TokenChooser:
             masked = scores.clone()
             masked[eos] = sampling.NEG_INF
         chain = self.warpers if warp else sampling.LogitsProcessorList()
-        return sampling.score_row(logits, masked, chain, ids, untouched=masked is logits and not len(chain))
+        untouched = masked is logits and not len(chain)
+        return sampling.score_row(logits, masked, chain, ids, untouched=untouched, filled=scores is logits)
 
     def decode(self, ids: list[int]) -> str:
         """The row's text (a tool-call envelope's markup kept); a thinking model's keeps its reasoning delimiters even

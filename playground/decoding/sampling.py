@@ -6,6 +6,7 @@ presence penalties and logit bias, and vLLM's min_tokens (which transformers lac
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -169,6 +170,7 @@ class StepScores:
     logprobs: torch.Tensor
     final_scores: torch.Tensor
     mass_kept: float
+    best: tuple[float, int] | None = None  # (logprob, id) of the highest final score, when score_row found it
 
 
 def score_row(
@@ -178,14 +180,27 @@ def score_row(
     input_ids: torch.Tensor,
     *,
     untouched: bool = False,
+    filled: bool = False,
 ) -> StepScores:
     """Raw and final distributions: the final one after penalties, masks and warpers, as TGI reports it.
 
     `untouched` says nothing changed the logits (no processor, mask or warper): one softmax serves both.
+    `filled` says `masked` is `raw_logits` with some tokens at -inf and nothing else changed: with no warper,
+    the mass kept is then read off one allowed token (raw logprob minus final logprob is log(mass kept) at
+    every allowed token) instead of summed over the vocabulary, and the best token is found once.
     """
     raw_logprobs = torch.log_softmax(raw_logits, dim=-1)
     if untouched:
         return StepScores(raw_logprobs, raw_logprobs, raw_logits, 1.0)
+    if filled and not len(chain):
+        logprobs = torch.log_softmax(masked, dim=-1)
+        top, index = masked.max(dim=-1)
+        if top == NEG_INF:  # nothing allowed: choose says so
+            return StepScores(raw_logprobs, logprobs, masked, 0.0)
+        best = (float(logprobs[index]), int(index))
+        return StepScores(
+            raw_logprobs, logprobs, masked, min(1.0, math.exp(float(raw_logprobs[index]) - best[0])), best
+        )
     allowed = finite(masked)
     mass_kept = min(1.0, float(raw_logprobs.exp().mul_(allowed).sum()))
     final = chain(input_ids, masked.unsqueeze(0)).squeeze(0) if len(chain) else masked
@@ -194,6 +209,8 @@ def score_row(
 
 def choose(step: StepScores, sampling: bool, generator: torch.Generator | None) -> int:
     """Greedy argmax or a seeded multinomial draw."""
+    if step.best is not None and not sampling:
+        return step.best[1]
     best, token_id = step.final_scores.max(dim=-1)
     if best == NEG_INF:
         raise ParameterError("every token was masked out: the constraint and processors leave nothing to generate")
@@ -225,7 +242,11 @@ def token_record(
 ) -> GeneratedToken:
     """What the panels show for one generated token."""
     logprob = float(step.logprobs[token_id])
-    top = top_tokens(step.logprobs, top_n, text_of, special)
+    if top_n == 1 and step.best is not None:
+        value, best_id = step.best
+        top = [Token(id=best_id, text=text_of(best_id), logprob=value, special=best_id in special)]
+    else:
+        top = top_tokens(step.logprobs, top_n, text_of, special)
     raw_top = top if step.logprobs is step.raw_logprobs else top_tokens(step.raw_logprobs, top_n, text_of, special)
     return GeneratedToken(
         id=token_id,

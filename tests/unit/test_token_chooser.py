@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from playground.constraints import Constraint
+from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.decoding.chooser import TokenChooser
+from playground.errors import ParameterError
 from playground.types import GenerateParameters
 
 VOCAB = 8
@@ -97,3 +99,53 @@ def test_eos_gate_refuses_end_while_the_json_is_invalid():
     chooser = TokenChooser(runner(), GenerateParameters(), [], constraint, len(PROMPT))
     assert EOS not in finite(chooser.step(torch.tensor([PROMPT]), LOGITS.clone(), text="5").final_scores)
     assert EOS in finite(chooser.step(torch.tensor([PROMPT]), LOGITS.clone(), text="50").final_scores)
+
+
+class FixedMask(BitmaskProcessor):
+    """An engine whose mask never changes: the tokens in `allowed`."""
+
+    def __init__(self, allowed: list[int]) -> None:
+        self.tokens = allowed
+        super().__init__(VOCAB)
+
+    def _start(self) -> None:
+        pass
+
+    def _consume(self, tokens: list[int]) -> None:
+        pass
+
+    def _fill(self, out) -> None:
+        out[:] = sum(1 << t for t in self.tokens)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"repetition_penalty": 2.0}, {"temperature": 0.5, "do_sample": True, "seed": 1}],
+    ids=["mask alone", "a penalty first", "a warper after"],
+)
+def test_mass_kept_is_the_raw_mass_of_the_allowed_tokens_however_it_is_computed(params: dict) -> None:
+    """A mask alone reads the mass kept off its best token (raw logprob minus final logprob) and finds that
+    token once; a penalty or a warper changes the logits, and the mass is summed over the allowed tokens."""
+    kept = float(torch.softmax(LOGITS, -1)[[2, 4, 6]].sum())
+    chooser = TokenChooser(runner(), GenerateParameters(**params), [FixedMask([2, 4, 6])], Constraint("none"), 0)
+    scores = chooser.step(torch.tensor([[2, 5]]), LOGITS.clone(), text="")
+    assert finite(scores.final_scores) == [2, 4, 6]
+    assert scores.mass_kept == pytest.approx(kept, rel=1e-5)
+    if params:
+        assert scores.best is None
+    else:
+        assert scores.best == (pytest.approx(float(torch.log_softmax(LOGITS[[2, 4, 6]], -1)[0])), 2)
+        assert chooser.choose(scores) == 2
+        assert chooser.record(2, "t2", scores).top_tokens[0].id == 2
+    forced = chooser.step(
+        torch.tensor([[2, 5]]), LOGITS.clone(), text="", allowed=torch.tensor([False] * 4 + [True] * 4)
+    )
+    assert forced.mass_kept == pytest.approx(float(torch.softmax(LOGITS, -1)[4:].sum()), rel=1e-5)
+
+
+def test_a_mask_that_allows_nothing_is_said_so() -> None:
+    chooser = TokenChooser(runner(), GenerateParameters(), [FixedMask([])], Constraint("none"), len(PROMPT))
+    scores = chooser.step(torch.tensor([PROMPT]), LOGITS.clone(), text="")
+    assert scores.mass_kept == 0.0
+    with pytest.raises(ParameterError, match="every token was masked out"):
+        chooser.choose(scores)
