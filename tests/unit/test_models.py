@@ -55,6 +55,17 @@ def test_dtype_choice(device: str, requested: str | None, expected: torch.dtype)
     assert models.pick_dtype(device, requested) == expected
 
 
+@pytest.mark.parametrize(("device", "cudnn"), [("cpu", True), ("cuda", False), ("cuda:1", False)])
+def test_cuda_attention_leaves_cudnn_out(device: str, cudnn: bool) -> None:
+    """cuDNN's sdpa rebuilt a plan at every decode step (keys one longer each time): 3-4x slower on an H200."""
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        models.attention_for(device)
+        assert torch.backends.cuda.cudnn_sdp_enabled() is cudnn
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+
+
 def test_unknown_dtype_is_a_model_error_naming_it() -> None:
     with pytest.raises(ModelError, match="float17"):
         models.pick_dtype("cpu", "float17")
