@@ -51,8 +51,10 @@ class ConstraintEditor:
     processor_help: gr.HTML
     processor_params: gr.Textbox
     # The kind the editor's text was put there for, set in the same update as the text: the radio flips
-    # first, so a text change sent in between would otherwise be filed under the new kind.
-    text_kind: gr.State
+    # first, so a text change sent in between would otherwise be filed under the new kind. A hidden component,
+    # not a gr.State: a State's value is the server's, which changes before the browser shows the new text;
+    # this one's travels from the browser with the text itself.
+    text_kind: gr.Textbox
 
     @property
     def view(self) -> list[Any]:

@@ -111,7 +111,7 @@ def _render_constraint() -> ConstraintEditor:
         processor=processor,
         processor_help=processor_help,
         processor_params=params,
-        text_kind=gr.State("none"),
+        text_kind=gr.Textbox(value="none", visible="hidden", elem_id="constraint-text-kind", interactive=False),
     )
 
 

@@ -94,7 +94,7 @@ def test_a_text_change_is_kept_under_the_kind_the_editor_was_filled_for() -> Non
     on_text = fns["on_text"]
     text = elem_ids(demo)["constraint-text"]
     text_kind = on_text.inputs[1]
-    assert isinstance(text_kind, gr.State)
+    assert isinstance(text_kind, gr.Textbox)  # the browser's value, sent with the text (a State is the server's)
     filling = [fn for fn in demo.fns.values() if any(out is text for out in fn.outputs)]
     assert {fn.name for fn in filling} >= {"on_kind", "on_example", "on_import", "on_load", "kind_view"}
     assert all(any(out is text_kind for out in fn.outputs) for fn in filling)
