@@ -195,12 +195,14 @@ def score_row(
     if filled and not len(chain):
         logprobs = torch.log_softmax(masked, dim=-1)
         top, index = masked.max(dim=-1)
-        if top == NEG_INF:  # nothing allowed: choose says so
+        # one read from the device (a GPU waits once, not four times)
+        top_value, value, raw_value, token_id = torch.stack(
+            [t.double() for t in (top, logprobs[index], raw_logprobs[index], index)]
+        ).tolist()
+        if top_value == NEG_INF:  # nothing allowed: choose says so
             return StepScores(raw_logprobs, logprobs, masked, 0.0)
-        best = (float(logprobs[index]), int(index))
-        return StepScores(
-            raw_logprobs, logprobs, masked, min(1.0, math.exp(float(raw_logprobs[index]) - best[0])), best
-        )
+        best = (value, int(token_id))
+        return StepScores(raw_logprobs, logprobs, masked, min(1.0, math.exp(raw_value - value)), best)
     allowed = finite(masked)
     mass_kept = min(1.0, float(raw_logprobs.exp().mul_(allowed).sum()))
     final = chain(input_ids, masked.unsqueeze(0)).squeeze(0) if len(chain) else masked
