@@ -84,12 +84,12 @@ def pick_dtype(device: str, requested: str | None = None) -> Any:
         if not isinstance(dtype, torch.dtype):
             raise ModelError(f"unknown dtype {requested!r}; use e.g. float32, bfloat16 or float16")
         return dtype
-    return torch.bfloat16 if device == "cuda" else torch.float32
+    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
 
 
 def attention_for(device: str) -> None:
-    """On CUDA, attention without cuDNN's sdpa backend (a process-wide switch; flash and memory-efficient
-    attention serve the same calls).
+    """On CUDA, attention without cuDNN's sdpa backend (a process-wide switch; memory-efficient attention
+    serves the calls with a padding mask, flash those without).
 
     cuDNN builds an execution plan per shape, and a decode's keys grow by one position at every step, so
     every layer of every step built a new one. Measured on an H200 (torch 2.11, bf16, a model of the embedded

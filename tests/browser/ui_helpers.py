@@ -86,7 +86,7 @@ def open_accordion(page: Page, elem_id: str) -> None:
             return
         toggle.click()
         try:
-            expect(toggle).to_have_class(re.compile(r"(^|\s)open(\s|$)"), timeout=3000)
+            expect(toggle).to_have_class(re.compile(r"(^|\s)open(\s|$)"), timeout=5000)
             return
         except AssertionError:
             continue

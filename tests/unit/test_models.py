@@ -46,6 +46,7 @@ def test_requested_device_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     "device,requested,expected",
     [
         ("cuda", None, torch.bfloat16),
+        ("cuda:1", None, torch.bfloat16),
         ("cpu", None, torch.float32),
         ("mps", "auto", torch.float32),
         ("cpu", "float16", torch.float16),
