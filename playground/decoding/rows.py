@@ -52,6 +52,7 @@ class Row:
     prefix: str = ""  # the answer this row continues (continue_from), forced through the constraint
     fed: int = 0  # generated tokens already run through the model
     unscored: list[Forced] = field(default_factory=list)
+    probe_owed: bool = False  # fast-forward's probe after the last token waits for the mask computed alongside
 
     @property
     def generated(self) -> list[int]:
@@ -155,23 +156,30 @@ class Decode:
 
     def mask_work(self, index: int) -> list[tuple[BitmaskProcessor, list[int]]]:
         """The masks row `index` will ask for in this step's `take`, computable before its logits are known:
-        (processor, the row's ids then) for each, when the step ends in a sampled token that needs them."""
+        (processor, the row's ids then) for each, when the step ends in a sampled token that needs them or in
+        fast-forward's probe owed after the last one."""
         row = self.rows[index]
         if row.finish_reason is not None or row.chooser.pending is not None:
             return []
         ids = self.prompt_ids + row.generated
         return [(processor, ids) for processor in row.chooser.bitmask_processors()]
 
-    def take(self, index: int, logits: torch.Tensor) -> list[TokenEvent]:
-        """The logits after each token just fed (n x vocab): score forced tokens, then sample when none is left."""
+    def take(self, index: int, logits: torch.Tensor, alone: bool = True) -> list[TokenEvent]:
+        """The logits after each token just fed (n x vocab): score forced tokens, then sample when none is left.
+
+        In a batch (not `alone`) fast-forward's probe after a sampled token waits for the next step: each row
+        feeds one token a step there anyway, and that step's forward computes the mask alongside (mask_work)."""
         row = self.rows[index]
         events = []
         for k in range(logits.shape[0]):
             row.fed += 1
+            if row.probe_owed:
+                row.probe_owed = False
+                self._append_forced(row)
             if row.unscored:
                 events.append(self._score_forced(index, logits[k]))
             else:
-                events.extend(self._sample(index, logits[k]))
+                events.extend(self._sample(index, logits[k], alone))
         return events
 
     def remember_prompt(self, kv: Any) -> None:
@@ -189,8 +197,9 @@ class Decode:
         row = self.rows[0]
         self.prefix_cache.store(self.prompt_ids + row.generated[: row.fed], kv)
 
-    def _sample(self, index: int, raw: torch.Tensor) -> list[TokenEvent]:
-        """Choose the row's next token; with fast-forward, append the tokens the constraint forces after it."""
+    def _sample(self, index: int, raw: torch.Tensor, alone: bool = True) -> list[TokenEvent]:
+        """Choose the row's next token; with fast-forward, append the tokens the constraint forces after it (in a
+        batch, at the next step's take)."""
         row = self.rows[index]
         if row.finish_reason is not None:
             return []
@@ -201,7 +210,10 @@ class Decode:
         row.chooser.mark(token, len(row.tokens))
         row.tokens.append(token)
         if row.chooser.fast_forward and row.finish_reason is None:
-            self._append_forced(row)
+            if alone:
+                self._append_forced(row)
+            else:
+                row.probe_owed = True
         return [self._event(index, row, token)]
 
     @staticmethod

@@ -359,7 +359,7 @@ class Scheduler:
             if not feed or job.cancelled.is_set():
                 continue
             try:
-                for event in job.decode.take(i, row_logits[: len(feed)]):
+                for event in job.decode.take(i, row_logits[: len(feed)], alone=len(self._slots) == 1):
                     job.outbox.put(("token", event))
             except Exception as exc:  # noqa: BLE001 - this request's constraint failed; the others go on
                 job.outbox.put(("error", exc))

@@ -18,6 +18,7 @@ import torch
 from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
 
 from playground.constraints import Constraint
+from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.decoding.batch import BatchCache, can_batch
 from playground.decoding.chooser import TokenChooser
 from playground.decoding.rows import Decode, Row
@@ -410,6 +411,47 @@ def test_forced_tokens_alone_in_one_forward_and_batched_one_per_step_are_the_sam
     submit_together(scheduler, jobs)
     same(tokens_of(jobs[0]), want)
     assert len(tokens_of(jobs[1])) == 14
+
+
+class EveryTokenButEos(BitmaskProcessor):
+    """An engine that allows every token but EOS, and notes which thread computes each of its masks."""
+
+    def __init__(self) -> None:
+        super().__init__(VOCAB)
+        self.threads: list[str] = []
+
+    def _start(self) -> None:
+        pass
+
+    def _consume(self, tokens: list[int]) -> None:
+        pass
+
+    def _fill(self, out) -> None:
+        self.threads.append(threading.current_thread().name)
+        out[:] = -1  # every bit
+        for token in EOS:
+            out[token // 32] &= ~(1 << (token % 32))
+
+
+def test_fast_forward_in_a_batch_probes_with_the_mask_computed_alongside_the_forward(runner, scheduler):
+    """Each row of a batch feeds one token a step, so fast-forward's probe after a sampled token waits for the
+    next step, whose forward computes the mask on the masks thread; alone it probes at once (forced tokens go
+    into the next forward together). The tokens are the same either way."""
+
+    def make(engine: EveryTokenButEos) -> Decode:
+        decode = decode_of(runner, [5, 6, 7], tokens=10, fast_forward=True)
+        decode.rows[0].chooser.processors = [engine]
+        return decode
+
+    lone = EveryTokenButEos()
+    want = run_alone(runner, lambda: make(lone))
+    assert "masks" not in " ".join(lone.threads)
+    batched = EveryTokenButEos()
+    jobs = [Job(make(batched)), Job(decode_of(runner, [9, 10, 11], tokens=10))]
+    submit_together(scheduler, jobs)
+    same(tokens_of(jobs[0]), want)
+    on_masks_thread = [name for name in batched.threads if name.startswith("masks")]
+    assert len(on_masks_thread) >= len(batched.threads) - 2  # all but the first token's (at the prefill)
 
 
 def test_a_process_that_exits_while_a_batch_decodes_exits_cleanly():
