@@ -19,6 +19,7 @@ for _key, _value in TEST_ENV.items():
     os.environ.setdefault(_key, _value)
 
 TIERS = ("unit", "integration", "browser")
+EXPECT_TIMEOUT_MS = 15_000  # a browser assertion's retries (playwright's default: 5 s)
 StartServer = Callable[..., str]
 
 
@@ -186,8 +187,10 @@ def browser(chromium_launch_args: dict):
     Not per session: while playwright's sync API is active the main thread has a running event loop,
     which would break every later test that calls asyncio.run.
     """
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # An event's round trip can pass playwright's 5 s default while the other worker decodes on the same 2 cores.
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(**chromium_launch_args)
         yield chromium
