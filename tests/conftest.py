@@ -12,14 +12,13 @@ import psutil
 import pytest
 from filelock import FileLock
 
-from tests.support import CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, TEST_ENV, LiveServer, start_app
+from tests.support import CHROMIUM, CHROMIUM_ARGS, EXPECT_TIMEOUT_MS, REPO_ROOT, TEST_ENV, LiveServer, start_app
 
 # Set before anything imports huggingface_hub or torch, so nothing in the suite can download.
 for _key, _value in TEST_ENV.items():
     os.environ.setdefault(_key, _value)
 
 TIERS = ("unit", "integration", "browser")
-EXPECT_TIMEOUT_MS = 15_000  # a browser assertion's retries (playwright's default: 5 s)
 StartServer = Callable[..., str]
 
 
@@ -189,7 +188,6 @@ def browser(chromium_launch_args: dict):
     """
     from playwright.sync_api import expect, sync_playwright
 
-    # An event's round trip can pass playwright's 5 s default while the other worker decodes on the same 2 cores.
     expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(**chromium_launch_args)

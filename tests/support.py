@@ -28,6 +28,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+# How long a browser assertion retries (playwright's default, 5 s, is short while the other pytest worker
+# decodes on the same 2 cores).
+EXPECT_TIMEOUT_MS = 15_000
 # The first start on a fresh machine dequantizes the embedded GGUF (~30 s on 2 shared cores).
 START_TIMEOUT_S = float(os.environ.get("PLAYGROUND_TEST_START_TIMEOUT", "180"))
 STOP_TIMEOUT_S = 12  # the server's own grace for open connections (playground.cli.SHUTDOWN_GRACE_S) and then some

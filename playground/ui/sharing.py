@@ -29,13 +29,15 @@ STORAGE_KEY = "structured-playground-session"
 STORAGE_SECRET = "structured-playground"
 LINK_JS = "(query) => query ? location.origin + location.pathname + query : ''"
 # Once the page has opened a share link, the link leaves the address bar: a reload then opens the autosave,
-# which holds every later turn, instead of the link's older setup.
+# which holds every later turn, instead of the link's older setup. The page then says the restore is done
+# (`<html data-session-restored>`): what the user changes from then on is not overwritten.
 DROP_QUERY_JS = f"""() => {{
   const url = new URL(location.href);
   if (url.searchParams.has({QUERY_KEY!r})) {{
     url.searchParams.delete({QUERY_KEY!r});
     history.replaceState(history.state, "", url.pathname + url.search + url.hash);
   }}
+  document.documentElement.dataset.sessionRestored = "1";
 }}"""
 
 

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.ui_helpers import SLOW, open_app, open_with_regex, paste_constraint, pick_kind, send, set_parameter
+from tests.browser.ui_helpers import (
+    SLOW,
+    open_app,
+    open_with_regex,
+    paste_constraint,
+    pick_kind,
+    poll,
+    poll_equal,
+    send,
+    set_parameter,
+)
 from tests.snippet_run import answer_of
 
 ANSWER = "# x *a* ~~s~~ <b>&amp;</b> 12*12*12*1"
@@ -13,21 +23,25 @@ MESSAGE = "# Title *a* <i>b</i>\n1. item\n    indented `c`"
 
 
 def bubbles(page: Page, role: str) -> list[str]:
-    return page.locator(f"#chatbot [data-testid={role}] .message-content").all_inner_texts()
+    """Each bubble's text as shown, less the newlines around it (read through poll: the chatbot renders a
+    message's content after the bubble, and after the panels of the same update)."""
+    return [
+        text.strip("\n") for text in page.locator(f"#chatbot [data-testid={role}] .message-content").all_inner_texts()
+    ]
 
 
 def test_answers_and_user_messages_show_exactly_what_was_written(page: Page, server_url: str) -> None:
     open_with_regex(page, server_url, PATTERN, 40)
     send(page, MESSAGE)
     expect(page.locator("#validation-status")).to_contain_text("✓ valid (regex)")
-    assert [text.strip("\n") for text in bubbles(page, "user")] == [MESSAGE]
-    assert [text.strip("\n") for text in bubbles(page, "bot")] == [ANSWER]
+    poll_equal(page, lambda: bubbles(page, "user"), [MESSAGE])
+    poll_equal(page, lambda: bubbles(page, "bot"), [ANSWER])
     expect(page.locator("#chatbot h1, #chatbot em, #chatbot del, #chatbot b, #chatbot i, #chatbot ol")).to_have_count(0)
 
     page.locator("#chat-markdown input").check()
     expect(page.locator("#chatbot [data-testid=bot] pre code")).to_have_count(1)
-    assert [text.strip("\n") for text in bubbles(page, "bot")] == [ANSWER]
-    assert [text.strip("\n") for text in bubbles(page, "user")] == [MESSAGE]
+    poll_equal(page, lambda: bubbles(page, "bot"), [ANSWER])
+    poll_equal(page, lambda: bubbles(page, "user"), [MESSAGE])
     expect(page.locator("#chatbot h1, #chatbot em, #chatbot del, #chatbot b, #chatbot i, #chatbot ol")).to_have_count(0)
 
 
@@ -49,10 +63,12 @@ def generated_text(page: Page, marker: str) -> str:
 
 
 def bubble_texts(page: Page, role: str) -> list[str]:
-    """Each bubble's text as the DOM holds it (textContent: every space and tab)."""
-    return page.locator(f"#chatbot [data-testid={role}] .message-content").evaluate_all(
+    """Each bubble's text as the DOM holds it (textContent: every space and tab), less the newlines around it;
+    read through poll, as `bubbles`."""
+    texts = page.locator(f"#chatbot [data-testid={role}] .message-content").evaluate_all(
         "nodes => nodes.map(n => n.textContent)"
     )
+    return [text.strip("\n") for text in texts]
 
 
 def test_bubbles_keep_indentation_and_tabs_byte_for_byte(page: Page, server_url: str) -> None:
@@ -62,9 +78,9 @@ def test_bubbles_keep_indentation_and_tabs_byte_for_byte(page: Page, server_url:
     expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
     send(page, INDENTED)
     expect(page.locator("#validation-status")).to_contain_text("✓ valid (choice)")
-    assert [text.strip("\n") for text in bubble_texts(page, "user")] == [INDENTED]
-    answer = bubble_texts(page, "bot")[-1].strip("\n")
-    assert answer in ("def f():\n    return 1", "\tx = 1\n\t\ty = 2")
+    poll_equal(page, lambda: bubble_texts(page, "user"), [INDENTED])
+    choices = ("def f():\n    return 1", "\tx = 1\n\t\ty = 2")
+    answer = poll(page, lambda: bubble_texts(page, "bot")[-1], lambda text: text in choices, what=f"in {choices!r}")
     assert answer == generated_text(page, "return 1")
 
     pick_kind(page, "JSON schema")
@@ -73,6 +89,7 @@ def test_bubbles_keep_indentation_and_tabs_byte_for_byte(page: Page, server_url:
     set_parameter(page, "param-max-new-tokens", "40")
     send(page, "Name a city as JSON.")
     expect(page.locator("#validation-status")).to_contain_text("✓ valid (json_schema)", timeout=SLOW)
-    answer = bubble_texts(page, "bot")[-1].strip("\n")
+    generated = generated_text(page, "maxLength")
     # the indentation kept (which key the model writes first is the model's: other keys are allowed)
-    assert answer.startswith('{\n  "') and answer == generated_text(page, "maxLength")
+    assert generated.startswith('{\n  "')
+    poll_equal(page, lambda: bubble_texts(page, "bot")[-1], generated)

@@ -8,10 +8,12 @@ from playwright.sync_api import Page, expect
 
 from tests.browser.ui_helpers import (
     SLOW,
+    is_json,
     open_accordion,
     open_app,
     paste_constraint,
     pick_kind,
+    poll,
     send,
     set_parameter,
     use_constraint,
@@ -24,7 +26,14 @@ def ask_for_a_pet(page: Page, url: str) -> dict:
     use_constraint(page, "JSON schema", json.dumps(PET_SCHEMA), max_new_tokens=30)
     send(page, "A pet as JSON.")
     expect(page.locator("#validation-status")).to_contain_text("✓ valid (json_schema)")
-    return json.loads(page.locator("#chatbot [data-testid=bot] code").last.inner_text())
+    return json.loads(last_code(page))
+
+
+def last_code(page: Page) -> str:
+    """The last answer's code block, once the chatbot shows it whole (it renders a message's content after
+    the panels of the same update): a JSON answer parses only then."""
+    code = page.locator("#chatbot [data-testid=bot] code").last
+    return poll(page, code.inner_text, is_json, what="the answer parses as JSON")
 
 
 def test_fields_reasons_and_a_branch(page: Page, server_url: str) -> None:
@@ -74,7 +83,7 @@ def test_tools_kind_gives_a_call_with_its_tokens_and_verdict(page: Page, server_
     set_parameter(page, "param-max-new-tokens", "40")
     send(page, "What's the weather in Paris?")
     expect(page.locator("#validation-status")).to_contain_text("✓ valid", timeout=SLOW)
-    call = json.loads(page.locator("#chatbot [data-testid=bot] code").last.inner_text())
+    call = json.loads(last_code(page))
     assert call["name"] in {"get_weather", "get_time"}
     assert page.locator("#token-panel .tok").count() > 5
     expect(page.locator("#field-panel tr[data-path^='arguments']").first).to_be_visible(timeout=SLOW)

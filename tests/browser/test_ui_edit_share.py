@@ -8,11 +8,31 @@ from playwright.sync_api import Page, expect
 
 from playground.ui.sharing import share_query
 from playground.ui.state import ChatState, Form
-from tests.browser.ui_helpers import SLOW, open_accordion, open_app, paste_constraint, pick_kind, send, set_parameter
+from tests.browser.ui_helpers import (
+    SLOW,
+    open_accordion,
+    open_app,
+    paste_constraint,
+    pick_kind,
+    poll,
+    poll_equal,
+    send,
+    set_parameter,
+)
+
+COLOURS = ("red", "blue", "green")
 
 
 def texts(page: Page, role: str) -> list[str]:
+    """The bubbles' texts; read through poll (the chatbot renders a message's content after the bubble)."""
     return [t.strip("\n") for t in page.locator(f"#chatbot [data-testid={role}] .message-content").all_inner_texts()]
+
+
+def expect_texts(page: Page, user: list[str], bot: list[str] | None = None) -> None:
+    """The user's bubbles (and the answers', if given) read `user` (and `bot`), retried until they do."""
+    poll_equal(page, lambda: texts(page, "user"), user)
+    if bot is not None:
+        poll_equal(page, lambda: texts(page, "bot"), bot)
 
 
 def wait_for_turn(page: Page, users: int) -> None:
@@ -35,7 +55,7 @@ def test_editing_an_earlier_message_reruns_from_there(page: Page, server_url: st
     page.locator("#chatbot").get_by_role("button", name="Submit").click()
     expect(page.locator("#chatbot [data-testid=user]")).to_have_count(1, timeout=SLOW)
     wait_for_turn(page, 1)
-    assert texts(page, "user") == ["Name a colour."]
+    expect_texts(page, ["Name a colour."])
 
 
 def test_the_session_survives_a_reload_and_a_share_link_opens_the_same_setup(browser, server_url: str) -> None:
@@ -48,13 +68,12 @@ def test_the_session_survives_a_reload_and_a_share_link_opens_the_same_setup(bro
     page.locator("#param-do-sample input").check()
     set_parameter(page, "param-seed", "7")
     send(page, "Pick a colour <b>now</b>.")
-    answer = texts(page, "bot")
-    assert answer[0] in ("red", "blue", "green")
+    answer = poll(page, lambda: texts(page, "bot"), lambda bot: bot[0] in COLOURS, what=f"first answer in {COLOURS}")
     expect(page.locator("#next-token-panel")).to_contain_text("at the end of the prompt", timeout=SLOW)
 
     page.reload()
     open_app_again(page)
-    assert texts(page, "user") == ["Pick a colour <b>now</b>."] and texts(page, "bot") == answer
+    expect_texts(page, ["Pick a colour <b>now</b>."], answer)
     expect(page.locator("#constraint-kind").get_by_label("choice", exact=True)).to_be_checked()
     expect(page.locator("#constraint-text .cm-content")).to_contain_text("green")
 
@@ -71,14 +90,14 @@ def test_the_session_survives_a_reload_and_a_share_link_opens_the_same_setup(bro
         shared.goto(url)
         expect(shared.locator("#model-status .pg-box")).to_contain_text("provider local", timeout=SLOW)
         expect(shared.locator("#chatbot [data-testid=bot]")).to_have_count(1, timeout=SLOW)
-        assert texts(shared, "user") == ["Pick a colour <b>now</b>."] and texts(shared, "bot") == answer
+        expect_texts(shared, ["Pick a colour <b>now</b>."], answer)
         expect(shared.locator("#constraint-kind").get_by_label("choice", exact=True)).to_be_checked()
         set_parameter(shared, "param-seed", "7")
         expect(shared.locator("#param-max-new-tokens input[type=number]")).to_have_value("6")
         expect(shared.locator("#param-do-sample input")).to_be_checked()
         shared.locator("#retry-btn").click()
         wait_for_turn(shared, 1)
-        assert texts(shared, "bot") == answer
+        poll_equal(shared, lambda: texts(shared, "bot"), answer)
     finally:
         fresh.close()
 
@@ -108,14 +127,14 @@ def test_a_reload_after_a_share_link_keeps_the_shared_and_the_later_turns(page: 
     expect(page).not_to_have_url(re.compile(r"[?&]session="), timeout=SLOW)
     page.reload()  # before any turn: the shared conversation, not an older autosave
     open_app_again(page)
-    assert texts(page, "user") == ["Pick a colour."]
+    expect_texts(page, ["Pick a colour."])
     send(page, "Pick another colour.")
     wait_for_turn(page, 2)
 
     page.reload()
     expect(page.locator("#model-status .pg-box")).to_contain_text("provider local", timeout=SLOW)
     expect(page.locator("#chatbot [data-testid=bot]")).to_have_count(2, timeout=SLOW)
-    assert texts(page, "user") == ["Pick a colour.", "Pick another colour."]
+    expect_texts(page, ["Pick a colour.", "Pick another colour."])
 
 
 def test_a_share_link_says_under_the_chat_what_it_opened(page: Page, server_url: str) -> None:

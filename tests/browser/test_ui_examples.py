@@ -8,7 +8,7 @@ import json
 from playwright.sync_api import Page, expect
 
 from playground.constraints.examples import PERSON_SCHEMA
-from tests.browser.ui_helpers import open_accordion, open_app, paste_constraint, pick_kind, send
+from tests.browser.ui_helpers import open_accordion, open_app, paste_constraint, pick_kind, poll_equal, send
 
 OWN_SCHEMA = '{"type": "object", "properties": {"colour": {"enum": ["red", "blue"]}}, "required": ["colour"]}'
 
@@ -59,5 +59,6 @@ def test_the_grammar_example_finishes_with_the_right_answer(page: Page, server_u
     expect(page.locator("#chat-input textarea")).to_have_value("What is 7 times 6? Answer with the calculation.")
     send(page)
     expect(page.locator("#validation-status")).to_contain_text("✓ valid (grammar)")
-    assert page.locator("#chatbot [data-testid=bot] .message-content").inner_text().strip() == "7 * 6 = 42"
+    answer = page.locator("#chatbot [data-testid=bot] .message-content")
+    poll_equal(page, lambda: answer.inner_text().strip(), "7 * 6 = 42")  # the chatbot renders after the verdict
     expect(page.locator("#finish-reason")).to_contain_text("eos_token")

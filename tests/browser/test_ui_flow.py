@@ -9,7 +9,17 @@ import jsonschema
 from playwright.sync_api import Page, expect
 
 from playground.constraints.examples import PERSON_SCHEMA
-from tests.browser.ui_helpers import SLOW, open_app, paste_constraint, pick_kind, send, set_parameter, use_constraint
+from tests.browser.ui_helpers import (
+    SLOW,
+    is_json,
+    open_app,
+    paste_constraint,
+    pick_kind,
+    poll,
+    send,
+    set_parameter,
+    use_constraint,
+)
 
 
 def test_schema_chat_shows_valid_json_tokens_alternatives_and_next_token_chart(page: Page, server_url: str) -> None:
@@ -23,7 +33,9 @@ def test_schema_chat_shows_valid_json_tokens_alternatives_and_next_token_chart(p
     send(page, "Invent a person and describe them as JSON.")
 
     expect(page.locator("#validation-status")).to_contain_text("✓ valid (json_schema)")
-    answer = json.loads(page.locator("#chatbot [data-testid=bot] code").last.inner_text())
+    # the chatbot renders the answer after the verdict of the same update: read until it is whole
+    code = page.locator("#chatbot [data-testid=bot] code").last
+    answer = json.loads(poll(page, code.inner_text, is_json, what="the answer parses as JSON"))
     jsonschema.validate(answer, json.loads(PERSON_SCHEMA))
     finish = page.locator("#finish-reason")
     expect(finish).to_contain_text("finish reason")

@@ -6,7 +6,7 @@ import re
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.ui_helpers import PARAMETER_GROUP, PHONE, open_app, paste_constraint, pick_kind, show_parameter
+from tests.browser.ui_helpers import PARAMETER_GROUP, PHONE, open_app, paste_constraint, pick_kind, poll, show_parameter
 
 
 def test_parameters_come_in_four_groups_with_the_rare_ones_folded(page: Page, server_url: str) -> None:
@@ -20,15 +20,24 @@ def test_parameters_come_in_four_groups_with_the_rare_ones_folded(page: Page, se
         expect(page.locator(f"#{group} #{elem_id}")).to_be_visible()
 
 
+def expect_only_shown(page: Page, editors: list[str], shown: str) -> None:
+    """`shown` is visible and every other editor hidden (retried: the text is there before its tab shows)."""
+    for editor in editors:
+        if editor == shown:
+            expect(page.locator(f"#{editor}")).to_be_visible()
+        else:
+            expect(page.locator(f"#{editor}")).to_be_hidden()
+
+
 def test_code_tab_shows_one_snippet_at_a_time(page: Page, server_url: str) -> None:
     open_app(page, server_url)
     page.get_by_role("tab", name="Code").click()
     editors = ["code-curl-generate", "code-curl-chat", "code-openai", "code-huggingface-hub", "code-outlines"]
     expect(page.locator("#code-curl-generate .cm-content")).to_contain_text("/generate")
-    assert [page.locator(f"#{e}").is_visible() for e in editors] == [True, False, False, False, False]
+    expect_only_shown(page, editors, "code-curl-generate")
     page.locator("#code-tabs").get_by_role("tab", name="openai").click()
     expect(page.locator("#code-openai .cm-content")).to_contain_text("from openai import OpenAI")
-    assert [page.locator(f"#{e}").is_visible() for e in editors] == [False, False, True, False, False]
+    expect_only_shown(page, editors, "code-openai")
 
 
 def test_phone_shows_the_chat_input_on_the_first_screen(browser, server_url: str) -> None:
@@ -36,10 +45,17 @@ def test_phone_shows_the_chat_input_on_the_first_screen(browser, server_url: str
     page = context.new_page()
     try:
         open_app(page, server_url)
-        chat_input = page.locator("#chat-input textarea").bounding_box()
-        picker = page.locator("#model-picker").bounding_box()
-        assert chat_input["y"] + chat_input["height"] <= PHONE["height"], chat_input
-        assert chat_input["y"] < picker["y"]
+
+        def boxes() -> tuple[dict, dict]:
+            return page.locator("#chat-input textarea").bounding_box(), page.locator("#model-picker").bounding_box()
+
+        # read until it holds: the page's other load events and panel styles may land after the model's status
+        poll(
+            page,
+            boxes,
+            lambda b: b[0]["y"] + b[0]["height"] <= PHONE["height"] and b[0]["y"] < b[1]["y"],
+            what="the chat input on the first screen, above the model picker",
+        )
     finally:
         context.close()
 
@@ -54,4 +70,4 @@ def test_constraint_errors_are_monospace_and_the_editor_wraps(page: Page, server
     expect(status).to_have_css("font-family", re.compile("monospace"))
     expect(page.locator("#constraint-text .cm-content.cm-lineWrapping")).to_have_count(1)
     editor = page.locator("#constraint-text .cm-scroller")
-    assert editor.evaluate("e => e.scrollWidth <= e.clientWidth + 1")
+    poll(page, lambda: editor.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), bool, what="the editor wraps")

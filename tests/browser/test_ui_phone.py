@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from playwright.sync_api import Browser, expect
 
-from tests.browser.ui_helpers import PHONE, SLOW, open_app, paste_constraint, pick_kind, send, set_parameter
+from tests.browser.ui_helpers import PHONE, SLOW, open_app, paste_constraint, pick_kind, poll, send, set_parameter
+
+PINNED = re.compile(r"(^|\s)pinned(\s|$)")
 
 
 def test_phone_pickers_under_the_chat_one_popover_per_tap_and_stacked_columns(
@@ -15,10 +19,18 @@ def test_phone_pickers_under_the_chat_one_popover_per_tap_and_stacked_columns(
     try:
         open_app(page, server_url)
         # before the first turn the empty panels are collapsed: the pickers are less than a screen below the chat
-        chat_input = page.locator("#chat-input textarea").bounding_box()
+        # (read until it holds: the page's other load events and panel styles may land after the model's status)
         for picker in ("#model-picker", "#constraint-kind"):
-            top = page.locator(picker).bounding_box()["y"]
-            assert chat_input["y"] < top < chat_input["y"] + chat_input["height"] + PHONE["height"], picker
+
+            def boxes(picker: str = picker) -> tuple[dict, float]:
+                return page.locator("#chat-input textarea").bounding_box(), page.locator(picker).bounding_box()["y"]
+
+            poll(
+                page,
+                boxes,
+                lambda b: b[0]["y"] < b[1] < b[0]["y"] + b[0]["height"] + PHONE["height"],
+                what=f"{picker} less than a screen below the chat input",
+            )
         for panel in ("#token-panel", "#next-token-panel", "#bestof-panel", "#field-panel", "#debugger"):
             expect(page.locator(panel)).to_be_hidden()
 
@@ -29,6 +41,9 @@ def test_phone_pickers_under_the_chat_one_popover_per_tap_and_stacked_columns(
         tokens = page.locator("#token-panel .tok[data-index]")
         for index in (tokens.count() - 1, 0):  # the last token sits near the right edge
             tokens.nth(index).tap()
+            # the tap's click pins the token; until it lands, the token before's detail (or the tapped one's
+            # popover, shown on focus) is what shows
+            expect(tokens.nth(index)).to_have_class(PINNED)
             shown = page.locator("#token-panel .pop:visible, #token-panel .pin-detail:visible")
             expect(shown).to_have_count(1)
             box = shown.bounding_box()
@@ -40,9 +55,21 @@ def test_phone_pickers_under_the_chat_one_popover_per_tap_and_stacked_columns(
         page.locator("#compare-engines-btn").click()
         columns = page.locator("#compare-engines .pg-engine-col")
         expect(columns).to_have_count(3, timeout=SLOW)
-        boxes = [columns.nth(i).bounding_box() for i in range(3)]
-        assert all(b["x"] + b["width"] <= PHONE["width"] for b in boxes), boxes
-        assert boxes[0]["y"] < boxes[1]["y"] < boxes[2]["y"], boxes
-        assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+        # layout read until it holds: the columns have just been filled in
+        poll(
+            page,
+            lambda: [columns.nth(i).bounding_box() for i in range(3)],
+            lambda boxes: (
+                all(b["x"] + b["width"] <= PHONE["width"] for b in boxes)
+                and boxes[0]["y"] < boxes[1]["y"] < boxes[2]["y"]
+            ),
+            what="three columns inside the screen, one under another",
+        )
+        poll(
+            page,
+            lambda: page.evaluate("document.documentElement.scrollWidth"),
+            lambda width: width <= PHONE["width"],
+            what="no horizontal scroll",
+        )
     finally:
         context.close()

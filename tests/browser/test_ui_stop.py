@@ -6,7 +6,16 @@ import json
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.ui_helpers import SLOW, open_accordion, open_app, open_with_regex, paste_constraint, pick_kind, send
+from tests.browser.ui_helpers import (
+    SLOW,
+    open_accordion,
+    open_app,
+    open_with_regex,
+    paste_constraint,
+    pick_kind,
+    poll_equal,
+    send,
+)
 
 # At least 60 numbers: a turn long enough to stop in the middle of.
 LONG = r"[0-9]{1,3}(, [0-9]{1,3}){60,90}"
@@ -58,8 +67,10 @@ def test_a_stopped_answer_keeps_popovers_chart_verdict_and_matches_the_stored_tu
     assert count == shown > 3
     expect(page.locator("#token-panel .tok[data-index] .pop")).to_have_count(count)
 
-    shown = page.locator("#chatbot [data-testid=bot] .message-content").inner_text().strip("\n")
-    assert exported_messages(page)[-1]["content"] == shown
+    stored = exported_messages(page)[-1]["content"]
+    # the chatbot renders a message's content after the panels of the same update: read until it shows
+    answer = page.locator("#chatbot [data-testid=bot] .message-content")
+    poll_equal(page, lambda: answer.inner_text().strip("\n"), stored)
 
     tokens.nth(2).click()
     expect(page.locator("#next-token-panel")).to_contain_text("at token #2", timeout=SLOW)

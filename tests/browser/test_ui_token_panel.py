@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.ui_helpers import PHONE, SLOW, open_app, send, set_parameter
+from tests.browser.ui_helpers import PHONE, SLOW, open_app, poll, send, set_parameter
 
 
 def overlap(a: dict, b: dict) -> bool:
@@ -31,8 +31,15 @@ def test_enter_on_a_focused_token_pins_it_and_the_chart_is_wide_and_uncovered(pa
     expect(detail).to_contain_text("raw model")
     expect(chart).to_contain_text("at token #2", timeout=SLOW)
     page.mouse.move(0, 0)
-    assert chart.locator(".bars").first.bounding_box()["width"] >= 300
-    assert not overlap(detail.bounding_box(), chart.bounding_box())
+    # layout read until it holds: the chart has just been redrawn
+    bars = chart.locator(".bars").first
+    poll(page, lambda: bars.bounding_box()["width"], lambda width: width >= 300, what="chart bars 300 px wide")
+    poll(
+        page,
+        lambda: (detail.bounding_box(), chart.bounding_box()),
+        lambda boxes: not overlap(*boxes),
+        what="the pinned detail clear of the chart",
+    )
     for pop in page.locator("#token-panel .pop").all():
         assert not pop.is_visible()
 
@@ -45,7 +52,12 @@ def test_popovers_stay_inside_a_phone_screen(browser, server_url: str) -> None:
         set_parameter(page, "param-max-new-tokens", "8")
         page.locator("#chat-input textarea").scroll_into_view_if_needed()
         send(page, "Name three colours.")
-        assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+        poll(
+            page,
+            lambda: page.evaluate("document.documentElement.scrollWidth"),
+            lambda width: width <= PHONE["width"],
+            what="no horizontal scroll",
+        )
         tokens = page.locator("#token-panel .tok[data-index]")
         for index in (0, tokens.count() - 1):
             tokens.nth(index).hover()

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from playwright.sync_api import Page, expect
 
-from tests.support import AXE_JS
+from playground.ui.examples import KINDS
+from tests.support import AXE_JS, EXPECT_TIMEOUT_MS
+
+T = TypeVar("T")
 
 SLOW = 120_000  # ms; the model decodes on one shared CPU thread
 PHONE = {"width": 390, "height": 844}
@@ -36,10 +42,16 @@ PARAMETER_GROUP = {
 def open_app(page: Page, url: str) -> None:
     page.goto(url)
     expect(page.locator("#model-status .pg-box")).to_contain_text("provider local", timeout=SLOW)
+    # the autosave or share link restored and the kind's editor shown: a kind picked from now on stays
+    expect(page.locator("html[data-session-restored]")).to_have_count(1)
 
 
 def pick_kind(page: Page, label: str) -> None:
+    """Check a constraint kind and wait until the server has answered with that kind's editor: its text
+    (the kind's example or draft) arrives with the hidden kind box, and would overwrite a paste made before."""
     page.locator("#constraint-kind").get_by_label(label, exact=True).check()
+    kind = dict(KINDS)[label]
+    expect(page.locator("#constraint-text-kind textarea, #constraint-text-kind input").first).to_have_value(kind)
     expect(page.locator("#constraint-text .cm-content")).to_be_visible()
 
 
@@ -110,10 +122,44 @@ def set_parameter(page: Page, elem_id: str, value: str) -> None:
 
 
 def send(page: Page, text: str | None = None) -> None:
+    """Send a message and wait for its turn's verdict: the turn's first update (the new user message) is
+    awaited first, as it clears the verdict a previous turn left on screen."""
     if text is not None:
         page.locator("#chat-input textarea").fill(text)
+    users = page.locator("#chatbot [data-testid=user]")
+    before = users.count()
     page.locator("#send-btn").click()
+    expect(users).to_have_count(before + 1, timeout=SLOW)
     expect(page.locator("#validation-status .pg-verdict")).to_be_visible(timeout=SLOW)
+
+
+def poll(
+    page: Page, read: Callable[[], T], until: Callable[[T], bool], timeout: float = EXPECT_TIMEOUT_MS, what: str = ""
+) -> T:
+    """`read()` again until `until` holds of its value, and that value: a retrying assertion on what no
+    `expect` matcher reads (the chatbot's texts, a parsed answer, layout boxes). Fails with the last value read."""
+    deadline = time.monotonic() + timeout / 1000
+    while True:
+        value = read()
+        if until(value):
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what or 'condition'} not met in {timeout / 1000:g} s; last read: {value!r}")
+        page.wait_for_timeout(100)
+
+
+def poll_equal(page: Page, read: Callable[[], T], expected: T, timeout: float = EXPECT_TIMEOUT_MS) -> T:
+    """`read()` again until it equals `expected` (see poll)."""
+    return poll(page, read, lambda value: value == expected, timeout, f"== {expected!r}")
+
+
+def is_json(text: str) -> bool:
+    """Whether `text` parses as JSON: a streamed JSON object does only once it is whole."""
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def next_token_payload(candidates: list[dict]) -> dict:
