@@ -160,8 +160,16 @@ class Engine:
         best_of = params.best_of or 1
         checks.check_best_of(params, self.max_best_of)
         checks.check_top_n(params, self.max_top_n_tokens)
-        max_new = self.default_max_new_tokens if params.max_new_tokens is None else params.max_new_tokens
-        if input_length + max_new > self.max_total_tokens:
+        room = self.max_total_tokens - input_length
+        if params.max_new_tokens is None and room < 1:
+            raise PromptTooLongError(
+                f"the prompt has {input_length} tokens and leaves no room to generate: "
+                f"max_total_tokens is {self.max_total_tokens}",
+                field="inputs",
+            )
+        # unset, the default shrinks to what the context leaves (as TGI and vLLM do); a value sent must fit
+        max_new = min(self.default_max_new_tokens, room) if params.max_new_tokens is None else params.max_new_tokens
+        if max_new > room:
             raise PromptTooLongError(
                 f"inputs tokens + max_new_tokens must be <= {self.max_total_tokens}: "
                 f"{input_length} + {max_new} = {input_length + max_new}",

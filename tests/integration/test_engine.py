@@ -257,6 +257,20 @@ def test_prompt_longer_than_context(engine):
         engine.generate("hello", GenerateParameters(max_new_tokens=engine.max_total_tokens))
 
 
+def test_an_unset_max_new_tokens_shrinks_to_what_the_context_leaves(engine, monkeypatch):
+    prompt = "one two three four five six"
+    length = len(engine.encode_prompt(prompt)[1])
+    monkeypatch.setattr(engine, "max_total_tokens", length + 3)
+    no_end_yet = {"type": "regex", "value": "[a-z ]{40,60}"}  # 3 tokens cannot finish it
+    result = engine.generate(prompt, GenerateParameters(grammar=no_end_yet))
+    assert (result.best.generated_tokens, result.best.finish_reason) == (3, "length")
+    with pytest.raises(PromptTooLongError, match="max_new_tokens must be <= "):
+        engine.generate(prompt, GenerateParameters(max_new_tokens=4))
+    monkeypatch.setattr(engine, "max_total_tokens", length)
+    with pytest.raises(PromptTooLongError, match=f"the prompt has {length} tokens and leaves no room to generate"):
+        engine.generate(prompt, GenerateParameters())
+
+
 def test_truncate_keeps_the_last_tokens(engine):
     result = engine.generate(
         "one two three four five six", GenerateParameters(max_new_tokens=1, truncate=2, decoder_input_details=True)
