@@ -102,19 +102,25 @@ async def _choice_chunks(
     """One choice's text as it is decoded (stop sequences held back), then its finish chunk and result."""
     prompt, params = job
     holdback = chat.StopHoldback(params.stop)
+    offset = len(prompt) if req.echo else 0  # text_offset counts on from chunk to chunk, as in one answer
     if req.echo:
         yield chunk(text=prompt)
+
+    def logprobs(tokens: list[Any]) -> dict[str, Any] | None:
+        nonlocal offset
+        if req.logprobs is None:
+            return None
+        found = completions.logprobs(completions.generated(tokens, req.logprobs), offset)
+        offset += sum(len(text) for text in found["tokens"])
+        return found
+
     async for text, tokens, result in decoded(events, holdback.feed):
         if result is None:
-            yield chunk(text=text, logprobs=_stream_logprobs(tokens, req))
+            yield chunk(text=text, logprobs=logprobs(tokens))
             continue
         rest = holdback.finish(result.best)
         if rest or tokens:
-            yield chunk(text=rest, logprobs=_stream_logprobs(tokens, req))
+            yield chunk(text=rest, logprobs=logprobs(tokens))
         finish = chat.FINISH_REASONS[result.best.finish_reason]
         yield chunk(text="", finish_reason=finish, **chat.choice_extras(result, _warnings(req)))
         yield result
-
-
-def _stream_logprobs(tokens: list[Any], req: CompletionRequest) -> dict[str, Any] | None:
-    return completions.logprobs(completions.generated(tokens, req.logprobs)) if req.logprobs is not None else None

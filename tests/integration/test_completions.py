@@ -83,6 +83,16 @@ def test_echo_and_logprobs_in_the_completions_shape(client: openai.OpenAI) -> No
     assert all(1 <= len(top) <= 2 for top in generated)
 
 
+def test_a_stream_counts_text_offset_on_from_chunk_to_chunk(client: openai.OpenAI) -> None:
+    kwargs = {"model": "embedded", "prompt": PROMPT, "max_tokens": 4, "temperature": 0, "logprobs": 1, "echo": True}
+    whole = client.completions.create(**kwargs).choices[0].logprobs
+    chunks = [c.choices[0].logprobs for c in client.completions.create(**kwargs, stream=True) if c.choices]
+    tokens = [t for lp in chunks if lp for t in lp.tokens]
+    offsets = [o for lp in chunks if lp for o in lp.text_offset]
+    assert len(tokens) >= 2 and tokens == whole.tokens[-len(tokens) :]
+    assert offsets == whole.text_offset[-len(offsets) :]  # after the echoed prompt, as in the whole answer
+
+
 def test_best_of_picks_one_of_several_samples(client: openai.OpenAI) -> None:
     answer = client.completions.create(
         model="embedded", prompt=PROMPT, max_tokens=4, best_of=3, n=1, temperature=1.0, seed=3
