@@ -39,7 +39,8 @@ def check_top_n(params: GenerateParameters, limit: int, *, field: str = "paramet
 
 
 def check_lengths(params: GenerateParameters, info: ModelInfo, field: str = "parameters.max_new_tokens") -> None:
-    """max_new_tokens must leave room for at least one prompt token; `field` is the name the caller sent it by."""
+    """max_new_tokens must leave room for at least one prompt token, and min_tokens fit under it (vLLM refuses more);
+    `field` is the name the caller sent max_new_tokens by."""
     if params.max_new_tokens is None:
         return
     if params.max_new_tokens < 1:
@@ -47,6 +48,11 @@ def check_lengths(params: GenerateParameters, info: ModelInfo, field: str = "par
     if params.max_new_tokens >= info.max_total_tokens:
         raise ParameterError(
             f"{field}: must be < {info.max_total_tokens} (max_total_tokens), got {params.max_new_tokens}", field=field
+        )
+    if params.min_tokens is not None and params.min_tokens > params.max_new_tokens:
+        min_field = f"{field.rpartition('.')[0]}.min_tokens".lstrip(".")
+        raise ParameterError(
+            f"{min_field}: must be <= {field} ({params.max_new_tokens}), got {params.min_tokens}", field=min_field
         )
 
 

@@ -63,6 +63,16 @@ def test_limits_refuse_best_of_when_streaming() -> None:
         checks.check_limits(GenerateParameters(best_of=2, do_sample=True), INFO, streaming=True)
 
 
+@pytest.mark.parametrize(
+    ("field", "min_field"), [("parameters.max_new_tokens", "parameters.min_tokens"), ("max_tokens", "min_tokens")]
+)
+def test_min_tokens_past_max_new_tokens_is_refused_by_the_names_sent(field: str, min_field: str) -> None:
+    with pytest.raises(ParameterError, match=rf"^{min_field}: must be <= {field} \(5\), got 10") as caught:
+        checks.check_lengths(GenerateParameters(min_tokens=10, max_new_tokens=5), INFO, field)
+    assert caught.value.field == min_field
+    checks.check_lengths(GenerateParameters(min_tokens=5, max_new_tokens=5), INFO, field)
+
+
 def test_parameter_error_names_every_field_under_a_prefix() -> None:
     try:
         GenerateParameters.model_validate({"top_p": 2.0, "seed": -1})
