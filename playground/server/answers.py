@@ -3,6 +3,7 @@ chunks of each job in turn; chat and completions differ only in how a choice rea
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import Any
@@ -44,18 +45,23 @@ async def answer(
     respond: Callable[[list[GenerationResult]], Any],
 ) -> Any:
     """With `body.stream`, the chunks of every choice (see choice_stream) once the first job's first event is in (an
-    error before it stays an HTTP error); otherwise every job's result in turn to `respond`. A client that hangs up
-    stops before the next job (499)."""
+    error before it stays an HTTP error); otherwise every job's result to `respond`, the jobs decoded together. A
+    client that hangs up stops them all (499)."""
     if body.stream:
         first = await started(events(provider, model_id, jobs[0]))
         chunks = choice_stream(provider, model_id, jobs, first, base, body.stream_options, choice_chunks, usage)
         return StreamingResponse(chunks, media_type="text/event-stream")
-    results = []
-    for job in jobs:
-        result = await generate_while_connected(request, provider, model_id, *job)
-        if result is None:
-            return Response(status_code=499)
-        results.append(result)
+    # every choice at once, as vLLM decodes n: the scheduler batches them; one failing stops the others
+    tasks = [asyncio.ensure_future(generate_while_connected(request, provider, model_id, *job)) for job in jobs]
+    try:
+        results = await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    if any(result is None for result in results):
+        return Response(status_code=499)
     return respond(results)
 
 

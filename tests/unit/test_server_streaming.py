@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -147,3 +148,45 @@ def test_a_remote_generation_is_one_plain_call() -> None:
         asyncio.run(generate_while_connected(HangsUp(after=0), CountingProvider(False, counter), "m", "p", None)) == 4
     )
     assert counter.produced == 5
+
+
+class MeetingProvider:
+    """Each job's stream waits until every job's stream has started (a barrier): jobs decoded one after another
+    never meet. `fail` makes that job's stream raise once they have met."""
+
+    def __init__(self, jobs: int, fail: str | None = None) -> None:
+        self.capabilities = Capabilities(decodes_here=True)
+        self.barrier = threading.Barrier(jobs, timeout=10)
+        self.fail = fail
+        self.closed: list[str] = []
+
+    def stream(self, model, inputs, params):
+        try:
+            self.barrier.wait()
+            if inputs == self.fail:
+                raise ConstraintError(f"{inputs} failed")
+            yield from range(10_000_000) if self.fail else [f"{inputs} done"]
+        finally:
+            self.closed.append(inputs)
+
+
+def _answer(provider: MeetingProvider, prompts: list[str]):
+    from types import SimpleNamespace
+
+    from playground.server.answers import answer
+
+    jobs = [(prompt, None) for prompt in prompts]
+    body = SimpleNamespace(stream=False)
+    kwargs = {"base": {}, "choice_chunks": None, "usage": None, "respond": list}
+    return asyncio.run(answer(HangsUp(after=10**9), provider, "m", jobs, body, **kwargs))
+
+
+def test_the_choices_of_one_request_decode_together_and_one_failing_stops_the_others() -> None:
+    assert _answer(MeetingProvider(3), ["a", "b", "c"]) == ["a done", "b done", "c done"]
+    provider = MeetingProvider(3, fail="b")
+    with pytest.raises(ConstraintError, match="b failed"):
+        _answer(provider, ["a", "b", "c"])
+    deadline = time.monotonic() + 30
+    while len(provider.closed) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sorted(provider.closed) == ["a", "b", "c"]  # the other choices stopped decoding
