@@ -4,12 +4,14 @@ chunks of each job in turn; chat and completions differ only in how a choice rea
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
 from fastapi.responses import Response, StreamingResponse
 
+from playground.errors import PlaygroundError
 from playground.server.errors import exception_event
 from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.server.tgi import sse
@@ -24,6 +26,16 @@ def chunk(base: dict[str, Any], index: int, **fields: Any) -> str:
     """One choice's server-sent chunk: its fields (`delta` or `text`), `logprobs` and `finish_reason` null unless
     given."""
     return sse({**base, "choices": [{"index": index, "logprobs": None, "finish_reason": None, **fields}]})
+
+
+@contextmanager
+def named_as_sent(names: Mapping[str, str]) -> Iterator[None]:
+    """An error raised inside names its field as the client sent it (`names`: the engine's name -> the route's)."""
+    try:
+        yield
+    except PlaygroundError as exc:
+        exc.field = names.get(exc.field or "", exc.field)
+        raise
 
 
 def events(provider: Any, model_id: str, job: Job) -> AsyncIterator[Any]:
@@ -43,18 +55,24 @@ async def answer(
     choice_chunks: ChoiceChunks,
     usage: Callable[[list[GenerationResult]], dict[str, int]],
     respond: Callable[[list[GenerationResult]], Any],
+    names: Mapping[str, str],
 ) -> Any:
     """With `body.stream`, the chunks of every choice (see choice_stream) once the first job's first event is in (an
     error before it stays an HTTP error); otherwise every job's result to `respond`, the jobs decoded together. A
-    client that hangs up stops them all (499)."""
+    client that hangs up stops them all (499).
+
+    `names`: the engine's field names (TGI's: `inputs`, `max_new_tokens`) as this route's client sent them, for the
+    `param` of an error."""
     if body.stream:
-        first = await started(events(provider, model_id, jobs[0]))
-        chunks = choice_stream(provider, model_id, jobs, first, base, body.stream_options, choice_chunks, usage)
+        with named_as_sent(names):
+            first = await started(events(provider, model_id, jobs[0]))
+        chunks = choice_stream(provider, model_id, jobs, first, base, body.stream_options, choice_chunks, usage, names)
         return StreamingResponse(chunks, media_type="text/event-stream")
     # every choice at once, as vLLM decodes n: the scheduler batches them; one failing stops the others
     tasks = [asyncio.ensure_future(generate_while_connected(request, provider, model_id, *job)) for job in jobs]
     try:
-        results = await asyncio.gather(*tasks)
+        with named_as_sent(names):
+            results = await asyncio.gather(*tasks)
     except BaseException:
         for task in tasks:
             task.cancel()
@@ -74,6 +92,7 @@ async def choice_stream(
     stream_options: Any,
     choice_chunks: ChoiceChunks,
     usage: Callable[[list[GenerationResult]], dict[str, int]],
+    names: Mapping[str, str],
 ) -> AsyncIterator[str]:
     """Every choice's chunks in turn (each ends with its result), the usage chunk when asked, then [DONE].
 
@@ -93,6 +112,8 @@ async def choice_stream(
                 else:
                     yield item
     except Exception as exc:
+        if isinstance(exc, PlaygroundError):
+            exc.field = names.get(exc.field or "", exc.field)
         yield exception_event(exc, openai=True)
         return
     if include_usage:

@@ -85,7 +85,16 @@ async def create_completion(request: Request, body: CompletionRequest) -> Any:
 
     choice = partial(_choice_chunks, req=body)
     return await answer(
-        request, provider, model_id, jobs, body, base=base, choice_chunks=choice, usage=usage, respond=respond
+        request,
+        provider,
+        model_id,
+        jobs,
+        body,
+        base=base,
+        choice_chunks=choice,
+        usage=usage,
+        respond=respond,
+        names={"inputs": "prompt", "max_new_tokens": "max_tokens"},
     )
 
 

@@ -81,6 +81,10 @@ async def chat_completions(request: Request, body: ChatRequest) -> Any:
         choice_chunks=choice,
         usage=chat.usage,
         respond=lambda results: chat.completion_response(model_id, results, body, fmt),
+        names={
+            "inputs": "messages",
+            "max_new_tokens": "max_completion_tokens" if body.max_completion_tokens else "max_tokens",
+        },
     )
 
 

@@ -32,6 +32,23 @@ def test_chat_length_errors_name_the_field_that_was_sent(server_url: str, field:
     assert "parameters.max_new_tokens" not in response.text
 
 
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/v1/chat/completions", "max_tokens"),
+        ("/v1/chat/completions", "max_completion_tokens"),
+        ("/v1/completions", "max_tokens"),
+    ],
+)
+def test_a_prompt_and_max_tokens_past_the_context_name_the_field_sent(server_url: str, path: str, field: str) -> None:
+    info = httpx.get(f"{server_url}/info", timeout=60).json()
+    long = "word " * 200
+    body = {"messages": [{"role": "user", "content": long}]} if "chat" in path else {"prompt": long}
+    response = post(server_url, path, {**body, field: info["max_total_tokens"] - 50})
+    assert_error(response, 422, "must be <= ")
+    assert response.json()["error"]["param"] == field
+
+
 def test_registering_a_model_with_invalid_unicode_is_422(server_url: str) -> None:
     body = b'{"id": "\\ud800", "provider_id": "local"}'
     response = httpx.post(

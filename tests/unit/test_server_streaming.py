@@ -164,7 +164,7 @@ class MeetingProvider:
         try:
             self.barrier.wait()
             if inputs == self.fail:
-                raise ConstraintError(f"{inputs} failed")
+                raise ConstraintError(f"{inputs} failed", field="inputs")
             yield from range(10_000_000) if self.fail else [f"{inputs} done"]
         finally:
             self.closed.append(inputs)
@@ -177,15 +177,16 @@ def _answer(provider: MeetingProvider, prompts: list[str]):
 
     jobs = [(prompt, None) for prompt in prompts]
     body = SimpleNamespace(stream=False)
-    kwargs = {"base": {}, "choice_chunks": None, "usage": None, "respond": list}
+    kwargs = {"base": {}, "choice_chunks": None, "usage": None, "respond": list, "names": {"inputs": "prompt"}}
     return asyncio.run(answer(HangsUp(after=10**9), provider, "m", jobs, body, **kwargs))
 
 
 def test_the_choices_of_one_request_decode_together_and_one_failing_stops_the_others() -> None:
     assert _answer(MeetingProvider(3), ["a", "b", "c"]) == ["a done", "b done", "c done"]
     provider = MeetingProvider(3, fail="b")
-    with pytest.raises(ConstraintError, match="b failed"):
+    with pytest.raises(ConstraintError, match="b failed") as caught:
         _answer(provider, ["a", "b", "c"])
+    assert caught.value.field == "prompt"  # the route's name for the engine's field
     deadline = time.monotonic() + 30
     while len(provider.closed) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
