@@ -41,6 +41,12 @@ async def list_models(request: Request) -> dict[str, Any]:
     return {"object": "list", "data": [_model_card(m, pid) for pid, m in registry_of(request).models()]}
 
 
+@router.get("/models/{model:path}", summary="One served model (OpenAI's models.retrieve)")
+async def retrieve_model(request: Request, model: str) -> dict[str, Any]:
+    provider, name = registry_of(request).resolve(model)  # 404 in OpenAI's shape for a model nobody serves
+    return _model_card(name, provider.provider_id)
+
+
 @router.post("/models", summary="Serve a model through a configured provider, at run time")
 async def register_model(request: Request, body: RegisterModel) -> dict[str, Any]:
     name = await run_in_threadpool(registry_of(request).load, body.id, body.provider_id)

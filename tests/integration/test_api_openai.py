@@ -138,3 +138,12 @@ def test_models_list_and_run_time_registration(client: openai.OpenAI, server_url
     assert registered.status_code == 200
     assert registered.json()["owned_by"] == "local"
     assert registered.json()["id"] in ids
+
+
+def test_models_retrieve_names_a_served_model_and_404s_another(client: openai.OpenAI) -> None:
+    served = [m.id for m in client.models.list()]
+    for model_id in served:
+        card = client.models.retrieve(model_id)
+        assert (card.id, card.owned_by) == (model_id, "local")
+    with pytest.raises(openai.NotFoundError, match="no provider serves model 'org/missing'"):
+        client.models.retrieve("org/missing")
