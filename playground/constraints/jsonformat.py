@@ -4,7 +4,8 @@ Whitespace: an engine's free JSON whitespace lets a model run away in spaces, ne
 max_tokens (the anchors bound it: TGI's outlines-core `[ ]?`, vLLM's `disable_any_whitespace`, Outlines'
 `whitespace_pattern`). Every JSON constraint carries one of
 - "pretty" (the default): at each place JSON allows whitespace, one space, or a newline and up to
-  PRETTY_INDENT spaces of indentation;
+  PRETTY_INDENT spaces of indentation (xgrammar: up to PRETTY_INDENT + 1 whitespace characters of any kind,
+  its `max_whitespace_cnt`; it has no option for the shape);
 - "compact": at most one space (TGI's `[ ]?`; xgrammar writes `, ` and `: `);
 - "free": any whitespace, as the engines do by default;
 - any other text: a regex for the whitespace (Outlines' `whitespace_pattern`; llguidance and
