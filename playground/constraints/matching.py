@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -80,10 +81,15 @@ def normal_grammar(text: str) -> str:
 
 
 def grammar_dialect(text: str) -> str:
-    """'lark' or 'gbnf', as llguidance tells them apart (a `start:` rule or `%llguidance` means Lark)."""
+    """'lark' or 'gbnf', as llguidance tells them apart (a `start:` rule or `%llguidance` means Lark), and Lark's
+    inlined `?start:` too (llguidance's test misses it; its Lark reads it)."""
     from llguidance.gbnf_to_lark import is_lark_syntax
 
-    return "lark" if is_lark_syntax(normal_grammar(text)) else "gbnf"
+    text = normal_grammar(text)
+    return "lark" if is_lark_syntax(text) or _INLINED_START.search(text) else "gbnf"
+
+
+_INLINED_START = re.compile(r"(?m)^[ \t]*\?start[ \t]*:")
 
 
 def grammar_spec(kind: str, text: str) -> str:

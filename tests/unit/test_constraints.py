@@ -94,3 +94,23 @@ def test_a_refusal_found_in_the_compile_cache_reads_as_the_first_one(monkeypatch
             cache.compile(schema, "llguidance")
         messages.append(caught.value.message)
     assert messages == ["no value satisfies the schema"] * 2
+
+
+@pytest.mark.parametrize(
+    ("text", "dialect"),
+    [('start: "a"', "lark"), ('?start: "a" | "b"', "lark"), ('  ?start : "a"', "lark"), ('root ::= "a"', "gbnf")],
+)
+def test_lark_is_told_from_gbnf_with_an_inlined_start_too(text: str, dialect: str) -> None:
+    assert Constraint.parse("grammar", text).grammar_dialect == dialect
+
+
+def test_an_engine_refusal_reads_without_the_engine_log_line_prefix() -> None:
+    import xgrammar
+
+    from playground.constraints.backends.base import EngineRefusal, refusing
+
+    with pytest.raises(EngineRefusal) as caught:
+        refusing("xgrammar", "grammar", lambda: xgrammar.Grammar.from_ebnf("root ::= foo"))
+    assert caught.value.message.startswith(
+        'xgrammar refused the grammar: EBNF parser error at line 1, column 10: Rule "foo"'
+    )

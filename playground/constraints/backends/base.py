@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -101,4 +102,9 @@ def refusing(engine: str, kind: str, build: Callable[[], Any]) -> Any:
     except NotImplementedError as exc:
         raise EngineRefusal("unsupported", f"{engine} cannot enforce a {kind} constraint: {exc}") from None
     except Exception as exc:  # engines raise their own types (RuntimeError, ValueError, ...)
-        raise EngineRefusal("unsupported", f"{engine} refused the {kind}: {first_line(exc)}") from None
+        reason = _SOURCE_PREFIX.sub("", first_line(exc))
+        raise EngineRefusal("unsupported", f"{engine} refused the {kind}: {reason}") from None
+
+
+# xgrammar's C++ errors start with their log line's time and source: "[17:16:26] /project/cpp/x.cc:974: "
+_SOURCE_PREFIX = re.compile(r"^\[\d{2}:\d{2}:\d{2}\] \S+:\d+: ")
