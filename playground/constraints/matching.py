@@ -250,10 +250,21 @@ def full_match(kind: str, value: str, text: str, budget_s: float | None = None) 
     deadline = min(time.monotonic() + (budget_s or CHECK_BUDGET_S), verdict_budget.deadline())
     stopped = _feed(matcher, data, deadline)
     if stopped is not None:
+        cut = text.rstrip("\ufffd")
+        # a character whose last bytes never came (max_new_tokens cut it) decodes as U+FFFD: say so, when what
+        # comes before is a prefix the constraint allows
+        if stopped.ok is False and cut != text:
+            before = full_match(kind, value, cut, budget_s)
+            if before.ok or before.message == ENDS_EARLY:
+                return Outcome(False, CUT_CHARACTER)
         return stopped
     if matcher.is_accepting():
         return Outcome(True)
-    return Outcome(False, "ends too early")
+    return Outcome(False, ENDS_EARLY)
+
+
+ENDS_EARLY = "ends too early"
+CUT_CHARACTER = f"{ENDS_EARLY}, inside a character (its last bytes never came)"
 
 
 def pattern_search(pattern: str, text: str) -> bool | None:

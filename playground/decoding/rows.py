@@ -255,15 +255,16 @@ class Decode:
         piece = r.token_text(token_id)
         if token_id not in r.eos_ids:
             row.text = row.chooser.decode(row.ids)
-            # A character split across tokens decodes as U+FFFD until its last byte arrives: hold it back,
-            # so the pieces streamed add up to the text.
-            stable = row.text.rstrip("\ufffd") if row.text.endswith("\ufffd") else row.text
-            piece = stable[len(row.emitted) :]
-            row.emitted = stable
         generated = len(row.tokens) + 1 if generated is None else generated
         stop = self.stopping.check(token_id, row.text, before, generated)
         if stop is not None:
             row.finish_reason, row.stop_sequence = stop.reason, stop.sequence
+        if token_id not in r.eos_ids:
+            # A character split across tokens decodes as U+FFFD until its last byte arrives: hold it back while
+            # the row goes on, so the pieces streamed add up to the text (the last piece carries what is left).
+            stable = row.text.rstrip("\ufffd") if stop is None else row.text
+            piece = stable[len(row.emitted) :]
+            row.emitted = stable
         if row.chooser.gate is not None:
             row.chooser.gate.advance(token_id, row.text)
         return piece

@@ -356,3 +356,15 @@ def test_streamed_pieces_add_up_when_characters_span_tokens(engine):
     text = "".join(e.token.text for e in tokens if not e.token.special)
     assert "\ufffd" not in text
     assert final.generated_text.startswith(text) and len(final.generated_text) - len(text) <= 1
+
+
+def test_a_character_cut_by_the_token_limit_streams_as_the_text_ends(engine):
+    """The pieces streamed add up to the text, also when max_new_tokens cuts a character's bytes in two."""
+    params = {"grammar": {"type": "regex", "value": "[🎉😀🙂日本語]{3,8}"}}
+    cut = []
+    for limit in range(1, 6):
+        result = engine.generate("Emoji: ", GenerateParameters(max_new_tokens=limit, **params))
+        best = result.best
+        assert "".join(t.text for t in best.tokens if not t.special) == best.generated_text
+        cut.append(best.generated_text.endswith("\ufffd"))
+    assert any(cut)  # some limit fell inside a character

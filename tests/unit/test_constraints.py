@@ -114,3 +114,17 @@ def test_an_engine_refusal_reads_without_the_engine_log_line_prefix() -> None:
     assert caught.value.message.startswith(
         'xgrammar refused the grammar: EBNF parser error at line 1, column 10: Rule "foo"'
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("🎉😀\ufffd", "ends too early, inside a character (its last bytes never came)"),
+        ("ab\ufffd", "ends too early, inside a character (its last bytes never came)"),
+        ("a1\ufffd", "refused at byte 1"),
+    ],
+)
+def test_a_character_cut_in_two_reads_as_an_early_end(text: str, message: str) -> None:
+    from playground.constraints import matching
+
+    assert matching.full_match("regex", "[a-z🎉😀]{3,8}", text) == matching.Outcome(False, message)
