@@ -21,8 +21,9 @@ from playground.decoding.prefix_cache import PrefixCache, ScopedCache
 from playground.decoding.rows import Decode, Row
 from playground.decoding.runner import ModelRunner
 from playground.decoding.scheduler import Job, Scheduler
+from playground.decoding.stats import EngineStats
 from playground.decoding.stopping import StopCriteria
-from playground.errors import InvalidConstraintError, ParameterError, PromptTooLongError, first_line
+from playground.errors import InvalidConstraintError, ParameterError, PlaygroundError, PromptTooLongError, first_line
 from playground.models import LoadedModel
 from playground.models.adapters import Adapters
 from playground.options import LOCAL
@@ -81,6 +82,7 @@ class Engine:
         self.reasoning = reasoning.model_format(self.tokenizer, reasoning_delimiters)
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
         self.scheduler = Scheduler(self.runner, self._busy, max_batch_rows)
+        self.stats = EngineStats()  # what it generated, for /metrics
         self.tool_format = chat_template.tool_format(self.tokenizer)
         threading.Thread(target=self.compiler.warm, daemon=True, name="warm-constraints").start()
 
@@ -205,9 +207,31 @@ class Engine:
     def stream(
         self, inputs: Inputs, params: GenerateParameters, *, here: bool = False
     ) -> Iterator[TokenEvent | GenerationResult]:
-        """Token events as they are decoded, then the GenerationResult.
+        """Token events as they are decoded, then the GenerationResult; counted in `stats` (/metrics).
 
         `here`: decode on the calling thread, alone, instead of in the shared batch (a ZeroGPU lease)."""
+        self.stats.start()
+        finished = False
+        try:
+            for item in self._stream(inputs, params, here):
+                if isinstance(item, GenerationResult):
+                    self.stats.finish(item)
+                    finished = True
+                yield item
+        except PlaygroundError as exc:
+            self.stats.fail(exc.error_type)
+            raise
+        except GeneratorExit:  # the reader stopped (a client that left, Stop)
+            if not finished:
+                self.stats.fail("cancelled")
+            raise
+        except Exception:
+            self.stats.fail("internal")
+            raise
+
+    def _stream(
+        self, inputs: Inputs, params: GenerateParameters, here: bool
+    ) -> Iterator[TokenEvent | GenerationResult]:
         start = time.perf_counter()
         prompt, prompt_ids = self.encode_prompt(inputs, params.truncate, params)
         plan, prompt, prompt_ids = self.reasoning_plan(inputs, params, prompt, prompt_ids)

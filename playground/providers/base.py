@@ -98,6 +98,8 @@ class EngineLender(Provider, Protocol):
 
     def engine(self, model: str) -> Engine: ...
 
+    def loaded_engines(self) -> list[Engine]: ...
+
 
 def local_engine(provider: Provider, model: str, what: str) -> Engine:
     """The engine behind `model`; a remote model has no masks to show, and the error says so by name."""

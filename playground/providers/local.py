@@ -108,6 +108,11 @@ class LocalProvider:
             models.append(self.startup.name)  # served by that name already: requests wait for it
         return models
 
+    def loaded_engines(self) -> list[Engine]:
+        """The engines loaded now (none waited for)."""
+        with self._lock:
+            return list(self._engines.values())
+
     def engine(self, model: str) -> Engine:
         """The engine serving `model` (its id or the name it was loaded by); the model loading in the
         background is waited for (up to LOADING_WAIT_S)."""

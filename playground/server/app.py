@@ -9,7 +9,7 @@ from fastapi.responses import RedirectResponse
 
 from playground.options import SERVER
 from playground.providers.registry import Registry
-from playground.server import completions, debug, evaluate, inspect, openai, score, tgi
+from playground.server import completions, debug, evaluate, inspect, metrics, openai, score, tgi
 from playground.server.admission import Admission, AdmissionGate, AdmissionLimits
 from playground.server.auth import (
     LOGIN_MESSAGE,
@@ -75,6 +75,7 @@ def create_app(
         inspect.router,
         score.router,
         evaluate.router,
+        metrics.router,
     )
     for router in guarded:
         errors = OPENAI_ERRORS if router.prefix == "/v1" else API_ERRORS

@@ -368,3 +368,13 @@ def test_a_character_cut_by_the_token_limit_streams_as_the_text_ends(engine):
         assert "".join(t.text for t in best.tokens if not t.special) == best.generated_text
         cut.append(best.generated_text.endswith("\ufffd"))
     assert any(cut)  # some limit fell inside a character
+
+
+def test_stats_count_a_generation_whose_reader_left_as_cancelled(engine):
+    before = engine.stats.snapshot()
+    events = engine.stream("Count: ", GenerateParameters(max_new_tokens=20))
+    next(events)
+    events.close()
+    after = engine.stats.snapshot()
+    assert after.started == before.started + 1 and after.succeeded == before.succeeded
+    assert after.failed["cancelled"] == before.failed["cancelled"] + 1
