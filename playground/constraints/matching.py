@@ -208,9 +208,9 @@ def local_syntax_error(kind: str, text: str) -> str | None:
 
 def _gbnf_problem(text: str) -> str | None:
     """For text that is not Lark: why it is not GBNF either (the Lark error would mislead)."""
-    from llguidance.gbnf_to_lark import gbnf_to_lark, is_lark_syntax
+    from llguidance.gbnf_to_lark import gbnf_to_lark
 
-    if is_lark_syntax(text):
+    if grammar_dialect(text) == "lark":
         return None
     try:
         gbnf_to_lark(text)
@@ -250,21 +250,10 @@ def full_match(kind: str, value: str, text: str, budget_s: float | None = None) 
     deadline = min(time.monotonic() + (budget_s or CHECK_BUDGET_S), verdict_budget.deadline())
     stopped = _feed(matcher, data, deadline)
     if stopped is not None:
-        cut = text.rstrip("\ufffd")
-        # a character whose last bytes never came (max_new_tokens cut it) decodes as U+FFFD: say so, when what
-        # comes before is a prefix the constraint allows
-        if stopped.ok is False and cut != text:
-            before = full_match(kind, value, cut, budget_s)
-            if before.ok or before.message == ENDS_EARLY:
-                return Outcome(False, CUT_CHARACTER)
         return stopped
     if matcher.is_accepting():
         return Outcome(True)
-    return Outcome(False, ENDS_EARLY)
-
-
-ENDS_EARLY = "ends too early"
-CUT_CHARACTER = f"{ENDS_EARLY}, inside a character (its last bytes never came)"
+    return Outcome(False, "ends too early")
 
 
 def pattern_search(pattern: str, text: str) -> bool | None:

@@ -36,6 +36,7 @@ from playground.types import (
     Sequence,
     Timings,
     TokenEvent,
+    Validation,
 )
 from playground.types.sizes import MAX_BEST_OF, MAX_PROMPT_CHARS, MAX_TOP_N_TOKENS
 from playground.wire import checks
@@ -353,7 +354,7 @@ class Engine:
             seed=row.seed,
             stop_sequence=row.stop_sequence,
             total_logprob=sum(t.logprob for t in row.tokens if t.logprob is not None),
-            validation=constraint.validate(answer),
+            validation=_verdict(constraint, answer, row.finish_reason),
             continued_from=row.prefix or None,
             fields=field_confidence(answer, answer_tokens, len(row.prefix))
             if constraint.kind == "json_schema"
@@ -464,6 +465,16 @@ class Engine:
             allowed_count=int(allowed.sum()),
             vocab_size=self.vocab_size,
         )
+
+
+def _verdict(constraint: Constraint, answer: str, finish_reason: str | None) -> Validation:
+    """The constraint's verdict on the answer; one that max_new_tokens ended inside a character (its last bytes never
+    came, so the text ends in U+FFFD) says so, as the mask allowed every token before."""
+    verdict = constraint.validate(answer)
+    if verdict.valid is False and finish_reason in (None, "length") and answer.endswith("\ufffd"):
+        note = " (max_new_tokens ended it inside a character: U+FFFD stands for the bytes that came)"
+        return verdict.model_copy(update={"message": verdict.message + note})
+    return verdict
 
 
 def _check_unicode(text: str) -> None:

@@ -43,6 +43,8 @@ async def list_models(request: Request) -> dict[str, Any]:
 
 @router.get("/models/{model:path}", summary="One served model (OpenAI's models.retrieve)")
 async def retrieve_model(request: Request, model: str) -> dict[str, Any]:
+    if not model:  # /v1/models/ is the list
+        return await list_models(request)
     provider, name = registry_of(request).resolve(model)  # 404 in OpenAI's shape for a model nobody serves
     return _model_card(name, provider.provider_id)
 

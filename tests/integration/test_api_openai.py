@@ -147,3 +147,5 @@ def test_models_retrieve_names_a_served_model_and_404s_another(client: openai.Op
         assert (card.id, card.owned_by) == (model_id, "local")
     with pytest.raises(openai.NotFoundError, match="no provider serves model 'org/missing'"):
         client.models.retrieve("org/missing")
+    listed = httpx.get(f"{client.base_url}models/", timeout=60).json()["data"]  # with the slash: the list
+    assert [m["id"] for m in listed] == served

@@ -367,6 +367,8 @@ def test_a_character_cut_by_the_token_limit_streams_as_the_text_ends(engine):
         best = result.best
         assert "".join(t.text for t in best.tokens if not t.special) == best.generated_text
         cut.append(best.generated_text.endswith("\ufffd"))
+        if cut[-1]:
+            assert best.validation.valid is False and "ended it inside a character" in best.validation.message
     assert any(cut)  # some limit fell inside a character
 
 

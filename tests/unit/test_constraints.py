@@ -116,15 +116,6 @@ def test_an_engine_refusal_reads_without_the_engine_log_line_prefix() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("🎉😀\ufffd", "ends too early, inside a character (its last bytes never came)"),
-        ("ab\ufffd", "ends too early, inside a character (its last bytes never came)"),
-        ("a1\ufffd", "refused at byte 1"),
-    ],
-)
-def test_a_character_cut_in_two_reads_as_an_early_end(text: str, message: str) -> None:
-    from playground.constraints import matching
-
-    assert matching.full_match("regex", "[a-z🎉😀]{3,8}", text) == matching.Outcome(False, message)
+def test_a_lark_mistake_under_an_inlined_start_is_named_as_lark() -> None:
+    message = check_constraint("grammar", '?start: foo\nfoo: "a" | missing\n')
+    assert message is not None and 'unknown name: "missing"' in message and "not GBNF" not in message
