@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, Response
 
 from playground.decoding.stats import EngineStats, Histogram
 from playground.providers.base import EngineLender
@@ -23,7 +23,14 @@ router = APIRouter(tags=["TGI-compatible"])
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-@router.get("/metrics", summary="Prometheus metrics (TGI's names), per local model", response_class=PlainTextResponse)
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics (TGI's names), per local model",
+    response_class=Response,  # errors stay JSON in the docs; the text is declared here
+    responses={
+        200: {"description": "Prometheus' text format", "content": {"text/plain": {"schema": {"type": "string"}}}}
+    },
+)
 async def metrics(request: Request) -> PlainTextResponse:
     registry = registry_of(request)
     engines = [
