@@ -94,28 +94,50 @@ async def choice_stream(
     usage: Callable[[list[GenerationResult]], dict[str, int]],
     names: Mapping[str, str],
 ) -> AsyncIterator[str]:
-    """Every choice's chunks in turn (each ends with its result), the usage chunk when asked, then [DONE].
+    """Every choice's chunks as they come, the choices decoding together (each ends with its result), the usage
+    chunk when asked, then [DONE].
 
     `base` is the chunks' envelope, bound with each choice's index into the `Chunk` its `choice_chunks` writes with:
-    it carries `usage: null` when the stream options ask for usage, as OpenAI's chunks do. An error after the stream started is a last error event in OpenAI's shape.
+    it carries `usage: null` when the stream options ask for usage, as OpenAI's chunks do. An error after the stream
+    started is a last error event in OpenAI's shape, and stops the other choices; so does a client that leaves.
     """
     include_usage = bool(stream_options and stream_options.include_usage)
     if include_usage:
         base["usage"] = None
-    results: list[GenerationResult] = []
-    try:
-        for index, job in enumerate(jobs):
+    found: dict[int, GenerationResult] = {}
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+
+    async def pump(index: int, job: Job) -> None:
+        """One choice's chunks into the queue, then its end (None) or its error."""
+        try:
             job_events = first if index == 0 else events(provider, model_id, job)
             async for item in choice_chunks(job_events, job, partial(chunk, base, index)):
-                if isinstance(item, GenerationResult):
-                    results.append(item)
-                else:
-                    yield item
-    except Exception as exc:
-        if isinstance(exc, PlaygroundError):
-            exc.field = names.get(exc.field or "", exc.field)
-        yield exception_event(exc, openai=True)
-        return
+                await queue.put((index, item))
+            await queue.put((index, None))
+        except Exception as exc:  # noqa: BLE001 - handed to the reader, which ends the stream with it
+            await queue.put((index, exc))
+
+    tasks = [asyncio.ensure_future(pump(index, job)) for index, job in enumerate(jobs)]
+    try:
+        open_choices = len(tasks)
+        while open_choices:
+            index, item = await queue.get()
+            if item is None:
+                open_choices -= 1
+            elif isinstance(item, Exception):
+                if isinstance(item, PlaygroundError):
+                    item.field = names.get(item.field or "", item.field)
+                yield exception_event(item, openai=True)
+                return
+            elif isinstance(item, GenerationResult):
+                found[index] = item
+            else:
+                yield item
+    finally:  # an error, or the client left: the other choices stop decoding
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    results = [found[index] for index in sorted(found)]
     if include_usage:
         yield sse({**base, "choices": [], "usage": usage(results)})
     yield "data: [DONE]\n\n"

@@ -82,6 +82,21 @@ def test_streaming_with_usage_matches_the_plain_answer(client: openai.OpenAI) ->
     assert all(c.usage is None for c in chunks[:-1])
 
 
+def test_a_stream_of_n_choices_adds_up_per_index_with_one_usage(client: openai.OpenAI) -> None:
+    kwargs = dict(model="embedded", messages=[{"role": "user", "content": "Say hi."}], temperature=0, max_tokens=6, n=3)
+    plain = client.chat.completions.create(**kwargs)
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
+    texts = {index: "" for index in range(3)}
+    finishes = {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+            finishes.update({choice.index: choice.finish_reason} if choice.finish_reason else {})
+    assert texts == {c.index: c.message.content for c in plain.choices}
+    assert finishes == {c.index: c.finish_reason for c in plain.choices}
+    assert chunks[-1].choices == [] and chunks[-1].usage == plain.usage
+
+
 def test_stop_sequence_is_trimmed_as_openai_does(client: openai.OpenAI) -> None:
     messages = [{"role": "user", "content": "Count from 1 to 9 separated by commas."}]
     full = client.chat.completions.create(model="embedded", messages=messages, temperature=0, max_tokens=20)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -191,3 +192,59 @@ def test_the_choices_of_one_request_decode_together_and_one_failing_stops_the_ot
     while len(provider.closed) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sorted(provider.closed) == ["a", "b", "c"]  # the other choices stopped decoding
+
+
+class StreamsMeeting(MeetingProvider):
+    """Each stream yields once, then waits for every other stream to have yielded too (a stream sent one choice
+    after another never gets past its first chunk)."""
+
+    def stream(self, model, inputs, params):
+        try:
+            yield f"{inputs} started"
+            self.barrier.wait()
+            if inputs == self.fail:
+                raise ConstraintError(f"{inputs} failed", field="inputs")
+            yield f"{inputs} done"
+            yield from range(10_000_000) if self.fail else []
+        finally:
+            self.closed.append(inputs)
+
+
+def _stream(provider: MeetingProvider, prompts: list[str]) -> list[dict]:
+    from types import SimpleNamespace
+
+    from playground.server.answers import answer
+
+    async def choice_chunks(events, job, chunk):
+        async for item in events:
+            if isinstance(item, str):
+                yield chunk(text=item)
+
+    async def read() -> list[dict]:
+        body = SimpleNamespace(stream=True, stream_options=None)
+        kwargs = {
+            "base": {},
+            "choice_chunks": choice_chunks,
+            "usage": None,
+            "respond": None,
+            "names": {"inputs": "prompt"},
+        }
+        response = await answer(HangsUp(after=10**9), provider, "m", [(p, None) for p in prompts], body, **kwargs)
+        return [event async for event in response.body_iterator]
+
+    return [json.loads(e[len("data: ") :]) for e in asyncio.run(read()) if e.strip() != "data: [DONE]"]
+
+
+def test_streamed_choices_decode_together_and_one_failing_ends_the_stream_and_stops_the_others() -> None:
+    events = _stream(StreamsMeeting(3), ["a", "b", "c"])
+    texts: dict[int, list[str]] = {}
+    for event in events:
+        texts.setdefault(event["choices"][0]["index"], []).append(event["choices"][0]["text"])
+    assert texts == {i: [f"{p} started", f"{p} done"] for i, p in enumerate("abc")}  # each choice's in its order
+    provider = StreamsMeeting(3, fail="b")
+    events = _stream(provider, ["a", "b", "c"])
+    assert events[-1]["error"]["message"] == "b failed" and events[-1]["error"]["param"] == "prompt"
+    deadline = time.monotonic() + 30
+    while len(provider.closed) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sorted(provider.closed) == ["a", "b", "c"]
