@@ -213,8 +213,9 @@ class Engine:
         `here`: decode on the calling thread, alone, instead of in the shared batch (a ZeroGPU lease)."""
         self.stats.start()
         finished = False
+        decoding = self._stream(inputs, params, here)
         try:
-            for item in self._stream(inputs, params, here):
+            for item in decoding:
                 if isinstance(item, GenerationResult):
                     self.stats.finish(item)
                     finished = True
@@ -229,6 +230,8 @@ class Engine:
         except Exception:
             self.stats.fail("internal")
             raise
+        finally:
+            decoding.close()  # a reader that stops leaves the batch now, not when the generator is collected
 
     def _stream(
         self, inputs: Inputs, params: GenerateParameters, here: bool

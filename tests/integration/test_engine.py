@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+import time
 
 import jsonschema
 import pytest
@@ -380,3 +381,7 @@ def test_stats_count_a_generation_whose_reader_left_as_cancelled(engine):
     after = engine.stats.snapshot()
     assert after.started == before.started + 1 and after.succeeded == before.succeeded
     assert after.failed["cancelled"] == before.failed["cancelled"] + 1
+    deadline = time.monotonic() + 30
+    while engine.scheduler.usage()["requests"] and time.monotonic() < deadline:  # it left the batch
+        time.sleep(0.05)
+    assert engine.scheduler.usage()["requests"] == 0
