@@ -7,6 +7,7 @@ requests started, finished and failed (by error type), prompt and generated leng
 from __future__ import annotations
 
 import bisect
+import math
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,17 +35,13 @@ class Histogram:
         self.total += value
         self.count += 1
 
-    def cumulative(self) -> list[tuple[str, int]]:
-        """(le, count of observations <= le) for each bound and +Inf."""
+    def cumulative(self) -> list[tuple[float, int]]:
+        """(le, count of observations <= le) for each bound and infinity."""
         out, running = [], 0
-        for bound, count in zip([*map(_number, self.bounds), "+Inf"], self.counts):
+        for bound, count in zip([*self.bounds, math.inf], self.counts):
             running += count
             out.append((bound, running))
         return out
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 class EngineStats:

@@ -1,5 +1,5 @@
-"""The OpenAI routes' answer to their jobs (one a choice): a JSON body once every job is done, or server-sent
-chunks of each job in turn; chat and completions differ only in how a choice reads."""
+"""The OpenAI routes' answer to their jobs (one a choice), decoded together: a JSON body once every job is done, or
+server-sent chunks of every job as they come; chat and completions differ only in how a choice reads."""
 
 from __future__ import annotations
 
@@ -110,9 +110,10 @@ async def choice_stream(
     async def pump(index: int, job: Job) -> None:
         """One choice's chunks into the queue, then its end (None) or its error."""
         try:
-            job_events = first if index == 0 else events(provider, model_id, job)
-            async for item in choice_chunks(job_events, job, partial(chunk, base, index)):
-                await queue.put((index, item))
+            with named_as_sent(names):
+                job_events = first if index == 0 else events(provider, model_id, job)
+                async for item in choice_chunks(job_events, job, partial(chunk, base, index)):
+                    await queue.put((index, item))
             await queue.put((index, None))
         except Exception as exc:  # noqa: BLE001 - handed to the reader, which ends the stream with it
             await queue.put((index, exc))
@@ -125,8 +126,6 @@ async def choice_stream(
             if item is None:
                 open_choices -= 1
             elif isinstance(item, Exception):
-                if isinstance(item, PlaygroundError):
-                    item.field = names.get(item.field or "", item.field)
                 yield exception_event(item, openai=True)
                 return
             elif isinstance(item, GenerationResult):

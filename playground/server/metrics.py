@@ -8,6 +8,7 @@ wherever they come from (the API and the UI alike); remote providers' work is th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any, cast
 
@@ -61,7 +62,8 @@ def render(models: list[tuple[str, EngineStats, dict[str, int]]], *, running: in
         for model, stats, _ in models:
             found: Histogram = getattr(stats, pick)
             for le, count in found.cumulative():
-                out.append(f"{name}_bucket{_labels({'model': model, 'le': le})} {count}")
+                bound = "+Inf" if math.isinf(le) else _value(le)
+                out.append(f"{name}_bucket{_labels({'model': model, 'le': bound})} {count}")
             out.append(f"{name}_sum{_labels({'model': model})} {_value(found.total)}")
             out.append(f"{name}_count{_labels({'model': model})} {found.count}")
 
