@@ -154,7 +154,7 @@ def _setup_model_events(demo: gr.Blocks, registry: Registry, settings: UISetting
     demo.load(on_model, [c.model, c.model_pick], outputs)
 
 
-def _setup_chat_events(registry: Registry, c: Components, autosave: Callable[[Any], Any]) -> None:
+def _setup_chat_events(registry: Registry, c: Components, autosave: Callable[..., Any]) -> None:
     """The chat's events; every one that changes the conversation is autosaved before the chart updates."""
     ch, form, outputs = c.chat, c.form_inputs(), _panel_outputs(c)
     next_token = lambda state: handlers.next_token(registry, state)  # noqa: E731
@@ -175,16 +175,32 @@ def _setup_chat_events(registry: Registry, c: Components, autosave: Callable[[An
         ([ch.chatbot.edit], edit, [c.state, *form]),
     ]
     rank = lambda state: evaluate.rank_turn(registry, state)  # noqa: E731
+
+    def after_answer(event: Any, on: str = "then") -> None:
+        """Once an answer is on screen: saved, its next-token chart, its ranking."""
+        autosave(event, on).then(next_token, c.state, ch.next_token, show_progress="hidden").then(
+            rank, c.state, c.score.panel, show_progress="minimal"
+        )
+
     for triggers, fn, inputs in turns:
         # the last turn's ranking goes as its turn starts; the new one fills in once the answer has streamed
         gr.on(triggers, lambda: render.SCORE_EMPTY, None, c.score.panel, queue=False, show_progress="hidden")
-        event = gr.on(triggers, fn, inputs, outputs, show_progress="minimal")
-        autosave(event).then(next_token, c.state, ch.next_token, show_progress="hidden").then(
-            rank, c.state, c.score.panel, show_progress="minimal"
-        )
+        after_answer(gr.on(triggers, fn, inputs, outputs, show_progress="minimal"))
+
+    def finish_stop(state: ChatState) -> tuple:
+        panels = handlers.finish_stop(state)
+        if panels is None:  # the turn honoured the Stop, or there was nothing to cut: the chain ends here, silently
+            raise gr.Error("nothing to cut", visible=False, print_exception=False)
+        return _panel_values(panels)
+
     # Not `cancels=`: killing the handler mid-step would leave the stored turn out of step with the screen.
-    # The click says how many tokens the user sees: the answer ends there, not at the server's (later) token.
-    ch.stop.click(handlers.request_stop, [c.state, ch.stop_at], None, js=STOP_JS, show_progress="hidden", queue=False)
+    # The click says how many tokens the user sees: the answer ends there, not at the server's (later) token,
+    # even when the screen lagged so far behind that the turn had ended (then finish_stop cuts it).
+    stop = ch.stop.click(
+        handlers.request_stop, [c.state, ch.stop_at], None, js=STOP_JS, show_progress="hidden", queue=False
+    )
+    cut = stop.then(finish_stop, c.state, outputs, show_progress="hidden", concurrency_limit=None)
+    after_answer(cut, on="success")
     resets = [([ch.undo.click, ch.chatbot.undo], handlers.undo), ([ch.clear.click, ch.chatbot.clear], handlers.clear)]
     for triggers, reset in resets:
         event = gr.on(triggers, _panels_of(reset), c.state, outputs)

@@ -7,6 +7,7 @@ become an error box, never a traceback.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -145,7 +146,7 @@ def _turn(
     answer = {"role": "assistant", "content": PENDING, CONSTRAINT_KEY: _kind_of(request)}
     state.messages = list(history) + [{"role": "user", "content": user_text}, answer]
     state.result, state.request, state.tokens = None, request, []
-    state.stop_requested, state.stop_after, state.running = False, None, True
+    state.stop_requested, state.stop_after, state.running, state.answered = False, None, True, False
     yield Panels.empty(state, input_text="", running=True)
     try:
         yield from _stream_answer(registry, state, request, answer)
@@ -159,7 +160,7 @@ def _turn(
         state.messages, state.result, state.request, state.tokens = before
         yield Panels.failed(state, exc, input_text=user_text)
     finally:
-        state.running = state.stop_requested = False
+        state.running = False  # a Stop it did not honour is finish_stop's
 
 
 def _stream_answer(registry: Registry, state: ChatState, request: LastRequest, answer: dict) -> Iterator[Panels]:
@@ -168,14 +169,13 @@ def _stream_answer(registry: Registry, state: ChatState, request: LastRequest, a
     try:
         for event in events:
             if state.stop_requested and not isinstance(event, GenerationResult):
-                if state.stop_after is not None and state.stop_after < len(state.tokens):
-                    state.tokens = state.tokens[: state.stop_after]
-                    answer["content"] = stopped.answer_text(state.tokens) or PENDING
+                state.stop_requested = False
+                _cut_to_screen(state)
                 yield _stopped_panels(state, request)
                 return
             if isinstance(event, GenerationResult):
                 answer["content"] = event.best.answer  # a thinking model's reasoning stays in the token panel
-                state.result, state.tokens = event, event.best.tokens
+                state.result, state.tokens, state.answered = event, event.best.tokens, True
                 yield result_panels(state, event)
             elif event.index == 0:
                 state.tokens.append(event.token)
@@ -184,6 +184,15 @@ def _stream_answer(registry: Registry, state: ChatState, request: LastRequest, a
                 yield Panels(state=state, chatbot=chatbot_value(state.messages, state.markdown), tokens=tokens_html)
     finally:
         events.close()
+
+
+def _cut_to_screen(state: ChatState) -> bool:
+    """Drop the answer's tokens decoded after those on the user's screen at the Stop; whether any were."""
+    if state.stop_after is None or state.stop_after >= len(state.tokens):
+        return False
+    state.tokens = state.tokens[: state.stop_after]
+    state.messages[-1]["content"] = stopped.answer_text(state.tokens) or PENDING
+    return True
 
 
 def _stopped_panels(state: ChatState, request: LastRequest) -> Panels:
@@ -215,11 +224,23 @@ def _unenforced_panels(state: ChatState, request: LastRequest, exc: UnenforcedKe
 
 
 def request_stop(state: ChatState, shown: float | None = None) -> None:
-    """Ask the running turn to end after the token on screen (`shown` tokens were there at the click: those
-    decoded since are dropped); when nothing runs there is nothing to stop."""
-    if state.running:
-        state.stop_after = int(shown) if shown else None
-        state.stop_requested = True
+    """Ask the turn on the user's screen to end after its tokens there (`shown` at the click: those decoded since
+    are dropped). The screen can lag behind the decode (a slow device or link): the turn may be over already."""
+    state.stop_after = int(shown) if shown else None
+    state.stop_requested = True
+
+
+def finish_stop(state: ChatState, poll_s: float = 0.02) -> Panels | None:
+    """After a Stop, once the turn is over: where the turn ended with its whole answer before it could honour
+    the Stop, the answer cut to the tokens the screen showed (stopped, as if the Stop had come in time); None
+    where the turn honoured it, nothing ran, or the screen showed every token."""
+    while state.running:  # the turn honours the Stop at its next event
+        time.sleep(poll_s)
+    late, state.stop_requested = state.stop_requested and state.answered, False
+    if not late or state.request is None or not _cut_to_screen(state):
+        return None
+    state.result, state.answered = None, False
+    return _stopped_panels(state, state.request)
 
 
 def _kind_of(request: LastRequest) -> str:

@@ -78,8 +78,9 @@ def restored(query: str | None, saved: str | None) -> tuple[Form, list[dict[str,
     return form, messages, " · ".join(part for part in (opened, RETRY_HINT if answered else "") if part)
 
 
-def autosaver(c: Components) -> tuple[gr.BrowserState, Callable[[Any], Any]]:
-    """The browser's copy of the session, and a step to chain after each turn that writes it."""
+def autosaver(c: Components) -> tuple[gr.BrowserState, Callable[..., Any]]:
+    """The browser's copy of the session, and a step that writes it, chained after an event (`on`: "then",
+    or "success" to skip it when the event failed)."""
     saved = gr.BrowserState(None, storage_key=STORAGE_KEY, secret=STORAGE_SECRET)
 
     def save(state: ChatState, *values: Any) -> str | Any:
@@ -88,7 +89,9 @@ def autosaver(c: Components) -> tuple[gr.BrowserState, Callable[[Any], Any]]:
         except Exception:  # noqa: BLE001 - an unreadable form is not saved; the last good copy stays
             return gr.skip()
 
-    return saved, lambda event: event.then(save, [c.state, *c.form_inputs()], saved, show_progress="hidden")
+    return saved, lambda event, on="then": getattr(event, on)(
+        save, [c.state, *c.form_inputs()], saved, show_progress="hidden"
+    )
 
 
 def setup(demo: gr.Blocks, c: Components, saved: gr.BrowserState) -> None:

@@ -120,6 +120,10 @@ class ChatState(BaseModel):
     running: bool = False
     stop_requested: bool = False
     stop_after: int | None = Field(default=None, description="Tokens on the user's screen when they clicked Stop.")
+    answered: bool = Field(
+        default=False,
+        description="The last turn ended with the whole answer: a Stop from a screen behind it may cut it.",
+    )
     _scope: str | None = PrivateAttr(default=None)
 
     def cache_scope(self) -> str:

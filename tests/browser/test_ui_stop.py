@@ -62,6 +62,7 @@ def test_a_stopped_answer_keeps_popovers_chart_verdict_and_matches_the_stored_tu
     expect(page.locator("#validation-status .pg-ok")).to_have_count(0)
     expect(page.locator("#finish-reason")).to_contain_text("stopped by the user")
     expect(page.locator("#stop-btn")).to_be_disabled()
+    expect(page.locator(".toast-body")).to_have_count(0)  # the silent end of the Stop's own chain says nothing
     tokens = page.locator("#token-panel .tok[data-index]")
     count = tokens.count()
     assert count == shown > 3
@@ -74,3 +75,42 @@ def test_a_stopped_answer_keeps_popovers_chart_verdict_and_matches_the_stored_tu
 
     tokens.nth(2).click()
     expect(page.locator("#next-token-panel")).to_contain_text("at token #2", timeout=SLOW)
+
+
+# The page's thread held (as a slow device or link would) until the server has decoded the whole answer and
+# sent every update, then the tokens on screen counted and Stop clicked in the same task.
+LAGGING_CLICK = """() => {
+    const decoding = () => {
+        const get = new XMLHttpRequest();
+        get.open('GET', '/metrics', false);
+        get.send();
+        return get.responseText.split('\\n').filter(line => line.startsWith('tgi_batch_current_size'))
+            .reduce((rows, line) => rows + parseFloat(line.split(' ').pop()), 0);
+    };
+    const hold = ms => { const until = Date.now() + ms; while (Date.now() < until) {} };
+    const gaveUp = Date.now() + 120000;
+    while (decoding() > 0 && Date.now() < gaveUp) hold(100);
+    hold(1500);
+    const n = document.querySelectorAll('#token-panel .tok[data-index]').length;
+    document.querySelector('#stop-btn').click();
+    return n;
+}"""
+
+
+def test_a_stop_on_a_screen_that_lags_the_decode_keeps_what_the_screen_showed(page: Page, server_url: str) -> None:
+    open_with_regex(page, server_url, r"[0-9]{1,3}(, [0-9]{1,3}){12,14}", 100)
+    page.locator("#chat-input textarea").fill("Count from 1 to 100.")
+    page.locator("#send-btn").click()
+    expect(page.locator("#token-panel .tok[data-index='3']")).to_be_visible(timeout=SLOW)
+    shown = page.evaluate(LAGGING_CLICK)
+
+    verdict = page.locator("#validation-status .pg-verdict")
+    expect(verdict).to_contain_text("stopped by the user", timeout=SLOW)
+    expect(page.locator("#finish-reason")).to_contain_text("stopped by the user")
+    expect(page.locator("#stop-btn")).to_be_disabled()
+    tokens = page.locator("#token-panel .tok[data-index]")
+    expect(tokens).to_have_count(shown)
+    stored = exported_messages(page)[-1]["content"]
+    answer = page.locator("#chatbot [data-testid=bot] .message-content")
+    poll_equal(page, lambda: answer.inner_text().strip("\n"), stored)
+    assert stored.count(",") < 12  # cut: the whole answer has at least 12 commas

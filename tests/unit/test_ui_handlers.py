@@ -181,3 +181,43 @@ def test_an_answer_the_engine_had_to_end_shows_its_text_tokens_and_a_red_verdict
     assert "non-unique elements" in final.details and 'data-finish="unenforced"' in final.details
     assert state.request is not None and len(state.tokens) == 6  # the next-token chart has a turn to replay
     assert "bar-row" in handlers.next_token(registry, state)  # and it draws
+
+
+def test_a_stop_during_the_stream_ends_the_answer_at_the_screens_tokens() -> None:
+    registry, _ = setup("abcdefgh")
+    state = ChatState()
+    turn = handlers.chat(registry, form(), state, "go")
+    steps = [next(turn) for _ in range(6)]  # the empty panels, then five tokens
+    handlers.request_stop(state, 3)  # the screen showed three of them at the click
+    rest = list(turn)
+    assert len(rest) == 1 and "stopped by the user" in rest[0].verdict and len(steps) == 6
+    assert [t.text for t in state.tokens] == list("abc") and state.messages[-1]["content"] == "abc"
+    assert handlers.finish_stop(state) is None  # the turn honoured it: nothing left to cut
+    assert state.messages[-1]["content"] == "abc" and not state.stop_requested
+
+
+def test_a_stop_from_a_screen_behind_a_finished_turn_cuts_the_answer_to_that_screen() -> None:
+    registry, _ = setup("abcdefgh")
+    state = ChatState()
+    steps = run_chat(registry, form(), state, "go")
+    assert state.result is not None and "no constraint" in steps[-1].verdict
+    handlers.request_stop(state, 2)  # the screen was still at two tokens when the whole answer was in
+    panels = handlers.finish_stop(state)
+    assert panels is not None and "stopped by the user" in panels.verdict and panels.running is False
+    assert [t.text for t in state.tokens] == list("ab") and state.messages[-1]["content"] == "ab"
+    assert state.result is None and not state.stop_requested
+    handlers.request_stop(state, 2)  # a second click of the same screen: already cut
+    assert handlers.finish_stop(state) is None and state.messages[-1]["content"] == "ab"
+
+
+def test_a_stop_whose_turn_failed_leaves_the_answer_before_it_whole() -> None:
+    registry, fake = setup("abcdefgh")
+    state = ChatState()
+    run_chat(registry, form(), state, "first")
+    fake.error = ParameterError("parameters.best_of: best_of > 1 needs sampling")
+    turn = handlers.chat(registry, form(), state, "second")
+    next(turn)
+    handlers.request_stop(state, 2)
+    assert "needs sampling" in list(turn)[-1].error
+    assert handlers.finish_stop(state) is None
+    assert state.messages[-1]["content"] == "abcdefgh" and state.result is not None
