@@ -142,10 +142,11 @@ class Engine:
         """A token's text in isolation, for alternatives lists."""
         return self.runner.token_text(token_id)
 
-    def tokenize(self, text: str) -> list[dict]:
-        """TGI's /tokenize: ids with their character offsets."""
+    def tokenize(self, text: str, *, special: bool = True) -> list[dict]:
+        """TGI's /tokenize: ids with their character offsets; `special`: with the tokenizer's own special tokens
+        (a chat template writes its own, so a templated prompt is tokenized without)."""
         _check_unicode(text)
-        enc = self.tokenizer(text, return_offsets_mapping=True, add_special_tokens=True)
+        enc = self.tokenizer(text, return_offsets_mapping=True, add_special_tokens=special)
         if len(enc["input_ids"]) > self.max_input_tokens:  # ~150 bytes of answer a token: keep it bounded
             raise PromptTooLongError(
                 f"the text has {len(enc['input_ids'])} tokens; /tokenize answers at most {self.max_input_tokens} "

@@ -1,4 +1,5 @@
-"""TGI-compatible routes: /generate, /generate_stream, / (compat), /info, /health, /tokenize, plus /next_token."""
+"""TGI-compatible routes: /generate, /generate_stream, / (compat), /info, /health, /tokenize, /chat_tokenize, plus
+/next_token."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from playground.constraints import backends
 from playground.processors import list_factories
-from playground.providers.base import Provider, stalled_s
+from playground.providers.base import Provider, local_engine, stalled_s
 from playground.providers.registry import Registry
 from playground.server import convert
 from playground.server.docs import HEALTH_RESPONSES, JSON_OR_STREAM, STREAM_RESPONSES
@@ -20,7 +21,8 @@ from playground.server.errors import error_body, exception_event
 from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.types import GenerateParameters, GenerateRequest, GenerationResult, NextTokenDistribution, TokenEvent
 from playground.types.sizes import limits_info
-from playground.wire import checks
+from playground.wire import checks, inbound, tool_formats
+from playground.wire.inbound import ChatRequest
 
 ModelQuery = Query(default=None, description="Served model to use; the default model when omitted.")
 router = APIRouter(tags=["TGI-compatible"])
@@ -106,9 +108,15 @@ async def generate_stream(request: Request, body: GenerateRequest, model: str | 
 @router.post("/", summary="Generate, or stream when `stream` is true (TGI compat route)", responses=JSON_OR_STREAM)
 async def compat_generate(request: Request, body: GenerateRequest, model: str | None = ModelQuery) -> Any:
     """TGI's compat route, which huggingface_hub's InferenceClient(base_url=...) posts to."""
+    answer = await generate_or_stream(request, body, model)
+    return answer if body.stream else [answer]
+
+
+async def generate_or_stream(request: Request, body: GenerateRequest, model: str | None = None) -> Any:
+    """TGI's generate answer, or its stream when the body's `stream` is true."""
     if body.stream:
         return await _stream_response(request, body, model)
-    return [await _generate(request, body, model)]
+    return await _generate(request, body, model)
 
 
 @router.get("/info", summary="Served model info and limits (TGI)")
@@ -166,6 +174,24 @@ async def tokenize(request: Request, body: GenerateRequest, model: str | None = 
     provider, model_id = resolve(request, model)
     tokens = await run_in_threadpool(provider.tokenize, model_id, body.inputs)
     return [token.model_dump() for token in tokens]
+
+
+@router.post("/chat_tokenize", summary="A chat request's prompt as the model reads it, templated and tokenized (TGI)")
+async def chat_tokenize(request: Request, body: ChatRequest) -> dict[str, Any]:
+    """TGI's /chat_tokenize: the messages (with the tools and template options) through the model's chat template,
+    as /v1/chat/completions would send them, and that text's tokens with their offsets. A continued final
+    message (continue_final_message) is not in the template: the answer starts with it."""
+    provider, model_id = resolve(request, body.model)
+    engine = local_engine(provider, model_id, "/chat_tokenize")
+    fmt = tool_formats.by_name(engine.tool_format)
+    messages, params = inbound.prompt_messages(body, fmt), inbound.chat_parameters(body, 0, fmt)
+
+    def templated() -> tuple[str, list[dict]]:
+        prompt, _ = engine.encode_prompt(messages, params=params)  # the same checks as a chat request's prompt
+        return prompt, engine.tokenize(prompt, special=False)
+
+    text, tokens = await run_in_threadpool(templated)
+    return {"tokenize_response": tokens, "templated_text": text}
 
 
 @router.post("/next_token", summary="The next token's distribution, raw and constrained, without sampling")

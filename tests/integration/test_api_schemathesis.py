@@ -33,6 +33,7 @@ DECODING = {
     "POST /",
     "POST /v1/chat/completions",
     "POST /v1/completions",
+    "POST /invocations",
     "POST /reason",
     "POST /score",
     "POST /evaluate",

@@ -194,6 +194,75 @@ def test_tokenize(server_url: str) -> None:
     assert "".join(t["text"] for t in tokens) == "Hello world"
 
 
+CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi <b>there</b> 😀"}]
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+
+
+def test_chat_tokenize_is_the_prompt_a_chat_request_decodes_after(server_url: str) -> None:
+    reply = post(server_url, "/chat_tokenize", {"model": "tgi", "messages": CHAT})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    validate(body, "ChatTokenizeResponse")
+    text, tokens = body["templated_text"], body["tokenize_response"]
+    assert text.endswith("<|im_start|>assistant\n") and "<|im_start|>user\nHi <b>there</b> 😀<|im_end|>" in text
+    assert all(text[t["start"] : t["stop"]] == t["text"] for t in tokens)  # (a character's byte tokens share it)
+    assert tokens[0]["start"] == 0 and tokens[-1]["stop"] == len(text)
+    chat = post(server_url, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 1}).json()
+    assert chat["usage"]["prompt_tokens"] == len(tokens)  # the tokens the chat route counts, one for one
+
+    with_tools = post(server_url, "/chat_tokenize", {"messages": CHAT, "tools": [WEATHER_TOOL]}).json()
+    assert "get_weather" in with_tools["templated_text"] and "get_weather" not in text
+
+
+def test_chat_tokenize_names_a_bad_request(server_url: str) -> None:
+    reply = post(server_url, "/chat_tokenize", {"messages": [{"role": "user", "content": "x"}], "top_p": 2})
+    assert reply.status_code == 422 and reply.json()["error_type"] == "validation"
+    assert "top_p" in reply.json()["error"]
+
+
+def test_invocations_answers_each_shape_as_its_route_does(server_url: str) -> None:
+    """TGI's SageMaker route: `inputs` generates, `messages` chats, `prompt` completes; each as TGI's spec says."""
+    grammar = {"type": "regex", "value": "(yes|no)"}
+    generated = post(server_url, "/invocations", {"inputs": "Is it?", "parameters": {"grammar": grammar}})
+    assert generated.status_code == 200, generated.text
+    validate(generated.json(), "SagemakerResponse")
+    assert generated.json()["generated_text"] in ("yes", "no")
+
+    chat = {"messages": CHAT, "max_tokens": 3, "response_format": {"type": "regex", "value": "(yes|no)"}}
+    chatted = post(server_url, "/invocations", chat).json()
+    validate(chatted, "SagemakerResponse")
+    assert chatted["object"] == "chat.completion" and chatted["choices"][0]["message"]["content"] in ("yes", "no")
+
+    completed = post(server_url, "/invocations", {"model": "tgi", "prompt": "Say yes:", "max_tokens": 2}).json()
+    validate(completed, "SagemakerResponse")
+    assert completed["object"] == "text_completion" and len(completed["choices"]) == 1
+
+    with httpx.stream(
+        "POST", f"{server_url}/invocations", json={"inputs": "Hi", "stream": True, "parameters": {"max_new_tokens": 3}}
+    ) as streamed:
+        events = sse_events(streamed.iter_lines())
+    for event in events:
+        validate(event, "SagemakerStreamResponse")
+    assert len(events) == 3 and events[-1]["generated_text"] == "".join(e["token"]["text"] for e in events)
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"parameters": {"max_new_tokens": 2}}, "`inputs`"),
+        ({"messages": CHAT, "top_p": 2}, "top_p"),
+        ({"inputs": "Hi", "parameters": {"grammar": {"type": "regex", "value": "(ab"}}}, "invalid regex"),
+    ],
+)
+def test_invocations_refuses_in_tgis_shape(server_url: str, body: dict[str, Any], named: str) -> None:
+    reply = post(server_url, "/invocations", body)
+    assert reply.status_code == 422 and named in reply.json()["error"]
+    validate(reply.json(), "ErrorResponse")
+
+
 def test_next_token_distribution_raw_and_constrained(server_url: str) -> None:
     body = {
         "inputs": "The capital of France is",

@@ -91,3 +91,25 @@ def test_next_token_replays_at_a_prefix(client: TestClient, fake: FakeProvider) 
     reply = client.post("/next_token", json={"inputs": "Q?", "prefix": "y", "top_k": 5})
     assert reply.status_code == 200 and reply.json()["candidates"][0]["text"] == "e"
     assert fake.calls[-1].extra == {"prefix": "y", "top_k": 5}
+
+
+def test_chat_tokenize_names_a_remote_model_it_cannot_template(client: TestClient) -> None:
+    reply = client.post("/chat_tokenize", json={"messages": [{"role": "user", "content": "Q?"}]})
+    assert reply.status_code == 422 and reply.json()["error_type"] == "validation"
+    assert "served remotely: /chat_tokenize needs a local model" in reply.json()["error"]
+
+
+def test_invocations_sends_each_shape_to_its_route(client: TestClient, fake: FakeProvider) -> None:
+    """TGI's order: `inputs` first, then `messages`, then `prompt`; ?model= picks the model for TGI's shape."""
+    both = {"inputs": "Q?", "messages": [{"role": "user", "content": "x"}], "parameters": {"min_p": 0.1}}
+    reply = client.post("/invocations?model=fake-model", json=both)
+    assert reply.status_code == 422 and "messages: unknown field" in reply.json()["error"]  # TGI's shape, strictly
+    reply = client.post("/invocations?model=fake-model", json={"inputs": "Q?", "parameters": {"min_p": 0.1}})
+    assert reply.json()["generated_text"] == "yes" and fake.calls[-1].params.min_p == 0.1
+    reply = client.post("/invocations", json={"messages": [{"role": "user", "content": "x"}], "min_p": 0.2})
+    assert reply.json()["choices"][0]["message"]["content"] == "yes" and fake.calls[-1].params.min_p == 0.2
+    reply = client.post("/invocations", json={"prompt": ["a", "b"], "max_tokens": 2})
+    assert [c["text"] for c in reply.json()["choices"]] == ["yes", "yes"]
+    for bad in ([], "text", {"parameters": {}}):
+        reply = client.post("/invocations", json=bad)
+        assert reply.status_code == 422 and set(reply.json()) == {"error", "error_type"}, reply.text
