@@ -36,6 +36,7 @@ from playground.types import (
     Sequence,
     Timings,
     TokenEvent,
+    TokenPrompt,
     Validation,
 )
 from playground.types.sizes import MAX_BEST_OF, MAX_PROMPT_CHARS, MAX_TOP_N_TOKENS
@@ -109,7 +110,10 @@ class Engine:
                 f"the prompt as the model reads it has {len(prompt)} characters; at most {MAX_PROMPT_CHARS}",
                 field="inputs",
             )
-        ids = self._encode(prompt, add_special_tokens=isinstance(inputs, str))
+        if isinstance(inputs, TokenPrompt):
+            ids = list(inputs.ids)
+        else:
+            ids = self._encode(prompt, add_special_tokens=isinstance(inputs, str))
         if truncate:
             ids = ids[-truncate:]
         if not ids:
@@ -133,6 +137,17 @@ class Engine:
         plan, opened = reasoning.plan(self.reasoning, self.tokenizer, params, prompt, generation_prompt)
         added = self._encode(opened[len(prompt) :], add_special_tokens=False) if len(opened) > len(prompt) else []
         return plan, opened, prompt_ids + added
+
+    def token_prompt(self, ids: list[int], field: str = "prompt") -> TokenPrompt:
+        """A prompt of token ids, with its text; an id past the vocabulary is refused, naming `field`."""
+        vocab = self.runner.vocab_size
+        bad = next((i for i, token in enumerate(ids) if token >= vocab), None)
+        if bad is not None:
+            raise ParameterError(
+                f"{field}[{bad}]: token id {ids[bad]} is not in the model's vocabulary (ids 0 to {vocab - 1})",
+                field=field,
+            )
+        return TokenPrompt(self.tokenizer.decode(ids, skip_special_tokens=False), ids)
 
     def _encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
         _check_unicode(text)

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from playground.providers.base import Provider
+from playground.providers.base import Provider, local_engine
 from playground.server import chat
 from playground.server.answers import Chunk, Job, answer
 from playground.server.docs import JSON_OR_STREAM
@@ -39,7 +39,21 @@ async def _jobs(request: Request, req: CompletionRequest) -> tuple[Provider, str
     checks.check_lengths(params[0], info, field="max_tokens")
     checks.check_top_n(params[0], info.max_top_n_tokens, field="logprobs")
     checks.check_best_of(params[0], info.max_best_of, field="best_of")
-    return provider, model_id, [(prompt, params[j]) for prompt in req.prompts() for j in range(req.n)]
+    prompts = _texts(provider, model_id, req)
+    return provider, model_id, [(prompt, params[j]) for prompt in prompts for j in range(req.n)]
+
+
+def _texts(provider: Provider, model_id: str, req: CompletionRequest) -> list[str]:
+    """Each prompt as text; one of token ids keeps them (TokenPrompt): a local model reads exactly those ids."""
+    prompts = req.prompts()
+    if all(isinstance(prompt, str) for prompt in prompts):
+        return prompts  # type: ignore[return-value]
+    engine = local_engine(provider, model_id, "a prompt of token ids")
+    listed = len(prompts) > 1 or req.prompt != prompts[0]
+    return [
+        p if isinstance(p, str) else engine.token_prompt(p, field=f"prompt[{i}]" if listed else "prompt")
+        for i, p in enumerate(prompts)
+    ]
 
 
 def _envelope(model_id: str, completion_id: str) -> dict[str, Any]:

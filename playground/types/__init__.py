@@ -11,6 +11,8 @@ from playground.types.base import FinishReason as FinishReason
 from playground.types.base import InputText as InputText
 from playground.types.base import Name as Name
 from playground.types.base import Strict as Strict
+from playground.types.base import TokenIds as TokenIds
+from playground.types.base import TokenPrompt as TokenPrompt
 from playground.types.chat import ChatChoice as ChatChoice
 from playground.types.chat import ChatCompletion as ChatCompletion
 from playground.types.chat import ChatCompletionRequest as ChatCompletionRequest

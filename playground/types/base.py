@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,6 +14,8 @@ ConstraintKind = Literal["none", "json_schema", "regex", "choice", "grammar", "s
 # "auto" or a registered constraint engine (GET /info lists them; the compiler refuses others by name).
 EngineName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", examples=["auto", "llguidance"])]
 InputText = Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
+# A prompt as token ids (OpenAI's and vLLM's completions take them; lm-evaluation-harness sends them).
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1, max_length=MAX_INPUT_CHARS)]
 Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
 StopText = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
 ParamText = Annotated[str, Field(max_length=MAX_PROCESSOR_PARAM_CHARS)]
@@ -29,3 +32,18 @@ class ResponseBody(BaseModel):
     """Response shapes (TGI's and OpenAI's): their fields, plus our extras (raw logprobs, verdicts) as extra keys."""
 
     model_config = ConfigDict(extra="allow")
+
+
+class TokenPrompt(str):
+    """A prompt sent as token ids: the string is their text (what echo returns and a page shows); a local engine
+    decodes after the ids themselves, so the model reads exactly them, not a new tokenization of the text."""
+
+    ids: tuple[int, ...]
+
+    def __new__(cls, text: str, ids: Sequence[int]) -> TokenPrompt:
+        prompt = super().__new__(cls, text)
+        prompt.ids = tuple(ids)
+        return prompt
+
+    def __reduce__(self) -> tuple[type, tuple[str, tuple[int, ...]]]:  # a lease's process gets the ids too
+        return TokenPrompt, (str(self), self.ids)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
 from playground.errors import ParameterError
 from playground.types import GeneratedToken, GenerateParameters, GenerationResult
-from playground.types.base import InputText
+from playground.types.base import InputText, TokenIds
 from playground.types.chat import OpenAISampling
-from playground.types.sizes import MAX_CHOICES
+from playground.types.sizes import MAX_CHOICES, MAX_INPUT_CHARS
 from playground.wire import inbound
 from playground.wire.inbound import ChatResponseFormat
 
@@ -23,7 +23,9 @@ MAX_TOTAL_CHOICES = 16
 class CompletionRequest(OpenAISampling):
     """OpenAI's CompletionCreateParams, with the constraint fields and extensions our chat route takes."""
 
-    prompt: InputText | list[InputText] = Field(description="One prompt, or a list of them (n choices each).")
+    prompt: InputText | list[InputText] | TokenIds | list[TokenIds] = Field(
+        description="One prompt, or a list of them (n choices each); a prompt may be token ids (a local model's)."
+    )
     max_tokens: int = Field(default=16, ge=1, description="OpenAI's default is 16.")
     best_of: int | None = Field(default=None, ge=1)
     echo: bool = False
@@ -32,8 +34,25 @@ class CompletionRequest(OpenAISampling):
     response_format: ChatResponseFormat | None = None
     guided_whitespace_pattern: str | None = Field(default=None, max_length=256)
 
-    def prompts(self) -> list[str]:
-        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+    @field_validator("prompt", mode="wrap")
+    @classmethod
+    def _one_prompt_shape(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """One message for a prompt of no known shape, not one per shape it failed to be."""
+        try:
+            return handler(value)
+        except ValidationError:
+            if isinstance(value, str):
+                raise ValueError(f"at most {MAX_INPUT_CHARS:,} characters, got {len(value):,}") from None
+            raise ValueError(
+                f"give a string, a list of strings, token ids (integers >= 0) or a list of token-id lists, each at "
+                f"most {MAX_INPUT_CHARS:,} characters or ids"
+            ) from None
+
+    def prompts(self) -> list[str | list[int]]:
+        """Each prompt: its text, or its token ids."""
+        if isinstance(self.prompt, str) or (self.prompt and isinstance(self.prompt[0], int)):
+            return [self.prompt]  # type: ignore[list-item]
+        return list(self.prompt)  # type: ignore[arg-type]
 
 
 def _check(req: CompletionRequest) -> None:

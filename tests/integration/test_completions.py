@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import jsonschema
 import openai
 import pytest
@@ -83,6 +84,30 @@ def test_echo_and_logprobs_in_the_completions_shape(client: openai.OpenAI) -> No
     assert all(1 <= len(top) <= 2 for top in generated)
 
 
+def ids_of(server_url: str, text: str) -> list[int]:
+    return [t["id"] for t in httpx.post(f"{server_url}/tokenize", json={"inputs": text}, timeout=60).json()]
+
+
+def test_a_prompt_of_token_ids_is_read_as_those_ids(client: openai.OpenAI, server_url: str) -> None:
+    """As OpenAI and vLLM take them (lm-evaluation-harness sends ids): the same answer as the text, and ids that
+    are not the text's own tokenization are kept, not re-tokenized."""
+    ids = ids_of(server_url, PROMPT)
+    by_text = client.completions.create(model="embedded", prompt=PROMPT, max_tokens=4, temperature=0)
+    by_ids = client.completions.create(model="embedded", prompt=ids, max_tokens=4, temperature=0, echo=True)
+    assert by_ids.choices[0].text == PROMPT + by_text.choices[0].text
+    assert by_ids.usage.prompt_tokens == len(ids) == by_text.usage.prompt_tokens
+
+    split, whole = ids_of(server_url, "Hel") + ids_of(server_url, "lo"), ids_of(server_url, "Hello")
+    assert len(split) == 2 and len(whole) == 1  # "Hello" tokenizes to one id; these two spell it too
+    scored = client.completions.create(
+        model="embedded", prompt=[split, whole], max_tokens=1, temperature=0, echo=True, logprobs=1
+    )
+    first, second = scored.choices
+    assert first.logprobs.tokens[:2] == ["Hel", "lo"] and second.logprobs.tokens[:1] == ["Hello"]
+    assert first.text.startswith("Hello") and second.text.startswith("Hello")
+    assert scored.usage.prompt_tokens == 3
+
+
 def test_a_stream_counts_text_offset_on_from_chunk_to_chunk(client: openai.OpenAI) -> None:
     kwargs = {"model": "embedded", "prompt": PROMPT, "max_tokens": 4, "temperature": 0, "logprobs": 1, "echo": True}
     whole = client.completions.create(**kwargs).choices[0].logprobs
@@ -123,7 +148,8 @@ def test_stream_adds_up_with_usage_last(client: openai.OpenAI) -> None:
     [
         ({"suffix": "end"}, "suffix: not supported"),
         ({"best_of": 1, "n": 2}, "best_of: must be >= n"),
-        ({"prompt": [[1, 2, 3]]}, "prompt"),
+        ({"prompt": [[1, 2, 10**6]]}, "prompt[0][2]: token id 1000000 is not in the model's vocabulary"),
+        ({"prompt": [1, "a"]}, "prompt: give a string, a list of strings, token ids"),
         ({"extra_body": {"guided_regex": "(ab"}}, "invalid regex"),
     ],
 )

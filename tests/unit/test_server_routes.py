@@ -113,3 +113,9 @@ def test_invocations_sends_each_shape_to_its_route(client: TestClient, fake: Fak
     for bad in ([], "text", {"parameters": {}}):
         reply = client.post("/invocations", json=bad)
         assert reply.status_code == 422 and set(reply.json()) == {"error", "error_type"}, reply.text
+
+
+def test_a_prompt_of_token_ids_needs_a_model_whose_tokenizer_is_here(client: TestClient, fake: FakeProvider) -> None:
+    reply = client.post("/v1/completions", json={"prompt": [[1, 2], [3]], "max_tokens": 2})
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "model"
+    assert "a prompt of token ids needs a local model" in reply.json()["error"]["message"] and not fake.calls
