@@ -9,7 +9,18 @@ from fastapi.responses import RedirectResponse
 
 from playground.options import SERVER
 from playground.providers.registry import Registry
-from playground.server import completions, debug, evaluate, inspect, invocations, metrics, openai, score, tgi
+from playground.server import (
+    completions,
+    debug,
+    evaluate,
+    inspect,
+    invocations,
+    metrics,
+    openai,
+    responses,
+    score,
+    tgi,
+)
 from playground.server.admission import Admission, AdmissionGate, AdmissionLimits
 from playground.server.auth import (
     LOGIN_MESSAGE,
@@ -71,6 +82,7 @@ def create_app(
         tgi.router,
         openai.router,
         completions.router,
+        responses.router,
         invocations.router,
         debug.router,
         inspect.router,

@@ -126,18 +126,18 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, message, "internal", path=request.url.path)
 
 
+def stream_failure(exc: BaseException) -> tuple[int, str, str, str | None]:
+    """What a stream that failed after it started tells its client: status, message, error_type, param (a bug's
+    traceback goes to the log, not to the client)."""
+    if isinstance(exc, PlaygroundError):
+        return exc.status, exc.message, exc.error_type, exc.field
+    log.error("stream failed", exc_info=exc)
+    return 500, f"internal server error ({type(exc).__name__}); see the server log", "internal", None
+
+
 def exception_event(exc: BaseException, *, openai: bool = False) -> str:
     """The final SSE event of a stream that failed after it started (TGI's shape, or OpenAI's as vLLM sends it)."""
-    if isinstance(exc, PlaygroundError):
-        status, message, error_type, param = exc.status, exc.message, exc.error_type, exc.field
-    else:
-        log.error("stream failed", exc_info=exc)
-        status, message, error_type, param = (
-            500,
-            f"internal server error ({type(exc).__name__}); see the server log",
-            "internal",
-            None,
-        )
+    status, message, error_type, param = stream_failure(exc)
     if openai:
         body: dict[str, Any] = openai_error_body(openai_status(status), message, error_type, param)
     else:

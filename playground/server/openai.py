@@ -55,7 +55,7 @@ async def register_model(request: Request, body: RegisterModel) -> dict[str, Any
     return _model_card(name, body.provider_id)
 
 
-async def _jobs(request: Request, req: ChatRequest) -> tuple[Provider, str, ToolFormat | None, list[Job]]:
+async def chat_jobs(request: Request, req: ChatRequest) -> tuple[Provider, str, ToolFormat | None, list[Job]]:
     """The provider and model asked for, the envelope its chat template writes tool calls in (if one), and the
     choices: the same messages, seeded base+i, checked against the model's limits."""
     provider, model_id = resolve(request, req.model)
@@ -76,9 +76,9 @@ async def _jobs(request: Request, req: ChatRequest) -> tuple[Provider, str, Tool
 )
 async def chat_completions(request: Request, body: ChatRequest) -> Any:
     """n choices are n independent samples with seeds seed, seed+1, ...; `validation` on each choice."""
-    provider, model_id, fmt, jobs = await _jobs(request, body)
+    provider, model_id, fmt, jobs = await chat_jobs(request, body)
     base = chat.envelope(model_id, "chat.completion.chunk")
-    choice = partial(_choice_chunks, req=body, fmt=fmt)
+    choice = partial(choice_chunks, req=body, fmt=fmt)
     return await answer(
         request,
         provider,
@@ -96,7 +96,7 @@ async def chat_completions(request: Request, body: ChatRequest) -> Any:
     )
 
 
-async def _choice_chunks(
+async def choice_chunks(
     events: AsyncIterator[TokenEvent | GenerationResult],
     job: Job,
     chunk: Chunk,

@@ -34,13 +34,22 @@ DECODING = {
     "POST /v1/chat/completions",
     "POST /v1/completions",
     "POST /invocations",
+    "POST /v1/responses",
     "POST /reason",
     "POST /score",
     "POST /evaluate",
 }
 DECODING_EXAMPLES = {GenerationMode.POSITIVE: 12, GenerationMode.NEGATIVE: 4}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
-SMALL = {"max_new_tokens": 2, "max_tokens": 2, "max_completion_tokens": 2, "n": 2, "best_of": 2, "top_n_tokens": 3}
+SMALL = {
+    "max_new_tokens": 2,
+    "max_tokens": 2,
+    "max_completion_tokens": 2,
+    "max_output_tokens": 2,
+    "n": 2,
+    "best_of": 2,
+    "top_n_tokens": 3,
+}
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,11 @@ import pytest
 
 from playground.errors import ConstraintError, ProcessorError
 from playground.providers.base import Capabilities
+from playground.server import responses as responses_route
 from playground.server.streaming import iterate_in_thread, started
 from playground.server.tgi import _tgi_events
 from playground.types import GeneratedToken, GenerateParameters, TokenEvent
+from playground.wire.responses import ResponsesRequest, chat_request
 from tests.spec import sse_events, validate
 
 
@@ -248,3 +250,34 @@ def test_streamed_choices_decode_together_and_one_failing_ends_the_stream_and_st
     while len(provider.closed) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sorted(provider.closed) == ["a", "b", "c"]
+
+
+def test_a_responses_stream_that_fails_ends_with_error_then_failed() -> None:
+    body = ResponsesRequest(input="Hi", stream=True)
+    chat_req = chat_request(body)
+
+    async def items():
+        yield TokenEvent(index=0, token=GeneratedToken(id=1, text="a", logprob=-0.5))
+        raise ProcessorError("processor 'boom' failed: ValueError: no")
+
+    async def collect() -> list[str]:
+        decode = items()
+        job = (chat_req.messages, GenerateParameters())
+        ids = {"resp": "resp_1", "rs": "rs_1", "msg": "msg_1"}
+        return [chunk async for chunk in responses_route._events(body, chat_req, ids, "m", (decode, decode), job, None)]
+
+    lines = "".join(asyncio.run(collect())).splitlines()
+    events = sse_events(lines)
+    kinds = [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
+    assert kinds == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "error",
+        "response.failed",
+    ]
+    assert [e["type"] for e in events] == kinds and [e["sequence_number"] for e in events] == list(range(7))
+    assert events[5]["code"] == "processor" and events[5]["message"] == "processor 'boom' failed: ValueError: no"
+    assert events[6]["response"]["status"] == "failed" and events[6]["response"]["error"]["code"] == "processor"

@@ -1,0 +1,156 @@
+"""OpenAI's Responses API, `POST /v1/responses`: the chat route's answer as a Response, or as the typed events a
+Responses stream sends (created, the output items and their deltas, then completed or incomplete)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+
+from playground.server import chat, openai
+from playground.server.answers import Job, events, named_as_sent
+from playground.server.docs import JSON_OR_STREAM
+from playground.server.errors import stream_failure
+from playground.server.streaming import generate_while_connected, started
+from playground.types import GenerationResult
+from playground.wire import responses
+from playground.wire.inbound import ChatRequest
+from playground.wire.responses import NAMES, ResponsesRequest
+
+router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
+
+
+@router.post(
+    "/responses",
+    summary="A response with guided decoding (OpenAI's Responses API, text output; as vLLM serves it)",
+    responses=JSON_OR_STREAM,
+)
+async def create_response(request: Request, body: ResponsesRequest) -> Any:
+    """One answer to `input` under `text.format`; `stream` sends it as Responses events. Nothing is stored."""
+    with named_as_sent(NAMES):
+        chat_req = responses.chat_request(body)
+        provider, model_id, fmt, jobs = await openai.chat_jobs(request, chat_req)
+    ids = responses.new_ids()
+    if body.stream:
+        raw = events(provider, model_id, jobs[0])
+        with named_as_sent(NAMES):
+            first = await started(raw)
+        stream = _events(body, chat_req, ids, model_id, (first, raw), jobs[0], fmt)
+        return StreamingResponse(stream, media_type="text/event-stream")
+    with named_as_sent(NAMES):
+        result = await generate_while_connected(request, provider, model_id, *jobs[0])
+    if result is None:
+        return Response(status_code=499)
+    return responses.response_body(body, ids, model_id, chat.completion_response(model_id, [result], chat_req, fmt))
+
+
+class _Output:
+    """The output items of a stream: each announced (added, and its content part) when its first text comes, and
+    finished (text done, part done, item done) in output order at the end, as the final Response lists them."""
+
+    def __init__(self, ids: dict[str, str], event: Callable[..., str]) -> None:
+        self.ids, self.event = ids, event
+        self.opened: dict[str, int] = {}  # item id -> output index
+        self.texts: dict[str, str] = {}
+
+    def text(self, kind: str, delta: str, logprobs: list[dict[str, Any]] | None = None) -> list[str]:
+        """A reasoning ("rs") or message ("msg") delta, its item announced first if it is new."""
+        item_id = self.ids[kind]
+        sent = [] if item_id in self.opened else self._announce(kind)
+        self.texts[item_id] += delta
+        where = {"item_id": item_id, "output_index": self.opened[item_id], "content_index": 0}
+        if kind == "rs":
+            return [*sent, self.event("response.reasoning_text.delta", **where, delta=delta)]
+        return [*sent, self.event("response.output_text.delta", **where, delta=delta, logprobs=logprobs or [])]
+
+    def _announce(self, kind: str) -> list[str]:
+        item_id = self.ids[kind]
+        self.opened[item_id], self.texts[item_id] = len(self.opened), ""
+        at = {"output_index": self.opened[item_id]}
+        if kind == "rs":
+            item = {**responses.reasoning_item(item_id, ""), "content": [], "status": "in_progress"}
+            return [self.event("response.output_item.added", **at, item=item)]
+        item = {**responses.message_item(item_id, "", None, "in_progress"), "content": []}
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        return [
+            self.event("response.output_item.added", **at, item=item),
+            self.event("response.content_part.added", item_id=item_id, **at, content_index=0, part=part),
+        ]
+
+    def finish(self, final: dict[str, Any]) -> list[str]:
+        """Every item of the final Response finished, announcing any that sent no text (an empty answer)."""
+        sent: list[str] = []
+        for item in final["output"]:
+            kind = "rs" if item["type"] == "reasoning" else "msg"
+            if item["id"] not in self.opened:
+                sent += self._announce(kind)
+            where = {"item_id": item["id"], "output_index": self.opened[item["id"]], "content_index": 0}
+            part = item["content"][0]
+            if kind == "rs":
+                sent.append(self.event("response.reasoning_text.done", **where, text=part["text"]))
+            else:
+                logprobs = part.get("logprobs") or []
+                sent.append(self.event("response.output_text.done", **where, text=part["text"], logprobs=logprobs))
+                sent.append(self.event("response.content_part.done", **where, part=part))
+            sent.append(self.event("response.output_item.done", output_index=where["output_index"], item=item))
+        return sent
+
+
+async def _events(
+    body: ResponsesRequest,
+    chat_req: ChatRequest,
+    ids: dict[str, str],
+    model_id: str,
+    streams: tuple[AsyncIterator[Any], Any],
+    job: Job,
+    fmt: Any,
+) -> AsyncIterator[str]:
+    """The Responses stream: `event:` and `data:` per event, numbered; an error ends it with `error`, then
+    `response.failed`. A client that leaves stops the decode."""
+    numbers = itertools.count()
+
+    def event(kind: str, **fields: Any) -> str:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': next(numbers), **fields})}\n\n"
+
+    first, raw = streams
+    created = int(time.time())
+    shell = responses.response_body(body, ids, model_id, created_at=created)
+    yield event("response.created", response=shell)
+    yield event("response.in_progress", response=shell)
+    output, result = _Output(ids, event), None
+    chunks = openai.choice_chunks(first, job, lambda **fields: fields, req=chat_req, fmt=fmt)
+    try:
+        with named_as_sent(NAMES):
+            async for item in chunks:
+                if isinstance(item, GenerationResult):
+                    result = item
+                    continue
+                delta = item.get("delta") or {}
+                if delta.get("reasoning"):
+                    for sent in output.text("rs", delta["reasoning"]):
+                        yield sent
+                if delta.get("content"):
+                    logprobs = (item.get("logprobs") or {}).get("content")
+                    for sent in output.text("msg", delta["content"], logprobs):
+                        yield sent
+    except Exception as exc:  # noqa: BLE001 - after the start, an error is the stream's last events
+        _, message, error_type, param = stream_failure(exc)
+        yield event("error", code=error_type, message=message, param=param)
+        failed = {**shell, "status": "failed", "error": {"code": error_type, "message": message}}
+        yield event("response.failed", response=failed)
+        return
+    finally:
+        await chunks.aclose()
+        await raw.aclose()
+    assert result is not None  # a stream ends with its result or an error
+    final = responses.response_body(
+        body, ids, model_id, chat.completion_response(model_id, [result], chat_req, fmt), created_at=created
+    )
+    for sent in output.finish(final):
+        yield sent
+    yield event("response.incomplete" if final["status"] == "incomplete" else "response.completed", response=final)

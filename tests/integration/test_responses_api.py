@@ -1,0 +1,148 @@
+"""POST /v1/responses through the openai SDK's Responses client: text.format under a schema (`parse` to a pydantic
+model, streamed too), the stream's events as the SDK accumulates them, an answer cut by max_output_tokens,
+logprobs, a thinking model's reasoning item, and what this server refuses."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import openai
+import pytest
+from pydantic import BaseModel
+
+from tests.integration.test_api_tgi import PET_SCHEMA
+
+
+class Pet(BaseModel):
+    kind: str
+    age: int
+
+
+def pet_format() -> dict:
+    return {"format": {"type": "json_schema", "name": "pet", "schema": PET_SCHEMA, "strict": True}}
+
+
+@pytest.fixture(scope="module")
+def client(server_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=300, max_retries=0)
+
+
+def test_a_response_under_a_schema_with_usage(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="embedded",
+        input="Describe a pet as JSON.",
+        instructions="Answer in JSON.",
+        text=pet_format(),
+        max_output_tokens=40,
+        temperature=0,
+        store=False,
+    )
+    assert response.object == "response" and response.id.startswith("resp_") and response.status == "completed"
+    jsonschema.validate(json.loads(response.output_text), PET_SCHEMA)
+    (message,) = response.output
+    assert message.type == "message" and message.role == "assistant" and message.status == "completed"
+    assert response.usage.output_tokens >= 1 and response.usage.input_tokens > 0
+    assert response.usage.total_tokens == response.usage.input_tokens + response.usage.output_tokens
+    extra = response.model_extra
+    assert extra["validation"]["valid"] is True and extra["constraint_kind"] == "json_schema"
+    assert any(w.startswith("store: accepted and ignored") for w in extra["warnings"])
+    again = client.responses.create(
+        model="embedded",
+        input=[
+            {"role": "system", "content": "Answer in JSON."},
+            {"role": "user", "content": [{"type": "input_text", "text": "Describe a pet as JSON."}]},
+        ],
+        text=pet_format(),
+        max_output_tokens=40,
+        temperature=0,
+    )
+    assert again.output_text == response.output_text  # the same prompt, as messages
+
+
+def test_parse_and_stream_to_a_pydantic_model(client: openai.OpenAI) -> None:
+    parsed = client.responses.parse(model="embedded", input="A pet, please.", text_format=Pet, temperature=0)
+    assert isinstance(parsed.output_parsed, Pet)
+    with client.responses.stream(model="embedded", input="A pet, please.", text_format=Pet, temperature=0) as stream:
+        deltas = [event.delta for event in stream if event.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas) == final.output_text == parsed.output_text
+    assert final.output_parsed == parsed.output_parsed
+
+
+def test_a_raw_stream_numbers_its_events_and_ends_incomplete_when_cut(client: openai.OpenAI) -> None:
+    events = list(
+        client.responses.create(
+            model="embedded", input="Count to fifty.", max_output_tokens=4, stream=True, temperature=0
+        )
+    )
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    kinds = [e.type for e in events]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",
+    ]
+    final = events[-1].response
+    assert final.status == "incomplete" and final.incomplete_details.reason == "max_output_tokens"
+    assert final.usage.output_tokens == 4 and final.output[0].status == "incomplete"
+    whole = client.responses.create(model="embedded", input="Count to fifty.", max_output_tokens=4, temperature=0)
+    assert whole.status == "incomplete" and whole.output_text == final.output_text
+
+
+def test_logprobs_ride_on_the_output_text(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="embedded",
+        input="Say yes.",
+        max_output_tokens=3,
+        temperature=0,
+        top_logprobs=2,
+        include=["message.output_text.logprobs"],
+    )
+    logprobs = response.output[0].content[0].logprobs
+    assert "".join(entry.token for entry in logprobs) == response.output_text
+    assert all(entry.logprob <= 0 and 1 <= len(entry.top_logprobs) <= 2 for entry in logprobs)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"previous_response_id": "resp_1"}, "previous_response_id: not supported here"),
+        ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools: not supported here"),
+        ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input[0].type"),
+        ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": 5}}}}, "not a valid JSON Schema"),
+        ({"temperature": 3}, "temperature"),
+    ],
+)
+def test_what_this_server_cannot_do_is_a_400_naming_it(client: openai.OpenAI, extra: dict, message: str) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(**{"model": "embedded", "input": "Hi", "max_output_tokens": 2, **extra})
+    assert message in str(caught.value)
+
+
+def test_a_thinking_models_reasoning_is_its_own_output_item(thinking_url: str) -> None:
+    client = openai.OpenAI(base_url=f"{thinking_url}/v1", api_key="unused", timeout=120, max_retries=0)
+    ask = {
+        "model": "tgi",
+        "input": "Is the sky blue?",
+        "temperature": 0,
+        "max_output_tokens": 24,
+        "extra_body": {"max_reasoning_tokens": 5, "structured_outputs": {"choice": ["yes", "no"]}},
+    }
+    response = client.responses.create(**ask)
+    reasoning, message = response.output
+    assert reasoning.type == "reasoning" and reasoning.content[0].text and "<think>" not in reasoning.content[0].text
+    assert message.type == "message" and response.output_text in ("yes", "no")
+    assert response.usage.output_tokens_details.reasoning_tokens == 6
+    events = list(client.responses.create(**ask, stream=True))
+    thought = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert thought == reasoning.content[0].text
+    assert [e.output_index for e in events if e.type == "response.output_item.added"] == [0, 1]
+    assert events[-1].response.output_text == response.output_text
