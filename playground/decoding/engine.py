@@ -140,7 +140,7 @@ class Engine:
 
     def token_prompt(self, ids: list[int], field: str = "prompt") -> TokenPrompt:
         """A prompt of token ids, with its text; an id past the vocabulary is refused, naming `field`."""
-        vocab = self.runner.vocab_size
+        vocab = min(self.runner.vocab_size, len(self.tokenizer))  # (an embedding padded past the tokenizer's ids)
         bad = next((i for i, token in enumerate(ids) if token >= vocab), None)
         if bad is not None:
             raise ParameterError(

@@ -39,7 +39,7 @@ async def _jobs(request: Request, req: CompletionRequest) -> tuple[Provider, str
     checks.check_lengths(params[0], info, field="max_tokens")
     checks.check_top_n(params[0], info.max_top_n_tokens, field="logprobs")
     checks.check_best_of(params[0], info.max_best_of, field="best_of")
-    prompts = _texts(provider, model_id, req)
+    prompts = await run_in_threadpool(_texts, provider, model_id, req)  # (decoding 8 x 131,072 ids takes a while)
     return provider, model_id, [(prompt, params[j]) for prompt in prompts for j in range(req.n)]
 
 

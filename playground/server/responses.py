@@ -50,18 +50,22 @@ async def create_response(request: Request, body: ResponsesRequest) -> Any:
 
 
 class _Output:
-    """The output items of a stream: each announced (added, and its content part) when its first text comes, and
-    finished (text done, part done, item done) in output order at the end, as the final Response lists them."""
+    """The output items of a stream: each announced (added, and its content part) when its first text comes; the
+    reasoning finished when the message starts, the rest at the end, as the final Response lists them."""
 
     def __init__(self, ids: dict[str, str], event: Callable[..., str]) -> None:
         self.ids, self.event = ids, event
         self.opened: dict[str, int] = {}  # item id -> output index
         self.texts: dict[str, str] = {}
+        self.done: set[str] = set()
 
     def text(self, kind: str, delta: str, logprobs: list[dict[str, Any]] | None = None) -> list[str]:
         """A reasoning ("rs") or message ("msg") delta, its item announced first if it is new."""
         item_id = self.ids[kind]
         sent = [] if item_id in self.opened else self._announce(kind)
+        if kind == "msg" and self.ids["rs"] in self.opened and self.ids["rs"] not in self.done:
+            reasoning = responses.reasoning_item(self.ids["rs"], self.texts[self.ids["rs"]])
+            sent = [*self._finish(reasoning), *sent]
         self.texts[item_id] += delta
         where = {"item_id": item_id, "output_index": self.opened[item_id], "content_index": 0}
         if kind == "rs":
@@ -83,22 +87,29 @@ class _Output:
         ]
 
     def finish(self, final: dict[str, Any]) -> list[str]:
-        """Every item of the final Response finished, announcing any that sent no text (an empty answer)."""
+        """Every item of the final Response not finished yet, announcing any that sent no text (an empty answer)."""
         sent: list[str] = []
         for item in final["output"]:
-            kind = "rs" if item["type"] == "reasoning" else "msg"
+            if item["id"] in self.done:
+                continue
             if item["id"] not in self.opened:
-                sent += self._announce(kind)
-            where = {"item_id": item["id"], "output_index": self.opened[item["id"]], "content_index": 0}
-            part = item["content"][0]
-            if kind == "rs":
-                sent.append(self.event("response.reasoning_text.done", **where, text=part["text"]))
-            else:
-                logprobs = part.get("logprobs") or []
-                sent.append(self.event("response.output_text.done", **where, text=part["text"], logprobs=logprobs))
-                sent.append(self.event("response.content_part.done", **where, part=part))
-            sent.append(self.event("response.output_item.done", output_index=where["output_index"], item=item))
+                sent += self._announce("rs" if item["type"] == "reasoning" else "msg")
+            sent += self._finish(item)
         return sent
+
+    def _finish(self, item: dict[str, Any]) -> list[str]:
+        self.done.add(item["id"])
+        where = {"item_id": item["id"], "output_index": self.opened[item["id"]], "content_index": 0}
+        part = item["content"][0]
+        if item["type"] == "reasoning":
+            sent = [self.event("response.reasoning_text.done", **where, text=part["text"])]
+        else:
+            logprobs = part.get("logprobs") or []
+            sent = [
+                self.event("response.output_text.done", **where, text=part["text"], logprobs=logprobs),
+                self.event("response.content_part.done", **where, part=part),
+            ]
+        return [*sent, self.event("response.output_item.done", output_index=where["output_index"], item=item)]
 
 
 async def _events(
@@ -138,6 +149,8 @@ async def _events(
                     logprobs = (item.get("logprobs") or {}).get("content")
                     for sent in output.text("msg", delta["content"], logprobs):
                         yield sent
+            if result is None:
+                raise RuntimeError("the decode ended without its result")  # a bug: logged, answered as internal
     except Exception as exc:  # noqa: BLE001 - after the start, an error is the stream's last events
         _, message, error_type, param = stream_failure(exc)
         yield event("error", code=error_type, message=message, param=param)
@@ -147,7 +160,6 @@ async def _events(
     finally:
         await chunks.aclose()
         await raw.aclose()
-    assert result is not None  # a stream ends with its result or an error
     final = responses.response_body(
         body, ids, model_id, chat.completion_response(model_id, [result], chat_req, fmt), created_at=created
     )

@@ -180,7 +180,8 @@ async def tokenize(request: Request, body: GenerateRequest, model: str | None = 
 async def chat_tokenize(request: Request, body: ChatRequest) -> dict[str, Any]:
     """TGI's /chat_tokenize: the messages (with the tools and template options) through the model's chat template,
     as /v1/chat/completions would send them, and that text's tokens with their offsets. A continued final
-    message (continue_final_message) is not in the template: the answer starts with it."""
+    message (continue_final_message) is not in the template: the answer starts with it; nor is the opening of a
+    thinking model's reasoning that think_first or a reasoning budget adds after the template."""
     provider, model_id = resolve(request, body.model)
     engine = local_engine(provider, model_id, "/chat_tokenize")
     fmt = tool_formats.by_name(engine.tool_format)

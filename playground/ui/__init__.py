@@ -177,7 +177,8 @@ def _setup_chat_events(registry: Registry, c: Components, autosave: Callable[...
     rank = lambda state: evaluate.rank_turn(registry, state)  # noqa: E731
 
     def after_answer(event: Any, on: str = "then") -> None:
-        """Once an answer is on screen: saved, its next-token chart, its ranking."""
+        """Once an answer is on screen (`on`: the event's trigger that says so): saved, its next-token chart, its
+        ranking."""
         autosave(event, on).then(next_token, c.state, ch.next_token, show_progress="hidden").then(
             rank, c.state, c.score.panel, show_progress="minimal"
         )
@@ -187,20 +188,21 @@ def _setup_chat_events(registry: Registry, c: Components, autosave: Callable[...
         gr.on(triggers, lambda: render.SCORE_EMPTY, None, c.score.panel, queue=False, show_progress="hidden")
         after_answer(gr.on(triggers, fn, inputs, outputs, show_progress="minimal"))
 
-    def finish_stop(state: ChatState) -> tuple:
-        panels = handlers.finish_stop(state)
-        if panels is None:  # the turn honoured the Stop, or there was nothing to cut: the chain ends here, silently
-            raise gr.Error("nothing to cut", visible=False, print_exception=False)
-        return _panel_values(panels)
+    cuts = gr.State(0)  # answers a Stop cut after their turn had ended: a change saves and charts the cut answer
+
+    async def finish_stop(state: ChatState, cut: int) -> tuple:
+        panels = await handlers.finish_stop(state)
+        if panels is None:  # the turn honoured the Stop, or there was nothing to cut
+            return (gr.skip(),) * (len(outputs) + 1)
+        return (*_panel_values(panels), cut + 1)
 
     # Not `cancels=`: killing the handler mid-step would leave the stored turn out of step with the screen.
     # The click says how many tokens the user sees: the answer ends there, not at the server's (later) token,
     # even when the screen lagged so far behind that the turn had ended (then finish_stop cuts it).
-    stop = ch.stop.click(
+    ch.stop.click(
         handlers.request_stop, [c.state, ch.stop_at], None, js=STOP_JS, show_progress="hidden", queue=False
-    )
-    cut = stop.then(finish_stop, c.state, outputs, show_progress="hidden", concurrency_limit=None)
-    after_answer(cut, on="success")
+    ).then(finish_stop, [c.state, cuts], [*outputs, cuts], show_progress="hidden", concurrency_limit=None)
+    after_answer(cuts, on="change")
     resets = [([ch.undo.click, ch.chatbot.undo], handlers.undo), ([ch.clear.click, ch.chatbot.clear], handlers.clear)]
     for triggers, reset in resets:
         event = gr.on(triggers, _panels_of(reset), c.state, outputs)

@@ -6,6 +6,7 @@ become an error box, never a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterator
@@ -186,6 +187,11 @@ def _stream_answer(registry: Registry, state: ChatState, request: LastRequest, a
         events.close()
 
 
+# How long a Stop's second step waits for a turn that has not honoured it yet (a best_of run or a slow provider's
+# first token has no event to honour it at); after that, the turn ends as it would have.
+STOP_WAIT_S = 600.0
+
+
 def _cut_to_screen(state: ChatState) -> bool:
     """Drop the answer's tokens decoded after those on the user's screen at the Stop; whether any were."""
     if state.stop_after is None or state.stop_after >= len(state.tokens):
@@ -225,17 +231,24 @@ def _unenforced_panels(state: ChatState, request: LastRequest, exc: UnenforcedKe
 
 def request_stop(state: ChatState, shown: float | None = None) -> None:
     """Ask the turn on the user's screen to end after its tokens there (`shown` at the click: those decoded since
-    are dropped). The screen can lag behind the decode (a slow device or link): the turn may be over already."""
-    state.stop_after = int(shown) if shown else None
+    are dropped; None: not known). The screen can lag behind the decode (a slow device or link): the turn may be
+    over already."""
+    state.stop_after = None if shown is None else int(shown)
     state.stop_requested = True
 
 
-def finish_stop(state: ChatState, poll_s: float = 0.02) -> Panels | None:
+async def finish_stop(state: ChatState, poll_s: float = 0.02, wait_s: float = STOP_WAIT_S) -> Panels | None:
     """After a Stop, once the turn is over: where the turn ended with its whole answer before it could honour
     the Stop, the answer cut to the tokens the screen showed (stopped, as if the Stop had come in time); None
-    where the turn honoured it, nothing ran, or the screen showed every token."""
+    where the turn honoured it, nothing ran, the screen showed every token, or the turn outlived `wait_s`.
+
+    It waits on the event loop, holding no worker thread: a turn waiting for a slow first token or a best_of
+    run cannot make many clicks starve the server."""
+    give_up = time.monotonic() + wait_s
     while state.running:  # the turn honours the Stop at its next event
-        time.sleep(poll_s)
+        if time.monotonic() > give_up:
+            return None
+        await asyncio.sleep(poll_s)
     late, state.stop_requested = state.stop_requested and state.answered, False
     if not late or state.request is None or not _cut_to_screen(state):
         return None

@@ -79,8 +79,8 @@ def restored(query: str | None, saved: str | None) -> tuple[Form, list[dict[str,
 
 
 def autosaver(c: Components) -> tuple[gr.BrowserState, Callable[..., Any]]:
-    """The browser's copy of the session, and a step that writes it, chained after an event (`on`: "then",
-    or "success" to skip it when the event failed)."""
+    """The browser's copy of the session, and a step that writes it: after an event (`on` "then"), or on a
+    component's trigger (`on` "change")."""
     saved = gr.BrowserState(None, storage_key=STORAGE_KEY, secret=STORAGE_SECRET)
 
     def save(state: ChatState, *values: Any) -> str | Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
@@ -21,6 +21,9 @@ from playground.wire.inbound import ChatRequest
 IGNORED = ("store", "metadata", "user", "service_tier", "prompt_cache_key", "safety_identifier", "truncation")
 ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = ("input_text", "output_text", "text")
+# Input items a client sends back from an earlier response (`input += response.output`) that the prompt leaves out,
+# as chat templates leave out past turns' reasoning.
+SKIPPED = ("reasoning",)
 # The chat route's field names as this route's client sent them, for an error's `param`.
 NAMES = {
     "inputs": "input",
@@ -62,7 +65,7 @@ class ResponsesRequest(Request, Sampling):
     are refused by name: this server keeps no responses and its tool calls live on /v1/chat/completions."""
 
     model: Name | None = None
-    input: InputText | list[dict[str, Any]] = Field(max_length=MAX_MESSAGES)
+    input: InputText | Annotated[list[dict[str, Any]], Field(max_length=MAX_MESSAGES)]
     instructions: InputText | None = None
     text: TextOptions | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
@@ -125,7 +128,7 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
     try:
         return ChatRequest.model_validate({key: value for key, value in chat.items() if value is not None})
     except ValidationError as exc:
-        errors = [{**e, "loc": _renamed(e["loc"])} for e in exc.errors(include_url=False)]
+        errors = [{**e, "loc": _renamed(e["loc"], req)} for e in exc.errors(include_url=False)]
         raise ParameterError(validation_message(errors), field=field_name(errors[0]["loc"]) or None) from None
 
 
@@ -144,7 +147,16 @@ def _refuse_what_this_server_cannot_keep(req: ResponsesRequest) -> None:
         raise ParameterError("tool_choice: only 'none' or 'auto' without tools here", field="tool_choice")
 
 
-def _renamed(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+def _renamed(loc: tuple[Any, ...], req: ResponsesRequest) -> tuple[Any, ...]:
+    """A chat field's error location as this route's: `messages[i]` is `input[j]`, `input` or `instructions`."""
+    if len(loc) > 1 and loc[0] == "messages" and isinstance(loc[1], int):
+        message = loc[1] - (1 if req.instructions else 0)
+        if message < 0:
+            return ("instructions",)
+        if isinstance(req.input, str):
+            return ("input",)
+        kept = [i for i, item in enumerate(req.input) if item.get("type") not in SKIPPED]
+        return ("input", kept[message], *loc[2:]) if message < len(kept) else ("input",)
     return (NAMES.get(str(loc[0]), loc[0]), *loc[1:]) if loc else loc
 
 
@@ -152,7 +164,8 @@ def _messages(req: ResponsesRequest) -> list[dict[str, Any]]:
     system = [{"role": "system", "content": req.instructions}] if req.instructions else []
     if isinstance(req.input, str):
         return [*system, {"role": "user", "content": req.input}]
-    return [*system, *(_message(item, f"input[{i}]") for i, item in enumerate(req.input))]
+    kept = (_message(item, f"input[{i}]") for i, item in enumerate(req.input) if item.get("type") not in SKIPPED)
+    return [*system, *kept]
 
 
 def _message(item: dict[str, Any], field: str) -> dict[str, Any]:
@@ -242,7 +255,7 @@ def response_body(
     message, cut = choice["message"], choice["finish_reason"] == "length"
     status = "incomplete" if cut else "completed"
     reasoning = message.get("reasoning")
-    if reasoning is not None:
+    if reasoning:
         body["output"].append(reasoning_item(ids["rs"], reasoning))
     body["output"].append(message_item(ids["msg"], message.get("content") or "", _logprobs(choice), status))
     extras = {key: choice[key] for key in ("validation", "seed", "constraint_kind", "constraint_engine")}

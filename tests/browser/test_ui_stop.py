@@ -62,7 +62,8 @@ def test_a_stopped_answer_keeps_popovers_chart_verdict_and_matches_the_stored_tu
     expect(page.locator("#validation-status .pg-ok")).to_have_count(0)
     expect(page.locator("#finish-reason")).to_contain_text("stopped by the user")
     expect(page.locator("#stop-btn")).to_be_disabled()
-    expect(page.locator(".toast-body")).to_have_count(0)  # the silent end of the Stop's own chain says nothing
+    expect(page.locator(".toast-body")).to_have_count(0)  # the Stop's own second step, with nothing to cut, is quiet
+    expect(page.locator("#chatbot").get_by_text("Error", exact=True)).to_have_count(0)
     tokens = page.locator("#token-panel .tok[data-index]")
     count = tokens.count()
     assert count == shown > 3
@@ -98,7 +99,7 @@ LAGGING_CLICK = """() => {
 
 
 def test_a_stop_on_a_screen_that_lags_the_decode_keeps_what_the_screen_showed(page: Page, server_url: str) -> None:
-    open_with_regex(page, server_url, r"[0-9]{1,3}(, [0-9]{1,3}){12,14}", 100)
+    open_with_regex(page, server_url, LONG, 400)  # seconds of decoding after the hold starts
     page.locator("#chat-input textarea").fill("Count from 1 to 100.")
     page.locator("#send-btn").click()
     expect(page.locator("#token-panel .tok[data-index='3']")).to_be_visible(timeout=SLOW)
@@ -113,4 +114,4 @@ def test_a_stop_on_a_screen_that_lags_the_decode_keeps_what_the_screen_showed(pa
     stored = exported_messages(page)[-1]["content"]
     answer = page.locator("#chatbot [data-testid=bot] .message-content")
     poll_equal(page, lambda: answer.inner_text().strip("\n"), stored)
-    assert stored.count(",") < 12  # cut: the whole answer has at least 12 commas
+    expect(verdict).to_contain_text("not valid (yet)")  # cut: the whole answer has at least 61 numbers

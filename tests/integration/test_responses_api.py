@@ -145,4 +145,11 @@ def test_a_thinking_models_reasoning_is_its_own_output_item(thinking_url: str) -
     thought = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
     assert thought == reasoning.content[0].text
     assert [e.output_index for e in events if e.type == "response.output_item.added"] == [0, 1]
+    items = [(e.type, e.output_index) for e in events if e.type.startswith("response.output_item.")]
+    assert items == [  # the reasoning is done before the message starts, as OpenAI and vLLM stream it
+        ("response.output_item.added", 0),
+        ("response.output_item.done", 0),
+        ("response.output_item.added", 1),
+        ("response.output_item.done", 1),
+    ]
     assert events[-1].response.output_text == response.output_text

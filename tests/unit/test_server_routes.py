@@ -11,6 +11,8 @@ from playground.providers.base import Capabilities
 from playground.providers.loading import LoadingPolicy
 from playground.providers.registry import Registry
 from playground.server import create_app
+from playground.wire import responses as responses_wire
+from playground.wire.responses import ResponsesRequest
 from tests.fakes import FakeProvider
 
 
@@ -119,3 +121,27 @@ def test_a_prompt_of_token_ids_needs_a_model_whose_tokenizer_is_here(client: Tes
     reply = client.post("/v1/completions", json={"prompt": [[1, 2], [3]], "max_tokens": 2})
     assert reply.status_code == 400 and reply.json()["error"]["param"] == "model"
     assert "a prompt of token ids needs a local model" in reply.json()["error"]["message"] and not fake.calls
+
+
+def test_responses_read_long_inputs_skip_returned_reasoning_and_name_the_input_item(
+    client: TestClient, fake: FakeProvider
+) -> None:
+    reply = client.post("/v1/responses", json={"input": "word " * 400, "max_output_tokens": 2})
+    assert reply.status_code == 200, reply.text
+    returned = [
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "hm"}]},
+        {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": "yes", "annotations": [], "logprobs": []}]},
+        {"role": "user", "content": "and again?"},
+    ]  # fmt: skip
+    reply = client.post("/v1/responses", json={"input": returned, "instructions": "Be brief."})
+    assert reply.status_code == 200, reply.text
+    sent = fake.calls[-1].inputs
+    assert [(m.role, m.text()) for m in sent] == [("system", "Be brief."), ("assistant", "yes"), ("user", "and again?")]
+    reply = client.post("/v1/responses", json={"input": [{"role": "user", "content": "y" * 200_000}]})
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "input"
+    # a chat message's error names the input item it came from: the instructions and skipped items shift them
+    request = ResponsesRequest(input=returned, instructions="Be brief.")
+    assert responses_wire._renamed(("messages", 0, "content"), request) == ("instructions",)
+    assert responses_wire._renamed(("messages", 2, "content"), request) == ("input", 2, "content")
+    assert responses_wire._renamed(("max_completion_tokens",), request) == ("max_output_tokens",)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
@@ -192,7 +193,7 @@ def test_a_stop_during_the_stream_ends_the_answer_at_the_screens_tokens() -> Non
     rest = list(turn)
     assert len(rest) == 1 and "stopped by the user" in rest[0].verdict and len(steps) == 6
     assert [t.text for t in state.tokens] == list("abc") and state.messages[-1]["content"] == "abc"
-    assert handlers.finish_stop(state) is None  # the turn honoured it: nothing left to cut
+    assert asyncio.run(handlers.finish_stop(state)) is None  # the turn honoured it: nothing left to cut
     assert state.messages[-1]["content"] == "abc" and not state.stop_requested
 
 
@@ -202,12 +203,12 @@ def test_a_stop_from_a_screen_behind_a_finished_turn_cuts_the_answer_to_that_scr
     steps = run_chat(registry, form(), state, "go")
     assert state.result is not None and "no constraint" in steps[-1].verdict
     handlers.request_stop(state, 2)  # the screen was still at two tokens when the whole answer was in
-    panels = handlers.finish_stop(state)
+    panels = asyncio.run(handlers.finish_stop(state))
     assert panels is not None and "stopped by the user" in panels.verdict and panels.running is False
     assert [t.text for t in state.tokens] == list("ab") and state.messages[-1]["content"] == "ab"
     assert state.result is None and not state.stop_requested
     handlers.request_stop(state, 2)  # a second click of the same screen: already cut
-    assert handlers.finish_stop(state) is None and state.messages[-1]["content"] == "ab"
+    assert asyncio.run(handlers.finish_stop(state)) is None and state.messages[-1]["content"] == "ab"
 
 
 def test_a_stop_whose_turn_failed_leaves_the_answer_before_it_whole() -> None:
@@ -219,5 +220,17 @@ def test_a_stop_whose_turn_failed_leaves_the_answer_before_it_whole() -> None:
     next(turn)
     handlers.request_stop(state, 2)
     assert "needs sampling" in list(turn)[-1].error
-    assert handlers.finish_stop(state) is None
+    assert asyncio.run(handlers.finish_stop(state)) is None
     assert state.messages[-1]["content"] == "abcdefgh" and state.result is not None
+
+
+def test_a_stop_from_a_screen_that_showed_nothing_cuts_to_nothing_and_a_stuck_turn_is_not_waited_for() -> None:
+    registry, _ = setup("abcdefgh")
+    state = ChatState()
+    run_chat(registry, form(), state, "go")
+    handlers.request_stop(state, 0)  # a best_of turn shows no token until its end
+    panels = asyncio.run(handlers.finish_stop(state))
+    assert panels is not None and state.tokens == [] and "stopped by the user" in panels.verdict
+    state.running, state.answered = True, True  # a turn that never reaches an event to honour the Stop at
+    handlers.request_stop(state, 1)
+    assert asyncio.run(handlers.finish_stop(state, wait_s=0.05)) is None and state.running
