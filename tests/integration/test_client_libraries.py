@@ -15,8 +15,8 @@ import pytest
 from huggingface_hub import InferenceClient
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_ai import Agent
-from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai import Agent, NativeOutput
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from text_generation import Client as TGIClient
 from text_generation.types import Grammar, GrammarType, Message, Tool
@@ -102,6 +102,22 @@ def test_langchain_bind_tools_with_a_named_tool(server_url: str) -> None:
     (call,) = message.tool_calls
     assert call["name"] == "Pet"
     Pet.model_validate(call["args"])
+
+
+def test_langchain_structured_output_through_the_responses_api(server_url: str) -> None:
+    llm = ChatOpenAI(
+        base_url=f"{server_url}/v1", api_key="unused", model="embedded", max_tokens=40, temperature=0,
+        max_retries=0, use_responses_api=True,
+    )  # fmt: skip
+    pet = llm.with_structured_output(Pet, method="json_schema").invoke(ASK)
+    assert isinstance(pet, Pet)
+
+
+def test_pydantic_ai_native_output_through_the_responses_api(server_url: str) -> None:
+    model = OpenAIResponsesModel("embedded", provider=OpenAIProvider(base_url=f"{server_url}/v1", api_key="unused"))
+    agent = Agent(model, output_type=NativeOutput(OwnedPet))
+    result = agent.run_sync("A pet and its owner.", model_settings={"max_tokens": 80, "temperature": 0})
+    assert isinstance(result.output, OwnedPet)
 
 
 def test_pydantic_ai_nested_output_model(server_url: str) -> None:
