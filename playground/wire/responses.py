@@ -98,7 +98,12 @@ class ResponsesRequest(Request, Sampling):
 
     def warnings(self) -> list[str]:
         sent = self.model_fields_set
-        return [f"{name}: accepted and ignored (it cannot change the tokens)" for name in IGNORED if name in sent]
+        notes = [f"{name}: accepted and ignored (it cannot change the tokens)" for name in IGNORED if name in sent]
+        if self.text and self.text.verbosity:
+            notes.append("text.verbosity: accepted and ignored (the model has no verbosity setting)")
+        if self.reasoning and (self.reasoning.summary or self.reasoning.generate_summary):
+            notes.append("reasoning.summary: accepted and ignored (the reasoning comes whole, as a reasoning item)")
+        return notes
 
     def logprobs(self) -> bool:
         return self.top_logprobs is not None or "message.output_text.logprobs" in (self.include or [])

@@ -145,3 +145,9 @@ def test_responses_read_long_inputs_skip_returned_reasoning_and_name_the_input_i
     assert responses_wire._renamed(("messages", 0, "content"), request) == ("instructions",)
     assert responses_wire._renamed(("messages", 2, "content"), request) == ("input", 2, "content")
     assert responses_wire._renamed(("max_completion_tokens",), request) == ("max_output_tokens",)
+
+
+def test_responses_name_what_they_accept_and_ignore(client: TestClient) -> None:
+    body = {"input": "hi", "text": {"verbosity": "low"}, "reasoning": {"summary": "auto"}, "metadata": {"a": "b"}}
+    warnings = client.post("/v1/responses", json=body).json()["warnings"]
+    assert [w.split(":")[0] for w in warnings] == ["metadata", "text.verbosity", "reasoning.summary"]
