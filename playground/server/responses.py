@@ -37,10 +37,9 @@ async def create_response(request: Request, body: ResponsesRequest) -> Any:
         provider, model_id, fmt, jobs = await openai.chat_jobs(request, chat_req)
     ids = responses.new_ids()
     if body.stream:
-        raw = events(provider, model_id, jobs[0])
         with named_as_sent(NAMES):
-            first = await started(raw)
-        stream = _events(body, chat_req, ids, model_id, (first, raw), jobs[0], fmt)
+            first = await started(events(provider, model_id, jobs[0]))
+        stream = _events(body, chat_req, ids, model_id, first, jobs[0], fmt)
         return StreamingResponse(stream, media_type="text/event-stream")
     with named_as_sent(NAMES):
         result = await generate_while_connected(request, provider, model_id, *jobs[0])
@@ -117,7 +116,7 @@ async def _events(
     chat_req: ChatRequest,
     ids: dict[str, str],
     model_id: str,
-    streams: tuple[AsyncIterator[Any], Any],
+    first: Any,
     job: Job,
     fmt: Any,
 ) -> AsyncIterator[str]:
@@ -128,12 +127,12 @@ async def _events(
     def event(kind: str, **fields: Any) -> str:
         return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': next(numbers), **fields})}\n\n"
 
-    first, raw = streams
     created = int(time.time())
     shell = responses.response_body(body, ids, model_id, created_at=created)
     yield event("response.created", response=shell)
     yield event("response.in_progress", response=shell)
     output, result = _Output(ids, event), None
+    # the chat route's chunks as their fields (the chunk writer returns them, not their SSE text)
     chunks = openai.choice_chunks(first, job, lambda **fields: fields, req=chat_req, fmt=fmt)
     try:
         with named_as_sent(NAMES):
@@ -159,7 +158,7 @@ async def _events(
         return
     finally:
         await chunks.aclose()
-        await raw.aclose()
+        await first.aclose()
     final = responses.response_body(
         body, ids, model_id, chat.completion_response(model_id, [result], chat_req, fmt), created_at=created
     )

@@ -84,7 +84,8 @@ async def generate_while_connected(request: Any, provider: Any, model_id: str, i
 
 
 async def started(stream: AsyncIterator[T]) -> AsyncIterator[T]:
-    """Wait for the first item before answering, so errors raised before it become plain HTTP errors."""
+    """Wait for the first item before answering, so errors raised before it become plain HTTP errors; closing
+    what it returns closes `stream` (a provider stream then stops decoding)."""
     missing = object()
     try:
         first: Any = await stream.__anext__()
@@ -92,10 +93,13 @@ async def started(stream: AsyncIterator[T]) -> AsyncIterator[T]:
         first = missing
 
     async def chained() -> AsyncIterator[T]:
-        if first is not missing:
-            yield first
-        async for item in stream:
-            yield item
+        try:
+            if first is not missing:
+                yield first
+            async for item in stream:
+                yield item
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
 
     return chained()
 

@@ -123,7 +123,7 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
         "frequency_penalty": req.frequency_penalty,
         "seed": req.seed,
         "logprobs": req.logprobs() or None,
-        "top_logprobs": req.top_logprobs if req.logprobs() else None,
+        "top_logprobs": req.top_logprobs,
         "response_format": _response_format(req.text.format if req.text else TextFormat()),
         "reasoning_effort": req.reasoning.effort if req.reasoning else None,
         "max_reasoning_tokens": req.max_reasoning_tokens,
