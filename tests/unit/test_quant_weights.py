@@ -95,6 +95,19 @@ def test_the_kernel_matches_float32_products_of_the_dequantized_weight(kernels, 
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("format", ["Q4_1", "Q8_0", "Q8_16"])
+def test_a_row_s_product_is_the_same_bit_for_bit_alone_or_in_a_batch(kernels, format: str) -> None:
+    """A batch's sums are added LANES at a time (vsums) where a lone row's go one by one (vsum): in the same
+    order, so a request's logits do not depend on who else is in its batch."""
+    blocks = random_blocks(format, out=37, blocks=5, seed=3)
+    matmul, bias = kernels.matmul(blocks), torch.randn(37)
+    x = torch.randn(19, 160)
+    alone = torch.cat([matmul(x[i : i + 1], bias) for i in range(len(x))])
+    for width in (2, 3, 5, 8, 19):
+        together = torch.cat([matmul(x[i : i + width], bias) for i in range(0, len(x), width)])
+        assert torch.equal(together, alone), f"{format}, {width} rows at a time"
+
+
 # GGUF block type -> (weights per block, the offsets of its float16 scales in a block, the layout it is read into)
 GGUF_TYPES = {
     "Q4_0": (32, [0], "Q8_0"),
