@@ -16,6 +16,10 @@ Output features are split across `threads` (OpenMP) when it was compiled with it
 #define QK 32 /* weights per block */
 #define ROWS 8 /* rows of x per pass over W */
 #define FEATURES 2 /* output features per pass over x */
+/* Bytes of blocks asked for ahead of the ones multiplied: a model's weights stream from memory (they outgrow the
+   caches), and the hardware's prefetcher alone left the kernel waiting on them (the embedded model's Q8_0 output
+   layer, one row: 4.6 ms -> 3.1). */
+#define AHEAD 2048
 
 enum { Q4_1 = 0, Q8_0 = 1, Q8_16 = 2 };
 
@@ -149,13 +153,18 @@ static inline __attribute__((always_inline)) void features(
     const float *bias, float *y, int out, int o, const int F, const int R)
 {
     const int blocks = in / QK;
-    const int bytes = format == Q4_1 ? QK / 2 : QK;
+    const int bytes = format == Q4_1 ? QK / 2 : QK, scales = format == Q8_16 ? 2 : 1;
     vec acc[FEATURES][ROWS], w[FEATURES][VECS];
     for (int f = 0; f < F; f++)
         for (int r = 0; r < R; r++) acc[f][r] = vzero();
     for (int b = 0; b < blocks; b++) {
         for (int f = 0; f < F; f++) {
-            const size_t at = (size_t)(o + f) * blocks + b;
+            const size_t at = (size_t)(o + f) * blocks + b, ahead = at + AHEAD / bytes;
+            __builtin_prefetch(qs + ahead * bytes);
+            if (b % 16 == 0) { /* a cache line of scales */
+                __builtin_prefetch(d + ahead * scales);
+                if (m) __builtin_prefetch(m + ahead);
+            }
             if (format == Q4_1)
                 expand_q4_1(qs + at * bytes, vset(d[at]), vset(m[at]), w[f]);
             else if (format == Q8_0)
