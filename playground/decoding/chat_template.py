@@ -53,7 +53,10 @@ def render(
     kwargs: dict | None,
     tools: list[dict[str, Any]] | None = None,
 ) -> str:
-    """The prompt text; a template variable the template chokes on is the request's error, not a 500."""
+    """The prompt text. OpenAI's `developer` role is the system role for a template that does not name it (most
+    templates drop or refuse a role they do not know). A template that refuses the messages (roles that must
+    alternate, a system message it does not support) or a template variable it chokes on is the request's error,
+    not a 500."""
     extra = dict(kwargs or {})
     taken = sorted(_RESERVED & set(extra))
     if taken:
@@ -62,13 +65,19 @@ def render(
             field="chat_template_kwargs",
         )
     described = {"tools": tools} if tools else {}
+    template = getattr(tokenizer, "chat_template", None)
+    if not (isinstance(template, str) and "developer" in template):
+        messages = [{**m, "role": "system"} if m.get("role") == "developer" else m for m in messages]
     try:
         return tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt, **described, **extra
         )
-    except Exception as exc:  # jinja2's TemplateError, or anything a template raises with odd variables
-        if not extra:
-            raise
+    except Exception as exc:  # jinja2's TemplateError (its raise_exception), or anything a template raises
+        if extra:
+            raise ParameterError(
+                f"chat_template_kwargs: the chat template failed with them: {first_line(exc)}",
+                field="chat_template_kwargs",
+            ) from None
         raise ParameterError(
-            f"chat_template_kwargs: the chat template failed with them: {first_line(exc)}", field="chat_template_kwargs"
+            f"messages: the model's chat template refused them: {first_line(exc)}", field="messages"
         ) from None

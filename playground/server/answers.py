@@ -30,11 +30,17 @@ def chunk(base: dict[str, Any], index: int, **fields: Any) -> str:
 
 @contextmanager
 def named_as_sent(names: Mapping[str, str]) -> Iterator[None]:
-    """An error raised inside names its field as the client sent it (`names`: the engine's name -> the route's)."""
+    """An error raised inside names its field as the client sent it (`names`: the engine's name -> the route's), in
+    its `param` and at the head of its message."""
     try:
         yield
     except PlaygroundError as exc:
-        exc.field = names.get(exc.field or "", exc.field)
+        sent = names.get(exc.field or "")
+        if sent is not None:
+            if exc.message.startswith(f"{exc.field}:"):
+                exc.message = sent + exc.message[len(exc.field or "") :]
+                exc.args = (exc.message,)
+            exc.field = sent
         raise
 
 

@@ -35,17 +35,18 @@ async def create_response(request: Request, body: ResponsesRequest) -> Any:
     with named_as_sent(NAMES):
         chat_req = responses.chat_request(body)
         provider, model_id, fmt, jobs = await openai.chat_jobs(request, chat_req)
-    ids = responses.new_ids()
+    ids, created = responses.new_ids(), int(time.time())
     if body.stream:
         with named_as_sent(NAMES):
             first = await started(events(provider, model_id, jobs[0]))
-        stream = _events(body, chat_req, ids, model_id, first, jobs[0], fmt)
+        stream = _events(body, chat_req, ids, model_id, first, jobs[0], fmt, created)
         return StreamingResponse(stream, media_type="text/event-stream")
     with named_as_sent(NAMES):
         result = await generate_while_connected(request, provider, model_id, *jobs[0])
     if result is None:
         return Response(status_code=499)
-    return responses.response_body(body, ids, model_id, chat.completion_response(model_id, [result], chat_req, fmt))
+    completion = chat.completion_response(model_id, [result], chat_req, fmt)
+    return responses.response_body(body, ids, model_id, completion, created_at=created)
 
 
 class _Output:
@@ -77,9 +78,10 @@ class _Output:
         at = {"output_index": self.opened[item_id]}
         if kind == "rs":
             item = {**responses.reasoning_item(item_id, ""), "content": [], "status": "in_progress"}
-            return [self.event("response.output_item.added", **at, item=item)]
-        item = {**responses.message_item(item_id, "", None, "in_progress"), "content": []}
-        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            part = {"type": "reasoning_text", "text": ""}
+        else:
+            item = {**responses.message_item(item_id, "", None, "in_progress"), "content": []}
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         return [
             self.event("response.output_item.added", **at, item=item),
             self.event("response.content_part.added", item_id=item_id, **at, content_index=0, part=part),
@@ -101,14 +103,15 @@ class _Output:
         where = {"item_id": item["id"], "output_index": self.opened[item["id"]], "content_index": 0}
         part = item["content"][0]
         if item["type"] == "reasoning":
-            sent = [self.event("response.reasoning_text.done", **where, text=part["text"])]
+            text = self.event("response.reasoning_text.done", **where, text=part["text"])
         else:
             logprobs = part.get("logprobs") or []
-            sent = [
-                self.event("response.output_text.done", **where, text=part["text"], logprobs=logprobs),
-                self.event("response.content_part.done", **where, part=part),
-            ]
-        return [*sent, self.event("response.output_item.done", output_index=where["output_index"], item=item)]
+            text = self.event("response.output_text.done", **where, text=part["text"], logprobs=logprobs)
+        return [
+            text,
+            self.event("response.content_part.done", **where, part=part),
+            self.event("response.output_item.done", output_index=where["output_index"], item=item),
+        ]
 
 
 async def _events(
@@ -119,6 +122,7 @@ async def _events(
     first: Any,
     job: Job,
     fmt: Any,
+    created: int,
 ) -> AsyncIterator[str]:
     """The Responses stream: `event:` and `data:` per event, numbered; an error ends it with `error`, then
     `response.failed`. A client that leaves stops the decode."""
@@ -127,7 +131,6 @@ async def _events(
     def event(kind: str, **fields: Any) -> str:
         return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': next(numbers), **fields})}\n\n"
 
-    created = int(time.time())
     shell = responses.response_body(body, ids, model_id, created_at=created)
     yield event("response.created", response=shell)
     yield event("response.in_progress", response=shell)
@@ -150,6 +153,8 @@ async def _events(
                         yield sent
             if result is None:
                 raise RuntimeError("the decode ended without its result")  # a bug: logged, answered as internal
+            completion = chat.completion_response(model_id, [result], chat_req, fmt)
+            final = responses.response_body(body, ids, model_id, completion, created_at=created)
     except Exception as exc:  # noqa: BLE001 - after the start, an error is the stream's last events
         _, message, error_type, param = stream_failure(exc)
         yield event("error", code=error_type, message=message, param=param)
@@ -159,9 +164,6 @@ async def _events(
     finally:
         await chunks.aclose()
         await first.aclose()
-    final = responses.response_body(
-        body, ids, model_id, chat.completion_response(model_id, [result], chat_req, fmt), created_at=created
-    )
     for sent in output.finish(final):
         yield sent
     yield event("response.incomplete" if final["status"] == "incomplete" else "response.completed", response=final)

@@ -11,6 +11,9 @@ from playground.types.base import EngineName, Name, ResponseBody, StopText, Stri
 from playground.types.params import ProcessorSpec, Sampling
 from playground.types.sizes import MAX_INPUT_CHARS, MAX_MESSAGES, MAX_PROCESSORS
 
+# OpenAI's reasoning efforts (its SDK's ReasoningEffort), each a reasoning budget (wire/inbound.py EFFORT_BUDGETS)
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
 
 class ChatMessage(BaseModel):
     """An OpenAI/TGI chat message; content may be a string or a list of text parts."""
@@ -237,7 +240,7 @@ class ChatCompletionRequest(OpenAISampling):
     max_reasoning_tokens: int | None = Field(
         default=None, ge=0, description="A thinking model's reasoning budget; then its end delimiter is forced."
     )
-    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = Field(
+    reasoning_effort: ReasoningEffort | None = Field(
         default=None, description="OpenAI's: a reasoning budget (see max_reasoning_tokens) by name."
     )
     think_first: bool = Field(

@@ -208,7 +208,8 @@ def prompt_messages(req: ChatCompletionRequest, fmt: ToolFormat | None = None) -
 
 
 # OpenAI's reasoning_effort as a reasoning budget (max_reasoning_tokens, when both are given, wins).
-EFFORT_BUDGETS = {"minimal": 0, "low": 256, "medium": 1024, "high": 4096}
+# "max": the model's own length, as without one.
+EFFORT_BUDGETS = {"none": 0, "minimal": 0, "low": 256, "medium": 1024, "high": 4096, "xhigh": 16384, "max": None}
 
 
 def openai_values(req: OpenAISampling) -> dict[str, Any]:

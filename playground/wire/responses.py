@@ -11,19 +11,30 @@ from pydantic import Field, ValidationError
 
 from playground.errors import ParameterError
 from playground.types.base import InputText, Name
-from playground.types.chat import Request, StructuredOutputs
+from playground.types.chat import ReasoningEffort, Request, StructuredOutputs
 from playground.types.params import Sampling
 from playground.types.sizes import MAX_MESSAGES
 from playground.wire.errors import field_name, validation_message
 from playground.wire.inbound import ChatRequest
 
 # Fields OpenAI's SDKs send that cannot change the tokens: accepted, and each named in `warnings`.
-IGNORED = ("store", "metadata", "user", "service_tier", "prompt_cache_key", "safety_identifier", "truncation")
+IGNORED = (
+    "store",
+    "metadata",
+    "user",
+    "service_tier",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "safety_identifier",
+    "truncation",
+    "max_tool_calls",
+)
 ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = ("input_text", "output_text", "text")
 # Input items a client sends back from an earlier response (`input += response.output`) that the prompt leaves out,
 # as chat templates leave out past turns' reasoning.
 SKIPPED = ("reasoning",)
+DEFAULT_NAME = "response"  # a json_schema format's name when the client gave none
 # The chat route's field names as this route's client sent them, for an error's `param`.
 NAMES = {
     "inputs": "input",
@@ -52,7 +63,7 @@ class TextOptions(Request):
 
 
 class Reasoning(Request):
-    effort: Literal["minimal", "low", "medium", "high"] | None = None
+    effort: ReasoningEffort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
@@ -95,6 +106,8 @@ class ResponsesRequest(Request, Sampling):
     prompt_cache_key: Name | None = None
     safety_identifier: Name | None = None
     truncation: Literal["disabled", "auto"] | None = None
+    prompt_cache_retention: Name | None = None
+    max_tool_calls: int | None = Field(default=None, ge=0)
 
     def warnings(self) -> list[str]:
         sent = self.model_fields_set
@@ -169,6 +182,11 @@ def _messages(req: ResponsesRequest) -> list[dict[str, Any]]:
     system = [{"role": "system", "content": req.instructions}] if req.instructions else []
     if isinstance(req.input, str):
         return [*system, {"role": "user", "content": req.input}]
+    if system and len(req.input) >= MAX_MESSAGES:
+        raise ParameterError(
+            f"input: at most {MAX_MESSAGES - 1} items with `instructions` (they take a message of their own)",
+            field="input",
+        )
     kept = (_message(item, f"input[{i}]") for i, item in enumerate(req.input) if item.get("type") not in SKIPPED)
     return [*system, *kept]
 
@@ -208,8 +226,16 @@ def _response_format(fmt: TextFormat) -> dict[str, Any] | None:
         return {"type": "json_object"}
     if fmt.schema_ is None:
         raise ParameterError("text.format.schema: required when type is 'json_schema'", field="text.format")
-    spec = {"name": fmt.name or "response", "schema": fmt.schema_, "strict": fmt.strict}
+    spec = {"name": fmt.name or DEFAULT_NAME, "schema": fmt.schema_, "strict": fmt.strict}
     return {"type": "json_schema", "json_schema": {k: v for k, v in spec.items() if v is not None}}
+
+
+def _echoed(fmt: TextFormat) -> dict[str, Any]:
+    """`text.format` as the Response repeats it: a schema's name as used (the SDK's type requires one)."""
+    echoed = fmt.model_dump(by_alias=True, exclude_none=True)
+    if fmt.type == "json_schema":
+        echoed.setdefault("name", DEFAULT_NAME)
+    return echoed
 
 
 def new_ids() -> dict[str, str]:
@@ -233,6 +259,7 @@ def response_body(
         "created_at": created_at or int(time.time()),
         "status": "in_progress",
         "background": False,
+        "completed_at": None,
         "error": None,
         "incomplete_details": None,
         "instructions": req.instructions,
@@ -244,7 +271,7 @@ def response_body(
         "reasoning": {"effort": req.reasoning.effort if req.reasoning else None, "summary": None},
         "store": False,
         "temperature": req.temperature,
-        "text": {"format": fmt.model_dump(by_alias=True, exclude_none=True)},
+        "text": {"format": _echoed(fmt)},
         "tool_choice": req.tool_choice or "auto",
         "tools": [],
         "top_logprobs": req.top_logprobs,
@@ -267,6 +294,7 @@ def response_body(
     return {
         **body,
         "status": status,
+        "completed_at": None if cut else int(time.time()),
         "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
         "usage": usage(completion["usage"]),
         **extras,

@@ -216,6 +216,10 @@ def test_chat_tokenize_is_the_prompt_a_chat_request_decodes_after(server_url: st
     with_tools = post(server_url, "/chat_tokenize", {"messages": CHAT, "tools": [WEATHER_TOOL]}).json()
     assert "get_weather" in with_tools["templated_text"] and "get_weather" not in text
 
+    developer = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "x"}]
+    as_system = post(server_url, "/chat_tokenize", {"messages": developer}).json()["templated_text"]
+    assert as_system.startswith("<|im_start|>system\nBe brief.<|im_end|>")  # OpenAI's developer: the system role
+
 
 def test_chat_tokenize_names_a_bad_request(server_url: str) -> None:
     reply = post(server_url, "/chat_tokenize", {"messages": [{"role": "user", "content": "x"}], "top_p": 2})

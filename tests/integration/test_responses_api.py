@@ -111,6 +111,24 @@ def test_logprobs_ride_on_the_output_text(client: openai.OpenAI) -> None:
     assert all(entry.logprob <= 0 and 1 <= len(entry.top_logprobs) <= 2 for entry in logprobs)
 
 
+def test_current_sdk_reasoning_efforts_and_cache_fields_are_taken(client: openai.OpenAI) -> None:
+    """The SDK's efforts past `high` and its newer fields are accepted: a model without reasoning sets no budget for
+    `max`, and the fields that cannot change the tokens are named in `warnings`."""
+    response = client.responses.create(
+        model="embedded",
+        input="Hi",
+        max_output_tokens=2,
+        reasoning={"effort": "max"},
+        extra_body={"prompt_cache_retention": "24h", "max_tool_calls": 1},
+    )
+    assert response.status == "incomplete" and response.completed_at is None
+    assert any("prompt_cache_retention" in w for w in response.model_extra["warnings"])
+    assert any("max_tool_calls" in w for w in response.model_extra["warnings"])
+    boolean = {"format": {"type": "json_schema", "name": "answer", "schema": {"type": "boolean"}}}
+    done = client.responses.create(model="embedded", input="Is it?", text=boolean, max_output_tokens=8)
+    assert done.status == "completed" and done.completed_at >= done.created_at
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -119,12 +137,13 @@ def test_logprobs_ride_on_the_output_text(client: openai.OpenAI) -> None:
         ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input[0].type"),
         ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": 5}}}}, "not a valid JSON Schema"),
         ({"temperature": 3}, "temperature"),
+        ({"max_output_tokens": 10**7}, "max_output_tokens: must be <"),  # the chat route's check, named as sent
     ],
 )
 def test_what_this_server_cannot_do_is_a_400_naming_it(client: openai.OpenAI, extra: dict, message: str) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(**{"model": "embedded", "input": "Hi", "max_output_tokens": 2, **extra})
-    assert message in str(caught.value)
+    assert message in str(caught.value) and "max_completion_tokens" not in str(caught.value)
 
 
 def test_a_thinking_models_reasoning_is_its_own_output_item(thinking_url: str) -> None:
@@ -145,11 +164,19 @@ def test_a_thinking_models_reasoning_is_its_own_output_item(thinking_url: str) -
     thought = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
     assert thought == reasoning.content[0].text
     assert [e.output_index for e in events if e.type == "response.output_item.added"] == [0, 1]
-    items = [(e.type, e.output_index) for e in events if e.type.startswith("response.output_item.")]
+    items = [
+        (e.type, e.output_index) for e in events if e.type.startswith(("response.output_item.", "response.content"))
+    ]
     assert items == [  # the reasoning is done before the message starts, as OpenAI and vLLM stream it
         ("response.output_item.added", 0),
+        ("response.content_part.added", 0),  # each item's part, announced and finished as OpenAI's are
+        ("response.content_part.done", 0),
         ("response.output_item.done", 0),
         ("response.output_item.added", 1),
+        ("response.content_part.added", 1),
+        ("response.content_part.done", 1),
         ("response.output_item.done", 1),
     ]
+    parts = [e.part for e in events if e.type.startswith("response.content_part.") and e.output_index == 0]
+    assert [p.type for p in parts] == ["reasoning_text", "reasoning_text"] and parts[1].text == thought
     assert events[-1].response.output_text == response.output_text

@@ -154,15 +154,34 @@ def test_shared_processors_include_the_new_ones() -> None:
 class _Recorder:
     """A tokenizer stand-in that records what the chat template was given."""
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, chat_template: str = "{{ messages }}") -> None:
         self.kwargs: dict[str, Any] = {}
+        self.messages: list = []
         self.fail = fail
+        self.chat_template = chat_template
 
     def apply_chat_template(self, messages: list, **kwargs: Any) -> str:
         if self.fail:
             raise TypeError("undefined is not callable")
-        self.kwargs = kwargs
+        self.kwargs, self.messages = kwargs, messages
         return "rendered"
+
+
+def test_the_developer_role_is_the_system_role_unless_the_template_names_it() -> None:
+    messages = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "x"}]
+    plain = _Recorder()
+    chat_template.render(plain, messages, True, None)
+    assert [m["role"] for m in plain.messages] == ["system", "user"]
+    harmony = _Recorder(chat_template="{% if message.role == 'developer' %}...{% endif %}")
+    chat_template.render(harmony, messages, True, None)
+    assert [m["role"] for m in harmony.messages] == ["developer", "user"]
+
+
+def test_a_template_that_refuses_the_messages_is_the_request_s_error() -> None:
+    """Templates raise on messages they do not take (Gemma: a system message; Mistral: roles that do not
+    alternate): a 400 naming `messages` and the template's words, not a 500."""
+    with pytest.raises(ParameterError, match="messages: the model's chat template refused them: undefined is not"):
+        chat_template.render(_Recorder(fail=True), [{"role": "user", "content": "x"}], True, None)
 
 
 def test_chat_template_kwargs_reach_the_template() -> None:

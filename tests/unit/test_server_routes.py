@@ -7,10 +7,13 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
+from playground.errors import ParameterError
 from playground.providers.base import Capabilities
 from playground.providers.loading import LoadingPolicy
 from playground.providers.registry import Registry
 from playground.server import create_app
+from playground.server.answers import named_as_sent
+from playground.types.sizes import MAX_MESSAGES
 from playground.wire import responses as responses_wire
 from playground.wire.responses import ResponsesRequest
 from tests.fakes import FakeProvider
@@ -151,3 +154,25 @@ def test_responses_name_what_they_accept_and_ignore(client: TestClient) -> None:
     body = {"input": "hi", "text": {"verbosity": "low"}, "reasoning": {"summary": "auto"}, "metadata": {"a": "b"}}
     warnings = client.post("/v1/responses", json=body).json()["warnings"]
     assert [w.split(":")[0] for w in warnings] == ["metadata", "text.verbosity", "reasoning.summary"]
+
+
+def test_responses_echo_a_schema_s_name_count_the_instructions_and_stamp_their_times(client: TestClient) -> None:
+    fmt = {"type": "json_schema", "schema": {"type": "boolean"}}
+    body = client.post("/v1/responses", json={"input": "Is it?", "text": {"format": fmt}}).json()
+    assert body["text"]["format"]["name"] == "response"  # the name used, which the SDK's type requires
+    assert body["status"] == "completed" and body["completed_at"] >= body["created_at"]
+    full = [{"role": "user", "content": "x"}] * MAX_MESSAGES
+    reply = client.post("/v1/responses", json={"input": full, "instructions": "Be brief."})
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "input"
+    assert f"at most {MAX_MESSAGES - 1} items with `instructions`" in reply.json()["error"]["message"]
+    assert client.post("/v1/responses", json={"input": full}).status_code == 200
+
+
+def test_an_error_names_its_field_as_the_route_s_client_sent_it_in_param_and_message() -> None:
+    with pytest.raises(ParameterError) as caught, named_as_sent({"max_completion_tokens": "max_output_tokens"}):
+        raise ParameterError("max_completion_tokens: must be < 8192, got 9000", field="max_completion_tokens")
+    assert caught.value.field == "max_output_tokens"
+    assert caught.value.message == str(caught.value) == "max_output_tokens: must be < 8192, got 9000"
+    with pytest.raises(ParameterError) as caught, named_as_sent({"top_p": "p"}):
+        raise ParameterError("temperature: too hot", field="temperature")  # another field's: as it was
+    assert caught.value.field == "temperature" and caught.value.message == "temperature: too hot"

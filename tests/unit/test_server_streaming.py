@@ -264,7 +264,7 @@ def test_a_responses_stream_that_fails_ends_with_error_then_failed() -> None:
         decode = items()
         job = (chat_req.messages, GenerateParameters())
         ids = {"resp": "resp_1", "rs": "rs_1", "msg": "msg_1"}
-        return [chunk async for chunk in responses_route._events(body, chat_req, ids, "m", decode, job, None)]
+        return [chunk async for chunk in responses_route._events(body, chat_req, ids, "m", decode, job, None, 1)]
 
     lines = "".join(asyncio.run(collect())).splitlines()
     events = sse_events(lines)
