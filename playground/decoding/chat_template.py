@@ -66,7 +66,7 @@ def render(
         )
     described = {"tools": tools} if tools else {}
     template = getattr(tokenizer, "chat_template", None)
-    if not (isinstance(template, str) and "developer" in template):
+    if not (isinstance(template, str) and ("'developer'" in template or '"developer"' in template)):
         messages = [{**m, "role": "system"} if m.get("role") == "developer" else m for m in messages]
     try:
         return tokenizer.apply_chat_template(

@@ -175,6 +175,9 @@ def test_the_developer_role_is_the_system_role_unless_the_template_names_it() ->
     harmony = _Recorder(chat_template="{% if message.role == 'developer' %}...{% endif %}")
     chat_template.render(harmony, messages, True, None)
     assert [m["role"] for m in harmony.messages] == ["developer", "user"]
+    prose = _Recorder(chat_template="{{ 'You help developers.' }}{{ messages }}")  # the word, not the role
+    chat_template.render(prose, messages, True, None)
+    assert [m["role"] for m in prose.messages] == ["system", "user"]
 
 
 def test_a_template_that_refuses_the_messages_is_the_request_s_error() -> None:
