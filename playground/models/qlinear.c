@@ -180,13 +180,13 @@ static inline __attribute__((always_inline)) void features(
             const float *xr = x + (size_t)r * in + (size_t)b * QK;
             for (int v = 0; v < VECS; v++) {
                 vec xv = vload(xr + v * LANES);
-                in_register(xv); /* loaded once for the F features: folded into each multiply-add, twice the loads */
+                in_register(xv); /* one load for the F features (compilers fold a load into each multiply-add) */
                 for (int f = 0; f < F; f++) acc[f][r] = vfma(w[f][v], xv, acc[f][r]);
             }
         }
     }
 #ifdef vstore
-    if (2 * F * R > LANES) { /* the sums LANES at a time: a third fewer shuffles and adds than one by one */
+    if (2 * F * R > LANES) { /* the sums LANES at a time: under half the shuffles and adds of one by one */
         vec all[FEATURES * ROWS + LANES]; /* acc[f][r] at f * R + r, then zeros to a whole LANES */
         float sums[LANES];
         for (int k = 0; k < F * R; k++) all[k] = acc[k / R][k % R];

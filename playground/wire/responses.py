@@ -35,7 +35,7 @@ TEXT_PARTS = ("input_text", "output_text", "text")
 # as chat templates leave out past turns' reasoning.
 SKIPPED = ("reasoning",)
 DEFAULT_NAME = "response"  # a json_schema format's name when the client gave none
-# The chat route's field names as this route's client sent them, for an error's `param`.
+# The chat route's field names as this route's client sent them, for an error's `param` and message.
 NAMES = {
     "inputs": "input",
     "messages": "input",
