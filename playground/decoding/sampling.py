@@ -32,6 +32,8 @@ from playground.types import GeneratedToken, GenerateParameters, Token
 Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 NEG_INF = float("-inf")
 MIN_TEMPERATURE = 1e-4
+# A repetition penalty divides positive logits: below this a float32 logit would reach inf (and its softmax NaN).
+MIN_REPETITION_PENALTY = 1e-6
 
 
 class FrequencyPenalty:
@@ -101,7 +103,9 @@ def shared_processors(
     if params.watermark:
         processors.append(WatermarkLogitsProcessor(vocab_size=vocab_size, device=device))
     if params.repetition_penalty is not None and params.repetition_penalty != 1.0:
-        processors.append(RepetitionPenaltyLogitsProcessor(penalty=params.repetition_penalty))
+        processors.append(
+            RepetitionPenaltyLogitsProcessor(penalty=max(params.repetition_penalty, MIN_REPETITION_PENALTY))
+        )
     if params.frequency_penalty:
         processors.append(FrequencyPenalty(params.frequency_penalty, prompt_length))
     if params.presence_penalty:

@@ -136,10 +136,12 @@ def stream_failure(exc: BaseException) -> tuple[int, str, str, str | None]:
 
 
 def exception_event(exc: BaseException, *, openai: bool = False) -> str:
-    """The final SSE event of a stream that failed after it started (TGI's shape, or OpenAI's as vLLM sends it)."""
+    """The final SSE event of a stream that failed after it started (TGI's shape, or OpenAI's as vLLM sends it, with
+    TGI's top-level `error_type` beside it: huggingface_hub's chat stream raises its typed errors by that)."""
     status, message, error_type, param = stream_failure(exc)
     if openai:
         body: dict[str, Any] = openai_error_body(openai_status(status), message, error_type, param)
+        body["error_type"] = error_type
     else:
         body = error_body(message, error_type)
     return f"data: {json.dumps(body)}\n\n"

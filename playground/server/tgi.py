@@ -109,7 +109,7 @@ async def generate_stream(request: Request, body: GenerateRequest, model: str | 
 async def compat_generate(request: Request, body: GenerateRequest, model: str | None = ModelQuery) -> Any:
     """TGI's compat route, which huggingface_hub's InferenceClient(base_url=...) posts to."""
     answer = await generate_or_stream(request, body, model)
-    return answer if body.stream else [answer]
+    return answer if body.stream or isinstance(answer, Response) else [answer]  # (a Response: the client left)
 
 
 async def generate_or_stream(request: Request, body: GenerateRequest, model: str | None = None) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from playground.types.base import EngineName, Name, ResponseBody, StopText, Strict
 from playground.types.params import ProcessorSpec, Sampling
@@ -39,10 +39,12 @@ class ChatMessage(BaseModel):
 
     @model_validator(mode="after")
     def _tool_calls_shape(self) -> ChatMessage:
-        """Past `tool_calls` (kept as extra fields) in OpenAI's shape, arguments a JSON text: else a 422."""
+        """Past `tool_calls` (kept as extra fields) in OpenAI's shape, arguments a JSON text (TGI's JSON object
+        written out as one): else a 422."""
         calls = (self.model_extra or {}).get("tool_calls")
         if calls is not None:
-            _TOOL_CALLS.validate_python(calls)
+            checked = _TOOL_CALLS.validate_python(calls)
+            self.__pydantic_extra__["tool_calls"] = [call.model_dump(exclude_unset=True) for call in checked]
         return self
 
     def text(self) -> str:
@@ -64,18 +66,25 @@ class ChatMessage(BaseModel):
 
 
 class FunctionCall(BaseModel):
-    """OpenAI's function call of a past assistant turn: `arguments` is JSON text."""
+    """OpenAI's function call of a past assistant turn: `arguments` is JSON text (TGI writes it as a JSON object,
+    and a conversation replayed from TGI's answers sends it so: written out as text here)."""
 
     name: str = Field(max_length=MAX_INPUT_CHARS)
     arguments: str = Field(max_length=MAX_INPUT_CHARS)
 
-    @field_validator("arguments")
+    @field_validator("arguments", mode="before")
     @classmethod
-    def _json(cls, value: str) -> str:
-        try:
-            json.loads(value)
-        except (ValueError, RecursionError):
-            raise ValueError("tool_calls: function.arguments must be JSON text") from None
+    def _json(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            try:
+                return json.dumps(value, ensure_ascii=False)
+            except (TypeError, ValueError, RecursionError):
+                raise ValueError("tool_calls: function.arguments must be JSON text or a JSON object") from None
+        if isinstance(value, str):
+            try:
+                json.loads(value)
+            except (ValueError, RecursionError):
+                raise ValueError("tool_calls: function.arguments must be JSON text") from None
         return value
 
 
@@ -160,11 +169,12 @@ class StreamOptions(Request):
 
 
 class FunctionDefinition(Request):
-    """OpenAI's FunctionDefinition: the arguments are constrained by `parameters` (a JSON schema)."""
+    """OpenAI's FunctionDefinition: the arguments are constrained by `parameters` (a JSON schema; TGI's spec names
+    it `arguments`, and TGI reads either)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: dict[str, Any] | None = Field(default=None, validation_alias=AliasChoices("parameters", "arguments"))
     strict: bool | None = None
 
 
@@ -180,9 +190,10 @@ class ToolName(Request):
 
 
 class NamedToolChoice(Request):
-    """OpenAI's named tool choice: {"type": "function", "function": {"name": ...}}."""
+    """OpenAI's named tool choice: {"type": "function", "function": {"name": ...}} (TGI's and huggingface_hub's
+    object form leaves `type` out)."""
 
-    type: Literal["function"]
+    type: Literal["function"] = "function"
     function: ToolName
 
 

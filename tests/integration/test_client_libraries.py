@@ -12,7 +12,7 @@ import instructor
 import jsonschema
 import openai
 import pytest
-from huggingface_hub import InferenceClient
+from huggingface_hub import ChatCompletionInputFunctionName, ChatCompletionInputToolChoiceClass, InferenceClient
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_ai import Agent, NativeOutput
@@ -140,3 +140,18 @@ def test_huggingface_hub_chat_completion_with_a_bare_string_tool_choice(
     (call,) = output.choices[0].message.tool_calls
     arguments = call.function.arguments
     Pet.model_validate(json.loads(arguments) if isinstance(arguments, str) else arguments)
+
+    # its typed forms, as TGI's spec writes them: a tool's `arguments` schema, an object tool_choice without
+    # `type`, and the call just answered sent back as a JSON object
+    typed = [{"type": "function", "function": {"name": "describe_pet", "arguments": PET_SCHEMA}}]
+    named = ChatCompletionInputToolChoiceClass(function=ChatCompletionInputFunctionName(name="describe_pet"))
+    history = [
+        {"role": "user", "content": ASK},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "describe_pet", "arguments": json.loads(arguments) if isinstance(arguments, str) else arguments}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Noted."},
+        {"role": "user", "content": ASK},
+    ]  # fmt: skip
+    again = client.chat_completion(messages=history, tools=typed, tool_choice=named, max_tokens=30)
+    (call,) = again.choices[0].message.tool_calls
+    assert call.function.name == "describe_pet"

@@ -144,6 +144,14 @@ def test_min_tokens_keeps_eos_out_until_enough_tokens() -> None:
     assert rule(torch.zeros((1, 5), dtype=torch.long), _scores())[0, 5] == 0
 
 
+def test_a_vanishing_repetition_penalty_keeps_the_logits_finite() -> None:
+    """TGI and vLLM take any penalty > 0; 1e-300 is 0 in float32, and positive logits divided by it were inf (NaN
+    logprobs: a 500, or a failed draw)."""
+    chain = sampling.shared_processors(GenerateParameters(repetition_penalty=1e-300), 6, "cpu", 0)
+    scores = chain(torch.tensor([[1, 2]]), torch.tensor([[3.0, 2.0, -1.0, 0.5, 4.0, 1.0]]))
+    assert torch.isfinite(scores).all() and torch.isfinite(torch.log_softmax(scores, dim=-1)).all()
+
+
 def test_shared_processors_include_the_new_ones() -> None:
     params = GenerateParameters(presence_penalty=1.0, logit_bias={"1": 2.0}, min_tokens=1)
     chain = sampling.shared_processors(params, 6, "cpu", 0, {5})

@@ -56,6 +56,33 @@ def test_each_way_of_asking_for_a_constraint(fields: dict[str, Any], grammar: di
     assert (params.grammar.model_dump() if params.grammar else None) == grammar
 
 
+def test_tgi_s_own_tool_shapes_read_as_openai_s() -> None:
+    """TGI's spec names a tool's schema `arguments`, leaves `type` out of an object tool_choice (huggingface_hub's
+    ChatCompletionInputToolChoiceClass) and writes past calls' arguments as JSON objects: each means what OpenAI's
+    form means."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    call = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": {"city": "Paris"}}}
+    history = [*USER, {"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "content": "sun"}]
+    tgi = inbound.ChatRequest.model_validate(
+        {
+            "messages": history,
+            "tools": [{"type": "function", "function": {"name": "weather", "arguments": schema}}],
+            "tool_choice": {"function": {"name": "weather"}},
+        }
+    )
+    openai_call = {**call, "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+    openai = inbound.ChatRequest.model_validate(
+        {
+            "messages": [*history[:1], {**history[1], "tool_calls": [openai_call]}, history[2]],
+            "tools": [{"type": "function", "function": {"name": "weather", "parameters": schema}}],
+            "tool_choice": {"type": "function", "function": {"name": "weather"}},
+        }
+    )
+    assert inbound.chat_parameters(tgi, seed=1) == inbound.chat_parameters(openai, seed=1)
+    assert tgi.messages[1].model_extra == openai.messages[1].model_extra
+    assert tgi.messages[1].written_calls() == '{"name": "weather", "arguments": {"city": "Paris"}}'
+
+
 def test_two_constraints_at_once_are_refused_by_name() -> None:
     with pytest.raises(ParameterError, match="response_format, guided_regex: give one constraint"):
         inbound.chat_parameters(_request(response_format={"type": "json_object"}, guided_regex="a"), seed=1)
