@@ -67,7 +67,7 @@ def render(
     described = {"tools": tools} if tools else {}
     template = getattr(tokenizer, "chat_template", None)
     if not (isinstance(template, str) and ("'developer'" in template or '"developer"' in template)):
-        messages = [{**m, "role": "system"} if m.get("role") == "developer" else m for m in messages]
+        messages = _developer_as_system(messages)
     try:
         return tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt, **described, **extra
@@ -81,3 +81,29 @@ def render(
         raise ParameterError(
             f"messages: the model's chat template refused them: {first_line(exc)}", field="messages"
         ) from None
+
+
+def _developer_as_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`developer` messages in the system role, each joined to a system message beside it (instructions, tool
+    notes): a template that takes one system message, or wants the turns to alternate, takes them then."""
+    out: list[dict[str, Any]] = []
+    with_developer = False  # whether out[-1] holds a developer message
+    for m in messages:
+        developer = m.get("role") == "developer"
+        plain = set(m) == {"role", "content"} and isinstance(m["content"], str)
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and (developer or with_developer)
+            and last["role"] == "system"
+            and m.get("role") in ("system", "developer")
+            and plain
+            and set(last) == {"role", "content"}
+            and isinstance(last["content"], str)
+        ):
+            out[-1] = {"role": "system", "content": f"{last['content']}\n\n{m['content']}"}
+            with_developer = True
+        else:
+            out.append({**m, "role": "system"} if developer else m)
+            with_developer = developer
+    return out

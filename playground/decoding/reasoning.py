@@ -160,7 +160,7 @@ def plan(
     if think_first and fmt is None:
         fmt, budget = PLAIN_THINK, THINK_FIRST_BUDGET if budget is None else budget
     if fmt is None:
-        if budget is not None:
+        if budget:  # (0: no reasoning, which a model without any already does: reasoning_effort "none")
             raise ParameterError(
                 "max_reasoning_tokens (or reasoning_effort): this model writes no reasoning (no known delimiters in "
                 "its chat template; set --reasoning, or ask for think_first)",

@@ -44,7 +44,12 @@ class ChatMessage(BaseModel):
         calls = (self.model_extra or {}).get("tool_calls")
         if calls is not None:
             checked = _TOOL_CALLS.validate_python(calls)
-            self.__pydantic_extra__["tool_calls"] = [call.model_dump(exclude_unset=True) for call in checked]
+            self.__pydantic_extra__["tool_calls"] = [
+                {**raw, "function": {**raw["function"], "arguments": call.function.arguments}}
+                if isinstance(raw["function"].get("arguments"), dict)
+                else raw
+                for raw, call in zip(calls, checked)
+            ]
         return self
 
     def text(self) -> str:
@@ -75,17 +80,34 @@ class FunctionCall(BaseModel):
     @field_validator("arguments", mode="before")
     @classmethod
     def _json(cls, value: Any) -> Any:
+        if not isinstance(value, (dict, str)):
+            return value  # (refused as not a string)
+        try:
+            parsed = json.loads(value) if isinstance(value, str) else value
+        except (ValueError, RecursionError):
+            raise ValueError("tool_calls: function.arguments must be JSON text") from None
+        if _nesting(parsed) > MAX_ARGUMENT_NESTING:  # written out again with the prompt, deeper in the stack
+            raise ValueError(f"tool_calls: function.arguments nest deeper than {MAX_ARGUMENT_NESTING} levels")
         if isinstance(value, dict):
             try:
                 return json.dumps(value, ensure_ascii=False)
-            except (TypeError, ValueError, RecursionError):
+            except (TypeError, ValueError):
                 raise ValueError("tool_calls: function.arguments must be JSON text or a JSON object") from None
-        if isinstance(value, str):
-            try:
-                json.loads(value)
-            except (ValueError, RecursionError):
-                raise ValueError("tool_calls: function.arguments must be JSON text") from None
         return value
+
+
+MAX_ARGUMENT_NESTING = 128
+
+
+def _nesting(value: Any) -> int:
+    """How deep lists and objects nest in a parsed JSON value (counted without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 class ToolCall(BaseModel):

@@ -182,12 +182,12 @@ def _messages(req: ResponsesRequest) -> list[dict[str, Any]]:
     system = [{"role": "system", "content": req.instructions}] if req.instructions else []
     if isinstance(req.input, str):
         return [*system, {"role": "user", "content": req.input}]
-    if system and len(req.input) >= MAX_MESSAGES:
+    kept = [_message(item, f"input[{i}]") for i, item in enumerate(req.input) if item.get("type") not in SKIPPED]
+    if system and len(kept) >= MAX_MESSAGES:
         raise ParameterError(
-            f"input: at most {MAX_MESSAGES - 1} items with `instructions` (they take a message of their own)",
+            f"input: at most {MAX_MESSAGES - 1} messages with `instructions` (they take a message of their own)",
             field="input",
         )
-    kept = (_message(item, f"input[{i}]") for i, item in enumerate(req.input) if item.get("type") not in SKIPPED)
     return [*system, *kept]
 
 

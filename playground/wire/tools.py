@@ -166,8 +166,8 @@ def with_tools(req: ToolRequest, messages: list[ChatMessage], fmt: ToolFormat | 
     if mode(req) == "named":
         note += f"\nCall `{_named(req).function.name}` now: answer with its arguments object only."
     out = [_as_text(m) for m in messages]
-    if out and out[0].role == "system":
-        return [ChatMessage(role="system", content=out[0].text() + "\n\n" + note), *out[1:]]
+    if out and out[0].role in ("system", "developer"):
+        return [ChatMessage(role=out[0].role, content=out[0].text() + "\n\n" + note), *out[1:]]
     return [ChatMessage(role="system", content=note), *out]
 
 

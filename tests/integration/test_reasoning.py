@@ -125,6 +125,9 @@ def test_a_budget_on_a_model_that_does_not_reason_is_refused_by_name(engine) -> 
         ParameterError, match=r"max_reasoning_tokens \(or reasoning_effort\): this model writes no reasoning"
     ):
         engine.generate(CHAT, params(max_reasoning_tokens=8))
+    # a budget of none (reasoning_effort "none" or "minimal") is what a model without reasoning already does
+    result = engine.generate(CHAT, params(max_reasoning_tokens=0))
+    assert result.best.reasoning is None and result.best.answer in ("yes", "no")
 
 
 def test_the_panels_mark_the_reasoning_where_the_constraint_engaged_and_the_figures_of_each_segment(

@@ -188,6 +188,25 @@ def test_the_developer_role_is_the_system_role_unless_the_template_names_it() ->
     assert [m["role"] for m in prose.messages] == ["system", "user"]
 
 
+def test_a_developer_message_joins_the_system_message_beside_it() -> None:
+    """Responses' instructions (or a tool note) then a developer message: one system message, as templates that take
+    one (or want turns to alternate) need; two system messages the client wrote stay two."""
+    instructions = {"role": "system", "content": "Be brief."}
+    developer = {"role": "developer", "content": "Answer in French."}
+    user = {"role": "user", "content": "x"}
+    recorder = _Recorder()
+    chat_template.render(recorder, [instructions, developer, user], True, None)
+    assert recorder.messages == [{"role": "system", "content": "Be brief.\n\nAnswer in French."}, user]
+    chat_template.render(recorder, [developer, instructions, user, developer], True, None)
+    assert recorder.messages == [
+        {"role": "system", "content": "Answer in French.\n\nBe brief."},
+        user,
+        {"role": "system", "content": "Answer in French."},
+    ]
+    chat_template.render(recorder, [instructions, instructions, user], True, None)
+    assert recorder.messages == [instructions, instructions, user]
+
+
 def test_a_template_that_refuses_the_messages_is_the_request_s_error() -> None:
     """Templates raise on messages they do not take (Gemma: a system message; Mistral: roles that do not
     alternate): a 400 naming `messages` and the template's words, not a 500."""

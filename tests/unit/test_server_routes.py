@@ -164,7 +164,7 @@ def test_responses_echo_a_schema_s_name_count_the_instructions_and_stamp_their_t
     full = [{"role": "user", "content": "x"}] * MAX_MESSAGES
     reply = client.post("/v1/responses", json={"input": full, "instructions": "Be brief."})
     assert reply.status_code == 400 and reply.json()["error"]["param"] == "input"
-    assert f"at most {MAX_MESSAGES - 1} items with `instructions`" in reply.json()["error"]["message"]
+    assert f"at most {MAX_MESSAGES - 1} messages with `instructions`" in reply.json()["error"]["message"]
     assert client.post("/v1/responses", json={"input": full}).status_code == 200
 
 
