@@ -85,23 +85,19 @@ def render(
 
 def _developer_as_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`developer` messages in the system role, each joined to a system message beside it (instructions, tool
-    notes): a template that takes one system message, or wants the turns to alternate, takes them then."""
+    notes): a template that takes one system message, or wants the turns to alternate, takes them then. (System
+    and developer messages are a role and a text here: `message` writes them so.)"""
     out: list[dict[str, Any]] = []
     with_developer = False  # whether out[-1] holds a developer message
     for m in messages:
-        developer = m.get("role") == "developer"
-        plain = set(m) == {"role", "content"} and isinstance(m["content"], str)
-        last = out[-1] if out else None
+        developer = m["role"] == "developer"
         if (
-            last is not None
+            out
+            and out[-1]["role"] == "system"
+            and m["role"] in ("system", "developer")
             and (developer or with_developer)
-            and last["role"] == "system"
-            and m.get("role") in ("system", "developer")
-            and plain
-            and set(last) == {"role", "content"}
-            and isinstance(last["content"], str)
         ):
-            out[-1] = {"role": "system", "content": f"{last['content']}\n\n{m['content']}"}
+            out[-1] = {"role": "system", "content": f"{out[-1]['content']}\n\n{m['content']}"}
             with_developer = True
         else:
             out.append({**m, "role": "system"} if developer else m)
