@@ -157,7 +157,10 @@ def _setup_model_events(demo: gr.Blocks, registry: Registry, settings: UISetting
 def _setup_chat_events(registry: Registry, c: Components, autosave: Callable[..., Any]) -> None:
     """The chat's events; every one that changes the conversation is autosaved before the chart updates."""
     ch, form, outputs = c.chat, c.form_inputs(), _panel_outputs(c)
-    next_token = lambda state: handlers.next_token(registry, state)  # noqa: E731
+
+    def next_token(state: ChatState) -> Any:
+        chart = handlers.answer_chart(registry, state)
+        return gr.skip() if chart is None else chart  # a chart the user asked for stays
 
     def chat(user_text: str, state: ChatState, *values: Any) -> Iterator[tuple]:
         yield from _streamed(state, values, lambda form: handlers.chat(registry, form, state, user_text))
@@ -221,7 +224,7 @@ def _setup_chat_events(registry: Registry, c: Components, autosave: Callable[...
         index = getattr(evt, "index", None)
         at = int(index) if isinstance(index, (int, float)) else None
         # where the token starts a JSON value the schema enumerates, that value's alternatives ranked under its chart
-        return handlers.next_token(registry, state, at) + evaluate.enum_at_token(registry, state, at)
+        return handlers.token_chart(registry, state, at) + evaluate.enum_at_token(registry, state, at)
 
     ch.tokens.click(on_token_click, c.state, ch.next_token, show_progress="minimal")
 

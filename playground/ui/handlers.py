@@ -148,6 +148,7 @@ def _turn(
     state.messages = list(history) + [{"role": "user", "content": user_text}, answer]
     state.result, state.request, state.tokens = None, request, []
     state.stop_requested, state.stop_after, state.running, state.answered = False, None, True, False
+    state.chart_asked = False
     yield Panels.empty(state, input_text="", running=True)
     try:
         yield from _stream_answer(registry, state, request, answer)
@@ -330,6 +331,21 @@ def next_token(registry: Registry, state: ChatState, index: int | None = None, t
     except Exception as exc:  # noqa: BLE001
         return render.error_box(error_message(exc))
     return render.next_token_html(dist, where)
+
+
+def token_chart(registry: Registry, state: ChatState, index: int | None) -> str:
+    """The chart the user asked for (a token clicked: just before it; None: at the end of the prompt)."""
+    state.chart_asked = True
+    return next_token(registry, state, index)
+
+
+def answer_chart(registry: Registry, state: ChatState) -> str | None:
+    """The answer's own chart (at the end of the prompt), drawn once the answer is on screen; None where the user
+    has asked for a chart since the turn started, before or while this one was computed: theirs stays."""
+    if state.chart_asked:
+        return None
+    chart = next_token(registry, state)
+    return None if state.chart_asked else chart
 
 
 def compare(registry: Registry, form: Form, state: ChatState, user_text: str) -> tuple[str, str]:

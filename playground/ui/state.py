@@ -124,6 +124,11 @@ class ChatState(BaseModel):
         default=False,
         description="The last turn ended with the whole answer: a Stop from a screen behind it may cut it.",
     )
+    chart_asked: bool = Field(
+        default=False,
+        description="The user asked for a token's next-token chart since the turn started: the answer's own chart, "
+        "drawn once the answer is on screen, does not replace it.",
+    )
     _scope: str | None = PrivateAttr(default=None)
 
     def cache_scope(self) -> str:

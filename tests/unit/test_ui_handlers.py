@@ -114,6 +114,17 @@ def test_next_token_chart_replays_the_last_request_at_a_prefix() -> None:
     assert "out of range" in handlers.next_token(registry, state, 999)
 
 
+def test_the_answers_own_chart_never_replaces_a_chart_the_user_asked_for() -> None:
+    registry, _ = setup("abc")
+    state = ChatState()
+    run_chat(registry, form(), state, "hi")
+    assert "at the end of the prompt" in handlers.answer_chart(registry, state)
+    assert "at token #1" in handlers.token_chart(registry, state, 1)  # a click before the answer's chart came
+    assert handlers.answer_chart(registry, state) is None  # the UI then leaves the panel as it is
+    run_chat(registry, form(), state, "again")  # a new turn: its answer's chart is drawn again
+    assert "at the end of the prompt" in handlers.answer_chart(registry, state)
+
+
 def test_code_snippets_reproduce_the_last_turn() -> None:
     registry, _ = setup()
     state = ChatState()
