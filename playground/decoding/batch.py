@@ -120,6 +120,16 @@ class BatchCache:
             if columns is not None:
                 layer.keys, layer.values = layer.keys[:, :, columns], layer.values[:, :, columns]
 
+    def drop_last(self, row: int, count: int) -> None:
+        """Row `row`'s last `count` positions go (drafted tokens the row did not choose). Only a lone row runs more
+        than one token a step, so only a lone row's cache is cut; a plain cache's layers only (runner.py)."""
+        if self.rows != 1 or row != 0:
+            raise ValueError(f"only a lone row's positions can be dropped (row {row} of {self.rows})")
+        self.mask = self.mask[:, :-count]
+        self.positions = self.positions - count
+        for layer in self.kv.layers:
+            layer.crop(-count)
+
     def forward(self, tokens: list[list[int]]) -> list[torch.Tensor]:
         """Run each row's new tokens (one or more per row); each row's logits at its new positions."""
         width = max(len(t) for t in tokens)

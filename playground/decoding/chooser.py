@@ -9,10 +9,16 @@ Fast-forward: after a chosen token, `chooser.forced(ids, limit)` returns the tok
 next (llguidance's forced tokens, or a mask that allows one token), each with its position's mask; the
 decoder appends them without sampling, runs them through the model in one forward, and scores each with
 `chooser.step(..., allowed=mask)` to record its raw logprob and alternatives.
+
+Drafts: where the constraint leaves a choice, a lone row (rows.py) may draft the token it chose the last time its
+constraint allowed exactly the same tokens (`draft`: after a key `":`, after a value `,`), and run it with what the
+constraint forces after it in the same forward. The row's choice there is made as ever, from the logits at its
+position; a draft it does not choose is undone (`rewind`), with everything after it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -25,6 +31,10 @@ from playground.decoding.row_budget import RowBudget, walked
 from playground.decoding.runner import ModelRunner
 from playground.errors import UnenforcedKeywordError
 from playground.types import GeneratedToken, GenerateParameters
+
+# A sampling row drafts a choice again where it drew it with at least this probability (its final distribution).
+DRAFT_MIN_P = 0.5
+DRAFT_MIN_LOGPROB = math.log(DRAFT_MIN_P)
 
 # The EOS gate's verdict runs inside the batch's step: it may spend this long, then the gate stops for the row.
 GATE_BUDGET_S = 0.05
@@ -59,6 +69,9 @@ class TokenChooser:
         # Only a lone constraint processor can be probed ahead: custom processors may change any logit.
         self.fast_forward = fast_forward
         self.pending: torch.Tensor | None = None  # the next position's allowed tokens, already probed
+        self.pending_key: bytes | None = None  # that mask's digest, where the row drafts
+        # a mask's digest -> the token chosen there last, None once a draft there was refused (start_drafts)
+        self.drafts: dict[bytes, int | None] | None = None
         self.budget = RowBudget()  # the constraint work this row may do in the batch's steps
         self.gate_stopped = False  # the EOS gate gave up on this row (a verdict past its step budget)
         self.warnings: list[str] = []  # this row's, for the result's warnings
@@ -83,7 +96,7 @@ class TokenChooser:
         if self.gate is not None:  # the verdict, and so the EOS gate, judge the answer alone
             text = text[self.gate.answer_char or 0 :]
         if allowed is None and self.pending is not None:
-            allowed, self.pending = self.pending, None
+            allowed, self.pending, self.pending_key = self.pending, None, None
         with self.budget.step(earlier_s=self._prepared_s()):
             masked = torch.where(allowed, scores, sampling.NEG_INF) if allowed is not None else self.mask(ids, scores)
             gated = self.gate_eos(masked, text)
@@ -207,10 +220,52 @@ class TokenChooser:
                 allowed = self.allowed(self.runner.ids(ids))
                 token = self._forced_token(allowed) if len(out) < limit else None
             if token is None:
-                self.pending = allowed
+                self.pending, self.pending_key = allowed, self._key()
                 return out
             out.append((token, allowed))
             ids.append(token)
+
+    def start_drafts(self) -> None:
+        """Draft from now on (a lone row's decode, rows.py), where the row can undo a draft: fast-forward on, one
+        constraint engine's bitmask and no reasoning gate."""
+        single = len(self.processors) == 1 and isinstance(self.processors[0], BitmaskProcessor)
+        if self.fast_forward and single and self.gate is None:
+            self.drafts = {}
+
+    def _key(self) -> bytes | None:
+        return self.processors[0].key() if self.drafts is not None else None
+
+    def draft(self) -> tuple[int, torch.Tensor, bytes] | None:
+        """The token this row chose the last time its constraint allowed exactly what the pending mask allows, with
+        that mask and its digest; the position is then the draft's (nothing pending). None without one."""
+        if self.drafts is None or self.pending is None or self.pending_key is None:
+            return None
+        token = self.drafts.get(self.pending_key)
+        if token is None or token in self.runner.eos_ids or not bool(self.pending[token]):
+            return None
+        drafted = (token, self.pending, self.pending_key)
+        self.pending, self.pending_key = None, None
+        return drafted
+
+    def learn(self, key: bytes | None, token_id: int, step: sampling.StepScores, *, refused: bool = False) -> None:
+        """The row chose `token_id` where the mask's digest was `key`: its next draft for that mask. A draft costs
+        the forward every token appended after it when the row does not choose it: a sampling row drafts only what
+        it drew with a probability of at least DRAFT_MIN_P, and a mask whose draft was `refused` is not drafted at
+        again (the string's characters, a number's digits: they seldom repeat)."""
+        if self.drafts is None or key is None or (key in self.drafts and self.drafts[key] is None):
+            return
+        if refused:
+            self.drafts[key] = None
+        elif not self.sampling or float(step.logprobs[token_id]) >= DRAFT_MIN_LOGPROB:
+            self.drafts[key] = token_id
+        else:
+            self.drafts.pop(key, None)
+
+    def rewind(self, length: int) -> None:
+        """The constraint back to the row's first `length` tokens (a draft the row did not choose, and what was
+        appended after it, undone); nothing is pending."""
+        self.processors[0].rewind(length)
+        self.pending, self.pending_key = None, None
 
     def _forced_token(self, allowed: torch.Tensor) -> int | None:
         """llguidance's next forced token (whole forced strings), else the mask's only allowed token."""

@@ -275,6 +275,7 @@ class Engine:
             stopping,
             prefill_details=params.decoder_input_details,
             prefix_cache=self._prefix_cache(params),
+            drafts=self.runner.drops_positions,
         )
         job = Job(
             decode,
@@ -323,6 +324,8 @@ class Engine:
                 tokens_per_s=(generated - len(rows)) / decode_time
                 if generated > len(rows) and decode_time > 0
                 else 0.0,
+                drafted=sum(row.drafted for row in rows),
+                drafts_kept=sum(row.accepted for row in rows),
             ),
         )
 

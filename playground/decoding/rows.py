@@ -9,6 +9,12 @@ Fast-forward: after a sampled token, the tokens the constraint forces are append
 streams when their scores are known). Alone, a row runs them all in one forward, whose logits at every
 position score each forced token; in a batch with other rows it runs them one per step, so no row
 pads its neighbours' caches.
+
+Drafts (a lone row, where the model's cache can drop positions): where the constraint then leaves a choice it left
+before, the row drafts the token it chose then (chooser.py), appends what the constraint forces after it, and so
+on, up to MAX_CHAIN tokens, all in one forward. At a draft's position the row chooses as ever, from the logits
+there (its seeded draw included, so the output is the same as without drafts); a draft it does not choose is
+dropped with everything after it, and the scheduler drops their positions from the cache.
 """
 
 from __future__ import annotations
@@ -20,21 +26,29 @@ from typing import Any
 import torch
 
 from playground.constraints.backends.bitmask import BitmaskProcessor
+from playground.decoding import sampling
 from playground.decoding.chooser import TokenChooser
 from playground.decoding.prefix_cache import PrefixCache
 from playground.decoding.runner import ModelRunner
 from playground.decoding.stopping import StopCriteria
 from playground.types import GeneratedToken, PrefillToken, TokenEvent
 
+# The most tokens a lone row appends ahead of its logits (drafts and the tokens forced after them), and drafts.
+MAX_CHAIN = 64
+MAX_DRAFTS = 8
+
 
 @dataclass
 class Forced:
-    """A token the constraint forced, appended but not scored yet: the mask and text from before it."""
+    """A token appended but not scored yet: forced by the constraint, or drafted (`key`: the digest of the mask at
+    its position); the mask and text from before it."""
 
     token_id: int
     allowed: torch.Tensor
     text_before: str
     piece: str
+    emitted_before: str = ""
+    key: bytes | None = None
 
 
 @dataclass
@@ -53,6 +67,8 @@ class Row:
     fed: int = 0  # generated tokens already run through the model
     unscored: list[Forced] = field(default_factory=list)
     probe_owed: bool = False  # fast-forward's probe after the last token waits for the mask computed alongside
+    drafted: int = 0  # drafts run through the model
+    accepted: int = 0  # drafts the row chose
 
     @property
     def generated(self) -> list[int]:
@@ -76,9 +92,12 @@ class Decode:
         *,
         prefill_details: bool = False,
         prefix_cache: PrefixCache | None = None,
+        drafts: bool = False,
     ) -> None:
         self.runner = runner
         self.rows = rows
+        for row in rows if drafts and len(rows) == 1 else []:  # best_of rows share the batch: one token a step
+            row.chooser.start_drafts()
         self.prompt_ids = prompt_ids
         self.stopping = stopping
         self.prefill_details = prefill_details
@@ -176,7 +195,12 @@ class Decode:
             if row.probe_owed:
                 row.probe_owed = False
                 self._append_forced(row)
-            if row.unscored:
+            if row.unscored and row.unscored[0].key is not None:
+                chosen, kept = self._verify(index, logits[k], alone)
+                events.extend(chosen)
+                if not kept:  # the logits after the refused draft are of tokens no longer in the row
+                    break
+            elif row.unscored:
                 events.append(self._score_forced(index, logits[k]))
             else:
                 events.extend(self._sample(index, logits[k], alone))
@@ -204,17 +228,60 @@ class Decode:
         if row.finish_reason is not None:
             return []
         before = self.prompt_ids + row.generated
+        key = row.chooser.pending_key
         step = row.chooser.step(self.runner.ids(before), raw, row.text)
-        token_id = row.chooser.choose(step)
+        return self._chosen(index, row.chooser.choose(step), step, alone, key)
+
+    def _chosen(
+        self,
+        index: int,
+        token_id: int,
+        step: sampling.StepScores,
+        alone: bool,
+        key: bytes | None,
+        refused: bool = False,
+    ) -> list[TokenEvent]:
+        """The row's choice appended (`key`: the digest of the mask it was chosen under; `refused`: in place of a
+        draft); then fast-forward."""
+        row = self.rows[index]
+        row.chooser.learn(key, token_id, step, refused=refused)
         token = row.chooser.record(token_id, self._append(row, token_id), step)
         row.chooser.mark(token, len(row.tokens))
         row.tokens.append(token)
         if row.chooser.fast_forward and row.finish_reason is None:
             if alone:
-                self._append_forced(row)
+                self._append_forced(row, drafting=True)
             else:
                 row.probe_owed = True
         return [self._event(index, row, token)]
+
+    def _verify(self, index: int, raw: torch.Tensor, alone: bool) -> tuple[list[TokenEvent], bool]:
+        """The row's choice at its next draft's position, from the logits there: the draft kept (True) when it is
+        the choice, else the choice in its place and the draft dropped with what followed it (False)."""
+        row = self.rows[index]
+        draft = row.unscored[0]
+        before = self.prompt_ids + row.generated[: len(row.tokens)]
+        step = row.chooser.step(self.runner.ids(before), raw, draft.text_before, allowed=draft.allowed)
+        token_id = row.chooser.choose(step)
+        if token_id != draft.token_id:
+            self._drop_unscored(row)
+            return self._chosen(index, token_id, step, alone, draft.key, refused=True), False
+        row.unscored.pop(0)
+        row.accepted += 1
+        token = row.chooser.record(token_id, draft.piece, step)
+        row.chooser.mark(token, len(row.tokens))
+        row.tokens.append(token)
+        return [self._event(index, row, token)], True
+
+    def _drop_unscored(self, row: Row) -> None:
+        """Every token appended but not scored goes (a refused draft first among them): the row, its text and its
+        constraint as they were before them."""
+        first = row.unscored[0]
+        del row.ids[len(row.ids) - len(row.unscored) :]
+        row.unscored.clear()
+        row.text, row.emitted = first.text_before, first.emitted_before
+        row.finish_reason, row.stop_sequence = None, None
+        row.chooser.rewind(len(self.prompt_ids) + len(row.generated))
 
     @staticmethod
     def _event(index: int, row: Row, token: GeneratedToken) -> TokenEvent:
@@ -223,15 +290,37 @@ class Decode:
         shown = gate.delta(row.text) if gate is not None and token.segment == "reasoning" else ""
         return TokenEvent(index=index, token=token, reasoning=shown)
 
-    def _append_forced(self, row: Row) -> None:
-        limit = self.stopping.max_new_tokens - len(row.tokens)
-        for token_id, allowed in row.chooser.forced(self.prompt_ids + row.generated, limit):
-            text_before = row.text
-            generated = len(row.tokens) + len(row.unscored) + 1
-            piece = self._append(row, token_id, generated=generated)
-            row.unscored.append(Forced(token_id, allowed, text_before, piece))
+    def _append_forced(self, row: Row, drafting: bool = False) -> None:
+        """The tokens the constraint forces after the row's last; `drafting` (alone), then a draft where the
+        constraint leaves a choice, the tokens it forces after that, and so on, up to MAX_CHAIN tokens and MAX_DRAFTS
+        drafts; never two drafts in a row under the same mask (free text: its choices seldom repeat)."""
+        drafts, last_key = 0, None
+        while True:
+            limit = self.stopping.max_new_tokens - len(row.tokens) - len(row.unscored)
+            forced = row.chooser.forced(self.prompt_ids + row.generated, limit)
+            for token_id, allowed in forced:
+                self._append_unscored(row, token_id, allowed)
+                if row.finish_reason is not None:
+                    return
+            if not drafting or drafts == MAX_DRAFTS or len(row.unscored) >= MAX_CHAIN:
+                return
+            if not forced and row.chooser.pending_key == last_key:  # a run of free choices (a string): not twice
+                return
+            drafted = row.chooser.draft()
+            if drafted is None:
+                return
+            token_id, allowed, last_key = drafted
+            drafts += 1
+            row.drafted += 1
+            self._append_unscored(row, token_id, allowed, last_key)
             if row.finish_reason is not None:
                 return
+
+    def _append_unscored(self, row: Row, token_id: int, allowed: torch.Tensor, key: bytes | None = None) -> None:
+        text_before, emitted_before = row.text, row.emitted
+        generated = len(row.tokens) + len(row.unscored) + 1
+        piece = self._append(row, token_id, generated=generated)
+        row.unscored.append(Forced(token_id, allowed, text_before, piece, emitted_before, key))
 
     def _score_forced(self, index: int, raw: torch.Tensor) -> TokenEvent:
         """A forced token's raw logprob and alternatives, from the logits at its position."""

@@ -9,6 +9,8 @@ import inspect
 from typing import Any
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from playground.models import LoadedModel
 from playground.models.llama_step import LlamaStep
@@ -42,6 +44,7 @@ class ModelRunner:
         # transformers 5 renamed the KV cache argument and output from past_key_values to cache.
         self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         self._lean_step = LlamaStep.for_model(self.model)
+        self.drops_positions = _plain_cache(self.model.config)
 
     def lone_step(self, token_id: int, position: int, cache: Any) -> torch.Tensor | None:
         """A lone row's next token through the lean step (playground/models/llama_step.py): its logits (1 x 1 x
@@ -106,3 +109,13 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
     return ids
+
+
+def _plain_cache(config: Any) -> bool:
+    """Whether the model's KV cache is full-attention layers only, whose last positions a crop drops (a draft the
+    row did not choose); a sliding window's layer may no longer hold what a crop would have to give back."""
+    try:
+        layers = DynamicCache(config=config).layers
+    except Exception:  # noqa: BLE001 - a config transformers cannot build a cache from: no drafts
+        return False
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)

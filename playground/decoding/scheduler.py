@@ -355,12 +355,16 @@ class Scheduler:
                 job.outbox.put(("error", exc))
                 job.cancelled.set()
             return
-        for (job, i), feed, row_logits in zip(self._slots, feeds, logits):
+        for slot, ((job, i), feed, row_logits) in enumerate(zip(self._slots, feeds, logits)):
             if not feed or job.cancelled.is_set():
                 continue
+            row = job.decode.rows[i]
             try:
+                kept = row.fed + len(feed)
                 for event in job.decode.take(i, row_logits[: len(feed)], alone=len(self._slots) == 1):
                     job.outbox.put(("token", event))
+                if row.fed < kept:  # a draft the row did not choose: it and what followed it leave the cache
+                    self._batch.drop_last(slot, kept - row.fed)
             except Exception as exc:  # noqa: BLE001 - this request's constraint failed; the others go on
                 job.outbox.put(("error", exc))
                 job.cancelled.set()

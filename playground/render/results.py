@@ -47,6 +47,8 @@ def details_html(result: GenerationResult) -> str:
         ("compile time", f"{timings.compile_s * 1000:.0f} ms" + (" (cached)" if timings.compile_cached else "")),
         ("model", f"{result.model_id} ({result.provider_id})"),
     ]
+    if timings.drafted:
+        items.insert(5, ("drafts", f"{timings.drafts_kept} kept of {timings.drafted}"))
     if best.reasoning is not None:
         items.insert(2, ("reasoning", reasoning_text(best)))
     return f'<div class="pg-details" data-finish="{esc(best.finish_reason)}">{kv_cells(items)}</div>'

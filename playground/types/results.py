@@ -150,6 +150,8 @@ class Timings(BaseModel):
     time_to_first_token_s: float = 0.0
     total_s: float = 0.0
     tokens_per_s: float = 0.0
+    drafted: int = Field(default=0, description="Choices drafted ahead (fast-forward's drafts), all rows.")
+    drafts_kept: int = Field(default=0, description="Drafts the rows chose: their tokens cost no forward of their own.")
 
 
 class GenerationResult(BaseModel):

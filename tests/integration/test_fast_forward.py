@@ -86,3 +86,67 @@ def test_token_budget_and_continuation_hold(engine):
         assert fast.best.finish_reason == "length"
         assert fast.generated_text == plain.generated_text
         assert any(t.forced for t in fast.best.tokens)
+
+
+# Objects that repeat their keys: after the first, a row meets the same masks again (`":` after a key, `,` after a
+# value) and drafts what it chose there.
+PEOPLE = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {
+            "first_name": {"type": "string", "maxLength": 12},
+            "age": {"type": "integer"},
+            "city_of_residence": {"type": "string", "maxLength": 12},
+        },
+        "required": ["first_name", "age", "city_of_residence"],
+    },
+    "minItems": 3,
+    "maxItems": 3,
+}
+FOUR = [ChatMessage(role="user", content="Three people as JSON.")]
+
+
+def _without_drafts(engine, monkeypatch, params: GenerateParameters):
+    with monkeypatch.context() as m:
+        m.setattr(engine.runner, "drops_positions", False)
+        return engine.generate(FOUR, params)
+
+
+@pytest.mark.parametrize("engine_name", ["llguidance", "xgrammar"])
+def test_drafts_keep_greedy_tokens_and_logprobs(engine, monkeypatch, engine_name):
+    params = GenerateParameters(
+        grammar={"type": "json", "value": PEOPLE}, constraint_engine=engine_name, max_new_tokens=150, top_n_tokens=2
+    )
+    drafted = engine.generate(FOUR, params)
+    plain = _without_drafts(engine, monkeypatch, params)
+    assert drafted.timings.drafts_kept >= 5 and plain.timings.drafted == 0
+    assert [t.id for t in drafted.best.tokens] == [t.id for t in plain.best.tokens]
+    assert [t.forced for t in drafted.best.tokens] == [t.forced for t in plain.best.tokens]  # a draft is a choice
+    for a, b in zip(drafted.best.tokens, plain.best.tokens):
+        assert a.logprob == pytest.approx(b.logprob, abs=LOGPROB_TOLERANCE)
+        assert [t.id for t in a.top_tokens] == [t.id for t in b.top_tokens]
+    assert drafted.best.validation.valid
+
+
+def test_a_refused_draft_is_undone_and_sampling_draws_the_same(engine, monkeypatch):
+    refused = 0
+    for seed in range(6):  # hot sampling: some drafts are refused, their cache positions and matcher steps undone
+        params = GenerateParameters(
+            grammar={"type": "json", "value": PEOPLE}, max_new_tokens=90, do_sample=True, temperature=1.5, seed=seed
+        )
+        drafted = engine.generate(FOUR, params)
+        plain = _without_drafts(engine, monkeypatch, params)
+        assert [t.id for t in drafted.best.tokens] == [t.id for t in plain.best.tokens]
+        assert drafted.generated_text == plain.generated_text
+        refused += drafted.timings.drafted - drafted.timings.drafts_kept
+        if refused >= 2:
+            break
+    assert refused >= 2
+
+
+def test_best_of_rows_do_not_draft(engine):
+    params = GenerateParameters(
+        grammar={"type": "json", "value": PEOPLE}, max_new_tokens=60, do_sample=True, best_of=2, seed=1
+    )
+    assert engine.generate(FOUR, params).timings.drafted == 0

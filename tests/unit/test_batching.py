@@ -19,6 +19,7 @@ from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
 
 from playground.constraints import Constraint
 from playground.constraints.backends.bitmask import BitmaskProcessor
+from playground.decoding import sampling
 from playground.decoding.batch import BatchCache, can_batch
 from playground.decoding.chooser import TokenChooser
 from playground.decoding.rows import Decode, Row
@@ -468,3 +469,78 @@ def test_a_process_that_exits_while_a_batch_decodes_exits_cleanly():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# --- drafts (playground/decoding/rows.py) -------------------------------------------------------
+
+
+def test_a_lone_rows_dropped_positions_decode_as_if_never_run(runner):
+    row = [5, 6, 7]
+    batch = joined(runner, [row])
+    with torch.inference_mode():
+        batch.forward([[30, 31, 32]])
+        batch.drop_last(0, 2)  # 31 and 32 were drafts the row did not choose
+        logits = batch.forward([[40]])[0]
+    close(logits[-1], alone(runner, row + [30, 40]))
+    with pytest.raises(ValueError, match="lone row"):
+        joined(runner, [row, row]).drop_last(1, 1)
+
+
+def test_only_a_cache_of_full_attention_layers_drops_positions():
+    from transformers import LlamaConfig, MistralConfig
+
+    from playground.decoding.runner import _plain_cache
+
+    assert _plain_cache(LlamaConfig(num_hidden_layers=2))
+    assert not _plain_cache(MistralConfig(num_hidden_layers=2, sliding_window=8))
+
+
+class Alternates(BitmaskProcessor):
+    """A choice of three tokens, then one forced token, and again: every choice is made under the same mask."""
+
+    def __init__(self) -> None:
+        super().__init__(VOCAB)
+
+    def _start(self) -> None:
+        self.n = 0
+
+    def _consume(self, tokens: list[int]) -> None:
+        self.n += len(tokens)
+
+    def _rollback(self, count: int) -> None:
+        self.n -= count
+
+    def _fill(self, out) -> None:
+        out[:] = 0
+        for token in (10, 11, 12) if self.n % 2 == 0 else (20,):
+            out[token // 32] |= 1 << (token % 32)
+
+
+def drafting(runner, drafts: bool, seed: int | None = None) -> Decode:
+    decode = decode_of(runner, [5, 6, 7], tokens=40, fast_forward=True, seed=seed)
+    chooser = decode.rows[0].chooser
+    chooser.processors = [Alternates()]
+    chooser.warpers = sampling.warpers(GenerateParameters(do_sample=True, temperature=0.05))  # a random model's
+    # logits are near one another: sharpened, a sampled choice is likely enough to be drafted, and still varies
+    if drafts:
+        chooser.start_drafts()
+    return decode
+
+
+@pytest.mark.parametrize("seed", [None, 3])
+def test_drafts_kept_or_refused_leave_the_tokens_as_without_drafts(runner, scheduler, seed):
+    """Alone, then with a neighbour that joins mid-way (drafts still unscored then verify one per step)."""
+    want = run_alone(runner, lambda: drafting(runner, False, seed))
+    job = Job(drafting(runner, True, seed))
+    scheduler.submit(job)
+    events = job.events()
+    head = [next(events) for _ in range(12)]
+    neighbour = Job(decode_of(runner, [9, 10, 11], tokens=30))
+    scheduler.submit(neighbour)
+    got = [
+        (e.index, e.token.id, e.token.forced, e.token.logprob) for e in head + list(events) if not isinstance(e, list)
+    ]
+    same(got, want)
+    row = job.decode.rows[0]
+    assert row.accepted > 0 and (seed is None or row.drafted > row.accepted)  # sampled: some drafts refused
+    assert len(tokens_of(neighbour)) == 30

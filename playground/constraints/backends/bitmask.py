@@ -9,6 +9,7 @@ their masks together (`prepare`): one engine call for all of them, which may run
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -52,6 +53,10 @@ class BitmaskProcessor:
         """Write the allowed tokens into `out` (int32, `words` long)."""
         raise NotImplementedError
 
+    def _rollback(self, count: int) -> None:
+        """Undo the last `count` tokens consumed."""
+        raise NotImplementedError
+
     @classmethod
     def _fill_many(cls, processors: Sequence[BitmaskProcessor], out: np.ndarray) -> None:
         """Row k of `out` for processors[k]; engines with a batch call override this."""
@@ -76,6 +81,18 @@ class BitmaskProcessor:
                 self._consume(new.tolist() if isinstance(new, torch.Tensor) else list(new))
         except Exception as exc:  # noqa: BLE001 - the engine's own types; the row's call raises it
             self._error = exc
+
+    def rewind(self, length: int) -> None:
+        """Back to the row's first `length` tokens (drafted tokens the model did not choose); never before the first
+        call's length."""
+        if self._seen is None or length >= self._seen or self._error is not None:
+            return
+        self._rollback(self._seen - length)
+        self._seen, self._bits = length, None
+
+    def key(self) -> bytes | None:
+        """A digest of the last mask computed (None before one): rows that meet the same mask again look it up."""
+        return None if self._bits is None else hashlib.blake2b(self._bits.data, digest_size=16).digest()
 
     def bits(self, ids: Sequence[int] | torch.Tensor) -> np.ndarray:
         """The bitmask after `ids`."""

@@ -125,6 +125,10 @@ class LLGuidanceProcessor(BitmaskProcessor):
             if not matcher.consume_token(token):
                 return
 
+    def _rollback(self, count: int) -> None:
+        if not self.ll_matchers[0].rollback(count):
+            raise RuntimeError(f"llguidance could not roll back {count} tokens")
+
     def _fill(self, out: np.ndarray) -> None:
         self.ll_matchers[0].unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
 

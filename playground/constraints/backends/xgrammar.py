@@ -116,6 +116,9 @@ class XGrammarProcessor(BitmaskProcessor):
             if not self._matcher.is_terminated() and not self._matcher.accept_token(token):
                 raise RuntimeError(f"XGrammar matcher rejected token {token}")
 
+    def _rollback(self, count: int) -> None:
+        self._matcher.rollback(count)
+
     def _fill(self, out: np.ndarray) -> None:
         if self._matcher.is_terminated():  # Outlines leaves the last mask as it was (all allowed at first)
             out[:] = self._last if self._last is not None else -1
