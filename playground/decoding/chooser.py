@@ -32,6 +32,8 @@ from playground.decoding.runner import ModelRunner
 from playground.errors import UnenforcedKeywordError
 from playground.types import GeneratedToken, GenerateParameters
 
+# The most drafts a row has appended and not yet verified (one forward's).
+MAX_DRAFTS = 8
 # A sampling row drafts a choice again where it drew it with at least this probability (its final distribution).
 DRAFT_MIN_P = 0.5
 DRAFT_MIN_LOGPROB = math.log(DRAFT_MIN_P)
@@ -245,6 +247,7 @@ class TokenChooser:
             return None
         drafted = (token, self.pending, self.pending_key)
         self.pending, self.pending_key = None, None
+        self.processors[0].save(keep=MAX_DRAFTS)
         return drafted
 
     def learn(self, key: bytes | None, token_id: int, step: sampling.StepScores, *, refused: bool = False) -> None:

@@ -27,15 +27,14 @@ import torch
 
 from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.decoding import sampling
-from playground.decoding.chooser import TokenChooser
+from playground.decoding.chooser import MAX_DRAFTS, TokenChooser
 from playground.decoding.prefix_cache import PrefixCache
 from playground.decoding.runner import ModelRunner
 from playground.decoding.stopping import StopCriteria
 from playground.types import GeneratedToken, PrefillToken, TokenEvent
 
-# The most tokens a lone row appends ahead of its logits (drafts and the tokens forced after them), and drafts.
+# The most tokens a lone row appends ahead of its logits (drafts and the tokens forced after them).
 MAX_CHAIN = 64
-MAX_DRAFTS = 8
 
 
 @dataclass
@@ -293,7 +292,7 @@ class Decode:
     def _append_forced(self, row: Row, drafting: bool = False) -> None:
         """The tokens the constraint forces after the row's last; `drafting` (alone), then a draft where the
         constraint leaves a choice, the tokens it forces after that, and so on, up to MAX_CHAIN tokens and MAX_DRAFTS
-        drafts; never two drafts in a row under the same mask (free text: its choices seldom repeat)."""
+        (chooser.py) drafts; never two drafts in a row under the same mask (free text: its choices seldom repeat)."""
         drafts, last_key = 0, None
         while True:
             limit = self.stopping.max_new_tokens - len(row.tokens) - len(row.unscored)

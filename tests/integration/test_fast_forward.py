@@ -150,3 +150,27 @@ def test_best_of_rows_do_not_draft(engine):
         grammar={"type": "json", "value": PEOPLE}, max_new_tokens=60, do_sample=True, best_of=2, seed=1
     )
     assert engine.generate(FOUR, params).timings.drafted == 0
+
+
+def test_a_refused_draft_in_free_text_before_a_fence_is_undone(engine, monkeypatch):
+    """A structural tag's free text ends at a stop lexeme, which llguidance cannot roll back through: a refused
+    draft returns to a copy of the matcher taken before it."""
+    from tests.integration.test_structural_tag import FENCE
+
+    tag = {k: v for k, v in FENCE.items() if k != "type"}
+    refused = 0
+    for seed in range(6):
+        params = GenerateParameters(
+            grammar={"type": "structural_tag", "value": tag},
+            max_new_tokens=60,
+            do_sample=True,
+            temperature=0.7,
+            seed=seed,
+        )
+        drafted = engine.generate(FOUR, params)
+        plain = _without_drafts(engine, monkeypatch, params)
+        assert [t.id for t in drafted.best.tokens] == [t.id for t in plain.best.tokens]
+        refused += drafted.timings.drafted - drafted.timings.drafts_kept
+        if refused:
+            break
+    assert refused

@@ -507,7 +507,7 @@ class Alternates(BitmaskProcessor):
     def _consume(self, tokens: list[int]) -> None:
         self.n += len(tokens)
 
-    def _rollback(self, count: int) -> None:
+    def _restore(self, snapshot, count: int) -> None:
         self.n -= count
 
     def _fill(self, out) -> None:

@@ -40,6 +40,7 @@ class BitmaskProcessor:
         self._bits: np.ndarray | None = None
         self._error: Exception | None = None  # what the engine raised catching up (raised to the row's call)
         self.prepared_s = 0.0  # CPU time of a mask `prepare` computed for this row (another thread's), unbilled
+        self._saved: list[tuple[int | None, Any]] = []  # (length, engine state) where drafts began
 
     # --- what an engine provides -------------------------------------------------------------
 
@@ -53,8 +54,12 @@ class BitmaskProcessor:
         """Write the allowed tokens into `out` (int32, `words` long)."""
         raise NotImplementedError
 
-    def _rollback(self, count: int) -> None:
-        """Undo the last `count` tokens consumed."""
+    def _snapshot(self) -> Any:
+        """The engine's state now, for `_restore` (by default nothing: `_restore` rolls back)."""
+        return None
+
+    def _restore(self, snapshot: Any, count: int) -> None:
+        """Back to `snapshot`, taken `count` tokens ago."""
         raise NotImplementedError
 
     @classmethod
@@ -82,13 +87,19 @@ class BitmaskProcessor:
         except Exception as exc:  # noqa: BLE001 - the engine's own types; the row's call raises it
             self._error = exc
 
+    def save(self, keep: int) -> None:
+        """Remember the engine's state at the row's length now (before a draft), for `rewind`; the last `keep`."""
+        self._saved.append((self._seen, self._snapshot()))
+        del self._saved[:-keep]
+
     def rewind(self, length: int) -> None:
-        """Back to the row's first `length` tokens (drafted tokens the model did not choose); never before the first
-        call's length."""
-        if self._seen is None or length >= self._seen or self._error is not None:
-            return
-        self._rollback(self._seen - length)
-        self._seen, self._bits = length, None
+        """Back to the row's first `length` tokens, a length `save` remembered (a draft the row did not choose)."""
+        saved = next((k for k, (seen, _) in enumerate(self._saved) if seen == length), None)
+        if saved is None or self._seen is None:
+            raise RuntimeError(f"no state saved at {length} tokens to rewind to")
+        self._restore(self._saved[saved][1], self._seen - length)
+        del self._saved[saved:]
+        self._seen, self._bits, self._error = length, None, None
 
     def key(self) -> bytes | None:
         """A digest of the last mask computed (None before one): rows that meet the same mask again look it up."""

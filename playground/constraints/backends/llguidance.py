@@ -125,9 +125,13 @@ class LLGuidanceProcessor(BitmaskProcessor):
             if not matcher.consume_token(token):
                 return
 
-    def _rollback(self, count: int) -> None:
-        if not self.ll_matchers[0].rollback(count):
-            raise RuntimeError(f"llguidance could not roll back {count} tokens")
+    def _snapshot(self) -> Any:
+        # a copy, not llguidance's rollback: that refuses grammars with max_tokens or stop lexemes (a structural
+        # tag's free text) and leaves the matcher in its error state
+        return self.ll_matchers[0].deep_copy()
+
+    def _restore(self, snapshot: Any, count: int) -> None:
+        self.ll_matchers[0] = snapshot
 
     def _fill(self, out: np.ndarray) -> None:
         self.ll_matchers[0].unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)

@@ -116,7 +116,7 @@ class XGrammarProcessor(BitmaskProcessor):
             if not self._matcher.is_terminated() and not self._matcher.accept_token(token):
                 raise RuntimeError(f"XGrammar matcher rejected token {token}")
 
-    def _rollback(self, count: int) -> None:
+    def _restore(self, snapshot: Any, count: int) -> None:
         self._matcher.rollback(count)
 
     def _fill(self, out: np.ndarray) -> None:
