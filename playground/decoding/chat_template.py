@@ -4,6 +4,7 @@ tools and past tool calls as the template itself writes them, when it writes the
 from __future__ import annotations
 
 import inspect
+import json
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
@@ -22,12 +23,26 @@ def message(m: ChatMessage) -> dict[str, Any]:
     out: dict[str, Any] = {"role": m.role, "content": m.text()}
     extra = m.model_extra or {}
     if m.role == "assistant" and extra.get("tool_calls"):
-        out["tool_calls"] = extra["tool_calls"]
+        out["tool_calls"] = [_with_object_arguments(call) for call in extra["tool_calls"]]
     for key in ("tool_call_id", "name"):
         value = extra.get(key) if key in extra else getattr(m, key, None)
         if m.role == "tool" and isinstance(value, str):
             out[key] = value
     return out
+
+
+def _with_object_arguments(call: Any) -> Any:
+    """A past call with its `arguments` as the object, not OpenAI's JSON text: templates write the arguments with
+    `tojson` (Llama 3.1, Mistral), which would quote the text as a string; as vLLM does, and transformers' docs
+    ask for. Arguments that are not JSON text stay as they are."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
+        return call
+    try:
+        arguments = json.loads(function["arguments"])
+    except ValueError:
+        return call
+    return {**call, "function": {**function, "arguments": arguments}}
 
 
 def tool_format(tokenizer: Any) -> str | None:

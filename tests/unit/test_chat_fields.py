@@ -13,7 +13,7 @@ from text_generation.types import Message
 
 from playground.decoding import chat_template, sampling
 from playground.errors import ParameterError
-from playground.types import GenerateParameters
+from playground.types import ChatMessage, GenerateParameters
 from playground.wire import chat_fields, completions, inbound, tools
 from playground.wire.controls import BY_NAME, carried_by
 
@@ -271,3 +271,19 @@ def test_each_control_the_chat_dialect_carries_reaches_chat_and_completions_alik
     chat = inbound.chat_parameters(_request(**fields), seed=1)
     completion = completions.parameters(completions.CompletionRequest(prompt="hi", **fields), seed=1)
     assert getattr(chat, name) == getattr(completion, name) == value
+
+
+def test_a_past_calls_arguments_reach_the_template_as_an_object() -> None:
+    """Templates write arguments with `tojson` (Llama 3.1): OpenAI's JSON text would come out as a quoted string."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    calls = [
+        {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
+        {"id": "b", "type": "function", "function": {"name": "get_time", "arguments": "{}"}},
+    ]
+    past = chat_template.message(ChatMessage(role="assistant", content=None, tool_calls=calls))
+    assert [c["function"]["arguments"] for c in past["tool_calls"]] == [{"city": "Oslo"}, {}]
+    assert calls[0]["function"]["arguments"] == '{"city": "Oslo"}'  # the request's own message is left as sent
+    llama = "{% for c in messages[0].tool_calls %}{{ c.function.arguments | tojson }}{% endfor %}"
+    rendered = render_jinja_template(conversations=[[past]], chat_template=llama)[0][0]
+    assert rendered.startswith('{"city": "Oslo"}')
