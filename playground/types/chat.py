@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 
 from playground.types.base import EngineName, Name, ResponseBody, StopText, Strict
 from playground.types.params import ProcessorSpec, Sampling
@@ -316,6 +325,28 @@ class ChatCompletionRequest(OpenAISampling):
     mm_processor_kwargs: Any = None
     add_special_tokens: Any = None
     return_tokens_as_token_ids: Any = None
+
+    _listed_bias: bool = PrivateAttr(default=False)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _tgi_logit_bias(cls, data: Any, handler: Any) -> ChatCompletionRequest:
+        """TGI's spec (and huggingface_hub's chat_completion) types logit_bias as a list of numbers, which names no
+        token and which TGI does not use: accepted and named in `warnings` (chat_fields), as TGI ignores it."""
+        bias = data.get("logit_bias") if isinstance(data, dict) else None
+        listed = isinstance(bias, list)
+        if listed:
+            if not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bias):
+                raise ValueError("logit_bias: a map of token ids to biases (or TGI's unused list of numbers)")
+            data = {key: value for key, value in data.items() if key != "logit_bias"}
+        req = handler(data)
+        req._listed_bias = listed
+        return req
+
+    @property
+    def listed_logit_bias(self) -> bool:
+        """logit_bias came as TGI's list (ignored)."""
+        return self._listed_bias
 
     @field_validator("messages")
     @classmethod

@@ -94,6 +94,8 @@ def warnings(req: ChatCompletionRequest) -> list[str]:
         container = getattr(req, part)
         if container is not None and option in container.model_fields_set:
             out.append(f"{part}.{option}: accepted and ignored ({why})")
+    if req.listed_logit_bias:
+        out.append("logit_bias: a list (TGI's form) names no token: accepted and ignored, as TGI does")
     if req.prompt_logprobs:
         out.append("prompt_logprobs: each position lists the prompt's own token, without alternatives")
     return out
