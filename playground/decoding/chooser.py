@@ -231,6 +231,7 @@ class TokenChooser:
         """Draft from now on (a lone row's decode, rows.py), where the row can undo a draft: fast-forward on, one
         constraint engine's bitmask and no reasoning gate."""
         single = len(self.processors) == 1 and isinstance(self.processors[0], BitmaskProcessor)
+        single = single and self.processors[0].rewinds
         if self.fast_forward and single and self.gate is None:
             self.drafts = {}
 
@@ -243,24 +244,24 @@ class TokenChooser:
         if self.drafts is None or self.pending is None or self.pending_key is None:
             return None
         token = self.drafts.get(self.pending_key)
-        if token is None or token in self.runner.eos_ids or not bool(self.pending[token]):
+        if token is None or token in self.runner.eos_ids or not self.processors[0].allows(token):
             return None
         drafted = (token, self.pending, self.pending_key)
         self.pending, self.pending_key = None, None
         self.processors[0].save(keep=MAX_DRAFTS)
         return drafted
 
-    def learn(self, key: bytes | None, token_id: int, step: sampling.StepScores, *, refused: bool = False) -> None:
-        """The row chose `token_id` where the mask's digest was `key`: its next draft for that mask. A draft costs
-        the forward every token appended after it when the row does not choose it: a sampling row drafts only what
-        it drew with a probability of at least DRAFT_MIN_P, and a mask whose draft was `refused` is not drafted at
+    def learn(self, key: bytes | None, token: GeneratedToken, *, refused: bool = False) -> None:
+        """The row chose `token` where the mask's digest was `key`: its next draft for that mask. A draft costs the
+        forward every token appended after it when the row does not choose it: a sampling row drafts only what it
+        drew with a probability of at least DRAFT_MIN_P, and a mask whose draft was `refused` is not drafted at
         again (the string's characters, a number's digits: they seldom repeat)."""
         if self.drafts is None or key is None or (key in self.drafts and self.drafts[key] is None):
             return
         if refused:
             self.drafts[key] = None
-        elif not self.sampling or float(step.logprobs[token_id]) >= DRAFT_MIN_LOGPROB:
-            self.drafts[key] = token_id
+        elif not self.sampling or (token.logprob is not None and token.logprob >= DRAFT_MIN_LOGPROB):
+            self.drafts[key] = token.id
         else:
             self.drafts.pop(key, None)
 

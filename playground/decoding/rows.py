@@ -66,7 +66,7 @@ class Row:
     fed: int = 0  # generated tokens already run through the model
     unscored: list[Forced] = field(default_factory=list)
     probe_owed: bool = False  # fast-forward's probe after the last token waits for the mask computed alongside
-    drafted: int = 0  # drafts run through the model
+    drafted: int = 0  # drafts checked against the row's choice there
     accepted: int = 0  # drafts the row chose
 
     @property
@@ -243,8 +243,8 @@ class Decode:
         """The row's choice appended (`key`: the digest of the mask it was chosen under; `refused`: in place of a
         draft); then fast-forward."""
         row = self.rows[index]
-        row.chooser.learn(key, token_id, step, refused=refused)
         token = row.chooser.record(token_id, self._append(row, token_id), step)
+        row.chooser.learn(key, token, refused=refused)
         row.chooser.mark(token, len(row.tokens))
         row.tokens.append(token)
         if row.chooser.fast_forward and row.finish_reason is None:
@@ -262,12 +262,14 @@ class Decode:
         before = self.prompt_ids + row.generated[: len(row.tokens)]
         step = row.chooser.step(self.runner.ids(before), raw, draft.text_before, allowed=draft.allowed)
         token_id = row.chooser.choose(step)
+        row.drafted += 1
         if token_id != draft.token_id:
             self._drop_unscored(row)
             return self._chosen(index, token_id, step, alone, draft.key, refused=True), False
         row.unscored.pop(0)
         row.accepted += 1
         token = row.chooser.record(token_id, draft.piece, step)
+        row.chooser.learn(draft.key, token)
         row.chooser.mark(token, len(row.tokens))
         row.tokens.append(token)
         return [self._event(index, row, token)], True
@@ -310,7 +312,6 @@ class Decode:
                 return
             token_id, allowed, last_key = drafted
             drafts += 1
-            row.drafted += 1
             self._append_unscored(row, token_id, allowed, last_key)
             if row.finish_reason is not None:
                 return

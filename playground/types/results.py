@@ -150,7 +150,7 @@ class Timings(BaseModel):
     time_to_first_token_s: float = 0.0
     total_s: float = 0.0
     tokens_per_s: float = 0.0
-    drafted: int = Field(default=0, description="Choices drafted ahead (fast-forward's drafts), all rows.")
+    drafted: int = Field(default=0, description="Drafts (fast-forward's) checked against the rows' choices.")
     drafts_kept: int = Field(default=0, description="Drafts the rows chose: their tokens cost no forward of their own.")
 
 

@@ -22,7 +22,12 @@ from playground.ui.theme import page_assets
 
 __all__ = ["create_ui", "page_assets", "UISettings"]
 
-STOP_JS = "(state, shown) => [state, document.querySelectorAll('#token-panel .tok[data-index]').length]"
+# The tokens on screen at the Stop's click (static/page.js counts them in the click's own task), else now.
+STOP_JS = """(state, shown) => {
+    const counted = window.pgStopShown;
+    window.pgStopShown = undefined;
+    return [state, counted ?? document.querySelectorAll('#token-panel .tok[data-index]').length];
+}"""
 
 
 def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.Blocks:

@@ -30,6 +30,8 @@ class BitmaskProcessor:
     reuses the mask. `allowed` gives the mask alone, for walks that need no scores.
     """
 
+    rewinds = False  # whether the engine can go back to a state `save` remembered (`_restore`)
+
     def __init__(self, vocab_size: int) -> None:
         self.words = (vocab_size + 31) // 32
         self.reset()
@@ -100,6 +102,10 @@ class BitmaskProcessor:
         self._restore(self._saved[saved][1], self._seen - length)
         del self._saved[saved:]
         self._seen, self._bits, self._error = length, None, None
+
+    def allows(self, token: int) -> bool:
+        """Whether the last mask computed allows `token` (read off the bitmask: no device tensor touched)."""
+        return self._bits is not None and bool((int(self._bits[token >> 5]) >> (token & 31)) & 1)
 
     def key(self) -> bytes | None:
         """A digest of the last mask computed (None before one): rows that meet the same mask again look it up."""

@@ -103,6 +103,8 @@ class LLGuidanceProcessor(BitmaskProcessor):
     decoder asks the matcher for forced tokens and errors, the debugger rebuilds it.
     """
 
+    rewinds = True
+
     def __init__(self, grammar: str, llg_tokenizer: Any) -> None:
         import llguidance
 

@@ -97,6 +97,8 @@ def _template(backend: Any, kind: str, text: str) -> Any:
 class XGrammarProcessor(BitmaskProcessor):
     """One row's xgrammar matcher, as Outlines' XGrammarLogitsProcessor drives it, over its bitmask."""
 
+    rewinds = True
+
     def __init__(self, compiled_grammar: Any) -> None:
         self.compiled_grammar = compiled_grammar
         super().__init__(compiled_grammar.tokenizer_info.vocab_size)

@@ -31,4 +31,10 @@
       }
     }, 0);
   });
+  // Stop: the answer keeps the tokens on screen at the click. Counted here, in the click's own task: Gradio runs
+  // the event's js later, after updates that arrived meanwhile (a screen behind the decode) may have drawn more.
+  document.addEventListener('click', (event) => {
+    if (!(event.target instanceof Element) || !event.target.closest('#stop-btn')) return;
+    window.pgStopShown = document.querySelectorAll('#token-panel .tok[data-index]').length;
+  }, true);
 })();
