@@ -31,8 +31,9 @@
       }
     }, 0);
   });
-  // Stop: the answer keeps the tokens on screen at the click. Counted here, in the click's own task: Gradio runs
-  // the event's js later, after updates that arrived meanwhile (a screen behind the decode) may have drawn more.
+  // Stop: the answer keeps the tokens on screen at the click. Counted here, in the click's own task: Gradio's
+  // dispatch awaits the inputs' state before it runs the event's js, and updates that arrive meanwhile (a screen
+  // behind the decode) may draw more tokens first.
   document.addEventListener('click', (event) => {
     if (!(event.target instanceof Element) || !event.target.closest('#stop-btn')) return;
     window.pgStopShown = document.querySelectorAll('#token-panel .tok[data-index]').length;
