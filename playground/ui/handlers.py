@@ -183,7 +183,10 @@ def _stream_answer(registry: Registry, state: ChatState, request: LastRequest, a
                 state.tokens.append(event.token)
                 answer["content"] = stopped.answer_text(state.tokens) or PENDING
                 tokens_html = render.tokens_html(state.tokens, state.mode, popovers=False)
-                yield Panels(state=state, chatbot=chatbot_value(state.messages, state.markdown), tokens=tokens_html)
+                # Stop stays live with every token, not only from the turn's first update (a stream's later updates
+                # repeat it at no cost: an output that does not change sends nothing)
+                chatbot = chatbot_value(state.messages, state.markdown)
+                yield Panels(state=state, chatbot=chatbot, tokens=tokens_html, running=True)
     finally:
         events.close()
 
