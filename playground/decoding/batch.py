@@ -17,15 +17,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers.cache_utils import DynamicLayer
 
-from playground.decoding.runner import ModelRunner
+from playground.decoding.runner import ModelRunner, plain_layers
 
 
 def can_batch(kv: Any) -> bool:
-    """Caches whose layers are plain growing key/value tensors (no sliding window, no recurrent state)."""
-    layers = getattr(kv, "layers", None)
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+    """Caches that can be padded into a batch: plain growing layers (runner.plain_layers)."""
+    return plain_layers(kv)
 
 
 class BatchCache:

@@ -95,8 +95,8 @@ class Decode:
     ) -> None:
         self.runner = runner
         self.rows = rows
-        for row in rows if drafts and len(rows) == 1 else []:  # best_of rows share the batch: one token a step
-            row.chooser.start_drafts()
+        if drafts and len(rows) == 1:  # best_of rows share the batch: one token a step
+            rows[0].chooser.start_drafts()
         self.prompt_ids = prompt_ids
         self.stopping = stopping
         self.prefill_details = prefill_details

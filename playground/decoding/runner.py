@@ -111,11 +111,16 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
+def plain_layers(kv: Any) -> bool:
+    """Caches whose layers are plain growing key/value tensors (no sliding window, no recurrent state)."""
+    layers = getattr(kv, "layers", None)
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
 def _plain_cache(config: Any) -> bool:
-    """Whether the model's KV cache is full-attention layers only, whose last positions a crop drops (a draft the
-    row did not choose); a sliding window's layer may no longer hold what a crop would have to give back."""
+    """Whether the model's KV cache will be plain layers, whose last positions a crop drops (a draft the row did
+    not choose); a sliding window's layer may no longer hold what a crop would have to give back."""
     try:
-        layers = DynamicCache(config=config).layers
+        return plain_layers(DynamicCache(config=config))
     except Exception:  # noqa: BLE001 - a config transformers cannot build a cache from: no drafts
         return False
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
