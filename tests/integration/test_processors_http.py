@@ -1,4 +1,7 @@
-"""A plugin's processor over HTTP: loaded by --custom-modules or by its entry point, used by both bodies."""
+"""A plugin's processor over HTTP, loaded by its entry point (no flag), used by both bodies.
+
+`--custom-modules` through a live server is shown by test_admission.py and test_health_stall.py (their gate plugin).
+"""
 
 from __future__ import annotations
 
@@ -15,10 +18,11 @@ PROMPT = "Count from 1 to 20 with digits: 1, 2, 3,"
 
 @pytest.fixture(scope="module")
 def plugin_server(start_module_server) -> str:
-    return start_module_server("--custom-modules", "sp_example_plugin", env={"PYTHONPATH": PLUGIN_PATH})
+    """The plugin is installed (its dist-info on the path), and no flag names it."""
+    return start_module_server("--no-ui", env={"PYTHONPATH": PLUGIN_PATH})
 
 
-def test_info_lists_the_plugin(plugin_server):
+def test_the_entry_point_loads_without_the_flag(plugin_server):
     names = {p["name"] for p in httpx.get(f"{plugin_server}/info").json()["processors"]}
     assert {"no_digits", "ban_strings", "max_whitespace"} <= names
 
@@ -53,9 +57,3 @@ def test_bad_params_and_unknown_names_are_422(plugin_server):
         f"{plugin_server}/generate", json={"inputs": "hi", "parameters": {"logits_processors": [{"name": "nope"}]}}
     )
     assert unknown.status_code == 422 and "nope" in unknown.json()["error"] and "no_digits" in unknown.json()["error"]
-
-
-def test_the_entry_point_loads_without_the_flag(start_server):
-    url = start_server(env={"PYTHONPATH": PLUGIN_PATH})
-    names = {p["name"] for p in httpx.get(f"{url}/info").json()["processors"]}
-    assert "no_digits" in names
