@@ -87,6 +87,16 @@ class _Output:
             self.event("response.content_part.added", item_id=item_id, **at, content_index=0, part=part),
         ]
 
+    def so_far(self) -> list[dict[str, Any]]:
+        """The items announced so far, as a failed Response lists them: their text until the failure."""
+        items = []
+        for item_id, text in self.texts.items():
+            if item_id == self.ids["rs"]:
+                items.append(responses.reasoning_item(item_id, text))
+            else:
+                items.append(responses.message_item(item_id, text, None, "incomplete"))
+        return items
+
     def finish(self, final: dict[str, Any]) -> list[str]:
         """Every item of the final Response not finished yet, announcing any that sent no text (an empty answer)."""
         sent: list[str] = []
@@ -125,7 +135,7 @@ async def _events(
     created: int,
 ) -> AsyncIterator[str]:
     """The Responses stream: `event:` and `data:` per event, numbered; an error ends it with `error`, then
-    `response.failed`. A client that leaves stops the decode."""
+    `response.failed` listing the items announced, cut where the error came. A client that leaves stops the decode."""
     numbers = itertools.count()
 
     def event(kind: str, **fields: Any) -> str:
@@ -156,9 +166,11 @@ async def _events(
             completion = chat.completion_response(model_id, [result], chat_req, fmt)
             final = responses.response_body(body, ids, model_id, completion, created_at=created)
     except Exception as exc:  # noqa: BLE001 - after the start, an error is the stream's last events
-        _, message, error_type, param = stream_failure(exc)
-        yield event("error", code=error_type, message=message, param=param)
-        failed = {**shell, "status": "failed", "error": {"code": error_type, "message": message}}
+        status, message, error_type, param = stream_failure(exc)
+        yield event("error", code=error_type, message=message, param=param)  # `code` free text here: ours
+        # the Response's own `error.code` is one of OpenAI's codes, the nearest; the `error` event above names ours
+        error = {"code": "rate_limit_exceeded" if status == 429 else "server_error", "message": message}
+        failed = {**shell, "status": "failed", "output": output.so_far(), "error": error}
         yield event("response.failed", response=failed)
         return
     finally:

@@ -66,6 +66,9 @@ class Reasoning(Request):
     effort: ReasoningEffort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
+    # Which past reasoning items the prompt shows: here only the current turn's (see SKIPPED); "all_turns" is refused.
+    context: Literal["auto", "current_turn", "all_turns"] | None = None
+    mode: Name | None = None
 
 
 class ResponsesRequest(Request, Sampling):
@@ -116,6 +119,8 @@ class ResponsesRequest(Request, Sampling):
             notes.append("text.verbosity: accepted and ignored (the model has no verbosity setting)")
         if self.reasoning and (self.reasoning.summary or self.reasoning.generate_summary):
             notes.append("reasoning.summary: accepted and ignored (the reasoning comes whole, as a reasoning item)")
+        if self.reasoning and self.reasoning.mode not in (None, "standard"):
+            notes.append("reasoning.mode: accepted and ignored (one execution mode here: standard)")
         return notes
 
     def logprobs(self) -> bool:
@@ -161,6 +166,12 @@ def _refuse_what_this_server_cannot_keep(req: ResponsesRequest) -> None:
     for name, why in refused.items():
         if getattr(req, name):
             raise ParameterError(f"{name}: not supported here ({why})", field=name)
+    if req.reasoning and req.reasoning.context == "all_turns":
+        raise ParameterError(
+            "reasoning.context: 'all_turns' is not supported here (past turns' reasoning items are left out of the "
+            "prompt, as chat templates leave them out: 'current_turn')",
+            field="reasoning.context",
+        )
     if req.tool_choice not in (None, "none", "auto"):
         raise ParameterError("tool_choice: only 'none' or 'auto' without tools here", field="tool_choice")
 
@@ -268,7 +279,7 @@ def response_body(
         "output": [],
         "parallel_tool_calls": req.parallel_tool_calls is not False,
         "previous_response_id": None,
-        "reasoning": {"effort": req.reasoning.effort if req.reasoning else None, "summary": None},
+        "reasoning": _reasoning(req),
         "store": False,
         "temperature": req.temperature,
         "text": {"format": _echoed(fmt)},
@@ -307,6 +318,16 @@ def message_item(item_id: str, text: str, logprobs: list[dict[str, Any]] | None,
     if logprobs is not None:
         part["logprobs"] = logprobs
     return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": [part]}
+
+
+def _reasoning(req: ResponsesRequest) -> dict[str, Any]:
+    """The reasoning settings as used: the effort asked; the context and mode in effect where the request named them."""
+    used: dict[str, Any] = {"effort": req.reasoning.effort if req.reasoning else None, "summary": None}
+    if req.reasoning and req.reasoning.context:
+        used["context"] = "current_turn"
+    if req.reasoning and req.reasoning.mode:
+        used["mode"] = "standard"
+    return used
 
 
 def reasoning_item(item_id: str, text: str) -> dict[str, Any]:

@@ -154,6 +154,13 @@ def test_responses_name_what_they_accept_and_ignore(client: TestClient) -> None:
     body = {"input": "hi", "text": {"verbosity": "low"}, "reasoning": {"summary": "auto"}, "metadata": {"a": "b"}}
     warnings = client.post("/v1/responses", json=body).json()["warnings"]
     assert [w.split(":")[0] for w in warnings] == ["metadata", "text.verbosity", "reasoning.summary"]
+    # the SDK's newer reasoning fields: the context this server uses is the current turn's, one mode
+    body = client.post("/v1/responses", json={"input": "hi", "reasoning": {"context": "auto", "mode": "pro"}}).json()
+    assert body["reasoning"] == {"effort": None, "summary": None, "context": "current_turn", "mode": "standard"}
+    assert [w.split(":")[0] for w in body["warnings"]] == ["reasoning.mode"]
+    reply = client.post("/v1/responses", json={"input": "hi", "reasoning": {"context": "all_turns"}})
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "reasoning.context"
+    assert "'all_turns' is not supported here" in reply.json()["error"]["message"]
 
 
 def test_responses_echo_a_schema_s_name_count_the_instructions_and_stamp_their_times(client: TestClient) -> None:

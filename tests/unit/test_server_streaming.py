@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from openai.types.responses import ResponseFailedEvent
 
 from playground.errors import ConstraintError, ProcessorError
 from playground.providers.base import Capabilities
@@ -280,4 +281,7 @@ def test_a_responses_stream_that_fails_ends_with_error_then_failed() -> None:
     ]
     assert [e["type"] for e in events] == kinds and [e["sequence_number"] for e in events] == list(range(7))
     assert events[5]["code"] == "processor" and events[5]["message"] == "processor 'boom' failed: ValueError: no"
-    assert events[6]["response"]["status"] == "failed" and events[6]["response"]["error"]["code"] == "processor"
+    failed = ResponseFailedEvent.model_validate(events[6]).response  # OpenAI's types, checked: codes are theirs
+    assert failed.status == "failed" and failed.error.code == "server_error"
+    assert failed.error.message == "processor 'boom' failed: ValueError: no"
+    assert [(item.id, item.status, item.content[0].text) for item in failed.output] == [("msg_1", "incomplete", "a")]
