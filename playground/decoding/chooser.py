@@ -28,7 +28,7 @@ from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.decoding import sampling
 from playground.decoding.reasoning import ReasoningGate
 from playground.decoding.row_budget import RowBudget, walked
-from playground.decoding.runner import ModelRunner
+from playground.decoding.runner import ModelRunner, RowIds
 from playground.errors import UnenforcedKeywordError
 from playground.types import GeneratedToken, GenerateParameters
 
@@ -78,6 +78,7 @@ class TokenChooser:
         self.gate_stopped = False  # the EOS gate gave up on this row (a verdict past its step budget)
         self.warnings: list[str] = []  # this row's, for the result's warnings
         self.masks_only = all(isinstance(p, BitmaskProcessor) for p in processors)  # they only put tokens at -inf
+        self.row_ids = RowIds(runner.device)  # the row's ids as a tensor, for its steps and probes
 
     def step(
         self,
@@ -219,7 +220,7 @@ class TokenChooser:
         ids = list(ids)
         while True:
             with self.budget.step("probing the tokens the constraint forces"):
-                allowed = self.allowed(self.runner.ids(ids))
+                allowed = self.allowed(self.row_ids(ids))
                 token = self._forced_token(allowed) if len(out) < limit else None
             if token is None:
                 self.pending, self.pending_key = allowed, self._key()
@@ -292,7 +293,7 @@ class TokenChooser:
         for k, token_id in enumerate(token_ids):
             walked()
             scores = torch.zeros(self.runner.vocab_size, device=self.runner.device)
-            if not torch.isfinite(self.mask(self.runner.ids(ids), scores)[token_id]):
+            if not torch.isfinite(self.mask(self.row_ids(ids), scores)[token_id]):
                 return k
             ids.append(token_id)
         return None

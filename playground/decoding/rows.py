@@ -228,7 +228,7 @@ class Decode:
             return []
         before = self.prompt_ids + row.generated
         key = row.chooser.pending_key
-        step = row.chooser.step(self.runner.ids(before), raw, row.text)
+        step = row.chooser.step(row.chooser.row_ids(before), raw, row.text)
         return self._chosen(index, row.chooser.choose(step), step, alone, key)
 
     def _chosen(
@@ -260,7 +260,7 @@ class Decode:
         row = self.rows[index]
         draft = row.unscored[0]
         before = self.prompt_ids + row.generated[: len(row.tokens)]
-        step = row.chooser.step(self.runner.ids(before), raw, draft.text_before, allowed=draft.allowed)
+        step = row.chooser.step(row.chooser.row_ids(before), raw, draft.text_before, allowed=draft.allowed)
         token_id = row.chooser.choose(step)
         row.drafted += 1
         if token_id != draft.token_id:
@@ -327,7 +327,7 @@ class Decode:
         row = self.rows[index]
         forced = row.unscored.pop(0)
         before = self.prompt_ids + row.generated[: len(row.tokens)]
-        step = row.chooser.step(self.runner.ids(before), raw, forced.text_before, allowed=forced.allowed)
+        step = row.chooser.step(row.chooser.row_ids(before), raw, forced.text_before, allowed=forced.allowed)
         token = row.chooser.record(forced.token_id, forced.piece, step, forced=True)
         row.chooser.mark(token, len(row.tokens))
         row.tokens.append(token)

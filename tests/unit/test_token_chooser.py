@@ -11,6 +11,7 @@ import torch
 from playground.constraints import Constraint
 from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.decoding.chooser import TokenChooser
+from playground.decoding.runner import RowIds
 from playground.errors import ParameterError
 from playground.types import GenerateParameters
 
@@ -149,3 +150,23 @@ def test_a_mask_that_allows_nothing_is_said_so() -> None:
     assert scores.mass_kept == 0.0
     with pytest.raises(ParameterError, match="every token was masked out"):
         chooser.choose(scores)
+
+
+def test_row_ids_are_the_ids_as_a_tensor_and_an_extension_writes_only_what_is_new() -> None:
+    row_ids = RowIds(torch.device("cpu"))
+    calls = [
+        list(range(100)),  # the first call: a buffer with room
+        list(range(102)),  # a step later: two more
+        list(range(101)),  # a draft undone: a shorter row
+        [*range(101), 7, 8],  # and on, with other tokens than the buffer held past the shorter row
+        [*range(50), 9],  # another row altogether (no prefix of what is held)
+        list(range(500)),  # past the buffer's room: a larger one, the ids held copied
+        [],
+    ]
+    for ids in calls:
+        got = row_ids(ids)
+        assert got.dtype == torch.long and got.shape == (1, len(ids)) and got.tolist() == [ids]
+    row_ids(list(range(10)))
+    first = row_ids(list(range(20)))
+    second = row_ids(list(range(21)))
+    assert second.data_ptr() == first.data_ptr()  # a view of the same buffer, not a new tensor of the whole row
