@@ -57,6 +57,7 @@ class _Output:
         self.ids, self.event = ids, event
         self.opened: dict[str, int] = {}  # item id -> output index
         self.texts: dict[str, str] = {}
+        self.logprobs: dict[str, list[dict[str, Any]]] = {}  # the message's, where they were asked for
         self.done: set[str] = set()
 
     def text(self, kind: str, delta: str, logprobs: list[dict[str, Any]] | None = None) -> list[str]:
@@ -67,6 +68,8 @@ class _Output:
             reasoning = responses.reasoning_item(self.ids["rs"], self.texts[self.ids["rs"]])
             sent = [*self._finish(reasoning), *sent]
         self.texts[item_id] += delta
+        if logprobs:
+            self.logprobs.setdefault(item_id, []).extend(logprobs)
         where = {"item_id": item_id, "output_index": self.opened[item_id], "content_index": 0}
         if kind == "rs":
             return [*sent, self.event("response.reasoning_text.delta", **where, delta=delta)]
@@ -88,13 +91,15 @@ class _Output:
         ]
 
     def so_far(self) -> list[dict[str, Any]]:
-        """The items announced so far, as a failed Response lists them: their text until the failure."""
+        """The items announced so far, as a failed Response lists them: their text (and logprobs) until the failure,
+        `incomplete` where the failure cut them."""
         items = []
         for item_id, text in self.texts.items():
             if item_id == self.ids["rs"]:
-                items.append(responses.reasoning_item(item_id, text))
+                status = "completed" if item_id in self.done else "incomplete"
+                items.append({**responses.reasoning_item(item_id, text), "status": status})
             else:
-                items.append(responses.message_item(item_id, text, None, "incomplete"))
+                items.append(responses.message_item(item_id, text, self.logprobs.get(item_id), "incomplete"))
         return items
 
     def finish(self, final: dict[str, Any]) -> list[str]:

@@ -9,7 +9,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from openai.types.responses import ResponseFailedEvent
+from openai.types.responses import ResponseFailedEvent, ResponseOutputItem
+from pydantic import TypeAdapter
 
 from playground.errors import ConstraintError, ProcessorError
 from playground.providers.base import Capabilities
@@ -285,3 +286,17 @@ def test_a_responses_stream_that_fails_ends_with_error_then_failed() -> None:
     assert failed.status == "failed" and failed.error.code == "server_error"
     assert failed.error.message == "processor 'boom' failed: ValueError: no"
     assert [(item.id, item.status, item.content[0].text) for item in failed.output] == [("msg_1", "incomplete", "a")]
+
+
+def test_a_failed_response_lists_the_reasoning_and_the_message_as_far_as_they_came() -> None:
+    output = responses_route._Output({"resp": "resp_1", "rs": "rs_1", "msg": "msg_1"}, lambda kind, **_: kind)
+    output.text("rs", "Let me think")
+    assert [(item["id"], item["status"]) for item in output.so_far()] == [("rs_1", "incomplete")]
+    top = {"token": "4", "logprob": -0.1, "bytes": [52], "top_logprobs": []}
+    output.text("msg", "4", [top])  # the message starts: the reasoning is done
+    items = [
+        TypeAdapter(ResponseOutputItem).validate_python(item) for item in output.so_far()
+    ]  # OpenAI's types, checked
+    assert [(item.id, item.status) for item in items] == [("rs_1", "completed"), ("msg_1", "incomplete")]
+    assert items[0].content[0].text == "Let me think" and items[1].content[0].text == "4"
+    assert items[1].content[0].logprobs[0].logprob == -0.1
