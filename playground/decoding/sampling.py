@@ -143,8 +143,9 @@ def apply_row_processors(processors: list[Processor], input_ids: torch.Tensor, s
         return _apply(processors, input_ids, scores)
     # Outlines' processors change the scores in place, and their bitmask kernels are torch.compile'd:
     # compiling costs seconds on the first request of a process, while eager runs them as fast at this size.
+    # A processor of a plugin's may write into what it is given: the row's ids are a view of its buffer (RowIds).
     with torch._dynamo.config.patch(disable=True):
-        return _apply(processors, input_ids, scores.clone())
+        return _apply(processors, input_ids.clone(), scores.clone())
 
 
 def finite(values: torch.Tensor) -> torch.Tensor:

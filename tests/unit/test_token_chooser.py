@@ -170,3 +170,13 @@ def test_row_ids_are_the_ids_as_a_tensor_and_an_extension_writes_only_what_is_ne
     first = row_ids(list(range(20)))
     second = row_ids(list(range(21)))
     assert second.data_ptr() == first.data_ptr()  # a view of the same buffer, not a new tensor of the whole row
+
+
+def test_a_processor_that_writes_into_its_ids_leaves_the_row_s_ids_as_they_were() -> None:
+    def scribbles(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        input_ids.zero_()  # a plugin's may: it is handed its own copy
+        return scores
+
+    chooser = TokenChooser(runner(), GenerateParameters(), [scribbles], Constraint("none"), len(PROMPT))
+    chooser.step(chooser.row_ids([*PROMPT, 3]), LOGITS.clone(), text="")
+    assert chooser.row_ids([*PROMPT, 3, 4]).tolist() == [[*PROMPT, 3, 4]]
