@@ -64,7 +64,7 @@ def masks(
     for k in range(len(token_ids) + 1):
         row_budget.walked()
         with torch.inference_mode():
-            allowed = chooser.allowed(runner.ids(ids)).cpu()
+            allowed = chooser.allowed(chooser.row_ids(ids)).cpu()
             eos = [t for t in runner.eos_ids if t < allowed.shape[0] and bool(allowed[t])]
             text = engine.tokenizer.decode(token_ids[:k], skip_special_tokens=True) if eos else ""
             gated = chooser.eos_refused(eos, text)
