@@ -119,9 +119,11 @@ class RowIds:
         else:
             if ids[:held] != self._held:  # another row's ids, or the row undid a token held: write them all
                 self._held, held = [], 0
-            if len(ids) > self._buffer.shape[1]:
+            # a buffer made under inference mode takes no writes outside it (a decode resumed on another thread)
+            outside = self._buffer.is_inference() and not torch.is_inference_mode_enabled()
+            if outside or len(ids) > self._buffer.shape[1]:
                 grown = torch.empty((1, max(2 * len(ids), 64)), dtype=torch.long, device=self._buffer.device)
-                grown[:, :held] = self._buffer[:, :held]
+                grown[:, :held] = self._buffer[:, :held]  # (reading an inference tensor is allowed anywhere)
                 self._buffer = grown
             new = ids[held:]
             self._buffer[0, held : len(ids)] = torch.tensor(new, dtype=torch.long)

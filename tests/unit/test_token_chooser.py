@@ -170,6 +170,10 @@ def test_row_ids_are_the_ids_as_a_tensor_and_an_extension_writes_only_what_is_ne
     first = row_ids(list(range(20)))
     second = row_ids(list(range(21)))
     assert second.data_ptr() == first.data_ptr()  # a view of the same buffer, not a new tensor of the whole row
+    stepped = RowIds(torch.device("cpu"))
+    with torch.inference_mode():  # a buffer made in a step (the scheduler's), then a call outside one
+        stepped(list(range(30)))
+    assert stepped(list(range(31))).tolist() == [list(range(31))]
 
 
 def test_a_processor_that_writes_into_its_ids_leaves_the_row_s_ids_as_they_were() -> None:
