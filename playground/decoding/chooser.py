@@ -28,7 +28,7 @@ from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.decoding import sampling
 from playground.decoding.reasoning import ReasoningGate
 from playground.decoding.row_budget import RowBudget, walked
-from playground.decoding.runner import ModelRunner, RowIds
+from playground.decoding.runner import ModelRunner, RowIds, RowText
 from playground.errors import UnenforcedKeywordError
 from playground.types import GeneratedToken, GenerateParameters
 
@@ -79,6 +79,7 @@ class TokenChooser:
         self.warnings: list[str] = []  # this row's, for the result's warnings
         self.masks_only = all(isinstance(p, BitmaskProcessor) for p in processors)  # they only put tokens at -inf
         self.row_ids = RowIds(runner.device)  # the row's ids as a tensor, for its steps and probes
+        self._text = RowText(self._whole_text, runner.text_joins)  # the row's text, decoded as its tokens arrive
 
     def step(
         self,
@@ -133,7 +134,11 @@ class TokenChooser:
 
     def decode(self, ids: list[int]) -> str:
         """The row's text (a tool-call envelope's markup kept); a thinking model's keeps its reasoning delimiters even
-        when they are special tokens."""
+        when they are special tokens. Called with the row's ids as they grow, it decodes only the new ones where
+        the tokenizer allows (runner.RowText)."""
+        return self._text(ids)
+
+    def _whole_text(self, ids: list[int]) -> str:
         if self.gate is not None:
             return self.gate.plan.decode(ids, self.runner.text)
         return self.runner.text(ids)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+import random
 import time
 
 import jsonschema
@@ -12,6 +13,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from playground.constraints import Constraint
+from playground.decoding.runner import RowText
 from playground.errors import (
     CompileTimeoutError,
     InvalidConstraintError,
@@ -357,6 +359,23 @@ def test_streamed_pieces_add_up_when_characters_span_tokens(engine):
     text = "".join(e.token.text for e in tokens if not e.token.special)
     assert "\ufffd" not in text
     assert final.generated_text.startswith(text) and len(final.generated_text) - len(text) <= 1
+
+
+def test_a_row_s_text_decoded_as_it_grows_is_the_whole_row_s_text(engine):
+    """The embedded tokenizer's text joins (runner.RowText decodes a row's new tokens only): ids from across its
+    vocabulary, half of them bytes of split characters, with special tokens and drafts undone, give the whole
+    row's text at every token."""
+    runner = engine.runner
+    assert runner.text_joins
+    split = [i for i in range(runner.vocab_size) if "\ufffd" in runner.token_text(i)]
+    special = sorted(runner.special_ids)
+    text, rng, ids = RowText(runner.text, runner.text_joins), random.Random(3), []
+    for _ in range(500):
+        if ids and rng.random() < 0.1:
+            del ids[len(ids) - rng.randint(1, min(3, len(ids))) :]
+        pool = rng.choice((split, special, range(runner.vocab_size)))
+        ids.append(rng.choice(pool))
+        assert text(ids) == runner.text(ids)
 
 
 def test_a_character_cut_by_the_token_limit_streams_as_the_text_ends(engine):

@@ -24,7 +24,7 @@ def _allowed(*ids: int) -> torch.Tensor:
 
 def _chooser(constraint: Constraint, *allowed: int) -> TokenChooser:
     """A chooser whose mask (standing in for an engine's) allows exactly `allowed`."""
-    runner = SimpleNamespace(vocab_size=VOCAB, device=torch.device("cpu"), eos_ids={EOS})
+    runner = SimpleNamespace(vocab_size=VOCAB, device=torch.device("cpu"), eos_ids={EOS}, text_joins=False)
     mask = lambda ids, scores: scores + _allowed(*allowed)  # noqa: E731
     return TokenChooser(runner, GenerateParameters(), [mask], constraint, prompt_length=1)
 

@@ -30,6 +30,7 @@ def runner() -> SimpleNamespace:
         special_ids={EOS},
         token_text=lambda i: f"t{i}",
         ids=lambda ids: torch.tensor([ids]),
+        text_joins=False,
     )
 
 
