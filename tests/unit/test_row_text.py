@@ -10,6 +10,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from playground.decoding.reasoning import ReasoningFormat, ReasoningPlan
 from playground.decoding.runner import RowText, _text_joins
 
 CORPUS = [
@@ -82,6 +83,35 @@ def test_a_text_that_ends_in_a_written_replacement_character_stays_exact(byte_le
         assert text(ids) == byte_level.decode(ids, skip_special_tokens=True)
 
 
+def test_kept_markup_and_a_thinking_model_s_delimiters_join_too() -> None:
+    """Tokens decoded as they are (an added `<tool_call>`, special tokens the text keeps) cut the bytes around them
+    in the whole row's text as well: a tool call's markup (skip_special_tokens=False, as runner.text keeps it) and
+    a reasoning plan's delimiters (kept even where special) give the whole row's text at every token."""
+    tokenizer = trained(pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel())
+    tokenizer.add_tokens(["<tool_call>"])
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<think>", "</think>"]})
+    marks = [tokenizer.convert_tokens_to_ids(t) for t in ("<tool_call>", "<think>", "</think>")]
+    plan = ReasoningPlan(
+        ReasoningFormat("test", "<think>", "</think>"),
+        tokenizer,
+        [],
+        [],
+        None,
+        False,
+        False,
+        keep={marks[1]: "<think>", marks[2]: "</think>"},
+    )
+    kept = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+    for decode in (kept, plan.decode):
+        text, rng, ids = RowText(decode, joins=True), random.Random(11), []
+        for _ in range(400):
+            if ids and rng.random() < 0.15:
+                del ids[len(ids) - rng.randint(1, min(4, len(ids))) :]
+            ids.append(rng.choice(marks) if rng.random() < 0.15 else rng.randrange(len(tokenizer) - 3))
+            assert text(ids) == decode(ids)
+        assert set(marks) <= set(ids)
+
+
 def test_tokenizers_whose_text_does_not_join_decode_the_whole_row() -> None:
     metaspace = trained(pre_tokenizers.Metaspace(), decoders.Metaspace())  # SentencePiece: a first space dropped
     ids = metaspace("hello world again", add_special_tokens=False).input_ids
@@ -102,6 +132,12 @@ def test_tokenizers_whose_text_does_not_join_decode_the_whole_row() -> None:
         clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output=True,
     )
     assert not _text_joins(cleaned)  # " ," -> "," across two tokens
+    # transformers leaves a BPE model's text uncleaned unless told otherwise (Llama 3's config asks for a clean-up)
+    uncleaned = trained(
+        pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel(), clean_up_tokenization_spaces=True
+    )
+    assert _text_joins(uncleaned)
+    assert uncleaned.decode(uncleaned("a , b .", add_special_tokens=False).input_ids) == "a , b ."
 
     class Own(PreTrainedTokenizerFast):
         def _decode(self, *args, **kwargs) -> str:
