@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from playground.decoding.runner import RowText, text_joins
 from playground.errors import ModelError, ParameterError
 from playground.types import GeneratedToken, GenerateParameters, ReasoningSpan, segment_figures
 
@@ -240,8 +241,9 @@ class ReasoningGate:
 
     def replay(self, ids: list[int]) -> int:
         """Walk a prefix of the row as decoding would have (the next-token view); where its answer starts."""
+        text = RowText(self.plan.decode, text_joins(self.plan.tokenizer))  # each token's text, not the whole prefix's
         for k, token_id in enumerate(ids):
-            self.advance(token_id, self.plan.decode(ids[: k + 1]))
+            self.advance(token_id, text(ids[: k + 1]))
         return self.answer_token if self.answer_token is not None else len(ids)
 
     def text(self, full: str) -> str:

@@ -43,7 +43,7 @@ class ModelRunner:
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
         self._token_text: dict[int, str] = {}
-        self.text_joins = _text_joins(self.tokenizer)
+        self.text_joins = text_joins(self.tokenizer)
         # transformers 5 renamed the KV cache argument and output from past_key_values to cache.
         self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         self._lean_step = LlamaStep.for_model(self.model)
@@ -140,7 +140,7 @@ class RowText:
 
     Decoding the whole row every token costs O(answer) for each row and token (with the embedded tokenizer ~0.08 ms
     at 500 tokens of text, 0.4 ms at 2,000). Where the tokenizer's text of ids is the text of any first part that
-    ends on a whole character followed by the rest's (`joins`: see `_text_joins`), a call decodes only the ids
+    ends on a whole character followed by the rest's (`joins`: see `text_joins`), a call decodes only the ids
     since the last such point; elsewhere it decodes the whole row, as before. A shorter row (a draft undone) or
     another row's ids go back to the last point they share with what is held.
     """
@@ -183,7 +183,7 @@ class RowText:
         self._text = self._text[:chars]
 
 
-def _text_joins(tokenizer: Any) -> bool:
+def text_joins(tokenizer: Any) -> bool:
     """Whether the tokenizer's text of ids is its text of a first part that ends on a whole character followed by
     its text of the rest: a byte-level decoder (GPT-2's, Llama 3's, Qwen's, SmolLM's) joins the tokens' bytes
     and reads them as UTF-8, so such a point starts afresh. SentencePiece's decoders drop the first token's

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerFast
 
 from playground.decoding.reasoning import ReasoningFormat, ReasoningPlan
-from playground.decoding.runner import RowText, _text_joins
+from playground.decoding.runner import RowText, text_joins
 
 CORPUS = [
     'Hello world, café au lait. Ünïcödé and 中文字符 and emoji 😀🎉 in JSON: {"name": "Zoë", "ok": true}',
@@ -48,7 +48,7 @@ def whole(tokenizer):
 
 
 def test_a_byte_level_row_decodes_only_its_new_tokens_and_matches_the_whole_text(byte_level) -> None:
-    assert _text_joins(byte_level)
+    assert text_joins(byte_level)
     decode, calls = whole(byte_level)
     text = RowText(decode, joins=True)
     rng = random.Random(7)
@@ -117,7 +117,7 @@ def test_tokenizers_whose_text_does_not_join_decode_the_whole_row() -> None:
     ids = metaspace("hello world again", add_special_tokens=False).input_ids
     k = next(k for k in range(1, len(ids)) if metaspace.convert_ids_to_tokens(ids[k]).startswith("\u2581"))
     assert metaspace.decode(ids[:k]) + metaspace.decode(ids[k:]) != metaspace.decode(ids)  # " world" lost its space
-    assert not _text_joins(metaspace)
+    assert not text_joins(metaspace)
     decode, calls = whole(metaspace)
     text = RowText(decode, joins=False)
     for n in range(1, len(ids) + 1):
@@ -131,12 +131,12 @@ def test_tokenizers_whose_text_does_not_join_decode_the_whole_row() -> None:
         clean_up_tokenization_spaces=True,
         clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output=True,
     )
-    assert not _text_joins(cleaned)  # " ," -> "," across two tokens
+    assert not text_joins(cleaned)  # " ," -> "," across two tokens
     # transformers leaves a BPE model's text uncleaned unless told otherwise (Llama 3's config asks for a clean-up)
     uncleaned = trained(
         pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel(), clean_up_tokenization_spaces=True
     )
-    assert _text_joins(uncleaned)
+    assert text_joins(uncleaned)
     assert uncleaned.decode(uncleaned("a , b .", add_special_tokens=False).input_ids) == "a , b ."
 
     class Own(PreTrainedTokenizerFast):
@@ -144,4 +144,4 @@ def test_tokenizers_whose_text_does_not_join_decode_the_whole_row() -> None:
             return super()._decode(*args, **kwargs).strip()
 
     own = Own(tokenizer_object=trained(pre_tokenizers.ByteLevel(), decoders.ByteLevel()).backend_tokenizer)
-    assert not _text_joins(own)
+    assert not text_joins(own)
