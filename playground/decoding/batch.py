@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from playground.decoding.runner import ModelRunner, plain_layers
+from playground.models import llama_step
 
 
 def can_batch(kv: Any) -> bool:
@@ -126,7 +127,7 @@ class BatchCache:
         self.mask = self.mask[:, :-count]
         self.positions = self.positions - count
         for layer in self.kv.layers:
-            layer.crop(-count)
+            llama_step.crop(layer, count)
 
     def forward(self, tokens: list[list[int]]) -> list[torch.Tensor]:
         """Run each row's new tokens (one or more per row); each row's logits at its new positions."""

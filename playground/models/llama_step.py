@@ -150,6 +150,21 @@ def _append(layer: DynamicLayer, k: torch.Tensor, v: torch.Tensor) -> tuple[torc
     return layer.keys, layer.values
 
 
+def crop(layer: DynamicLayer, count: int) -> None:
+    """`layer.crop(-count)`: a row's last positions go (a draft it did not choose). Where the layer's keys and values
+    were the views last written in their buffers, the shorter views are now, so the next `_append` writes over the
+    dropped positions in place; before, it copied the whole cache into a new buffer (a lone row of 1,000 positions:
+    ~46 MB for the embedded model, at every draft refused). Only the row's own steps since its prompt wrote those
+    positions (a prefix cache entry holds a view of its prompt at most until the row ends), so no view anyone else
+    holds changes."""
+    held = (layer.keys, layer.values)
+    entries = [_TAILS.pop(id(t), None) for t in held]
+    layer.crop(-count)
+    for old, new, entry in zip(held, (layer.keys, layer.values), entries):
+        if entry is not None and entry[0]() is old and new is not old:
+            _TAILS[id(new)] = (weakref.ref(new, functools.partial(_forget, id(new))), entry[1])
+
+
 def _room(cached: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     """`cached` (rows x heads x length x dim) followed by `new` along the positions, written into the spare room of
     the buffer `cached` views when it is the view last written there and the room suffices, else into a new

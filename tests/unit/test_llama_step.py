@@ -188,3 +188,41 @@ def test_outside_inference_mode_a_grown_cache_concatenates_again(monkeypatch) ->
     with torch.no_grad():  # a generator resumed on a thread that left inference mode behind
         assert step(40, len(PROMPT) + 1, cache) is not None
     assert cache.get_seq_length() == len(PROMPT) + 2 and cache.layers[0].keys.is_contiguous()
+
+
+def test_a_draft_dropped_from_a_long_cache_is_written_over_in_place_and_a_shorter_holder_is_untouched(
+    monkeypatch,
+) -> None:
+    """A refused draft's positions go (llama_step.crop); the next step writes over them in the same buffer instead
+    of copying the cache, and gives what a cache that never saw the draft gives. A prefix cache's view of the
+    prompt, held meanwhile, keeps its keys and values."""
+    from playground.models import llama_step
+
+    monkeypatch.setattr(llama_step, "ROOM_FROM", 1)
+    model = tiny_llama(vocab_size=VOCAB)
+    runner, reference = runner_for(model), runner_for(copy.deepcopy(model))
+    step = LlamaStep.for_model(model)
+    with torch.inference_mode():
+        _, ours = runner.forward(runner.ids(PROMPT))
+        step(7, len(PROMPT), ours)  # written into a buffer with room
+        prompt_view = copy.copy(ours)  # what the prefix cache holds: the same views
+        prompt_view.layers = [copy.copy(layer) for layer in ours.layers]
+        kept = [(layer.keys.clone(), layer.values.clone()) for layer in prompt_view.layers]
+        buffers = [layer.keys.untyped_storage().data_ptr() for layer in ours.layers]
+        length = ours.get_seq_length()
+        step(40, length, ours)  # a lone row's draft and the tokens after it...
+        step(2, length + 1, ours)
+        for layer in ours.layers:  # ...refused
+            llama_step.crop(layer, 2)
+        got = step(63, length, ours)
+
+        _, theirs = reference.forward(reference.ids(PROMPT))
+        reference.forward(reference.ids([7]), theirs)
+        want, theirs = reference.forward(reference.ids([63]), theirs)
+    torch.testing.assert_close(logprobs(got), logprobs(want), atol=1e-4, rtol=0)
+    assert [layer.keys.untyped_storage().data_ptr() for layer in ours.layers] == buffers  # no new buffer
+    for mine, model_s in zip(ours.layers, theirs.layers):
+        torch.testing.assert_close(mine.keys, model_s.keys, atol=1e-5, rtol=0)
+        torch.testing.assert_close(mine.values, model_s.values, atol=1e-5, rtol=0)
+    for layer, (keys, values) in zip(prompt_view.layers, kept):
+        assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
