@@ -154,9 +154,12 @@ def crop(layer: DynamicLayer, count: int) -> None:
     """`layer.crop(-count)`: a row's last positions go (a draft it did not choose). Where the layer's keys and values
     were the views last written in their buffers, the shorter views are now, so the next `_append` writes over the
     dropped positions in place; before, it copied the whole cache into a new buffer (a lone row of 1,000 positions:
-    ~46 MB for the embedded model, at every draft refused). Only the row's own steps since its prompt wrote those
-    positions (a prefix cache entry holds a view of its prompt at most until the row ends), so no view anyone else
-    holds changes."""
+    ~46 MB for the embedded model, at every draft refused). The positions dropped are all the step's just run
+    (the draft and the tokens after it), written through views only the layer holds (the prefix cache, the
+    teacher and the batch's joins keep copies or views that end before them), so no view anyone else holds
+    changes."""
+    if count <= 0:  # (transformers 4's crop(0) would empty the layer)
+        return
     held = (layer.keys, layer.values)
     entries = [_TAILS.pop(id(t), None) for t in held]
     layer.crop(-count)

@@ -190,12 +190,12 @@ def test_outside_inference_mode_a_grown_cache_concatenates_again(monkeypatch) ->
     assert cache.get_seq_length() == len(PROMPT) + 2 and cache.layers[0].keys.is_contiguous()
 
 
-def test_a_draft_dropped_from_a_long_cache_is_written_over_in_place_and_a_shorter_holder_is_untouched(
+def test_a_draft_dropped_from_a_long_cache_is_written_over_in_place_and_a_view_held_before_it_is_untouched(
     monkeypatch,
 ) -> None:
     """A refused draft's positions go (llama_step.crop); the next step writes over them in the same buffer instead
-    of copying the cache, and gives what a cache that never saw the draft gives. A prefix cache's view of the
-    prompt, held meanwhile, keeps its keys and values."""
+    of copying the cache, and gives what a cache that never saw the draft gives. A view of the cache from before
+    the draft, held meanwhile (as a prefix cache holds one), keeps its keys and values."""
     from playground.models import llama_step
 
     monkeypatch.setattr(llama_step, "ROOM_FROM", 1)
@@ -208,11 +208,15 @@ def test_a_draft_dropped_from_a_long_cache_is_written_over_in_place_and_a_shorte
         prompt_view = copy.copy(ours)  # what the prefix cache holds: the same views
         prompt_view.layers = [copy.copy(layer) for layer in ours.layers]
         kept = [(layer.keys.clone(), layer.values.clone()) for layer in prompt_view.layers]
-        buffers = [layer.keys.untyped_storage().data_ptr() for layer in ours.layers]
+        buffers = [
+            (layer.keys.untyped_storage().data_ptr(), layer.values.untyped_storage().data_ptr())
+            for layer in ours.layers
+        ]
         length = ours.get_seq_length()
         step(40, length, ours)  # a lone row's draft and the tokens after it...
         step(2, length + 1, ours)
         for layer in ours.layers:  # ...refused
+            llama_step.crop(layer, 0)  # (nothing to drop: nothing changes)
             llama_step.crop(layer, 2)
         got = step(63, length, ours)
 
@@ -220,7 +224,10 @@ def test_a_draft_dropped_from_a_long_cache_is_written_over_in_place_and_a_shorte
         reference.forward(reference.ids([7]), theirs)
         want, theirs = reference.forward(reference.ids([63]), theirs)
     torch.testing.assert_close(logprobs(got), logprobs(want), atol=1e-4, rtol=0)
-    assert [layer.keys.untyped_storage().data_ptr() for layer in ours.layers] == buffers  # no new buffer
+    after = [
+        (layer.keys.untyped_storage().data_ptr(), layer.values.untyped_storage().data_ptr()) for layer in ours.layers
+    ]
+    assert after == buffers  # no new buffer
     for mine, model_s in zip(ours.layers, theirs.layers):
         torch.testing.assert_close(mine.keys, model_s.keys, atol=1e-5, rtol=0)
         torch.testing.assert_close(mine.values, model_s.values, atol=1e-5, rtol=0)
