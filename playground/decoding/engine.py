@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import re
 import threading
 import time
 from collections.abc import Collection, Iterator
@@ -12,6 +11,7 @@ from typing import Any
 import torch
 
 from playground.constraints import Constraint
+from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.constraints.compile_pool import CompileLimits
 from playground.constraints.compiler import CompiledConstraint, ConstraintCompiler, compiling_with
 from playground.decoding import chat_template, continuation, reasoning, row_budget, sampling, walk
@@ -23,7 +23,7 @@ from playground.decoding.runner import ModelRunner
 from playground.decoding.scheduler import Job, Scheduler
 from playground.decoding.stats import EngineStats
 from playground.decoding.stopping import StopCriteria
-from playground.errors import InvalidConstraintError, ParameterError, PlaygroundError, PromptTooLongError, first_line
+from playground.errors import InvalidConstraintError, ParameterError, PlaygroundError, PromptTooLongError
 from playground.models import LoadedModel
 from playground.models.adapters import Adapters
 from playground.options import LOCAL
@@ -510,16 +510,12 @@ def _check_unicode(text: str) -> None:
 
 
 def _matcher_errors(rows: list[Row]) -> list[str]:
-    """llguidance stops a matcher that hits a limit (say, a grammar row too long) and only warns; report it."""
+    """An engine stops a matcher that hits a limit (llguidance: say, a grammar row too long) and only warns; report it."""
     errors = []
     for row in rows:
         errors.extend(getattr(row.chooser, "warnings", ()))
         for processor in row.chooser.processors:
-            for matcher in getattr(processor, "ll_matchers", None) or []:
-                if matcher.is_error():
-                    text = matcher.get_error()
-                    found = re.search(r"(?:Parser )?Error: ([^\n]+)", text)
-                    errors.append(
-                        f"llguidance stopped the constraint: {found.group(1) if found else first_line(ValueError(text))}"
-                    )
+            reason = processor.stopped() if isinstance(processor, BitmaskProcessor) else None
+            if reason:
+                errors.append(f"{processor.engine} stopped the constraint: {reason}")
     return list(dict.fromkeys(errors))

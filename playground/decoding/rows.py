@@ -286,10 +286,10 @@ class Decode:
 
     @staticmethod
     def _event(index: int, row: Row, token: GeneratedToken) -> TokenEvent:
-        """The token's event, with the reasoning text it made known (a thinking model's)."""
+        """The token's event, with the reasoning text it made known (a thinking model's); `last` once the row is done."""
         gate = row.chooser.gate
         shown = gate.delta(row.text) if gate is not None and token.segment == "reasoning" else ""
-        return TokenEvent(index=index, token=token, reasoning=shown)
+        return TokenEvent(index=index, token=token, reasoning=shown, last=row.done)
 
     def _append_forced(self, row: Row, drafting: bool = False) -> None:
         """The tokens the constraint forces after the row's last; `drafting` (alone), then a draft where the

@@ -26,7 +26,7 @@ from transformers.generation import (
 )
 
 from playground.constraints.backends.bitmask import BitmaskProcessor
-from playground.errors import ParameterError, ProcessorError
+from playground.errors import ParameterError, PlaygroundError, ProcessorError
 from playground.types import GeneratedToken, GenerateParameters, Token
 
 Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -159,7 +159,7 @@ def _apply(processors: list[Processor], input_ids: torch.Tensor, scores: torch.T
     for processor in processors:
         try:
             scores = processor(input_ids, scores)
-        except ProcessorError:
+        except PlaygroundError:  # worded for the user already (a processor's own, a constraint engine's limit)
             raise
         except Exception as exc:  # a third-party processor may raise anything
             name = getattr(processor, "name", type(processor).__name__)

@@ -119,7 +119,8 @@ class TGIProvider(RemoteProvider):
                 final = event if event.get("details") is not None else final
             tokens.append(token)
             first = first or time.perf_counter() - start
-            yield TokenEvent(index=0, token=token)  # TGI's own `index` is the token's position
+            # TGI's own `index` is the token's position; its last event carries the details
+            yield TokenEvent(index=0, token=token, last=event.get("details") is not None)
         if final is None:
             raise self.client.fail("the stream ended without its final details (finish reason)")
         with self.client.malformed("final stream event"):

@@ -55,7 +55,8 @@ def sse(body: dict[str, Any]) -> str:
 async def _tgi_events(
     items: AsyncIterator[TokenEvent | GenerationResult], params: GenerateParameters
 ) -> AsyncIterator[str]:
-    """TGI's stream: one event per token; the last token's event also carries generated_text and details."""
+    """TGI's stream: one event per token as it comes; the last token's event also carries generated_text and details,
+    so that token waits for the result (a source that cannot tell its last token: each waits for the next item)."""
     pending: TokenEvent | None = None
     index = 0
     try:
@@ -64,7 +65,12 @@ async def _tgi_events(
                 if pending is not None:
                     yield sse(convert.stream_token_event(index, pending, params))
                     index += 1
-                pending = item
+                    pending = None
+                if item.last is False:
+                    yield sse(convert.stream_token_event(index, item, params))
+                    index += 1
+                else:
+                    pending = item
             else:
                 final, pending = convert.stream_final_event(index, pending, item, params), None
                 yield sse(final)

@@ -180,6 +180,11 @@ class TokenEvent(BaseModel):
     index: int
     token: GeneratedToken
     reasoning: str = Field(default="", description="Reasoning text this token made known (delimiters left out).")
+    last: bool | None = Field(
+        default=None,
+        description="True on its sequence's last token (the result follows), False on the others; None where the "
+        "source cannot tell (a remote stream that sends the finish reason after its last token).",
+    )
 
 
 class NextTokenCandidate(BaseModel):

@@ -188,6 +188,15 @@ def test_stream_yields_tokens_then_result(engine):
     *tokens, final = events
     assert [e.token.id for e in tokens] == [t.id for t in final.best.tokens]
     assert "".join(e.token.text for e in tokens if not e.token.special) == final.generated_text
+    assert [e.last for e in tokens] == [False] * (len(tokens) - 1) + [True]  # (TGI's stream holds only the last)
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_only_the_last_token_of_a_constrained_stream_is_marked_last(engine, fast_forward):
+    params = GenerateParameters(max_new_tokens=40, grammar={"type": "json", "value": PERSON}, fast_forward=fast_forward)
+    *tokens, final = engine.stream(ask("A person as JSON."), params)
+    assert [e.last for e in tokens] == [False] * (len(tokens) - 1) + [True]
+    assert [e.token.id for e in tokens] == [t.id for t in final.best.tokens]
 
 
 def test_next_token_distribution(engine):
@@ -341,15 +350,15 @@ def test_remote_refs_are_refused_before_decoding(engine):
     assert result.best.validation.valid is True
 
 
-def test_a_matcher_that_gives_up_is_reported(engine):
+def test_a_matcher_that_gives_up_fails_the_request_naming_its_limit(engine):
+    # past llguidance's row limit its mask allows only the end: an answer cut there would break the grammar
     grammar = "start: " + " | ".join(f'"w{i}"' for i in range(2500))
-    result = engine.generate(
-        ask("Pick a word."), GenerateParameters(max_new_tokens=4, grammar={"type": "grammar", "value": grammar})
-    )
-    assert result.best.validation.valid is False
-    assert any("llguidance stopped the constraint" in w and "max is 2000" in w for w in result.warnings), (
-        result.warnings
-    )
+    params = GenerateParameters(max_new_tokens=4, grammar={"type": "grammar", "value": grammar})
+    with pytest.raises(
+        UnsupportedConstraintError, match=r"llguidance stopped the constraint after \d+ tokens? \(.*max is 2000"
+    ):
+        engine.generate(ask("Pick a word."), params)
+    assert engine.generate(ask("Say hi."), GenerateParameters(max_new_tokens=2)).best.generated_tokens >= 1
 
 
 def test_streamed_pieces_add_up_when_characters_span_tokens(engine):

@@ -10,6 +10,8 @@ import copy
 import json
 
 import llguidance.hf
+import numpy as np
+import pytest
 import torch
 import torch._dynamo
 from outlines.backends.llguidance import LLGuidanceLogitsProcessor
@@ -17,6 +19,7 @@ from outlines.backends.llguidance import LLGuidanceLogitsProcessor
 from playground.constraints.backends import bitmask
 from playground.constraints.backends import llguidance as llg_backend
 from playground.constraints.backends.llguidance import LLGuidanceProcessor
+from playground.errors import UnsupportedConstraintError
 
 SCHEMA = {
     "type": "object",
@@ -84,6 +87,44 @@ def test_each_request_copy_of_a_template_has_its_own_matcher(loaded_model) -> No
     assert used.ll_matchers[0] is not fresh.ll_matchers[0]
     assert torch.equal(start, LLGuidanceProcessor(spec, llg).allowed(row[:, :1], vocab))
     assert not torch.equal(start, used.allowed(row, vocab))
+
+
+def test_a_matcher_past_its_engine_s_limits_fails_the_row_naming_the_limit(loaded_model) -> None:
+    # llguidance's parser rows hold at most 2,000 items: after "w", 2,500 alternatives are still open
+    llg = llguidance.hf.from_tokenizer(loaded_model.tokenizer)
+    grammar = "start: " + " | ".join(f'"w{i}"' for i in range(2500))
+    processor = LLGuidanceProcessor(llg_backend.grammar("grammar", grammar), llg)
+    (w,) = loaded_model.tokenizer("w", add_special_tokens=False)["input_ids"]
+    assert processor.bits([0])[w >> 5] >> (w & 31) & 1  # the first mask allows "w"
+    assert processor.stopped() is None
+    with pytest.raises(
+        UnsupportedConstraintError, match=r"^llguidance stopped the constraint after 1 token \(.*max is 2000"
+    ):
+        processor.bits([0, w])
+    assert "max is 2000" in processor.stopped()
+
+
+class _Stopped(bitmask.BitmaskProcessor):
+    """An engine that stopped as it started (as llguidance does when its lexer outgrows its limits)."""
+
+    engine = "an engine"
+
+    def _start(self) -> None:
+        pass
+
+    def _fill(self, out: np.ndarray) -> None:
+        out[:] = 0
+
+    def stopped(self) -> str | None:
+        return "too many states"
+
+
+def test_an_engine_stopped_at_the_start_fails_before_the_first_token() -> None:
+    with pytest.raises(
+        UnsupportedConstraintError,
+        match=r"^an engine stopped the constraint before the first token \(too many states\)",
+    ):
+        _Stopped(vocab_size=64).bits([1, 2, 3])
 
 
 def test_xgrammar_masks_are_outlines_own_at_every_position(loaded_model) -> None:

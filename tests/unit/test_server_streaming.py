@@ -17,7 +17,7 @@ from playground.providers.base import Capabilities
 from playground.server import responses as responses_route
 from playground.server.streaming import iterate_in_thread, started
 from playground.server.tgi import _tgi_events
-from playground.types import GeneratedToken, GenerateParameters, TokenEvent
+from playground.types import GeneratedToken, GenerateParameters, GenerationResult, Sequence, TokenEvent
 from playground.wire.responses import ResponsesRequest, chat_request
 from tests.spec import sse_events, validate
 
@@ -105,6 +105,29 @@ def test_an_error_mid_stream_becomes_the_last_event() -> None:
     assert [e["token"]["text"] for e in events[:2]] == ["a", "b"]
     assert events[2] == {"error": "processor 'boom' failed: ValueError: no", "error_type": "processor"}
     validate(events[2], "ErrorResponse")
+
+
+def test_a_token_known_not_to_be_the_last_is_sent_before_the_next_is_decoded() -> None:
+    """TGI sends each token as it is decoded: only the last waits for the result (it carries generated_text)."""
+    decoded_next = asyncio.Event()
+
+    async def items():
+        yield TokenEvent(index=0, token=GeneratedToken(id=1, text="a", logprob=-0.5), last=False)
+        await decoded_next.wait()  # the next token takes a step to decode
+        yield TokenEvent(index=0, token=GeneratedToken(id=2, text="b", logprob=-0.5), last=True)
+        best = Sequence(generated_text="ab", finish_reason="eos_token", generated_tokens=2)
+        yield GenerationResult(model_id="m", prompt="p", input_length=1, best=best)
+
+    async def read() -> list[dict]:
+        stream = _tgi_events(items(), GenerateParameters())
+        first = await asyncio.wait_for(stream.__anext__(), timeout=5)  # not held until "b" exists
+        decoded_next.set()
+        return sse_events("".join([first, *[chunk async for chunk in stream]]).splitlines())
+
+    events = asyncio.run(read())
+    assert [(e["token"]["text"], e["generated_text"]) for e in events] == [("a", None), ("b", "ab")]
+    for event in events:
+        validate(event, "StreamResponse")
 
 
 class HangsUp:

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from playground.errors import UnsupportedConstraintError
+
 _BITS = (np.arange(256)[:, None] >> np.arange(8)) & 1  # byte value -> its 8 bits, lowest first
 _ALLOWED = _BITS.astype(bool)
 _BIAS = np.where(_BITS == 1, 0.0, -np.inf).astype(np.float32)  # 0 where allowed, -inf elsewhere
@@ -31,6 +33,7 @@ class BitmaskProcessor:
     """
 
     rewinds = False  # whether the engine can go back to a state `save` remembered (`_restore`)
+    engine = "the constraint engine"  # its name, in messages
 
     def __init__(self, vocab_size: int) -> None:
         self.words = (vocab_size + 31) // 32
@@ -39,6 +42,7 @@ class BitmaskProcessor:
     def reset(self) -> None:
         """Forget the row: the next call starts the matcher afresh (a template's copy per request)."""
         self._seen: int | None = None
+        self._first: int | None = None  # the row's length when the matcher started
         self._bits: np.ndarray | None = None
         self._error: Exception | None = None  # what the engine raised catching up (raised to the row's call)
         self.prepared_s = 0.0  # CPU time of a mask `prepare` computed for this row (another thread's), unbilled
@@ -70,6 +74,10 @@ class BitmaskProcessor:
         for k, processor in enumerate(processors):
             processor._fill(out[k])
 
+    def stopped(self) -> str | None:
+        """Why the engine stopped enforcing the constraint (a limit it hit, in one line), or None while it enforces it."""
+        return None
+
     # --- the row's side -----------------------------------------------------------------------
 
     def advance(self, ids: Sequence[int] | torch.Tensor) -> None:
@@ -82,6 +90,7 @@ class BitmaskProcessor:
         self._seen, self._bits = len(ids), None
         try:
             if seen is None:
+                self._first = len(ids)
                 self._start()
             else:
                 new = ids[seen:]
@@ -119,6 +128,13 @@ class BitmaskProcessor:
         if self._bits is None:
             self._bits = np.empty(self.words, dtype=np.int32)
             self._fill(self._bits)
+        if stopped := self.stopped():  # it allows only the end now: the answer would end there, breaking the constraint
+            count = (self._seen or 0) - (self._first or 0)
+            where = "before the first token" if count == 0 else f"after {count} token{'s' if count > 1 else ''}"
+            raise UnsupportedConstraintError(
+                f"{self.engine} stopped the constraint {where} ({stopped}): the constraint is beyond the engine's "
+                "limits; a smaller one (fewer repetitions, alternatives or keys) fits"
+            )
         return self._bits
 
     def allowed(self, input_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:

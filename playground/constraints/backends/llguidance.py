@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -17,6 +18,7 @@ import numpy as np
 from playground.constraints import segments
 from playground.constraints.backends.base import Backend, EngineRefusal, check_satisfiable, refusing
 from playground.constraints.backends.bitmask import BitmaskProcessor
+from playground.errors import first_line
 
 # Measured on MaskBench (README, "Benchmarks"): llguidance accepts `\\uXXXX` escapes of any printable
 # character (json.dumps writes them for all non-ASCII text).
@@ -104,6 +106,7 @@ class LLGuidanceProcessor(BitmaskProcessor):
     """
 
     rewinds = True
+    engine = "llguidance"
 
     def __init__(self, grammar: str, llg_tokenizer: Any) -> None:
         import llguidance
@@ -137,6 +140,16 @@ class LLGuidanceProcessor(BitmaskProcessor):
 
     def _fill(self, out: np.ndarray) -> None:
         self.ll_matchers[0].unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
+
+    def stopped(self) -> str | None:
+        """llguidance stops a matcher that hits one of its limits (lexer states, a row too long); it then allows only
+        the end."""
+        matcher = self.ll_matchers[0] if self.ll_matchers else None
+        if matcher is None or not matcher.is_error():
+            return None
+        text = matcher.get_error()
+        found = re.search(r"(?:Parser )?Error: ([^\n]+)", text)
+        return found.group(1) if found else first_line(ValueError(text))
 
     @classmethod
     def _fill_many(cls, processors: Sequence[BitmaskProcessor], out: np.ndarray) -> None:
