@@ -355,7 +355,7 @@ def test_a_matcher_that_gives_up_fails_the_request_naming_its_limit(engine):
     grammar = "start: " + " | ".join(f'"w{i}"' for i in range(2500))
     params = GenerateParameters(max_new_tokens=4, grammar={"type": "grammar", "value": grammar})
     with pytest.raises(
-        UnsupportedConstraintError, match=r"llguidance stopped the constraint after \d+ tokens? \(.*max is 2000"
+        UnsupportedConstraintError, match=r"llguidance stopped the constraint after \d+ tokens?: .*max is 2000"
     ):
         engine.generate(ask("Pick a word."), params)
     assert engine.generate(ask("Say hi."), GenerateParameters(max_new_tokens=2)).best.generated_tokens >= 1

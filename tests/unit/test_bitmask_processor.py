@@ -98,10 +98,19 @@ def test_a_matcher_past_its_engine_s_limits_fails_the_row_naming_the_limit(loade
     assert processor.bits([0])[w >> 5] >> (w & 31) & 1  # the first mask allows "w"
     assert processor.stopped() is None
     with pytest.raises(
-        UnsupportedConstraintError, match=r"^llguidance stopped the constraint after 1 token \(.*max is 2000"
+        UnsupportedConstraintError,
+        match=r"^llguidance stopped the constraint after 1 token: .*max is 2000.*beyond llguidance.s limits",
     ):
         processor.bits([0, w])
     assert "max is 2000" in processor.stopped()
+
+
+def test_a_regex_nothing_matches_fails_before_the_first_token(loaded_model) -> None:
+    llg = llguidance.hf.from_tokenizer(loaded_model.tokenizer)
+    for kind, text in [("regex", r"[^\s\S]"), ("grammar", "start: x\nx: x")]:
+        processor = LLGuidanceProcessor(llg_backend.grammar(kind, text), llg)
+        with pytest.raises(UnsupportedConstraintError, match="before the first token: no token .* no text matches"):
+            processor.bits([0])
 
 
 class _Stopped(bitmask.BitmaskProcessor):
@@ -122,7 +131,7 @@ class _Stopped(bitmask.BitmaskProcessor):
 def test_an_engine_stopped_at_the_start_fails_before_the_first_token() -> None:
     with pytest.raises(
         UnsupportedConstraintError,
-        match=r"^an engine stopped the constraint before the first token \(too many states\)",
+        match=r"^an engine stopped the constraint before the first token: too many states$",
     ):
         _Stopped(vocab_size=64).bits([1, 2, 3])
 

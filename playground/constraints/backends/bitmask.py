@@ -75,7 +75,8 @@ class BitmaskProcessor:
             processor._fill(out[k])
 
     def stopped(self) -> str | None:
-        """Why the engine stopped enforcing the constraint (a limit it hit, in one line), or None while it enforces it."""
+        """Why the engine stopped enforcing the constraint (a limit it hit, a dead end), in one line; None while it
+        enforces it."""
         return None
 
     # --- the row's side -----------------------------------------------------------------------
@@ -131,10 +132,7 @@ class BitmaskProcessor:
         if stopped := self.stopped():  # it allows only the end now: the answer would end there, breaking the constraint
             count = (self._seen or 0) - (self._first or 0)
             where = "before the first token" if count == 0 else f"after {count} token{'s' if count > 1 else ''}"
-            raise UnsupportedConstraintError(
-                f"{self.engine} stopped the constraint {where} ({stopped}): the constraint is beyond the engine's "
-                "limits; a smaller one (fewer repetitions, alternatives or keys) fits"
-            )
+            raise UnsupportedConstraintError(f"{self.engine} stopped the constraint {where}: {stopped}")
         return self._bits
 
     def allowed(self, input_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:

@@ -142,14 +142,19 @@ class LLGuidanceProcessor(BitmaskProcessor):
         self.ll_matchers[0].unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
 
     def stopped(self) -> str | None:
-        """llguidance stops a matcher that hits one of its limits (lexer states, a row too long); it then allows only
-        the end."""
+        """llguidance stops a matcher that hits one of its limits (lexer states, a row too long), or where no token
+        continues a text that does not match yet (`[^\\s\\S]`); it then allows only the end."""
         matcher = self.ll_matchers[0] if self.ll_matchers else None
         if matcher is None or not matcher.is_error():
             return None
         text = matcher.get_error()
-        found = re.search(r"(?:Parser )?Error: ([^\n]+)", text)
-        return found.group(1) if found else first_line(ValueError(text))
+        error = re.search(r"(?:Parser )?Error: ([^\n]+)", text)
+        if error and error.group(1) != "None":
+            limit = "the constraint is beyond llguidance's limits; a smaller one (fewer repetitions, alternatives or keys) fits"
+            return f"{error.group(1)}; {limit}"
+        if "Stop: NoExtensionBias" in text:
+            return "no token continues the text, which does not match yet: no text matches the constraint from here"
+        return first_line(ValueError(text))
 
     @classmethod
     def _fill_many(cls, processors: Sequence[BitmaskProcessor], out: np.ndarray) -> None:
