@@ -82,6 +82,8 @@ def check_schema(schema: dict) -> None:
     cls = validator_class(schema)
     meta = _validator(jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls), cls.META_SCHEMA)
     _check_against(meta, schema, "not a valid JSON Schema")
+    if "propertyNames" not in cls.VALIDATORS:  # draft 3 and 4: their meta-schemas leave these regexes unread
+        _check_pattern_keys(schema)
     spec = referencing.jsonschema.specification_with(
         cls.ID_OF(cls.META_SCHEMA) or "", default=referencing.jsonschema.DRAFT202012
     )
@@ -107,6 +109,40 @@ def _check_against(meta: Any, schema: Any, what: str) -> None:
         if error.validator == "format" and error.validator_value == "regex":
             cause = f": the engines read Rust regex syntax and {_pattern_problem(error.instance)}"
         raise InvalidConstraintError(f"{what} at {where}: {error.message}{cause}")
+
+
+# Where drafts 3 and 4 hold subschemas: under each key of a map, or as the value (a list's items, for some)
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "definitions", "dependencies")
+_SUBSCHEMAS = ("additionalProperties", "additionalItems", "items", "not", "extends", "type", "disallow")
+_SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
+
+
+def _check_pattern_keys(schema: Any) -> None:
+    """Every `patternProperties` regex the engines can read (and read once by a sandbox, so the verdict checks
+    keys against it), as the later drafts' meta-schemas ask through `propertyNames: {format: regex}`."""
+    from playground.constraints.matching import pattern_error
+
+    todo: list[tuple[Any, str]] = [(schema, "")]
+    while todo:
+        node, where = todo.pop()
+        if isinstance(node, list):
+            todo.extend((item, f"{where}{k}/") for k, item in enumerate(node))
+            continue
+        if not isinstance(node, dict):
+            continue
+        for key in node.get("patternProperties") or {}:
+            problem = pattern_error(key)
+            if problem is not None:
+                raise InvalidConstraintError(
+                    f"not a valid JSON Schema at {where}patternProperties: {key!r} is not a 'regex': the engines read "
+                    f"Rust regex syntax and say: {problem}"
+                )
+        for keyword in _SUBSCHEMA_MAPS:
+            if isinstance(node.get(keyword), dict):
+                todo.extend((sub, f"{where}{keyword}/{name}/") for name, sub in node[keyword].items())
+        for keyword in (*_SUBSCHEMAS, *_SUBSCHEMA_LISTS):
+            if keyword in node:
+                todo.append((node[keyword], f"{where}{keyword}/"))
 
 
 def _pattern_problem(pattern: Any) -> str:
@@ -156,12 +192,27 @@ def _resolve(resolver: Any, keyword: str, ref: str) -> Any:
         ) from None
 
 
+class _DuplicateKey(ValueError):
+    """An object names a key twice: json.loads keeps the last value, so the schema would judge only that one."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) < len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return found
+
+
 def validate(schema: dict, text: str, budget_s: float = VERDICT_BUDGET_S) -> Validation:
     """The verdict for a finished output: JSON that the schema accepts, within a budget (else valid=None)."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         return Validation(valid=False, message=f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except _DuplicateKey as exc:
+        message = f"the key {str(exc)!r} appears twice in one object: the schema can judge only one value per key"
+        return Validation(valid=False, message=message)
     except ValueError as exc:  # an integer longer than Python's digit limit
         return Validation(valid=None, message=f"could not read the JSON: {first_line(exc)}")
     except RecursionError:

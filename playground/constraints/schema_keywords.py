@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import reprlib
 from collections.abc import Iterator
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from jsonschema import FormatChecker
@@ -147,7 +149,24 @@ def unique_items(validator: Any, ui: Any, instance: Any, schema: dict) -> Iterat
         seen.add(key)
 
 
+def _exact(number: int | float) -> Fraction:
+    """The decimal a JSON number was written as (a float's shortest repr), exactly: 0.01 is 1/100, not the binary
+    fraction nearest it. Infinity (1e999 reads as it) raises OverflowError: no verdict."""
+    return Fraction(number) if isinstance(number, int) else Fraction(Decimal(repr(number)))
+
+
+def multiple_of(validator: Any, divisor: Any, instance: Any, schema: dict) -> Iterator[ValidationError]:
+    """jsonschema divides binary floats: 19.99 / 0.01 is 1998.9999999999998, so 19.99 would be no multiple of 0.01
+    (a price schema refused its prices). JSON numbers are decimals: divided as the decimals they were written as."""
+    if not validator.is_type(instance, "number") or isinstance(instance, bool):
+        return
+    if _exact(instance) % _exact(divisor):
+        yield ValidationError(f"{instance!r} is not a multiple of {divisor}")
+
+
 KEYWORDS = {
+    "multipleOf": multiple_of,
+    "divisibleBy": multiple_of,  # draft 3's name for it
     "uniqueItems": unique_items,
     "pattern": pattern,
     "patternProperties": pattern_properties,

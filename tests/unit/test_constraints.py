@@ -45,6 +45,53 @@ def test_verdicts():
     assert Constraint.none().validate("anything").valid is None
 
 
+def test_multiple_of_divides_the_decimals_written_not_binary_floats():
+    prices = Constraint.json_schema({"type": "number", "multipleOf": 0.01})
+    assert [prices.validate(t).valid for t in ("19.99", "4.35", "0.07", "20", "1e308")] == [True] * 5
+    assert "19.995 is not a multiple of 0.01" in prices.validate("19.995").message
+    assert Constraint.json_schema({"multipleOf": 0.1}).validate("0.3").valid is True
+    assert Constraint.json_schema({"type": "integer", "multipleOf": 3}).validate("10").valid is False
+    draft3 = {"$schema": "http://json-schema.org/draft-03/schema#", "divisibleBy": 0.01}
+    assert [Constraint.json_schema(draft3).validate(t).valid for t in ("19.99", "19.995")] == [True, False]
+
+
+def test_a_key_named_twice_is_not_judged_by_its_last_value_alone():
+    schema = Constraint.json_schema({"type": "object", "additionalProperties": {"type": "integer"}})
+    verdict = schema.validate('{"ab": "x", "ab": 2}')  # json.loads keeps 2: "x" would pass unseen
+    assert verdict.valid is False and "the key 'ab' appears twice" in verdict.message
+    assert schema.validate('{"a": {"b": 1, "b": 1}}').valid is False
+    assert schema.validate('{"ab": 1, "cd": 2}').valid is True
+
+
+@pytest.mark.parametrize(
+    ("fmt", "good", "bad"),
+    [
+        ("date-time", "2024-02-28T10:00:00Z", "2024-02-31T10:00:00Z"),
+        ("time", "10:00:00Z", "99:99:99Z"),
+        ("uri", "https://example.org/a", "not a uri"),
+        ("hostname", "example.com", "-bad-.host"),
+        ("duration", "P1D", "1D"),
+    ],
+)
+def test_formats_are_checked_by_the_verdict(fmt, good, bad):
+    # jsonschema checks these only when their optional packages are installed (requirements.txt)
+    schema = Constraint.json_schema({"type": "string", "format": fmt})
+    assert schema.validate(f'"{good}"').valid is True
+    verdict = schema.validate(f'"{bad}"')
+    assert verdict.valid is False and f"is not a '{fmt}'" in verdict.message
+
+
+def test_draft4_pattern_properties_are_read_like_the_later_drafts():
+    draft4 = "http://json-schema.org/draft-04/schema#"
+    words = {"$schema": draft4, "type": "object", "patternProperties": {"^[a-w]{2}$": {"type": "string"}}}
+    schema = Constraint.json_schema(words)
+    assert schema.validate('{"en": "Hello"}').valid is True  # not "could not check": the regex was read at parse
+    assert schema.validate('{"en": 1}').valid is False
+    nested = {"$schema": draft4, "properties": {"x": {"patternProperties": {"(?=x)[a-z]+": {}}}}}
+    with pytest.raises(InvalidConstraintError, match=r"at properties/x/patternProperties: .*look-around"):
+        Constraint.json_schema(nested)
+
+
 def test_choices_become_an_escaped_alternation():
     assert Constraint.choice(["a.b", "c|d", "a.b"]).engine_input() == r"(a\.b|c\|d)"
 
