@@ -310,6 +310,7 @@ class Engine:
             prompt=prompt,
             input_length=len(prompt_ids),
             prefill=prefill,
+            prefill_top_tokens=decode.prefill_top,
             best=sequences[best],
             best_of_sequences=[s for i, s in enumerate(sequences) if i != best],
             constraint_kind=constraint.kind,

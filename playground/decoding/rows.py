@@ -31,7 +31,7 @@ from playground.decoding.chooser import MAX_DRAFTS, TokenChooser
 from playground.decoding.prefix_cache import PrefixCache
 from playground.decoding.runner import ModelRunner
 from playground.decoding.stopping import StopCriteria
-from playground.types import GeneratedToken, PrefillToken, TokenEvent
+from playground.types import GeneratedToken, PrefillToken, Token, TokenEvent
 
 # The most tokens a lone row appends ahead of its logits (drafts and the tokens forced after them).
 MAX_CHAIN = 64
@@ -103,6 +103,7 @@ class Decode:
         # per-position prompt logprobs need the whole prompt run, so they bypass the prefix cache
         self.prefix_cache = None if prefill_details else prefix_cache
         self.prefill_s = 0.0
+        self.prefill_top: list[list[Token]] = []  # with prefill_details and top_n_tokens: each position's likeliest
         self._partial: tuple[int, Any] | None = None  # a chunked prefill so far: (tokens run, KV cache)
 
     def cached_prefix(self) -> tuple[int, Any]:
@@ -132,6 +133,13 @@ class Decode:
         details = [PrefillToken(id=self.prompt_ids[0], text=texts[0], logprob=None)] + [
             PrefillToken(id=i, text=t, logprob=lp) for i, t, lp in zip(self.prompt_ids[1:], texts[1:], picked)
         ]
+        top_n = max(row.chooser.top_n for row in self.rows)
+        if top_n:  # (one topk for the whole prompt: one per position costs ~0.1 ms each)
+            values, ids = torch.topk(logprobs, min(top_n, logprobs.shape[-1]), dim=-1)
+            self.prefill_top = [[]] + [
+                [Token(id=i, text=r.token_text(i), logprob=v, special=i in r.special_ids) for v, i in zip(vs, ids_)]
+                for vs, ids_ in zip(values.tolist(), ids.tolist())
+            ]
         return cache, logits, details
 
     def chunked(self, chunk: int) -> bool:

@@ -67,7 +67,7 @@ def _choice(index: int, prompt: str, result: GenerationResult, req: CompletionRe
     if req.logprobs is not None:
         tokens = completions.generated(seq.tokens, req.logprobs)
         if req.echo:
-            tokens = completions.prompt_tokens(result) + tokens
+            tokens = completions.prompt_tokens(result, req.logprobs) + tokens
         logprobs = completions.logprobs(tokens)
     return {
         "index": index,

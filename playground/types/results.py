@@ -162,6 +162,11 @@ class GenerationResult(BaseModel):
     prompt: str
     input_length: int
     prefill: list[PrefillToken] = Field(default_factory=list)
+    prefill_top_tokens: list[list[Token]] = Field(
+        default_factory=list,
+        description="The likeliest tokens at each prompt position (top_n_tokens of them; none before the first), "
+        "when decoder_input_details asks: what the completions API's echo lists beside each prompt token.",
+    )
     best: Sequence
     best_of_sequences: list[Sequence] = Field(default_factory=list)
     constraint_kind: ConstraintKind = "none"

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
 from playground.errors import ParameterError
-from playground.types import GeneratedToken, GenerateParameters, GenerationResult
+from playground.types import GeneratedToken, GenerateParameters, GenerationResult, Token
 from playground.types.base import InputText, TokenIds
 from playground.types.chat import OpenAISampling
 from playground.types.sizes import MAX_CHOICES, MAX_INPUT_CHARS
@@ -89,7 +89,10 @@ def parameters(req: CompletionRequest, seed: int) -> GenerateParameters:
     return inbound.parameters({k: v for k, v in values.items() if v is not None})
 
 
-def logprobs(tokens: list[tuple[str, float | None, dict[str, float]]], start: int = 0) -> dict[str, Any]:
+Logprob = tuple[str, float | None, dict[str, float] | None]  # (text, logprob, the likeliest there)
+
+
+def logprobs(tokens: list[Logprob], start: int = 0) -> dict[str, Any]:
     """The completions logprobs shape for (text, logprob, top) triples; offsets count from `start`."""
     offsets, at = [], start
     for text, _, _ in tokens:
@@ -103,15 +106,28 @@ def logprobs(tokens: list[tuple[str, float | None, dict[str, float]]], start: in
     }
 
 
-def generated(tokens: list[GeneratedToken], top_n: int) -> list[tuple[str, float | None, dict[str, float]]]:
+def _likeliest(alternatives: list[Token], top_n: int, text: str, logprob: float | None) -> dict[str, float]:
+    """The `top_n` likeliest tokens, and the token itself (up to top_n + 1 entries, as OpenAI and vLLM send: a
+    client finds the token's own logprob there, and tells greedy from not by comparing it with the largest)."""
+    top = {alt.text: alt.logprob for alt in alternatives[:top_n] if alt.logprob is not None}
+    if logprob is not None:
+        top[text] = logprob
+    return top
+
+
+def generated(tokens: list[GeneratedToken], top_n: int) -> list[Logprob]:
     """The answer's tokens (EOS left out, as from the text)."""
+    return [(t.text, t.logprob, _likeliest(t.top_tokens, top_n, t.text, t.logprob)) for t in tokens if not t.special]
+
+
+def prompt_tokens(result: GenerationResult, top_n: int) -> list[Logprob]:
+    """The prompt's tokens for echo: the first has no logprob and no alternatives (null, as in OpenAI's answer)."""
+    tops = result.prefill_top_tokens
     return [
-        (t.text, t.logprob, {alt.text: alt.logprob for alt in t.top_tokens[:top_n] if alt.logprob is not None})
-        for t in tokens
-        if not t.special
+        (
+            p.text,
+            p.logprob,
+            None if p.logprob is None else _likeliest(tops[k] if k < len(tops) else [], top_n, p.text, p.logprob),
+        )
+        for k, p in enumerate(result.prefill)
     ]
-
-
-def prompt_tokens(result: GenerationResult) -> list[tuple[str, float | None, dict[str, float]]]:
-    """The prompt's tokens for echo (the first has no logprob, as in OpenAI's answer)."""
-    return [(p.text, p.logprob, {}) for p in result.prefill]

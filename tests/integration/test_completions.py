@@ -84,6 +84,30 @@ def test_echo_and_logprobs_in_the_completions_shape(client: openai.OpenAI) -> No
     assert all(1 <= len(top) <= 2 for top in generated)
 
 
+def test_echoed_logprobs_score_a_continuation_as_lm_evaluation_harness_reads_them(client: openai.OpenAI) -> None:
+    """lm-eval's loglikelihood: echo, logprobs=1, max_tokens=1; each prompt position's top_logprobs must hold the
+    token itself (its logprob) and the likeliest one, for `max(top.values())` (is the continuation greedy?)."""
+    answer = client.completions.create(
+        model="embedded", prompt="The capital of France is Paris", max_tokens=1, temperature=0, logprobs=1, echo=True
+    )
+    lp = answer.choices[0].logprobs
+    assert lp.top_logprobs[0] is None and lp.token_logprobs[0] is None  # OpenAI's null for the first token
+    for token, logprob, top in zip(lp.tokens[1:], lp.token_logprobs[1:], lp.top_logprobs[1:]):
+        assert top[token] == logprob and 1 <= len(top) <= 2 and max(top.values()) >= logprob
+    assert max(lp.top_logprobs[-1].values()) == lp.token_logprobs[-1]  # the greedy answer's token is the likeliest
+    assert any(max(top.values()) > logprob for logprob, top in zip(lp.token_logprobs[1:-1], lp.top_logprobs[1:-1]))
+
+
+def test_a_sampled_token_is_in_its_own_top_logprobs(client: openai.OpenAI) -> None:
+    for n in (0, 1):
+        answer = client.completions.create(
+            model="embedded", prompt="Once upon a time", max_tokens=6, temperature=1.0, seed=5, logprobs=n
+        )
+        lp = answer.choices[0].logprobs
+        for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+            assert top[token] == logprob and len(top) <= n + 1
+
+
 def ids_of(server_url: str, text: str) -> list[int]:
     return [t["id"] for t in httpx.post(f"{server_url}/tokenize", json={"inputs": text}, timeout=60).json()]
 
