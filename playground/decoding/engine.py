@@ -378,6 +378,7 @@ class Engine:
             stop_sequence=row.stop_sequence,
             total_logprob=sum(t.logprob for t in row.tokens if t.logprob is not None),
             validation=_verdict(constraint, answer, row.finish_reason),
+            trimmed_validation=_trimmed_verdict(constraint, answer, row),
             continued_from=row.prefix or None,
             fields=field_confidence(answer, answer_tokens, len(row.prefix))
             if constraint.kind == "json_schema"
@@ -498,6 +499,15 @@ def _verdict(constraint: Constraint, answer: str, finish_reason: str | None) -> 
         note = " (max_new_tokens ended it inside a character: U+FFFD stands for the bytes that came)"
         return verdict.model_copy(update={"message": verdict.message + note})
     return verdict
+
+
+def _trimmed_verdict(constraint: Constraint, answer: str, row: Row) -> Validation | None:
+    """The verdict on the answer as OpenAI's routes return it, the stop sequence and what follows it left out
+    (server.chat.trim_stop), where that cut it; None where it did not."""
+    if row.finish_reason != "stop_sequence" or not row.stop_sequence or constraint.kind == "none":
+        return None
+    cut = answer.find(row.stop_sequence)
+    return _verdict(constraint, answer[:cut], row.finish_reason) if cut >= 0 else None
 
 
 def _check_unicode(text: str) -> None:

@@ -91,7 +91,7 @@ def choice_extras(result: GenerationResult, notes: list[str] | None = None) -> d
     seq = result.best
     return {
         "warnings": [*(notes or []), *result.warnings],
-        "validation": seq.validation.model_dump(),
+        "validation": (seq.trimmed_validation or seq.validation).model_dump(),  # the verdict on the text returned
         "seed": seq.seed,
         "constraint_kind": result.constraint_kind,
         "constraint_engine": result.constraint_engine,

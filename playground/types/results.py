@@ -129,6 +129,11 @@ class Sequence(BaseModel):
     stop_sequence: str | None = None
     total_logprob: float = 0.0
     validation: Validation = Field(default_factory=Validation)
+    trimmed_validation: Validation | None = Field(
+        default=None,
+        description="OpenAI's routes leave a matched stop sequence and what follows it out of the text: the verdict "
+        "on that shorter text, where a stop sequence cut it ('yes' of the choice 'yes sir').",
+    )
     continued_from: str | None = Field(
         default=None, description="The prefix this sequence continues (validated with it)."
     )

@@ -113,6 +113,19 @@ def test_stop_sequence_is_trimmed_as_openai_does(client: openai.OpenAI) -> None:
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == text[: text.index("4")]
 
 
+def test_the_verdict_judges_the_text_a_stop_sequence_cut(client: openai.OpenAI, server_url: str) -> None:
+    """OpenAI leaves the stop sequence and what follows it out: "yes" is not one of the choices "yes sir", "no sir",
+    while TGI's text keeps it whole (and passes)."""
+    choices = ["yes sir", "no sir"]
+    extra = {"guided_choice": choices}
+    cut = ask(client, "Is water wet?", max_tokens=5, temperature=0, stop=[" "], extra_body=extra).choices[0]
+    assert cut.finish_reason == "stop" and cut.message.content in ("yes", "no")
+    assert cut.model_extra["validation"]["valid"] is False
+    body = {"inputs": "Is water wet?", "parameters": {"grammar": {"type": "choice", "value": choices}, "stop": [" "]}}
+    whole = httpx.post(f"{server_url}/generate", json=body, timeout=120).json()
+    assert whole["generated_text"] in choices and whole["validation"]["valid"] is True
+
+
 @pytest.mark.parametrize(
     "extra_body",
     [{"structured_outputs": {"choice": ["yes", "no"]}}, {"guided_choice": ["yes", "no"]}, {"guided_regex": "(yes|no)"}],
