@@ -18,7 +18,7 @@ from pydantic import (
 
 from playground.types.base import EngineName, Name, ResponseBody, StopText, Strict
 from playground.types.params import ProcessorSpec, Sampling
-from playground.types.sizes import MAX_INPUT_CHARS, MAX_MESSAGES, MAX_PROCESSORS
+from playground.types.sizes import MAX_INPUT_CHARS, MAX_MESSAGES, MAX_PROCESSORS, MAX_SEED
 
 # OpenAI's reasoning efforts (its SDK's ReasoningEffort), each a reasoning budget (wire/inbound.py EFFORT_BUDGETS)
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
@@ -241,7 +241,7 @@ class OpenAISampling(Request, Sampling):
     top_k: int | None = Field(default=None, ge=-1, description="vLLM's: 0 and -1 mean off.")
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     n: int = Field(default=1, ge=1)
-    seed: int | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     stop: StopText | list[StopText] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_serializer
 
 from playground.types.base import EngineName, Name, ParamText, StopText, Strict
-from playground.types.sizes import MAX_PREFIX_CHARS, MAX_PROCESSOR_PARAMS, MAX_PROCESSORS
+from playground.types.sizes import MAX_PREFIX_CHARS, MAX_PROCESSOR_PARAMS, MAX_PROCESSORS, MAX_SEED
 
 
 class GrammarType(Strict):
@@ -71,7 +71,7 @@ class GenerateParameters(Sampling):
     grammar: GrammarType | None = None
     max_new_tokens: int | None = Field(default=None, ge=0)
     return_full_text: bool | None = None
-    seed: int | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     stop: list[StopText] = Field(default_factory=list, max_length=4)
     temperature: float | None = Field(default=None, gt=0.0)
     top_k: int | None = Field(default=None, gt=0)

@@ -18,6 +18,8 @@ MAX_PROMPT_CHARS = MAX_INPUT_CHARS + 65_536
 # The /next_token prefix is walked token by token through the constraint under the engine's lock.
 MAX_PREFIX_CHARS = 4_096
 MAX_STOP_CHARS = 256
+# A seed is an int64 (TGI's spec types it so); best_of's rows take seed + i, wrapped below 2**63.
+MAX_SEED = 2**63 - 1
 MAX_PROCESSORS = 8
 MAX_PROCESSOR_PARAMS = 64
 MAX_PROCESSOR_PARAM_CHARS = 4_096

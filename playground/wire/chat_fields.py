@@ -10,6 +10,7 @@ from typing import Any
 
 from playground.errors import ParameterError
 from playground.types import ChatCompletionRequest
+from playground.types.chat import OpenAISampling
 from playground.types.sizes import MAX_CHOICES
 
 # Accepted, and named in the answer's `warnings`: none of them changes which tokens are generated.
@@ -72,12 +73,19 @@ REFUSABLE = (
 ).split()
 
 
+def check_stream_options(req: OpenAISampling) -> None:
+    """OpenAI and vLLM refuse stream options on an answer that is not streamed."""
+    if req.stream_options is not None and not req.stream:
+        raise ParameterError("stream_options: only allowed when stream is true", field="stream_options")
+
+
 def check(req: ChatCompletionRequest) -> None:
     """Refuse, by name, what would silently change the answer if ignored."""
     if req.n > MAX_CHOICES:
         raise ParameterError(f"n: at most {MAX_CHOICES} choices per request, got {req.n}", field="n")
     if req.top_logprobs and not req.logprobs:
         raise ParameterError("top_logprobs: needs logprobs set to true", field="top_logprobs")
+    check_stream_options(req)
     for name in REFUSABLE:
         value = getattr(req, name)
         if value is None:

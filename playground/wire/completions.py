@@ -13,7 +13,7 @@ from playground.types import GeneratedToken, GenerateParameters, GenerationResul
 from playground.types.base import InputText, TokenIds
 from playground.types.chat import OpenAISampling
 from playground.types.sizes import MAX_CHOICES, MAX_INPUT_CHARS
-from playground.wire import inbound
+from playground.wire import chat_fields, inbound
 from playground.wire.inbound import ChatResponseFormat
 
 MAX_PROMPTS = 8
@@ -64,6 +64,7 @@ def _check(req: CompletionRequest) -> None:
         raise ParameterError(f"n: at most {MAX_TOTAL_CHOICES} choices for all prompts together", field="n")
     if req.suffix:
         raise ParameterError("suffix: not supported (no fill-in-the-middle)", field="suffix")
+    chat_fields.check_stream_options(req)
     if req.best_of is not None and req.best_of < req.n:
         raise ParameterError(f"best_of: must be >= n ({req.n}), got {req.best_of}", field="best_of")
     if req.best_of and req.best_of > req.n and req.n > 1:

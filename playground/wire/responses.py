@@ -13,7 +13,7 @@ from playground.errors import ParameterError
 from playground.types.base import InputText, Name
 from playground.types.chat import ReasoningEffort, Request, StructuredOutputs
 from playground.types.params import Sampling
-from playground.types.sizes import MAX_MESSAGES
+from playground.types.sizes import MAX_MESSAGES, MAX_SEED
 from playground.wire.errors import field_name, validation_message
 from playground.wire.inbound import ChatRequest
 
@@ -86,7 +86,7 @@ class ResponsesRequest(Request, Sampling):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_k: int | None = Field(default=None, ge=-1)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    seed: int | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     include: list[str] | None = Field(default=None, max_length=16)
     reasoning: Reasoning | None = None

@@ -9,10 +9,11 @@ the parameters kept there as `<tool>`.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from playground.constraints import Constraint
-from playground.errors import ConstraintError
+from playground.errors import ConstraintError, InvalidConstraintError
 from playground.types import ToolSpec
 
 MAX_PARALLEL_CALLS = 8
@@ -22,17 +23,28 @@ _DATA = frozenset({"const", "enum", "default", "examples"})
 
 
 def parameters(tool: ToolSpec) -> dict[str, Any]:
+    """The tool's arguments schema; none given is an empty parameter list, as OpenAI reads it (the call's arguments
+    are `{}`), where `{}` given says nothing of them."""
+    if tool.function.parameters is None:
+        return {"type": "object", "properties": {}, "additionalProperties": False}
     return tool.function.parameters or {"type": "object"}
 
 
 def check(tools: list[ToolSpec]) -> None:
     """Each tool's parameters as a JSON schema of their own; a problem names the tool, not a grammar."""
     for index, tool in enumerate(tools):
+        where = f"tools[{index}].function.parameters ({tool.function.name})"
+        schema = parameters(tool)
         try:
-            Constraint.json_schema(parameters(tool))
+            Constraint.json_schema(schema)
         except ConstraintError as exc:
-            where = f"tools[{index}].function.parameters ({tool.function.name})"
             raise type(exc)(f"{where}: {exc.message}", field=f"tools[{index}].function.parameters") from None
+        kinds = schema.get("type", "object")
+        if "object" not in (kinds if isinstance(kinds, list) else [kinds]):  # as OpenAI refuses it
+            raise InvalidConstraintError(
+                f'{where}: the arguments are an object: a schema of "type": "object", got "type": {json.dumps(kinds)}',
+                field=f"tools[{index}].function.parameters",
+            )
 
 
 def _rewrite(node: Any, name: str, used_root: list[bool]) -> Any:

@@ -52,6 +52,20 @@ def test_required_picks_one_of_the_tools(client: openai.OpenAI) -> None:
     jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
 
 
+def test_a_tool_declared_without_parameters_is_called_with_none(client: openai.OpenAI) -> None:
+    ping = [{"type": "function", "function": {"name": "ping"}}]  # OpenAI: an empty parameter list
+    choice = client.chat.completions.create(
+        model="embedded",
+        messages=[{"role": "user", "content": "Ping"}],
+        tools=ping,
+        tool_choice="required",
+        max_tokens=40,
+    ).choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "ping" and json.loads(call.function.arguments) == {}
+
+
 def test_auto_answers_text_or_a_call(client: openai.OpenAI) -> None:
     for seed in (1, 2, 3):
         choice = client.chat.completions.create(

@@ -57,7 +57,10 @@ def test_every_openai_chat_field_is_known() -> None:
         ({"store": True}, "store: accepted and ignored"),
         ({"user": "u1"}, "user: accepted and ignored"),
         ({"service_tier": "auto"}, "service_tier: accepted and ignored"),
-        ({"stream_options": {"continuous_usage_stats": True}}, "stream_options.continuous_usage_stats: accepted"),
+        (
+            {"stream": True, "stream_options": {"continuous_usage_stats": True}},
+            "stream_options.continuous_usage_stats: accepted",
+        ),
         ({"logit_bias": [0.5, -1]}, "logit_bias: a list (TGI's form) names no token: accepted and ignored"),
     ],
 )

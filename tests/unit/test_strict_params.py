@@ -28,11 +28,14 @@ TGI_REFUSED = {
     "valid integer": [*(("max_new_tokens", value) for value in ("true", '"3"', "3.0")), ("seed", "false")],
     "valid number": [("temperature", '"0.5"'), ("repetition_penalty", "true")],
     "valid boolean": [("do_sample", '"true"'), ("do_sample", "1")],
+    # an int64, as TGI's spec types it (2**64 wrapped to 0 before: details.seed said 0)
+    "less than or equal to 9223372036854775807": [("seed", str(2**63)), ("seed", str(2**64))],
 }
 CHAT_REFUSED = {
     "finite number": [("temperature", "Infinity"), ("top_p", "NaN"), ("frequency_penalty", "Infinity")],
     "valid integer": [("max_tokens", "true"), ("max_tokens", '"3"'), ("n", "2.0")],
     "valid boolean": [("logprobs", '"yes"')],
+    "less than or equal to 9223372036854775807": [("seed", str(2**63))],
 }
 
 

@@ -7,7 +7,9 @@ import json
 from typing import Any
 
 import jsonschema
+import pytest
 
+from playground.errors import InvalidConstraintError
 from playground.server.tool_stream import ToolStream
 from playground.types import ToolSpec
 from playground.wire import inbound, tool_calls, tool_schema, tools
@@ -37,6 +39,18 @@ def test_refs_resolve_inside_the_combined_schema() -> None:
     assert validator.is_valid({"name": "tree", "arguments": {"children": [{"children": []}]}})
     assert not validator.is_valid({"name": "tree", "arguments": {"children": [{"children": 3}]}})
     assert not validator.is_valid({"name": "zone", "arguments": {"zone": "CET"}})
+
+
+def test_a_tool_without_parameters_takes_none_and_non_object_parameters_are_refused() -> None:
+    bare = ToolSpec.model_validate({"type": "function", "function": {"name": "ping"}})
+    validator = jsonschema.Draft202012Validator(tool_schema.call_schema([bare]))
+    assert validator.is_valid({"name": "ping", "arguments": {}})
+    assert not validator.is_valid({"name": "ping", "arguments": {"host": "x"}})  # OpenAI: an empty parameter list
+    tool_schema.check([bare, _tool("any", {"type": ["object", "null"]})])
+    with pytest.raises(
+        InvalidConstraintError, match=r'tools\[1\].function.parameters \(word\): .*got "type": "string"'
+    ):
+        tool_schema.check([bare, _tool("word", {"type": "string"})])
 
 
 def test_a_ref_key_inside_data_is_left_alone() -> None:
