@@ -190,7 +190,7 @@ class Engine:
         max_new = min(self.default_max_new_tokens, room) if params.max_new_tokens is None else params.max_new_tokens
         if max_new > room:
             raise PromptTooLongError(
-                f"inputs tokens + max_new_tokens must be <= {self.max_total_tokens}: "
+                f"prompt tokens + max_new_tokens must be <= {self.max_total_tokens}: "
                 f"{input_length} + {max_new} = {input_length + max_new}",
                 field="max_new_tokens",
             )

@@ -4,6 +4,7 @@ server-sent chunks of every job as they come; chat and completions differ only i
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
@@ -11,7 +12,7 @@ from typing import Any
 
 from fastapi.responses import Response, StreamingResponse
 
-from playground.errors import PlaygroundError
+from playground.errors import ConstraintError, PlaygroundError
 from playground.server.errors import exception_event
 from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.server.tgi import sse
@@ -29,17 +30,19 @@ def chunk(base: dict[str, Any], index: int, **fields: Any) -> str:
 
 
 @contextmanager
-def named_as_sent(names: Mapping[str, str]) -> Iterator[None]:
+def named_as_sent(names: Mapping[str, str | None]) -> Iterator[None]:
     """An error raised inside names its field as the client sent it (`names`: the engine's name -> the route's), in
-    its `param` and at the head of its message."""
+    its `param` and its message; a constraint's error names the field the constraint came in (`names["grammar"]`)."""
     try:
         yield
     except PlaygroundError as exc:
+        if exc.field is None and isinstance(exc, ConstraintError):
+            exc.field = names.get("grammar")
+            raise
         sent = names.get(exc.field or "")
-        if sent is not None:
-            if exc.message.startswith(f"{exc.field}:"):
-                exc.message = sent + exc.message[len(exc.field or "") :]
-                exc.args = (exc.message,)
+        if sent:
+            exc.message = re.sub(rf"\b{re.escape(exc.field or '')}\b", sent, exc.message)
+            exc.args = (exc.message,)
             exc.field = sent
         raise
 
@@ -61,7 +64,7 @@ async def answer(
     choice_chunks: ChoiceChunks,
     usage: Callable[[list[GenerationResult]], dict[str, int]],
     respond: Callable[[list[GenerationResult]], Any],
-    names: Mapping[str, str],
+    names: Mapping[str, str | None],
 ) -> Any:
     """With `body.stream`, the chunks of every choice (see choice_stream) once the first job's first event is in (an
     error before it stays an HTTP error); otherwise every job's result to `respond`, the jobs decoded together. A
@@ -98,7 +101,7 @@ async def choice_stream(
     stream_options: Any,
     choice_chunks: ChoiceChunks,
     usage: Callable[[list[GenerationResult]], dict[str, int]],
-    names: Mapping[str, str],
+    names: Mapping[str, str | None],
 ) -> AsyncIterator[str]:
     """Every choice's chunks as they come, the choices decoding together (each ends with its result), the usage
     chunk when asked, then [DONE].

@@ -19,7 +19,7 @@ from playground.server.docs import JSON_OR_STREAM
 from playground.server.streaming import decoded
 from playground.server.tgi import resolve
 from playground.types import GenerationResult, TokenEvent
-from playground.wire import checks, completions
+from playground.wire import checks, completions, inbound
 from playground.wire.completions import CompletionRequest
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
@@ -108,7 +108,7 @@ async def create_completion(request: Request, body: CompletionRequest) -> Any:
         choice_chunks=choice,
         usage=usage,
         respond=respond,
-        names={"inputs": "prompt", "max_new_tokens": "max_tokens"},
+        names={"inputs": "prompt", "max_new_tokens": "max_tokens", "grammar": inbound.constraint_field(body)},
     )
 
 

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from playground.errors import PlaygroundError
-from playground.wire.errors import field_name, validation_message
+from playground.wire.errors import error_field, validation_message
 
 log = logging.getLogger("playground.server")
 
@@ -93,7 +93,7 @@ async def _playground_error(request: Request, exc: Exception) -> JSONResponse:
 async def _request_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
-    param = field_name(errors[0].get("loc", ())) if errors else None
+    param = error_field(errors[0]) if errors else None
     return error_response(422, validation_message(errors), "validation", path=request.url.path, param=param or None)
 
 

@@ -92,6 +92,7 @@ async def chat_completions(request: Request, body: ChatRequest) -> Any:
         names={
             "inputs": "messages",
             "max_new_tokens": "max_completion_tokens" if body.max_completion_tokens else "max_tokens",
+            "grammar": inbound.constraint_field(body),
         },
     )
 

@@ -9,6 +9,16 @@ from pydantic import ValidationError
 
 from playground.errors import ParameterError
 
+_TYPE_NAMES = frozenset({"str", "int", "float", "bool", "list", "dict", "none", "bytes"})
+
+
+def _union_member(item: Any) -> bool:
+    """Whether a loc entry names the union member pydantic tried (`constrained-str`, `dict[str,any]`, `str`, a model
+    class such as `NamedToolChoice`), not a field: the client never wrote it."""
+    if not isinstance(item, str):
+        return False
+    return item in _TYPE_NAMES or "[" in item or "-" in item or (item[:1].isupper() and item.isidentifier())
+
 
 def field_name(loc: Sequence[Any]) -> str:
     """`("body", "parameters", "top_p")` -> `parameters.top_p`; list indices become `[i]`."""
@@ -25,6 +35,14 @@ def field_name(loc: Sequence[Any]) -> str:
     return "".join(parts)
 
 
+def error_field(error: dict[str, Any]) -> str:
+    """The field a pydantic error is about, as the client wrote it: without the union member pydantic tried
+    (`("stop", "constrained-str")` -> `stop`); none for a body that is not JSON (its loc is a character offset)."""
+    if error.get("type") == "json_invalid":
+        return ""
+    return field_name([item for item in error.get("loc", ()) if not _union_member(item)])
+
+
 def describe(
     error: dict[str, Any], *, unknown_hint: str = "not a parameter of this endpoint", whole: str = "request body"
 ) -> str:
@@ -33,7 +51,7 @@ def describe(
     `unknown_hint` follows "unknown field" (a config file lists the allowed ones, where a typo is likely);
     `whole` names the document when the error is about all of it.
     """
-    field = field_name(error.get("loc", ()))
+    field = error_field(error)
     kind = error.get("type", "")
     message = str(error.get("msg", "invalid value"))
     if kind == "extra_forbidden":
@@ -41,7 +59,6 @@ def describe(
     elif kind == "json_invalid":
         detail = (error.get("ctx") or {}).get("error", "")
         message = f"request body is not valid JSON ({detail})" if detail else "request body is not valid JSON"
-        field = ""
     elif kind == "missing":
         message = "field required"
     message = message.removeprefix("Value error, ")
@@ -62,5 +79,5 @@ def parameter_error(exc: ValidationError, *, prefix: Sequence[Any] = ()) -> Para
     """A ParameterError for a validation failure, its fields in name order (not the model's declaration order,
     which inheritance shuffles); `field` is the first named."""
     errors = sorted(exc.errors(), key=lambda error: [str(part) for part in error["loc"]])
-    first = field_name((*prefix, *errors[0]["loc"])) if errors else ""
+    first = error_field({**errors[0], "loc": (*prefix, *errors[0]["loc"])}) if errors else ""
     return ParameterError(validation_message(errors, prefix=prefix), field=first or None)

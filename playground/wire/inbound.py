@@ -173,6 +173,15 @@ def constraint_of(req: ChatCompletionRequest) -> dict[str, Any] | None:
     return grammar
 
 
+def constraint_field(req: OpenAISampling) -> str | None:
+    """The field a request's constraint came in (`constraint_of`), which its errors name as their `param`."""
+    if getattr(req, "response_format", None) is not None and req.response_format.type != "text":  # type: ignore[attr-defined]
+        return "response_format"
+    if req.structured_outputs is not None:
+        return "structured_outputs"
+    return next((field for field, _ in _GUIDED_FIELDS if getattr(req, field) is not None), None)
+
+
 def _whitespace(req: ChatCompletionRequest) -> str | None:
     """vLLM's and Outlines' JSON whitespace options as our layout: a pattern, or compact for no free whitespace."""
     so = req.structured_outputs

@@ -14,7 +14,7 @@ from playground.types.base import InputText, Name
 from playground.types.chat import ReasoningEffort, Request, StructuredOutputs
 from playground.types.params import Sampling
 from playground.types.sizes import MAX_MESSAGES, MAX_SEED
-from playground.wire.errors import field_name, validation_message
+from playground.wire.errors import error_field, validation_message
 from playground.wire.inbound import ChatRequest
 
 # Fields OpenAI's SDKs send that cannot change the tokens: accepted, and each named in `warnings`.
@@ -37,6 +37,7 @@ SKIPPED = ("reasoning",)
 DEFAULT_NAME = "response"  # a json_schema format's name when the client gave none
 # The chat route's field names as this route's client sent them, for an error's `param` and message.
 NAMES = {
+    "grammar": "text.format",  # a constraint error names where the constraint came in
     "inputs": "input",
     "messages": "input",
     "max_new_tokens": "max_output_tokens",
@@ -152,7 +153,7 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
         return ChatRequest.model_validate({key: value for key, value in chat.items() if value is not None})
     except ValidationError as exc:
         errors = [{**e, "loc": _renamed(e["loc"], req)} for e in exc.errors(include_url=False)]
-        raise ParameterError(validation_message(errors), field=field_name(errors[0]["loc"]) or None) from None
+        raise ParameterError(validation_message(errors), field=error_field(errors[0]) or None) from None
 
 
 def _refuse_what_this_server_cannot_keep(req: ResponsesRequest) -> None:

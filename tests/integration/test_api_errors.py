@@ -108,6 +108,13 @@ def test_openai_sdk_gets_400_and_str_names_the_problem(server_url: str) -> None:
     assert caught.value.status_code == 400
     assert "not a valid JSON Schema" in str(caught.value)
     assert caught.value.code == "constraint" and caught.value.type == "invalid_request_error"
+    assert caught.value.param == "response_format"  # where the constraint came in
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model="embedded", prompt="x", max_tokens=3, extra_body={"guided_regex": "(ab"})
+    assert caught.value.param == "guided_regex" and "invalid regex" in str(caught.value)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="embedded", messages=[{"role": "user", "content": "x"}], max_tokens=8190)
+    assert caught.value.param == "max_tokens" and "prompt tokens + max_tokens must be <=" in str(caught.value)
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(
             model="embedded", messages=[{"role": "user", "content": "x"}], logprobs=True, top_logprobs=30

@@ -82,7 +82,7 @@ def client() -> TestClient:
         (
             "/v1/chat/completions",
             {"messages": [USER], "stop": "s" * (sizes.MAX_STOP_CHARS + 1)},
-            f"stop.constrained-str: String should have at most {sizes.MAX_STOP_CHARS} characters",
+            f"stop: String should have at most {sizes.MAX_STOP_CHARS} characters",
         ),
         (
             "/v1/models",

@@ -139,6 +139,38 @@ def test_validation_message_joins_every_error() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("body", "param", "message"),
+    [
+        ({"stop": 5}, "stop", "stop: Input should be a valid string"),
+        ({"guided_json": 5}, "guided_json", "guided_json: Input should be a valid dictionary"),
+        (
+            {"tool_choice": {"type": "function", "function": {}}},
+            "tool_choice",
+            "tool_choice.function.name: field required",
+        ),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "messages[0].content: Input should be"),
+    ],
+)
+def test_a_bad_field_is_named_as_the_client_wrote_it_not_by_pydantic_s_union_member(
+    client: TestClient, body: dict, param: str, message: str
+) -> None:
+    response = client.post(
+        "/v1/chat/completions", headers=AUTH, json={"messages": [{"role": "user", "content": "x"}], **body}
+    )
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == param, error
+    assert message in error["message"] and "constrained-str" not in error["message"] and "dict[" not in error["message"]
+    assert "NamedToolChoice" not in error["message"]
+
+
+def test_a_body_that_is_not_json_names_no_param(client: TestClient) -> None:
+    response = client.post(
+        "/v1/chat/completions", content=b'{"messages": [}', headers={**AUTH, "content-type": "application/json"}
+    )
+    assert response.status_code == 400 and response.json()["error"]["param"] is None
+
+
 def test_a_stream_that_fails_after_it_started_ends_with_an_error_in_its_routes_shape() -> None:
     from playground.errors import ParameterError
     from playground.server.errors import exception_event
