@@ -178,6 +178,7 @@ def _as_text(message: ChatMessage) -> ChatMessage:
 
 
 CUT_OFF = "the tool call was cut off by max_tokens: no call is returned (raise max_tokens)"
+STOPPED = "a stop sequence cut the tool call off: no call is returned (the stop sequence occurs in the call)"
 
 
 def answer(
@@ -185,7 +186,8 @@ def answer(
 ) -> tuple[dict[str, Any], str, list[str]]:
     """The assistant message (content, or tool_calls in OpenAI's shape), OpenAI's finish_reason and warnings.
 
-    A call cut off by max_tokens is no call: finish_reason "length", empty content, a warning (as vLLM does).
+    A call cut off by max_tokens is no call: finish_reason "length", empty content, a warning (as vLLM does); so is a
+    call the tool choice forced that a stop sequence cut (finish_reason "stop"), rather than the call's text.
     """
     how = mode(req)
     finish = "length" if finish_reason == "length" else "stop"
@@ -197,6 +199,8 @@ def answer(
     calls = tool_calls.final(text, _named(req).function.name if how == "named" else None, parallel(req))
     if calls is None and finish == "length":
         return {"role": "assistant", "content": ""}, "length", [CUT_OFF]
+    if calls is None and how in ("required", "named"):
+        return {"role": "assistant", "content": ""}, finish, [STOPPED]
     if calls is None:  # free text under auto that happens to start like JSON
         return {"role": "assistant", "content": text}, finish, []
     return {"role": "assistant", "content": None, "tool_calls": wire_calls(calls)}, "tool_calls", []

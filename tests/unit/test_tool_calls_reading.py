@@ -79,6 +79,18 @@ def test_parallel_calls_are_a_list_of_one_to_eight() -> None:
     ]
 
 
+def test_a_forced_call_a_stop_sequence_cut_is_no_call_and_no_leaked_markup() -> None:
+    pet = {"type": "function", "function": {"name": "pet", "parameters": PET}}
+    ask = {"messages": [{"role": "user", "content": "x"}], "tools": [pet]}
+    cut = '{"name": "pet", "arguments": {"'  # stop=["kind"] matched inside the call
+    for choice in ("required", {"type": "function", "function": {"name": "pet"}}):
+        req = inbound.ChatRequest.model_validate({**ask, "tool_choice": choice})
+        message, finish, notes = tools.answer(req, cut, "stop_sequence")
+        assert (message["content"], finish) == ("", "stop") and "stop sequence cut the tool call" in notes[0]
+    auto = inbound.ChatRequest.model_validate({**ask, "tool_choice": "auto"})
+    assert tools.answer(auto, '{"a": 1', "stop_sequence")[0]["content"] == '{"a": 1'  # text under auto stays text
+
+
 def test_partial_calls_appear_once_named_and_grow() -> None:
     text = '{"name": "get_weather", "arguments": {"city": "Par'
     assert tool_calls.partial('{"name": "get_wea', None, False) == []
