@@ -247,6 +247,28 @@ def test_unsupported_keyword_named_when_engine_is_chosen(engine):
     assert result.constraint_engine == "xgrammar" and "fell back" in result.warnings[0]
 
 
+def test_one_of_is_enforced_as_any_of_and_its_exclusivity_by_the_verdict(engine):
+    # "one of these keys": xgrammar (auto's next engine) drops oneOf and the type beside it; llguidance reads it
+    # as anyOf and keeps the rest, so the answer is an object with a or b
+    dims = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}
+    schema = {
+        "type": "object",
+        "properties": {"d": {**dims, "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}},
+        "required": ["d"],
+        "additionalProperties": False,
+    }
+    for seed in (1, 2, 3):
+        params = GenerateParameters(
+            max_new_tokens=40, do_sample=True, seed=seed, grammar={"type": "json", "value": schema}
+        )
+        result = engine.generate(ask("Rectangle dimensions as JSON."), params)
+        assert result.constraint_engine == "llguidance" and any("anyOf" in w for w in result.warnings)
+        if result.best.finish_reason == "eos_token":
+            assert isinstance(json.loads(result.generated_text)["d"], dict)
+    both = Constraint.json_schema(schema).validate('{"d": {"a": 1, "b": 2}}')
+    assert both.valid is False and "valid under each" in both.message  # both branches: the verdict refuses it
+
+
 def test_compile_time_limit(loaded_model):
     from playground.decoding.engine import Engine
 

@@ -21,8 +21,11 @@ from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.errors import first_line
 
 # Measured on MaskBench (README, "Benchmarks"): llguidance accepts `\\uXXXX` escapes of any printable
-# character (json.dumps writes them for all non-ASCII text).
-JSON_OPTIONS: dict[str, Any] = {"json_allow_general_unicode_escapes": True}
+# character (json.dumps writes them for all non-ASCII text). `oneOf` is read as `anyOf` (with a warning: two
+# branches matched at once pass the mask, and the verdict and the EOS gate refuse them); refused instead, `auto`
+# went on to xgrammar, which drops `oneOf` and the keywords beside it (`"type": "object"`), so the answer was
+# seldom even the right type.
+JSON_OPTIONS: dict[str, Any] = {"json_allow_general_unicode_escapes": True, "coerce_one_of": True}
 
 
 def grammar(kind: str, text: str, llg_tokenizer: Any = None) -> str:
