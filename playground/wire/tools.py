@@ -172,9 +172,12 @@ def with_tools(req: ToolRequest, messages: list[ChatMessage], fmt: ToolFormat | 
 
 
 def _as_text(message: ChatMessage) -> ChatMessage:
-    """An assistant turn that called tools becomes the JSON it would have written."""
+    """An assistant turn that called tools becomes the JSON it would have written, after what it said first."""
     written = message.written_calls()  # the request's types checked each call's name and JSON arguments
-    return message if written is None else ChatMessage(role="assistant", content=written)
+    if written is None:
+        return message
+    said = message.text()
+    return ChatMessage(role="assistant", content=f"{said}\n{written}" if said else written)
 
 
 CUT_OFF = "the tool call was cut off by max_tokens: no call is returned (raise max_tokens)"

@@ -124,6 +124,15 @@ def test_tgi_tool_prompt_replaces_our_words() -> None:
     assert system.startswith("Pick a tool, human.\n") and "You can call these functions" not in system
 
 
+def test_a_past_call_keeps_what_the_assistant_said_before_it() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}
+    said = {"role": "assistant", "content": "Checking.", "tool_calls": [call]}
+    req = _request(tools=TOOLS, messages=[{"role": "user", "content": "Time?"}, said])
+    assert tools.with_tools(req, req.messages)[-1].text() == 'Checking.\n{"name": "get_time", "arguments": {}}'
+    quiet = _request(tools=TOOLS, messages=[{"role": "user", "content": "Time?"}, {**said, "content": None}])
+    assert tools.with_tools(quiet, quiet.messages)[-1].text() == '{"name": "get_time", "arguments": {}}'
+
+
 def _scores(vocab: int = 6) -> torch.Tensor:
     return torch.zeros((1, vocab))
 
