@@ -492,11 +492,14 @@ class Engine:
 
 
 def _verdict(constraint: Constraint, answer: str, finish_reason: str | None) -> Validation:
-    """The constraint's verdict on the answer; one that max_new_tokens ended inside a character (its last bytes never
-    came, so the text ends in U+FFFD) says so, as the mask allowed every token before."""
+    """The constraint's verdict on the answer; one that max_new_tokens cut says so (inside a character, its last bytes
+    never came, so the text ends in U+FFFD), as the mask allowed every token before."""
     verdict = constraint.validate(answer)
-    if verdict.valid is False and finish_reason in (None, "length") and answer.endswith("\ufffd"):
-        note = " (max_new_tokens ended it inside a character: U+FFFD stands for the bytes that came)"
+    if verdict.valid is False and finish_reason in (None, "length"):
+        if answer.endswith("\ufffd"):
+            note = " (max_new_tokens ended it inside a character: U+FFFD stands for the bytes that came)"
+        else:
+            note = " (max_new_tokens ended it before the constraint was complete)"
         return verdict.model_copy(update={"message": verdict.message + note})
     return verdict
 

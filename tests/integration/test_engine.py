@@ -420,7 +420,15 @@ def test_a_character_cut_by_the_token_limit_streams_as_the_text_ends(engine):
         cut.append(best.generated_text.endswith("\ufffd"))
         if cut[-1]:
             assert best.validation.valid is False and "ended it inside a character" in best.validation.message
+        elif best.finish_reason == "length" and best.validation.valid is False:
+            assert "max_new_tokens ended it before the constraint was complete" in best.validation.message
     assert any(cut)  # some limit fell inside a character
+    short = engine.generate(
+        ask("A person as JSON."), GenerateParameters(max_new_tokens=3, grammar={"type": "json", "value": PERSON})
+    )
+    assert short.best.finish_reason == "length" and short.best.validation.message.endswith(
+        "(max_new_tokens ended it before the constraint was complete)"
+    )
 
 
 def test_stats_count_a_generation_whose_reader_left_as_cancelled(engine):
