@@ -12,6 +12,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import jsonschema
@@ -88,17 +89,32 @@ def check_schema(schema: dict) -> None:
         cls.ID_OF(cls.META_SCHEMA) or "", default=referencing.jsonschema.DRAFT202012
     )
     try:
-        _check_refs(spec, meta, schema)
+        with _panics_as_recursion():
+            _check_refs(spec, meta, schema)
     except RecursionError:
         raise InvalidConstraintError("the JSON schema is nested too deeply to check") from None
     except (ValueError, TypeError, LookupError, AttributeError) as exc:
         raise InvalidConstraintError(f"the JSON schema's $id or references are malformed: {first_line(exc)}") from None
 
 
+@contextmanager
+def _panics_as_recursion() -> Iterator[None]:
+    """rpds (under jsonschema's type checks and referencing's registry) panics where Python's recursion limit is hit
+    inside it (a schema nested ~90 deep, on a worker thread): that panic, a BaseException no handler here expects,
+    becomes the RecursionError it was, which the callers word as "nested too deeply"."""
+    try:
+        yield
+    except BaseException as exc:
+        if type(exc).__name__ == "PanicException" and "RecursionError" in str(exc):
+            raise RecursionError(first_line(exc)) from None
+        raise
+
+
 def _check_against(meta: Any, schema: Any, what: str) -> None:
     """`schema` passes the meta-schema, or an InvalidConstraintError naming where and why."""
     try:
-        error = next(meta.iter_errors(schema), None)
+        with _panics_as_recursion():
+            error = next(meta.iter_errors(schema), None)
     except RecursionError:
         raise InvalidConstraintError("the JSON schema is nested too deeply to check") from None
     except (referencing.exceptions.Unresolvable, schema_keywords.UncheckedPattern) as exc:
@@ -218,7 +234,7 @@ def validate(schema: dict, text: str, budget_s: float = VERDICT_BUDGET_S) -> Val
     except RecursionError:
         return Validation(valid=None, message="could not read the JSON: nested too deeply")
     try:
-        with verdict_budget.bounded(budget_s, len(text)):
+        with verdict_budget.bounded(budget_s, len(text)), _panics_as_recursion():
             error = _first_error(schema, data)
     except verdict_budget.TooCostly as exc:
         return Validation(valid=None, message=f"could not check: {exc}")

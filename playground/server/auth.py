@@ -94,7 +94,9 @@ class GradioLoginGate:
         return token is not None and token in self.gradio_app.tokens  # type: ignore[attr-defined]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == LOGIN_PATH and scope["method"] == "POST":
+        # Gradio answers its login at /login and /login/: both count guesses
+        login = scope["type"] == "http" and scope["path"].rstrip("/") == LOGIN_PATH and scope["method"] == "POST"
+        if login:
             await self._login(scope, receive, send)
             return
         guarded = scope["type"] in ("http", "websocket") and scope["path"].startswith(GRADIO_API_PREFIX)

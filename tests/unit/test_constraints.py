@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from playground.constraints import Constraint, check_constraint
@@ -90,6 +92,25 @@ def test_draft4_pattern_properties_are_read_like_the_later_drafts():
     nested = {"$schema": draft4, "properties": {"x": {"patternProperties": {"(?=x)[a-z]+": {}}}}}
     with pytest.raises(InvalidConstraintError, match=r"at properties/x/patternProperties: .*look-around"):
         Constraint.json_schema(nested)
+
+
+def test_a_schema_nested_past_the_recursion_limit_on_a_worker_thread_is_a_clear_error():
+    # /inspect reads the schema on a worker thread, where the limit is hit inside rpds (a Rust panic, not an Exception)
+    schema: dict = {"type": "string"}
+    for _ in range(120):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    caught: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            Constraint.json_schema(schema)
+        except BaseException as exc:  # noqa: BLE001 - what escapes is the point
+            caught.append(exc)
+
+    worker = threading.Thread(target=read)
+    worker.start()
+    worker.join()
+    assert isinstance(caught[0], InvalidConstraintError) and "nested too deeply" in str(caught[0])
 
 
 def test_choices_become_an_escaped_alternation():

@@ -30,10 +30,18 @@ def test_ui_login_guessing_gets_429_too() -> None:
     client = TestClient(create_app(Registry([]), api_key=KEY, ui=True))
     wrong = [client.post("/login", data={"username": "a", "password": f"guess{i}"}).status_code for i in range(10)]
     assert wrong == [400] * 10
-    refused = client.post("/login", data={"username": "a", "password": KEY})
-    assert refused.status_code == 429
-    assert refused.json()["error_type"] == "too_many_attempts"
-    assert "retry-after" in refused.headers
+    for path in ("/login", "/login/"):  # Gradio answers both
+        refused = client.post(path, data={"username": "a", "password": KEY})
+        assert refused.status_code == 429, path
+        assert refused.json()["error_type"] == "too_many_attempts"
+        assert "retry-after" in refused.headers
+
+
+def test_guesses_at_login_with_a_trailing_slash_count_too() -> None:
+    client = TestClient(create_app(Registry([]), api_key=KEY, ui=True))
+    wrong = [client.post("/login/", data={"username": "a", "password": f"guess{i}"}).status_code for i in range(10)]
+    assert wrong == [400] * 10
+    assert client.post("/login/", data={"username": "a", "password": KEY}).status_code == 429
 
 
 def test_the_wait_ends_and_old_failures_are_forgotten() -> None:
