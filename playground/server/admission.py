@@ -26,6 +26,9 @@ from playground.server.errors import error_body
 
 # How long a request is assumed to take before any has finished (seconds), for Retry-After.
 FIRST_GUESS_S = 5.0
+# A request's body is read whole before it takes a slot or a place in the queue, within this long: a client
+# that trickles its body (or stops sending it) holds a connection, never a slot other clients wait for.
+BODY_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -122,18 +125,29 @@ class AdmissionGate:
         paths: set[str],
         max_body_bytes: int,
         refused_anyway: Callable[[Scope], bool] = lambda scope: False,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.app = app
         self.admission = admission
         self.paths = paths
         self.max_body_bytes = max_body_bytes
         self.refused_anyway = refused_anyway  # e.g. no API key: answered at once, never queued
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gated = scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self.paths
         if not gated or self.refused_anyway(scope):
             await self.app(scope, receive, send)
             return
+        try:
+            body = await asyncio.wait_for(self._body(receive), self.body_timeout_s)
+        except asyncio.TimeoutError:
+            message = f"the request body did not arrive within {self.body_timeout_s:g} s"
+            await JSONResponse(error_body(message, "timeout"), status_code=408)(scope, receive, send)
+            return
+        if body is None:  # the client left before its body was in
+            return
+        receive = _replay(body, receive)
         client = client_scope.current()
         if self.admission.try_acquire(client):
             await self._run(scope, receive, send, client)
@@ -161,6 +175,20 @@ class AdmissionGate:
         )
         headers = {"Retry-After": str(self.admission.retry_after_s())}
         await JSONResponse(error_body(message, "overloaded"), status_code=429, headers=headers)(scope, receive, send)
+
+    async def _body(self, receive: Receive) -> list[Message] | None:
+        """The body's messages, to its end (or past the size limit: the app refuses it); None at a disconnect."""
+        messages: list[Message] = []
+        size = 0
+        while size <= self.max_body_bytes:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            messages.append(message)
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        return messages
 
     async def _queued(self, receive: Receive, client: str) -> list[Message] | None:
         """Wait for a slot while reading the body, so a disconnect is seen; None when the client left."""

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 
 from playground.providers.registry import Registry
 from playground.server import create_app
-from playground.server.admission import Admission, AdmissionLimits
+from playground.server.admission import Admission, AdmissionGate, AdmissionLimits
 
 
 def test_slots_pass_to_waiters_in_order_and_a_cancelled_waiter_gives_its_place_up() -> None:
@@ -82,3 +82,51 @@ def test_a_freed_slot_goes_to_the_client_running_the_fewest_not_to_a_backlog() -
         return order
 
     assert asyncio.run(scenario()) == ["light", "heavy", "heavy", "heavy"]
+
+
+def test_a_body_that_never_ends_holds_no_slot_and_times_out_with_408() -> None:
+    """A client trickling its body (or stopping) must not keep others out: the body is read before any slot."""
+
+    async def scenario() -> tuple[list[int], list[bytes], int]:
+        admission = Admission(AdmissionLimits(max_running=1, max_queue=0))
+        seen: list[bytes] = []
+
+        async def app(scope, receive, send) -> None:
+            body, more = b"", True
+            while more:  # as FastAPI reads it: to its end
+                message = await receive()
+                body, more = body + message["body"], message.get("more_body", False)
+            seen.append(body)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+        gate = AdmissionGate(app, admission=admission, paths={"/generate"}, max_body_bytes=1024, body_timeout_s=0.3)
+        scope = {"type": "http", "method": "POST", "path": "/generate", "headers": []}
+        statuses: list[int] = []
+
+        def sender(into: list[int]):
+            async def send(message) -> None:
+                if message["type"] == "http.response.start":
+                    into.append(message["status"])
+
+            return send
+
+        async def trickle():
+            yield {"type": "http.request", "body": b'{"inputs": ', "more_body": True}
+            await asyncio.sleep(3600)  # the rest never comes
+
+        slow = trickle()
+        slow_task = asyncio.create_task(gate(scope, slow.__anext__, sender(statuses)))
+        await asyncio.sleep(0.05)
+        running_while_slow = admission.running
+
+        async def whole():
+            return {"type": "http.request", "body": b'{"inputs": "x"}', "more_body": False}
+
+        await asyncio.wait_for(gate(scope, whole, sender(statuses)), 5)  # another client: a slot, not a 429
+        await asyncio.wait_for(slow_task, 5)
+        return statuses, seen, running_while_slow
+
+    statuses, seen, running_while_slow = asyncio.run(scenario())
+    assert running_while_slow == 0
+    assert statuses == [200, 408] and seen == [b'{"inputs": "x"}']
