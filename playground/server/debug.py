@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from playground.debug.check import CheckRequest, CheckResult, check_text
 from playground.debug.why import ReasonRequest, ReasonResult, reasons_at
 from playground.providers import base
-from playground.server.tgi import resolve
+from playground.server.tgi import ModelQuery, resolve
 
 if TYPE_CHECKING:
     from playground.decoding.engine import Engine
@@ -25,14 +25,14 @@ def local_engine(request: Request, model: str | None, what: str) -> Engine:
 
 
 @router.post("/check", summary="Test an instance: walk a text through the constraint's masks and EOS gate")
-async def check(request: Request, body: CheckRequest) -> CheckResult:
+async def check(request: Request, body: CheckRequest, model: str | None = ModelQuery) -> CheckResult:
     """Accepted, or the first refused token with its reason; plus the final verdict and whether they agree."""
-    engine = local_engine(request, body.model, "checking an instance")
+    engine = local_engine(request, body.model or model, "checking an instance")
     return await run_in_threadpool(check_text, engine, body.grammar, body.text, body.constraint_engine)
 
 
 @router.post("/reason", summary="Why each token is allowed or refused after an answer prefix")
-async def reason(request: Request, body: ReasonRequest) -> ReasonResult:
+async def reason(request: Request, body: ReasonRequest, model: str | None = ModelQuery) -> ReasonResult:
     """One plain reason per token id, from the constraint's state after `prefix`."""
-    engine = local_engine(request, body.model, "explaining a token")
+    engine = local_engine(request, body.model or model, "explaining a token")
     return await run_in_threadpool(reasons_at, engine, body.grammar, body.prefix, body.tokens, body.constraint_engine)

@@ -27,7 +27,7 @@ from playground.providers.base import Provider
 from playground.server.admission import Admission
 from playground.server.docs import STREAM_RESPONSES
 from playground.server.streaming import iterate_in_thread
-from playground.server.tgi import resolve, sse
+from playground.server.tgi import ModelQuery, resolve, sse
 from playground.types import ChatMessage, GenerateParameters, GenerationResult, Strict
 from playground.types.base import InputText, Name
 from playground.types.chat import check_messages_size
@@ -84,9 +84,9 @@ class EvaluateRequest(Strict):
     response_class=StreamingResponse,
     responses=STREAM_RESPONSES,
 )
-async def evaluate(request: Request, body: EvaluateRequest) -> StreamingResponse:
+async def evaluate(request: Request, body: EvaluateRequest, model: str | None = ModelQuery) -> StreamingResponse:
     """`data: {"row": {...}}` per finished row (in the order they finish), then `data: {"summary", "rows"}`."""
-    provider, model_id = resolve(request, body.model)
+    provider, model_id = resolve(request, body.model or model)
     checks.check_limits(body.parameters, await run_in_threadpool(provider.info, model_id), streaming=False)
     if body.parameters.best_of not in (None, 1):
         raise ParameterError("best_of: an evaluation decodes one answer per prompt", field="best_of")

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from playground.debug.score import ScoreResult, score
 from playground.errors import ParameterError
 from playground.providers import base
-from playground.server.tgi import resolve
+from playground.server.tgi import ModelQuery, resolve
 from playground.types import ChatMessage, GenerateParameters, Strict, ToolSpec
 from playground.types.base import InputText, Name
 from playground.types.chat import check_messages_size
@@ -57,9 +57,9 @@ class ScoreRequest(Strict):
 
 
 @router.post("/score", summary="Every answer the constraint allows, ranked by its exact probability")
-async def score_route(request: Request, body: ScoreRequest) -> ScoreResult:
+async def score_route(request: Request, body: ScoreRequest, model: str | None = ModelQuery) -> ScoreResult:
     """Choices, a JSON enum after `parameters.continue_from`, a small regex or grammar, or tool names."""
-    provider, model_id = resolve(request, body.model)
+    provider, model_id = resolve(request, body.model or model)
     engine = base.local_engine(provider, model_id, "scoring alternatives")
     inputs, params = body.prepared()
     return await run_in_threadpool(score, engine, inputs, params)

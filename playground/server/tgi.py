@@ -202,10 +202,12 @@ async def chat_tokenize(request: Request, body: ChatRequest) -> dict[str, Any]:
 
 
 @router.post("/next_token", summary="The next token's distribution, raw and constrained, without sampling")
-async def next_token(request: Request, body: convert.NextTokenRequest) -> NextTokenDistribution:
+async def next_token(
+    request: Request, body: convert.NextTokenRequest, model: str | None = ModelQuery
+) -> NextTokenDistribution:
     """For a prompt or messages, after an optional prefix of the answer, under the request's constraint."""
     inputs = body.prompt()
-    provider, model_id = resolve(request, body.model)
+    provider, model_id = resolve(request, body.model or model)
     return await run_in_threadpool(
         lambda: provider.next_token(model_id, inputs, body.parameters, prefix=body.prefix, top_k=body.top_k)
     )

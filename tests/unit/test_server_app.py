@@ -188,3 +188,21 @@ def test_a_stream_that_fails_after_it_started_ends_with_an_error_in_its_routes_s
         },
         "error_type": "validation",  # TGI's, for huggingface_hub's chat stream
     }
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/next_token", {"inputs": "x"}),
+        ("/check", {"grammar": {"type": "regex", "value": "a"}, "text": "a"}),
+        ("/reason", {"grammar": {"type": "regex", "value": "a"}, "tokens": [1]}),
+        ("/inspect", {"grammar": {"type": "regex", "value": "a"}}),
+        ("/score", {"inputs": "x", "parameters": {"grammar": {"type": "choice", "value": ["a"]}}}),
+        ("/evaluate", {"prompts": ["x"], "parameters": {"grammar": {"type": "choice", "value": ["a"]}}}),
+    ],
+)
+def test_model_in_the_query_picks_the_model_as_on_tgi_s_routes(client: TestClient, path: str, body: dict) -> None:
+    """`?model=NAME` works on every route that takes a model, not only /generate: never the default in silence."""
+    response = client.post(f"{path}?model=nobody-serves-this", headers=AUTH, json=body)
+    assert response.status_code == 404, response.text
+    assert "nobody-serves-this" in response.json()["error"]
