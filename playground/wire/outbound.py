@@ -73,9 +73,10 @@ def sampling_fields(params: GenerateParameters, dialect: Dialect) -> dict[str, A
 
 
 def logprob_fields(params: GenerateParameters, top_n: int | None = None) -> dict[str, Any]:
-    """Ask for logprobs when details or alternatives are wanted (`top_n`: the count after a server's limit)."""
+    """Ask for logprobs when details or alternatives are wanted, or best_of ranks its candidates by their total logprob
+    (`top_n`: the count after a server's limit)."""
     fields: dict[str, Any] = {}
-    if params.details or params.top_n_tokens:
+    if params.details or params.top_n_tokens or (params.best_of or 1) > 1:
         fields["logprobs"] = True
     if params.top_n_tokens:
         fields["top_logprobs"] = top_n if top_n is not None else params.top_n_tokens

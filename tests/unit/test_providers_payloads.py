@@ -71,6 +71,7 @@ def test_openai_greedy_is_temperature_zero_and_best_of_is_n(serve) -> None:
         "model": "m",
         "messages": [{"role": "user", "content": "p"}],
         "n": 3,
+        "logprobs": True,  # the candidates are ranked by their total logprob, details or not
     }
 
 
