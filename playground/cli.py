@@ -65,7 +65,7 @@ def build_registry(args: argparse.Namespace) -> Registry:
         registry.default_model = local.list_models()[0]
         serve_load_name(registry, local, args.model)
         return registry
-    from playground.providers.config import load_registry
+    from playground.providers.config import ProvidersFileError, load_registry
 
     locals_made: list[tuple[LocalProvider, str]] = []
 
@@ -84,6 +84,13 @@ def build_registry(args: argparse.Namespace) -> Registry:
     registry = load_registry(args.providers, local_factory=local_factory)
     if not locals_made:
         local = make_local(args, args.model)
+        served = {model: provider_id for provider_id, model in registry.models()}
+        clash = next((model for model in local.list_models() if model in served), None)
+        if clash is not None:  # the local model would take the remote one's requests in silence
+            raise ProvidersFileError(
+                f"{args.providers}: model {clash!r} is served by both {served[clash]!r} and the local model "
+                f"(--model {args.model}); set model_prefix in the config of {served[clash]!r}"
+            )
         registry.add_provider(local)
         locals_made.append((local, args.model))
         registry.default_model = registry.default_model or local.list_models()[0]

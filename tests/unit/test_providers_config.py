@@ -195,6 +195,20 @@ providers:
         )
 
 
+def test_the_flag_s_local_model_named_like_a_remote_one_stops_start_up(serve, tmp_path: Path, monkeypatch) -> None:
+    """No local entry in the file: --model's local model joins it; a name a remote serves would be taken in silence."""
+    from playground import cli
+
+    stub = serve({"GET /v1/models": StubReply(json=models_list("SmolLM2-embedded"))})
+    path = write(
+        tmp_path,
+        f'providers:\n  - {{provider_id: v, provider_type: remote::vllm, config: {{base_url: "{stub.url}/v1"}}}}\n',
+    )
+    monkeypatch.setattr(cli, "make_local", lambda args, model, **load: FakeLocal(LocalConfig(model=model)))
+    with pytest.raises(ProvidersFileError, match="model 'SmolLM2-embedded' is served by both 'v' and the local model"):
+        cli.build_registry(cli.parse_args(["--providers", str(path)]))
+
+
 def test_every_remote_provider_implements_the_protocol(serve) -> None:
     for cls in REMOTE_TYPES.values():
         provider = cls("p", cls.config_class(base_url="http://127.0.0.1:1"))
