@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING
 
-from playground.errors import ModelError, ParameterError
+from playground.errors import ModelError, ParameterError, ProviderError
 from playground.providers.base import Provider, local_engine
 from playground.providers.loading import DISABLED, LoadingPolicy, LoadingRefused
 
 if TYPE_CHECKING:
     from playground.decoding.engine import Engine
     from playground.providers.startup import Startup
+
+# A provider that could not list its models (down at start: a vLLM still loading its weights) is asked again, at
+# most this often, when a request names a model nobody serves.
+RELIST_S = 10.0
 
 
 class Registry:
@@ -21,6 +26,7 @@ class Registry:
         self._lock = threading.Lock()
         self.providers: dict[str, Provider] = {}
         self._models: dict[str, str] = {}
+        self._unlisted: dict[str, float] = {}  # provider id -> when it was last asked for its models, in vain
         # What requests may load at run time; off unless the operator says otherwise.
         self.loading = LoadingPolicy()
         self.startup: Startup | None = None  # the operator's model loading in the background (a Space's cold start)
@@ -29,10 +35,17 @@ class Registry:
         self.default_model = default_model or next(iter(self._models), None)
 
     def add_provider(self, provider: Provider) -> None:
-        """Add a provider and every model it says it serves."""
+        """Add a provider and every model it says it serves; one that cannot say (ProviderError, raised) is asked
+        again when a request names a model nobody serves (`resolve`)."""
         with self._lock:
             self.providers[provider.provider_id] = provider
-        for model in provider.list_models():
+        try:
+            models = provider.list_models()
+        except ProviderError:
+            with self._lock:
+                self._unlisted[provider.provider_id] = time.monotonic()
+            raise
+        for model in models:
             self.register_model(model, provider.provider_id)
 
     def register_model(self, model: str, provider_id: str) -> None:
@@ -50,8 +63,37 @@ class Registry:
             provider_id = self._models.get(name) if name else None
         if provider_id is None:
             known = ", ".join(sorted(self._models)) or "none"
-            raise ModelError(f"no provider serves model {name!r} (served: {known})")
+            asking = self._list_again()
+            later = (
+                f"; the models of {asking} are not listed yet (down at start), asked again: retry shortly"
+                if asking
+                else ""
+            )
+            raise ModelError(f"no provider serves model {name!r} (served: {known}){later}")
         return self.providers[provider_id], name
+
+    def _list_again(self) -> str:
+        """Ask the providers that could not list their models again (each at most every RELIST_S), on a thread of
+        its own: a remote may take its whole timeout, and requests are resolved on the event loop. Their names."""
+        now = time.monotonic()
+        with self._lock:
+            due = [pid for pid, asked in self._unlisted.items() if now - asked >= RELIST_S]
+            self._unlisted.update((pid, now) for pid in due)
+            waiting = ", ".join(repr(pid) for pid in sorted(self._unlisted))
+        if due:
+            threading.Thread(target=self._list, args=(due,), name="relist-models", daemon=True).start()
+        return waiting
+
+    def _list(self, provider_ids: list[str]) -> None:
+        for provider_id in provider_ids:
+            try:
+                models = self.providers[provider_id].list_models()
+            except ProviderError:
+                continue  # still down: asked again later
+            with self._lock:
+                for model in models:
+                    self._models.setdefault(model, provider_id)  # (a name served meanwhile keeps its provider)
+                self._unlisted.pop(provider_id, None)
 
     def load(self, model: str, provider_id: str) -> str:
         """The one rule for a request's load (the UI's model picker, POST /v1/models); returns the served name.

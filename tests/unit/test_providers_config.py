@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -241,6 +242,36 @@ default_model: qwen
     with caplog.at_level(logging.WARNING, logger="playground.providers"):
         load_registry(write(tmp_path, text), local_factory=FakeLocal)
     assert any("cannot connect" in r.getMessage() for r in caplog.records)
+
+
+def test_a_provider_down_at_start_is_asked_for_its_models_again_when_they_are_asked_for(
+    serve, tmp_path: Path, monkeypatch
+) -> None:
+    """A vLLM still loading its weights when the app starts: its models are served once it answers, no restart."""
+    from playground.providers import registry as registry_module
+
+    monkeypatch.setattr(registry_module, "RELIST_S", 0.0)
+    stub = serve({"GET /v1/models": StubReply(status=503, json={"error": "loading"})})
+    text = f'providers:\n  - {{provider_id: late, provider_type: remote::vllm, config: {{base_url: "{stub.url}/v1", model_prefix: "l/"}}}}\n'
+    registry, problems = build(
+        tmp_path,
+        "providers:\n  - {provider_id: local, provider_type: local::transformers}\n"
+        + text.removeprefix("providers:\n"),
+    )
+    assert problems and "late" in problems[0] and ("late", "l/qwen") not in registry.models()
+    stub.routes["GET /v1/models"] = StubReply(json=models_list("qwen"))
+    with pytest.raises(
+        ModelError, match=r"no provider serves model 'l/qwen' .*the models of 'late' are not listed yet"
+    ):
+        registry.resolve("l/qwen")
+    deadline = time.monotonic() + 10
+    while ("late", "l/qwen") not in registry.models() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    provider, model = registry.resolve("l/qwen")
+    assert provider.provider_id == "late" and model == "l/qwen"
+    with pytest.raises(ModelError) as caught:  # listed now: a wrong name is only that
+        registry.resolve("l/nope")
+    assert "not listed yet" not in caught.value.message
 
 
 def test_default_model_must_be_served(tmp_path: Path) -> None:
