@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> None:
         ui_options=ui_options(args) if ui else None,
         admission=AdmissionLimits(max_running=args.max_concurrent, max_queue=args.max_queue),
         stall_timeout_s=args.stall_timeout,
+        allowed_hosts=allowed_hosts(args),
     )
     if registry.startup is not None:  # after the page is built: on 2 vCPU the load would slow its build
         registry.startup.start()
@@ -182,6 +183,16 @@ def main(argv: list[str] | None = None) -> None:
 
 
 SHUTDOWN_GRACE_S = 5
+
+
+def allowed_hosts(args: argparse.Namespace) -> list[str] | None:
+    """The Host names the server answers to (None: any): --allowed-hosts, else its loopback names where it binds one."""
+    from playground.server.guards import LOOPBACK_NAMES, host_name
+
+    if args.allowed_hosts:
+        names = [n for n in args.allowed_hosts.split(",") if n.strip()]
+        return None if "*" in (n.strip() for n in names) else names
+    return list(LOOPBACK_NAMES) if host_name(args.host) in LOOPBACK_NAMES else None
 
 
 def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:

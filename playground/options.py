@@ -188,6 +188,13 @@ class ServerOptions:
         "so clients are told apart by their own address",
         metavar="IPS",
     )
+    allowed_hosts: str | None = option(
+        None,
+        "Host header names the server answers to (comma-separated, or *); by default its loopback names "
+        "(127.0.0.1, localhost, ::1) when --host is one of them, so no web page can call it through DNS "
+        "rebinding, and any name otherwise",
+        metavar="NAMES",
+    )
     no_ui: bool = option(False, "serve only the HTTP API")
 
 

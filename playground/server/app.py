@@ -37,6 +37,7 @@ from playground.server.guards import (
     MAX_BODY_BYTES,
     DeclaredBodyLimit,
     ErrorShape,
+    HostCheck,
     add_method_not_allowed,
     api_methods,
     valid_unicode,
@@ -60,8 +61,10 @@ def create_app(
     ui_options: dict[str, Any] | None = None,
     admission: AdmissionLimits | None = None,
     stall_timeout_s: float = SERVER.stall_timeout,
+    allowed_hosts: list[str] | None = None,
 ) -> FastAPI:
-    """The API on every route it names, and the UI (when asked) on everything else under "/"."""
+    """The API on every route it names, and the UI (when asked) on everything else under "/"; `allowed_hosts`: the
+    Host header names it answers to (None: any)."""
     app = FastAPI(
         title="Structured Playground",
         version=VERSION,
@@ -108,12 +111,15 @@ def create_app(
     app.add_middleware(ErrorShape)
     app.add_middleware(ClientScope)
     if ui:
-        return _mount_ui(app, registry, ui_options or {}, api_key, guesses)
+        _mount_ui(app, registry, ui_options or {}, api_key, guesses)
+    else:
 
-    @app.get("/", include_in_schema=False)
-    async def root() -> RedirectResponse:
-        return RedirectResponse("/docs")
+        @app.get("/", include_in_schema=False)
+        async def root() -> RedirectResponse:
+            return RedirectResponse("/docs")
 
+    if allowed_hosts is not None:  # outermost: before the login, the UI and every route
+        app.add_middleware(HostCheck, names=allowed_hosts)
     return app
 
 

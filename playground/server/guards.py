@@ -123,6 +123,42 @@ class DeclaredBodyLimit:
         await self.app(scope, receive, send)
 
 
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
+def host_name(host: str) -> str:
+    """A Host header's name: without its port, IPv6 brackets off, lower case."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host[1:]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+class HostCheck:
+    """400 for a request whose Host header names none of `names`: a server on 127.0.0.1 answers only to its
+    loopback names, so a web page whose domain an attacker rebinds to 127.0.0.1 (DNS rebinding) cannot call it
+    with the visitor's browser, nor read what it answers."""
+
+    def __init__(self, app: ASGIApp, *, names: Iterable[str]) -> None:
+        self.app = app
+        self.names = {host_name(n) for n in names}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            host = host_name(Headers(scope=scope).get("host", ""))
+            if host not in self.names:
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                message = (
+                    f"Host {host!r} is not a name of this server ({', '.join(sorted(self.names))}); "
+                    "its operator can add names with --allowed-hosts"
+                )
+                await JSONResponse(error_body(message, "forbidden_host"), status_code=400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 class ErrorShape:
     """Error answers in our shapes: FastAPI's `{"detail": ...}` 404 and 405 (the mounted UI's) in TGI's, and on
     `/v1/*` every error from the layers around the routes (401, 413, 429) in OpenAI's."""

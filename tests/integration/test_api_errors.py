@@ -162,3 +162,14 @@ def test_api_key_guards_every_api_route(start_server: Any) -> None:
     assert tgi.text_generation("Hi", max_new_tokens=2)
     docs = httpx.get(f"{url}/", timeout=30, follow_redirects=True, headers={"Authorization": f"Bearer {KEY}"})
     assert docs.status_code == 200 and "swagger" in docs.text.lower()  # --no-ui: / leads to /docs, behind the key
+
+
+def test_a_loopback_server_answers_only_to_its_loopback_names(server_url: str) -> None:
+    """DNS rebinding: a page on attacker.example whose name now points at 127.0.0.1 sends that Host; refused."""
+    port = server_url.rsplit(":", 1)[1]
+    for host in ("attacker.example", f"attacker.example:{port}", "127.0.0.1.nip.io"):
+        response = httpx.get(f"{server_url}/info", headers={"Host": host}, timeout=30)
+        assert response.status_code == 400, host
+        assert response.json()["error_type"] == "forbidden_host" and "--allowed-hosts" in response.json()["error"]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LOCALHOST"):
+        assert httpx.get(f"{server_url}/info", headers={"Host": host}, timeout=30).status_code == 200, host

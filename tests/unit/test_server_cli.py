@@ -92,3 +92,10 @@ def test_every_flag_comes_from_one_options_field_with_its_default() -> None:
     for name in ("compile_timeout", "compile_memory", "compile_workers", "prefix_cache_tokens", "max_new_tokens"):
         assert args[name] == getattr(local, name), name
     assert CompileLimits() == CompileLimits(local.compile_timeout, local.compile_memory, local.compile_workers)
+
+
+def test_a_loopback_bind_answers_to_loopback_names_unless_told_otherwise() -> None:
+    assert cli.allowed_hosts(cli.parse_args([])) == ["127.0.0.1", "localhost", "::1"]
+    assert cli.allowed_hosts(cli.parse_args(["--host", "0.0.0.0"])) is None  # a Space, a LAN: any name
+    assert cli.allowed_hosts(cli.parse_args(["--allowed-hosts", "box.lan,127.0.0.1"])) == ["box.lan", "127.0.0.1"]
+    assert cli.allowed_hosts(cli.parse_args(["--allowed-hosts", "*"])) is None
