@@ -210,7 +210,7 @@ INVALID_CONSTRAINTS: dict[str, list[tuple[str, str]]] = {
         ('{"type": "strin"}', "not a valid JSON Schema"),
         ('{"type": "objekt"}', "not a valid JSON Schema"),
     ],
-    "regex": [("(ab", "invalid regex"), ("(", "invalid regex")],
+    "regex": [("(ab", "invalid regex"), ("(", "invalid regex"), ("a\\", "trailing backslash")],
     "grammar": [("start: undefined_rule", "undefined_rule"), ("", "Lark grammar")],
     "choice": [("", "non-empty list")],
     "nonsense": [("x", "unknown constraint kind")],

@@ -108,6 +108,11 @@ class Constraint:
     def regex(cls, pattern: Any) -> Constraint:
         if not isinstance(pattern, str) or not pattern:
             raise InvalidConstraintError("a regex constraint needs a non-empty pattern string")
+        if (len(pattern) - len(pattern.rstrip("\\"))) % 2:  # llguidance drops it; Rust's regex refuses it
+            raise InvalidConstraintError(
+                f"invalid regex at position {len(pattern) - 1}: a trailing backslash escapes nothing "
+                "(the engines read Rust regex syntax)"
+            )
         problem = matching.syntax_error("regex", pattern)
         if problem:
             error = UnsupportedConstraintError if "not supported" in problem else InvalidConstraintError
