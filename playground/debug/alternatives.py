@@ -66,13 +66,14 @@ def _bounded(texts: list[str], what: str) -> list[str]:
 
 def listed(constraint: Constraint, prefix: str) -> bool:
     """Whether the constraint itself lists the answers after `prefix` (a choice; an enum or const where a JSON
-    value starts): ranking them then walks no language, cheap enough for the UI to do after every turn."""
+    value starts), at most MAX_ALTERNATIVES of them: ranking them then walks no language, cheap enough for the UI
+    to do after every turn (more are refused by name when asked for)."""
     if constraint.kind == "choice":
-        return any(c.startswith(prefix) and len(c) > len(prefix) for c in constraint.value)
+        return 0 < sum(c.startswith(prefix) and len(c) > len(prefix) for c in constraint.value) <= MAX_ALTERNATIVES
     if constraint.kind != "json_schema":
         return False
     path = _value_path(prefix)
-    return path is not None and bool(_values(constraint.schema, constraint.schema, list(path)))
+    return path is not None and 0 < len(_values(constraint.schema, constraint.schema, list(path))) <= MAX_ALTERNATIVES
 
 
 def _value_path(prefix: str) -> jsonstate.Path | None:

@@ -39,6 +39,10 @@ def schema(value: dict) -> Constraint:
         (schema(PET), '{"kind": "c', False),
         (schema(PET), "", False),
         (Constraint.from_grammar({"type": "regex", "value": "(yes|no)"}), "", False),
+        # more than 64 (MAX_ALTERNATIVES): not ranked after every turn, where it only showed an error
+        (Constraint.from_grammar({"type": "choice", "value": [f"c{i}" for i in range(65)]}), "", False),
+        (Constraint.from_grammar({"type": "choice", "value": [f"c{i}" for i in range(64)]}), "", True),
+        (schema({"enum": list(range(65))}), "", False),
     ],
 )
 def test_listed_answers(constraint: Constraint, prefix: str, expected: bool) -> None:
