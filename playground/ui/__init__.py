@@ -277,7 +277,9 @@ def _setup_session_events(c: Components) -> None:
         except Exception as exc:  # noqa: BLE001
             return (*[gr.skip()] * (len(form) + 3), render.error_box(handlers.error_message(exc)))
         fresh.markdown = state.markdown
-        note = render.box("ok", f"✓ imported {len(fresh.messages)} messages and the settings")
+        loaded, changed = sharing.fitted(loaded, form)
+        imported = f"✓ imported {len(fresh.messages)} messages and the settings"
+        note = render.box("ok", " · ".join([imported, *changed]))
         return (*loaded.values(), loaded.kind, fresh, chatbot_value(fresh.messages, state.markdown), note)
 
     session.export.click(on_export, [c.state, *form], [session.file, session.status])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import reprlib
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +21,7 @@ from playground.render.chat import chatbot_value
 from playground.ui import layout
 from playground.ui.components import Components
 from playground.ui.handlers import error_message
-from playground.ui.state import ChatState, Form, export_session, import_session
+from playground.ui.state import FIELDS, ChatState, Form, export_session, import_session
 
 QUERY_KEY = "session"
 STORAGE_KEY = "structured-playground-session"
@@ -78,6 +79,41 @@ def restored(query: str | None, saved: str | None) -> tuple[Form, list[dict[str,
     return form, messages, " · ".join(part for part in (opened, RETRY_HINT if answered else "") if part)
 
 
+def fitted(form: Form, inputs: list[Any]) -> tuple[Form, list[str]]:
+    """The form as this page's controls can hold it, and what had to change. A session from another server
+    (or an edited link) can carry a number past a control's range or a choice this page does not offer; Gradio
+    would refuse every Send with it ("Value 9 is greater than maximum value 4", no setting named). A number
+    is brought into the range, a choice goes back to its default; each change is named."""
+    changes: dict[str, Any] = {}
+    for name, component in zip(FIELDS, inputs, strict=True):
+        value, default = getattr(form, name), Form.model_fields[name].default
+        fixed = _fit(component, value, default)
+        if fixed != value:
+            changes[name] = fixed
+    notes = [_change_note(name, getattr(form, name), fixed) for name, fixed in changes.items()]
+    return (Form.model_validate({**form.model_dump(), **changes}) if changes else form), notes
+
+
+def _fit(component: Any, value: Any, default: Any) -> Any:
+    if isinstance(component, gr.Slider | gr.Number) and isinstance(value, int | float):
+        low, high = component.minimum, component.maximum
+        if low is not None and value < low:
+            return type(value)(low)
+        if high is not None and value > high:
+            return type(value)(high)
+    elif isinstance(component, gr.Dropdown | gr.Radio) and not getattr(component, "allow_custom_value", False):
+        offered = [choice[1] if isinstance(choice, tuple) else choice for choice in component.choices or []]
+        if value is not None and value not in offered:
+            return default
+    return value
+
+
+def _change_note(name: str, value: Any, fixed: Any) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{name} {value} is out of this server's range: set to {fixed}"
+    return f"{name} {reprlib.repr(value)} is not offered here: set to {fixed!r}"
+
+
 def autosaver(c: Components) -> tuple[gr.BrowserState, Callable[..., Any]]:
     """The browser's copy of the session, and a step that writes it: after an event (`on` "then"), or on a
     component's trigger (`on` "change")."""
@@ -112,6 +148,8 @@ def setup(demo: gr.Blocks, c: Components, saved: gr.BrowserState) -> None:
         if found is None:
             return keep
         loaded, messages, note = found
+        loaded, changed = fitted(loaded, form)
+        note = " · ".join(part for part in (note, *changed) if part)
         fresh = ChatState(messages=messages, mode=state.mode, markdown=state.markdown)
         status = render.box("ok" if query else "muted", note, elem_class="pg-shared") if note else gr.skip()
         autosave = export_session(loaded, fresh) if query else gr.skip()

@@ -147,3 +147,19 @@ def test_a_damaged_share_link_says_so_under_the_chat(page: Page, server_url: str
     page.goto(shared_link(server_url)[:-12])  # cut off when copied
     expect(page.locator("#chat-error .pg-error")).to_be_visible(timeout=SLOW)
     expect(page.locator("#chat-error")).to_contain_text("the share link is damaged")
+
+
+def test_a_share_link_past_this_servers_limits_opens_fitted_and_sends(page: Page, server_url: str) -> None:
+    """A link from a server with other limits (or edited by hand): each setting this page cannot hold is
+    brought into range and named, and Send works; before, every Send failed with Gradio's bare "Error"."""
+    form = Form(
+        model="embedded", kind="choice", constraint_text="red\nblue", do_sample=True, best_of=9, max_new_tokens=4
+    )
+    form = form.model_copy(update={"constraint_engine": "no-such-engine"})
+    page.goto(server_url.rstrip("/") + "/" + share_query(form, ChatState()))
+    shared = page.locator("#chat-error .pg-shared")
+    expect(shared).to_contain_text("best_of 9 is out of this server's range", timeout=SLOW)
+    expect(page.locator("#chat-error")).to_contain_text("constraint_engine 'no-such-engine' is not offered here")
+    send(page, "Pick a colour.")
+    expect(page.locator("#chat-error .pg-error")).to_have_count(0)
+    poll(page, lambda: texts(page, "bot"), lambda bot: bot in (["red"], ["blue"]))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import gradio as gr
 import pytest
 
 from playground.errors import PlaygroundError
 from playground.types import GenerationResult, Sequence
 from playground.ui import sharing
-from playground.ui.state import ChatState, Form, export_session
+from playground.ui.state import FIELDS, ChatState, Form, export_session
 
 
 def test_a_share_link_carries_settings_messages_and_the_seed_the_turn_used() -> None:
@@ -36,3 +37,42 @@ def test_a_restored_answer_says_how_to_see_its_tokens() -> None:
     assert sharing.restored(None, saved)[2] == sharing.RETRY_HINT
     query = sharing.share_query(Form(), ChatState(messages=messages)).removeprefix("?session=")
     assert sharing.restored(query, None)[2] == f"✓ opened a shared session (2 messages) · {sharing.RETRY_HINT}"
+
+
+def _controls(**special: object) -> list[object]:
+    """The page's form controls in Form order: plain text boxes but for the ones a test names."""
+    return [special.get(name, gr.Textbox()) for name in FIELDS]
+
+
+def test_a_session_from_another_server_is_fitted_to_this_page_and_each_change_is_named() -> None:
+    page = _controls(
+        best_of=gr.Slider(1, 4),
+        max_new_tokens=gr.Slider(1, 512),
+        temperature=gr.Slider(0.0, 2.0),
+        truncate=gr.Number(minimum=0),
+        kind=gr.Radio(choices=[("None", "none"), ("Regex", "regex")]),
+        constraint_engine=gr.Dropdown(choices=["auto", "llguidance"]),
+        model=gr.Dropdown(choices=["embedded"], allow_custom_value=True),
+    )
+    sent = Form(
+        model="org/other",
+        kind="<b>lark</b>",
+        best_of=9,
+        max_new_tokens=10**9,
+        temperature=-1.0,
+        truncate=-3,
+        constraint_engine="xgrammar",
+        do_sample=True,
+    )
+    form, notes = sharing.fitted(sent, page)
+    assert (form.best_of, form.max_new_tokens, form.temperature, form.truncate) == (4, 512, 0.0, 0)
+    assert (form.kind, form.constraint_engine, form.model, form.do_sample) == ("none", "auto", "org/other", True)
+    assert notes == [
+        "kind '<b>lark</b>' is not offered here: set to 'none'",
+        "max_new_tokens 1000000000 is out of this server's range: set to 512",
+        "best_of 9 is out of this server's range: set to 4",
+        "truncate -3 is out of this server's range: set to 0",
+        "constraint_engine 'xgrammar' is not offered here: set to 'auto'",
+        "temperature -1.0 is out of this server's range: set to 0.0",
+    ]
+    assert sharing.fitted(form, page) == (form, [])
