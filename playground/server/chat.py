@@ -107,7 +107,8 @@ def completion_response(
     notes = chat_fields.warnings(req)
     for index, result in enumerate(results):
         seq = result.best
-        message, finish, cut_off = tools.answer(req, trim_stop(seq.answer, seq), seq.finish_reason, fmt)
+        text = trim_stop(seq.answer, seq)
+        message, finish, cut_off = tools.answer(req, text, seq.finish_reason, fmt, seq.continued_from or "")
         message.update(reasoning_fields(seq))
         choices.append(
             {

@@ -161,7 +161,7 @@ def _content_deltas(req: ChatRequest, params: GenerateParameters) -> tuple[Delta
 
 def _tool_deltas(req: ChatRequest, params: GenerateParameters, fmt: ToolFormat | None) -> tuple[Deltas, Ending]:
     """A choice that may call tools: each call's id and name first, then its arguments as they are decoded."""
-    stream = ToolStream(req, params.stop, fmt)
+    stream = ToolStream(req, params.stop, fmt, params.continue_from or "")
 
     def ending(result: GenerationResult, tokens: list[Any]) -> tuple[list[dict[str, Any]], str, list[str]]:
         return stream.finish(result, chat.trim_stop(result.best.answer, result.best))

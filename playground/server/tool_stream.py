@@ -17,13 +17,14 @@ from playground.wire.tools import ToolRequest
 class ToolStream:
     """Turns the text decoded so far into chat chunk deltas; `finish` adds what the whole answer settles."""
 
-    def __init__(self, req: ToolRequest, stops: list[str], fmt: ToolFormat | None = None) -> None:
+    def __init__(self, req: ToolRequest, stops: list[str], fmt: ToolFormat | None = None, prefix: str = "") -> None:
         self.req = req
+        self.prefix = prefix  # a continued final message: part of the calls, never sent again as content
         self.fmt = fmt
         self.how = tools.mode(req)
         self.named = tools.named_function(req) if self.how == "named" else None
         self.parallel = tools.parallel(req)
-        self.text = ""
+        self.text = prefix
         self.kind: str | None = "call" if self.how in ("named", "required") else None  # auto: decided by 1st char
         self.content = StopHoldback(stops)
         if fmt is not None:  # free text until the envelope's trigger; the calls are read out of the envelope
@@ -44,7 +45,7 @@ class ToolStream:
                 return []
             self.kind = "call" if body.startswith(("{", "[") if self.parallel else "{") else "content"
             if self.kind == "content":
-                piece = self.text
+                piece = self.text[len(self.prefix) :]
         if self.kind == "content":
             text = self.content.feed(piece)
             return [{"content": text}] if text else []
@@ -52,7 +53,7 @@ class ToolStream:
 
     def finish(self, result: GenerationResult, text: str) -> tuple[list[dict[str, Any]], str, list[str]]:
         """The last deltas, OpenAI's finish_reason and the warnings, from the whole answer."""
-        message, finish, notes = tools.answer(self.req, text, result.best.finish_reason, self.fmt)
+        message, finish, notes = tools.answer(self.req, text, result.best.finish_reason, self.fmt, self.prefix)
         if self.fmt is not None:
             return self._envelope_finish(message), finish, notes
         if message.get("tool_calls"):

@@ -113,7 +113,7 @@ def _auto_grammar(tools: list[ToolSpec], many: bool) -> str:
 
 def _auto_text(tools: list[ToolSpec], many: bool) -> str:
     schema = jsonformat.with_layout(jsonformat.closed(tool_schema.call_schema(tools, parallel=many)), "pretty")
-    starts = "{[" if many else "{"
+    starts = "{\\[" if many else "{"  # `[` opens a nested class inside a class in the engines' regex syntax
     return f"start: call | text\ncall: %json {json.dumps(schema)}\ntext: /[^{starts}][\\s\\S]*/\n"
 
 
@@ -185,21 +185,24 @@ STOPPED = "a stop sequence cut the tool call off: no call is returned (the stop 
 
 
 def answer(
-    req: ToolRequest, text: str, finish_reason: str = "stop", fmt: ToolFormat | None = None
+    req: ToolRequest, text: str, finish_reason: str = "stop", fmt: ToolFormat | None = None, prefix: str = ""
 ) -> tuple[dict[str, Any], str, list[str]]:
     """The assistant message (content, or tool_calls in OpenAI's shape), OpenAI's finish_reason and warnings.
 
     A call cut off by max_tokens is no call: finish_reason "length", empty content, a warning (as vLLM does); so is a
     call the tool choice forced that a stop sequence cut (finish_reason "stop"), rather than the call's text.
+    `prefix`: the final assistant message the answer continues (continue_final_message): calls are read from it and
+    the answer together, as the constraint matched them; content stays the new text only.
     """
     how = mode(req)
     finish = "length" if finish_reason == "length" else "stop"
+    whole = prefix + text
     if how is not None and fmt is not None:
-        return _envelope_answer(req, text, finish, fmt)
+        return _envelope_answer(req, whole, finish, fmt, prefix)
     starts = ("{", "[") if parallel(req) else ("{",)
-    if how is None or (how == "auto" and not text.lstrip().startswith(starts)):
+    if how is None or (how == "auto" and not whole.lstrip().startswith(starts)):
         return {"role": "assistant", "content": text}, finish, []
-    calls = tool_calls.final(text, _named(req).function.name if how == "named" else None, parallel(req))
+    calls = tool_calls.final(whole, _named(req).function.name if how == "named" else None, parallel(req))
     if calls is None and finish == "length":
         return {"role": "assistant", "content": ""}, "length", [CUT_OFF]
     if calls is None and how in ("required", "named"):
@@ -210,21 +213,23 @@ def answer(
 
 
 def _envelope_answer(
-    req: ToolRequest, text: str, finish: str, fmt: ToolFormat
+    req: ToolRequest, whole: str, finish: str, fmt: ToolFormat, prefix: str
 ) -> tuple[dict[str, Any], str, list[str]]:
-    """The calls read out of the template's envelope; free text around them stays the content."""
-    read = tool_formats.read(fmt, callable_tools(req), mode(req) or "auto", parallel(req), text)
+    """The calls read out of the template's envelope; free text around them stays the content (the new text's:
+    a continued prefix is not sent back)."""
+    read = tool_formats.read(fmt, callable_tools(req), mode(req) or "auto", parallel(req), whole)
+    content = read.content.removeprefix(prefix)
     if read.cut_off and finish == "length":  # the whole calls before the cut one still count
         calls = {"tool_calls": wire_calls(read.calls)} if read.calls else {}
         return (
-            {"role": "assistant", "content": read.content or ("" if not calls else None), **calls},
+            {"role": "assistant", "content": content or ("" if not calls else None), **calls},
             "length",
             [CUT_OFF],
         )
     if not read.calls:
-        return {"role": "assistant", "content": text}, finish, []
+        return {"role": "assistant", "content": whole[len(prefix) :]}, finish, []
     return (
-        {"role": "assistant", "content": read.content or None, "tool_calls": wire_calls(read.calls)},
+        {"role": "assistant", "content": content or None, "tool_calls": wire_calls(read.calls)},
         "tool_calls",
         [],
     )

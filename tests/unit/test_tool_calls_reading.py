@@ -137,3 +137,44 @@ def test_free_text_under_auto_streams_as_content() -> None:
 
 def test_json_nested_past_the_parser_is_no_call() -> None:
     assert tool_calls.final("[" * 100_000 + "]" * 100_000, None, parallel=False) is None
+
+
+def test_auto_with_parallel_calls_compiles_for_any_tool() -> None:
+    """OpenAI's default `parallel_tool_calls: true` under `auto`: free text must not start like a call, `{` or
+    `[`; the `[` inside the regex class was read as a nested class, and every such request was refused."""
+    req = inbound.ChatRequest.model_validate(
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "function", "function": {"name": "ping", "parameters": {"type": "object"}}}],
+            "parallel_tool_calls": True,
+        }
+    )
+    grammar = tools.grammar(req, None)
+    assert grammar is not None and grammar["type"] == "grammar"
+    assert "text: /[^{\\[][\\s\\S]*/" in grammar["value"]
+
+
+def test_a_continued_final_message_is_read_with_the_answer_into_the_call() -> None:
+    """continue_final_message with a forced call: the constraint matched the prefix and the new text together,
+    so the call is read from both; before, the new text alone parsed as no call and the answer was dropped."""
+    weather = _tool("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}})
+    req = inbound.ChatRequest.model_validate(
+        {
+            "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": '{"city": "'}],
+            "tools": [weather.model_dump()],
+            "tool_choice": "required",
+            "continue_final_message": True,
+            "add_generation_prompt": False,
+        }
+    )
+    prefix, text = '{"name": "get_weather", "arguments": {"city": "', 'Paris"}}'
+    message, finish, notes = tools.answer(req, text, "eos_token", prefix=prefix)
+    assert (finish, notes) == ("tool_calls", [])
+    assert message["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    stream = ToolStream(req, [], prefix=prefix)
+    deltas = [delta for piece in ("Par", 'is"}}') for delta in stream.feed(piece)]
+    assert deltas[0]["tool_calls"][0]["function"]["name"] == "get_weather"
+    arguments = "".join(d["tool_calls"][0]["function"].get("arguments", "") for d in deltas if "tool_calls" in d)
+    assert json.loads(arguments) == {"city": "Paris"}
+    auto = req.model_copy(update={"tool_choice": "auto"})
+    assert tools.answer(auto, " and more", "eos_token", prefix="Free text")[0]["content"] == " and more"
