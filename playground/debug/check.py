@@ -64,7 +64,8 @@ def _check_text(engine: LocalEngine, grammar: GrammarType, text: str, constraint
         raise ParameterError(f"text: at most {MAX_CHECK_CHARS} characters, got {len(text)}", field="text")
     constraint = Constraint.from_grammar(grammar)
     compiled = engine.compiler.compile(constraint, constraint_engine)
-    enc = engine.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    # a special token's spelling is text here, as the constraint engines read it (LocalEngine.answer_ids)
+    enc = engine.tokenizer(text, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True)
     ids, offsets = enc["input_ids"], [a for a, _ in enc["offset_mapping"]]
     if len(ids) > MAX_CHECK_TOKENS:
         raise ParameterError(f"text: at most {MAX_CHECK_TOKENS} tokens, got {len(ids)}", field="text")

@@ -171,7 +171,7 @@ def _allowed_paths(
 def tokenizations(engine: Engine, text: str) -> tuple[list[list[int]], bool]:
     """The canonical tokenization first, then every other way the vocabulary spells `text` (at character
     boundaries); the canonical one alone, and True, when there are more than MAX_TOKENIZATIONS in all."""
-    canonical = engine._encode(text, add_special_tokens=False)
+    canonical = engine.answer_ids(text)
     if not canonical:
         raise ParameterError(f"the alternative {text!r} has no tokens", field="grammar")
     by_text = _token_ids(engine.tokenizer)

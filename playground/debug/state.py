@@ -44,7 +44,7 @@ class State:
         """Would llguidance accept `continuation` from here (any tokenization of it)? True without llguidance."""
         if self.matcher is None:
             return True
-        ids = engine.tokenizer(continuation, add_special_tokens=False)["input_ids"]
+        ids = engine.answer_ids(continuation)
         trial = self.matcher.deep_copy()
         return trial.try_consume_tokens(ids) == len(ids)
 
@@ -53,7 +53,7 @@ class State:
         matcher = None
         if self.matcher is not None:
             matcher = self.matcher.deep_copy()
-            matcher.try_consume_tokens(engine.tokenizer(piece, add_special_tokens=False)["input_ids"])
+            matcher.try_consume_tokens(engine.answer_ids(piece))
         return State(self.text + piece, None, False, self.engine, matcher)
 
 

@@ -153,6 +153,12 @@ class Engine:
         _check_unicode(text)
         return self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
 
+    def answer_ids(self, text: str) -> list[int]:
+        """Answer text as the model writes it: a special token's spelling in it (`<|im_end|>`) is text, as the
+        constraint engines read it, not the special token (which a prompt's template means)."""
+        _check_unicode(text)
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
     def token_text(self, token_id: int) -> str:
         """A token's text in isolation, for alternatives lists."""
         return self.runner.token_text(token_id)
@@ -389,7 +395,7 @@ class Engine:
     def accepts(self, text: str, params: GenerateParameters) -> tuple[bool, str]:
         """Would decoding under params' constraint produce `text`? Its tokens, then EOS, through the one mask walk."""
         constraint, compiled = self.compile(params)
-        token_ids = self._encode(text, add_special_tokens=False)
+        token_ids = self.answer_ids(text)
         if compiled is None:
             return True, "no constraint"
         refusal = walk.first_refusal(self, constraint, compiled, token_ids)
@@ -416,7 +422,7 @@ class Engine:
         params = params or GenerateParameters()
         prompt, prompt_ids = self.encode_prompt(inputs, params.truncate, params)
         plan, _, prompt_ids = self.reasoning_plan(inputs, params, prompt, prompt_ids)
-        prefix_ids = self._encode(prefix, add_special_tokens=False) if prefix else []
+        prefix_ids = self.answer_ids(prefix) if prefix else []
         constraint, compiled = self.compile(params)
         ids = prompt_ids + list(prefix_ids)
         if len(ids) > self.max_input_tokens:

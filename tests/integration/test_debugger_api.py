@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 
 PET = {
     "type": "object",
@@ -42,6 +43,16 @@ def test_check_names_the_first_refused_token(server_url: str) -> None:
     assert text[refused["offset"] :].startswith(refused["text"])
     assert refused["reason"] == "`}` not allowed: required key `age` missing in (root)"
     assert data["validation"]["valid"] is False and data["agree"] is True
+
+
+@pytest.mark.parametrize("engine", ["llguidance", "xgrammar"])
+def test_check_reads_a_special_tokens_spelling_as_text(server_url: str, engine: str) -> None:
+    """What decoding writes for the choice `<|im_end|>` is the text; before, /check tokenized it as the special
+    token and refused it ("the constraint is beyond llguidance's limits")."""
+    grammar = {"type": "choice", "value": ["<|im_end|>", "b"]}
+    data = post(server_url, "/check", {"grammar": grammar, "text": "<|im_end|>", "constraint_engine": engine}).json()
+    assert (data["accepted"], data["agree"], data["validation"]["valid"]) == (True, True, True), data
+    assert "".join(data["tokens"]) == "<|im_end|>" and len(data["tokens"]) > 1
 
 
 def test_check_limits_and_bad_input(server_url: str) -> None:

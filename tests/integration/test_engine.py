@@ -72,6 +72,18 @@ def test_choice(engine):
     assert result.best.validation.valid is True
 
 
+@pytest.mark.parametrize(
+    "grammar",
+    [{"type": "choice", "value": ["<|im_end|>"]}, {"type": "regex", "value": r"<filename>[a-z]{1,3}\.py"}],
+)
+def test_a_special_tokens_spelling_in_a_constraint_is_written_as_text(engine, grammar):
+    """Before, llguidance tokenized the forced `<|im_end|>` as the EOS token (an empty, invalid answer that
+    looked finished) and `<filename>` as its special token (the matcher stopped: a 422 blaming its limits)."""
+    result = engine.generate(ask("Say it."), GenerateParameters(max_new_tokens=12, grammar=grammar))
+    assert result.best.validation.valid is True, result.best.validation.message
+    assert result.generated_text.startswith("<") and result.best.tokens[0].id not in engine.tokenizer.all_special_ids
+
+
 def test_lark_grammar(engine):
     grammar = 'start: expr\nexpr: NUMBER OP NUMBER\nOP: "+" | "-" | "*"\nNUMBER: /[0-9]{1,3}/'
     params = GenerateParameters(max_new_tokens=12, grammar={"type": "grammar", "value": grammar})

@@ -7,6 +7,7 @@ builds and validates it once, so a refusal or a slow conversion never reaches th
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import re
@@ -15,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from playground.constraints import segments
+from playground.constraints import matching, segments
 from playground.constraints.backends.base import Backend, EngineRefusal, check_satisfiable, refusing
 from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.errors import first_line
@@ -42,7 +43,7 @@ def grammar(kind: str, text: str, llg_tokenizer: Any = None) -> str:
     if kind in ("regex", "choice"):
         return llguidance.grammar_from("regex", text)
     try:
-        return llguidance.grammar_from("grammar", text)
+        return llguidance.grammar_from("lark", matching.lark_text(text))
     except ValueError:
         return llguidance.grammar_from("lark", text)
 
@@ -53,9 +54,7 @@ class LLGuidance(Backend):
     notes: ClassVar[str] = "compiles fastest; refuses the keywords it cannot enforce; reads Lark and GBNF"
 
     def worker_backend(self, tokenizer: Any) -> Any:
-        import llguidance.hf
-
-        return llguidance.hf.from_tokenizer(tokenizer)  # what Outlines' LLGuidanceBackend builds
+        return literal_tokenizer(tokenizer)
 
     def compile_payload(self, backend: Any, kind: str, text: str) -> tuple[Any, list[str]]:
         if kind == "json_schema":
@@ -63,15 +62,12 @@ class LLGuidance(Backend):
         return None, refusing(self.name, kind, lambda: _warnings(grammar(kind, text, backend), backend, kind))
 
     def server_backend(self, tokenizer: Any) -> Any:
-        from outlines.backends import LLGuidanceBackend
-        from outlines.models.transformers import Transformers
-
-        backend = LLGuidanceBackend(Transformers(None, tokenizer))
-        _warm(backend)
-        return backend
+        llg_tokenizer = literal_tokenizer(tokenizer)
+        _warm(llg_tokenizer)
+        return llg_tokenizer
 
     def rebuild_template(self, backend: Any, kind: str, text: str, payload: Any) -> Any:
-        return LLGuidanceProcessor(grammar(kind, text, backend.llg_tokenizer), backend.llg_tokenizer)
+        return LLGuidanceProcessor(grammar(kind, text, backend), backend)
 
     def compiled_form(self, constraint: Any, template: Any) -> str:
         import json
@@ -82,23 +78,63 @@ class LLGuidance(Backend):
             return template.grammar
 
 
+def literal_tokenizer(tokenizer: Any) -> Any:
+    """llguidance's tokenizer for a fast HF tokenizer, reading text as text: a special token's spelling in the
+    text a constraint forces (`<|im_end|>`, `<filename>`) is written with ordinary tokens.
+
+    `llguidance.hf.from_tokenizer` (what Outlines builds) tokenizes forced text with the HF tokenizer, which
+    reads `<|im_end|>` in it as the special token: the mask then allowed only that token, so a choice or regex
+    spelling it ended the answer there (EOS), or stopped the matcher ("doesn't satisfy the grammar"). Here the
+    tokens and the special ones are llguidance's own; only the tokenizing differs (`encode_special_tokens`).
+    """
+    import llguidance
+    import llguidance.hf
+
+    spelled = llguidance.hf.from_tokenizer(tokenizer)
+    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_TextEncoder(spelled, tokenizer)))
+
+
+class _TextEncoder:
+    """What `llguidance.TokenizerWrapper` reads: the vocabulary's bytes, its special ids, and a call that
+    tokenizes text with special tokens spelled out."""
+
+    def __init__(self, spelled: Any, tokenizer: Any) -> None:
+        vocab = range(spelled.vocab_size)
+        self.eos_token_id = spelled.eos_token
+        self.bos_token_id = tokenizer.bos_token_id
+        self.tokens = [spelled.decode_bytes([i]) for i in vocab]
+        self.special_token_ids = [i for i in vocab if spelled.is_special_token(i)]
+        self._backend = copy.copy(tokenizer.backend_tokenizer)
+        self._backend.no_padding()
+        self._backend.no_truncation()
+        self._backend.encode_special_tokens = True
+
+    def __call__(self, text: str) -> list[int]:
+        return self._backend.encode(text, add_special_tokens=False).ids
+
+
 def _pieces(llg_tokenizer: Any, text: str) -> list[segments.Piece]:
     """A marker split into text and the special tokens in it (`<tool_call>`, `[TOOL_CALLS]`), by id."""
     if llg_tokenizer is None:
         return [text]
+    specials = _special_spellings(llg_tokenizer)
+    if not specials:
+        return [text]
+    pattern = "|".join(re.escape(spelling) for spelling in sorted(specials, key=len, reverse=True))
     out: list[segments.Piece] = []
-    run: list[int] = []
-    for token in llg_tokenizer.tokenize_str(text):
-        if llg_tokenizer.is_special_token(token):
-            if run:
-                out.append(llg_tokenizer.decode_str(run))
-                run = []
-            out.append(token)
-        else:
-            run.append(token)
-    if run:
-        out.append(llg_tokenizer.decode_str(run))
+    for part in re.split(f"({pattern})", text):
+        if part in specials:
+            out.append(specials[part])
+        elif part:
+            out.append(part)
     return out
+
+
+@functools.lru_cache(maxsize=8)
+def _special_spellings(llg_tokenizer: Any) -> dict[str, int]:
+    """Each special token's text, to its id."""
+    ids = (i for i in range(llg_tokenizer.vocab_size) if llg_tokenizer.is_special_token(i))
+    return {llg_tokenizer.decode_str([i]): i for i in ids}
 
 
 class LLGuidanceProcessor(BitmaskProcessor):
@@ -187,13 +223,13 @@ def _warnings(spec: str, llg_tokenizer: Any, kind: str) -> list[str]:
     return list(messages)
 
 
-def _warm(backend: Any) -> None:
+def _warm(llg_tokenizer: Any) -> None:
     """llguidance builds its token trie on the first mask (seconds); pay that at start, not in a request."""
     import llguidance
     import llguidance.torch
 
-    matcher = llguidance.LLMatcher(backend.llg_tokenizer, llguidance.grammar_from("regex", "a"))
-    bitmask = llguidance.torch.allocate_token_bitmask(1, backend.llg_tokenizer.vocab_size)
+    matcher = llguidance.LLMatcher(llg_tokenizer, llguidance.grammar_from("regex", "a"))
+    bitmask = llguidance.torch.allocate_token_bitmask(1, llg_tokenizer.vocab_size)
     llguidance.torch.fill_next_token_bitmask(matcher, bitmask, 0)
 
 
