@@ -81,15 +81,58 @@ def normal_grammar(text: str) -> str:
 
 
 def grammar_dialect(text: str) -> str:
-    """'lark' or 'gbnf', as llguidance tells them apart (a `start:` rule or `%llguidance` means Lark), and Lark's
-    inlined `?start:` too (llguidance's test misses it; its Lark reads it)."""
-    from llguidance.gbnf_to_lark import is_lark_syntax
+    """'lark' or 'gbnf', as llguidance tells them apart (a `start:` rule or `%llguidance` means Lark), with Lark's
+    inlined `?start:` too, and not GBNF's `start ::=` (a rule of that name; llguidance's test takes it for Lark)."""
+    return "lark" if _LARK.search(normal_grammar(text)) else "gbnf"
+
+
+_LARK = re.compile(r"(?m)^[ \t]*(%llguidance\b|\??start[ \t]*:(?!:=))")
+
+
+def lark_text(text: str) -> str:
+    """The grammar in llguidance's Lark: as written, or converted from GBNF (ValueError when it cannot be)."""
+    from llguidance.gbnf_to_lark import gbnf_to_lark
 
     text = normal_grammar(text)
-    return "lark" if is_lark_syntax(text) or _INLINED_START.search(text) else "gbnf"
+    if grammar_dialect(text) == "lark":
+        return text
+    try:
+        return gbnf_to_lark(_renamed_start(_GBNF_UNICODE.sub(_unicode_escape, text)))
+    except Exception as exc:  # the converter raises its own error type
+        raise ValueError(f"Failed to convert the grammar from GBNF to Lark: {exc}") from None
 
 
-_INLINED_START = re.compile(r"(?m)^[ \t]*\?start[ \t]*:")
+def _renamed_start(text: str) -> str:
+    """GBNF with a rule named `start` under another name: the converter names `root` so, and refused the grammar
+    ("Rule 'start' already exists"). Names are replaced outside literals, classes and comments."""
+    if not re.search(r"(?<![\w-])start(?![\w-])", text):
+        return text
+    fresh = next(n for n in ("start-rule", *(f"start-rule-{i}" for i in range(1, 100))) if n not in text)
+    out, i = [], 0
+    for found in _GBNF_SKIPPED.finditer(text):
+        out.append(re.sub(r"(?<![\w-])start(?![\w-])", fresh, text[i : found.start()]))
+        out.append(found[0])
+        i = found.end()
+    out.append(re.sub(r"(?<![\w-])start(?![\w-])", fresh, text[i:]))
+    return "".join(out)
+
+
+# What is not a rule name in GBNF: string literals, character classes (both with escapes) and comments.
+_GBNF_SKIPPED = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|#[^\n]*')
+
+
+# llama.cpp's GBNF escapes `\uXXXX` and `\UXXXXXXXX` (not after an escaped backslash): the converter writes them
+# as Lark cannot read them (`\u00e9` as `\ue9`), so they become the character (ASCII: `\xHH`, which it keeps).
+_GBNF_UNICODE = re.compile(r"(?<!\\)((?:\\\\)*)\\(?:u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8}))")
+
+
+def _unicode_escape(found: re.Match[str]) -> str:
+    code = int(found[2] or found[3], 16)
+    if code < 0x80:
+        return f"{found[1]}\\x{code:02x}"
+    if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
+        return found[0]  # no character: the converter names the escape
+    return found[1] + chr(code)
 
 
 def grammar_spec(kind: str, text: str) -> str:
@@ -101,8 +144,8 @@ def grammar_spec(kind: str, text: str) -> str:
     if kind == "json_schema":
         return llguidance.grammar_from("json_schema", text)
     text = normal_grammar(text)
-    try:  # outlines' llguidance backend reads grammars this way: GBNF converted, else Lark as is
-        return llguidance.grammar_from("grammar", text)
+    try:  # GBNF converted, else Lark as is (for Lark's own error)
+        return llguidance.grammar_from("lark", lark_text(text))
     except (ValueError, RecursionError):
         return llguidance.grammar_from("lark", text)
 
@@ -208,14 +251,12 @@ def local_syntax_error(kind: str, text: str) -> str | None:
 
 def _gbnf_problem(text: str) -> str | None:
     """For text that is not Lark: why it is not GBNF either (the Lark error would mislead)."""
-    from llguidance.gbnf_to_lark import gbnf_to_lark
-
     if grammar_dialect(text) == "lark":
         return None
     try:
-        gbnf_to_lark(text)
-    except Exception as exc:  # the converter raises its own error type
-        return f"not GBNF: {str(exc).splitlines()[0]}"
+        lark_text(text)
+    except ValueError as exc:
+        return f"not GBNF: {str(exc).removeprefix('Failed to convert the grammar from GBNF to Lark: ').splitlines()[0]}"
     return None
 
 

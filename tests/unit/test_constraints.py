@@ -166,7 +166,13 @@ def test_a_refusal_found_in_the_compile_cache_reads_as_the_first_one(monkeypatch
 
 @pytest.mark.parametrize(
     ("text", "dialect"),
-    [('start: "a"', "lark"), ('?start: "a" | "b"', "lark"), ('  ?start : "a"', "lark"), ('root ::= "a"', "gbnf")],
+    [
+        ('start: "a"', "lark"),
+        ('?start: "a" | "b"', "lark"),
+        ('  ?start : "a"', "lark"),
+        ('root ::= "a"', "gbnf"),
+        ('root ::= start\nstart ::= "a"', "gbnf"),  # a GBNF rule named start (llguidance's test says Lark)
+    ],
 )
 def test_lark_is_told_from_gbnf_with_an_inlined_start_too(text: str, dialect: str) -> None:
     assert Constraint.parse("grammar", text).grammar_dialect == dialect

@@ -87,6 +87,22 @@ def test_gbnf_grammars_are_accepted_and_get_a_verdict():
     assert "not GBNF" in check_constraint("grammar", "root ::= [")
 
 
+@pytest.mark.parametrize(
+    ("grammar", "good", "bad"),
+    [
+        # a rule named start: the converter names root so, and refused the grammar
+        ('root ::= start\nstart ::= "x" "start" [s]  # start', "xstarts", "xy"),
+        # llama.cpp's \u and \U escapes, in literals and classes (the converter wrote \u00e9 as \ue9)
+        ('root ::= "\\u00e9" [\\u00e0-\\u00ff] "\\U0001F600" "\\u0041"', "éà😀A", "éa😀A"),
+        ('root ::= "\\\\u0041"', "\\u0041", "A"),  # an escaped backslash before u: no escape
+    ],
+)
+def test_gbnf_reads_llama_cpp_grammars_the_converter_missed(grammar: str, good: str, bad: str) -> None:
+    constraint = Constraint.grammar(grammar)
+    assert constraint.validate(good).valid is True
+    assert constraint.validate(bad).valid is False
+
+
 def test_an_ambiguous_grammar_gets_a_bounded_verdict():
     ambiguous = Constraint.grammar('start: x\nx: x x | x x x | "a"')
     assert finishes(lambda: ambiguous.validate("a" * 60)).valid is True
