@@ -107,7 +107,7 @@ def row_of(
         overridden=sum(t.overridden for t in best.tokens),
         first_refusal=_first_refusal(best.tokens, engine, params),
         time_to_first_token_s=result.timings.time_to_first_token_s,
-        tokens_per_s=result.timings.tokens_per_s,
+        tokens_per_s=result.timings.tokens_per_s or None,  # 0: one token (or none), no decode rate
         expected=expected,
         agree=None if expected is None else text.strip() == expected.strip(),
         tokens=best.tokens,
@@ -178,20 +178,22 @@ def summary(rows: list[EvalRow], total: int, cancelled: bool = False) -> dict[st
     mins = [r.mass_kept_min for r in done if r.mass_kept_min is not None]
     tokens = sum(r.tokens_count for r in done)
     judged = [r for r in rows if r.agree is not None]
+    verdicts = [r for r in rows if r.valid is not None or r.error is not None]  # an error counts as invalid
+    speeds = [r.tokens_per_s for r in done if r.tokens_per_s is not None]
     reasons = Counter(r.first_refusal.reason or "(no reason)" for r in done if r.first_refusal)
     return {
         "rows": len(rows),
         "total": total,
         "cancelled": cancelled,
         "errors": len(rows) - len(done),
-        "valid_rate": sum(r.valid is True for r in rows) / len(rows) if rows else None,
+        "valid_rate": sum(r.valid is True for r in verdicts) / len(verdicts) if verdicts else None,
         "finish_reasons": dict(Counter(r.finish_reason or "error" for r in rows)),
         "mass_kept_mean": fmean(kept) if kept else None,
         "mass_kept_min": min(mins) if mins else None,
         "forced_share": sum(r.forced for r in done) / tokens if tokens else None,
         "override_count": sum(r.overridden for r in done),
         "mean_time_to_first_token_s": fmean(r.time_to_first_token_s or 0.0 for r in done) if done else None,
-        "tokens_per_s": fmean(r.tokens_per_s or 0.0 for r in done) if done else None,
+        "tokens_per_s": fmean(speeds) if speeds else None,
         "refusal_reasons": dict(reasons.most_common()),
         "agreement": sum(r.agree is True for r in judged) / len(judged) if judged else None,
     }

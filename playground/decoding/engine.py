@@ -39,7 +39,7 @@ from playground.types import (
     TokenPrompt,
     Validation,
 )
-from playground.types.sizes import MAX_BEST_OF, MAX_PROMPT_CHARS, MAX_TOP_N_TOKENS
+from playground.types.sizes import MAX_BEST_OF, MAX_PROMPT_CHARS, MAX_TOP_N_TOKENS, nth_seed
 from playground.wire import checks
 
 Inputs = str | list[ChatMessage]
@@ -349,7 +349,7 @@ class Engine:
         generator = None
         seed = None
         if params.sampling:
-            seed = (base_seed + index) % 2**63
+            seed = nth_seed(base_seed, index)
             generator = torch.Generator(device=self.device).manual_seed(seed)
         chooser = self.chooser(params, compiled, constraint, prompt_length, generator)
         chooser.gate = plan.gate() if plan is not None else None

@@ -19,6 +19,7 @@ from playground.server.docs import JSON_OR_STREAM
 from playground.server.streaming import decoded
 from playground.server.tgi import resolve
 from playground.types import GenerationResult, TokenEvent
+from playground.types.sizes import nth_seed
 from playground.wire import checks, completions, inbound
 from playground.wire.completions import CompletionRequest
 
@@ -34,7 +35,7 @@ async def _jobs(request: Request, req: CompletionRequest) -> tuple[Provider, str
     sample, seeded base+j; checked against the model's limits."""
     provider, model_id = resolve(request, req.model)
     base = req.seed if req.seed is not None else random.randrange(2**31)
-    params = [completions.parameters(req, base + j) for j in range(req.n)]
+    params = [completions.parameters(req, nth_seed(base, j)) for j in range(req.n)]
     info = await run_in_threadpool(provider.info, model_id)
     checks.check_lengths(params[0], info, field="max_tokens")
     checks.check_top_n(params[0], info.max_top_n_tokens, field="logprobs")

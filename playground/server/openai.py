@@ -18,6 +18,7 @@ from playground.server.streaming import decoded
 from playground.server.tgi import registry_of, resolve
 from playground.server.tool_stream import ToolStream
 from playground.types import GenerateParameters, GenerationResult, Name, Strict, TokenEvent
+from playground.types.sizes import nth_seed
 from playground.wire import chat_fields, checks, inbound, tool_formats, tools
 from playground.wire.inbound import ChatRequest
 from playground.wire.tool_formats import ToolFormat
@@ -62,7 +63,7 @@ async def chat_jobs(request: Request, req: ChatRequest) -> tuple[Provider, str, 
     info = await run_in_threadpool(provider.info, model_id)
     fmt = tool_formats.by_name(info.tool_format)
     seed = inbound.base_seed(req)
-    params = [inbound.chat_parameters(req, seed + i, fmt) for i in range(req.n)]
+    params = [inbound.chat_parameters(req, nth_seed(seed, i), fmt) for i in range(req.n)]
     checks.check_lengths(params[0], info, field="max_completion_tokens" if req.max_completion_tokens else "max_tokens")
     checks.check_top_n(params[0], info.max_top_n_tokens, field="top_logprobs")
     messages = inbound.prompt_messages(req, fmt)

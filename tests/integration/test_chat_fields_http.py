@@ -121,3 +121,14 @@ def test_odd_uses_of_the_new_fields_answer_without_a_500(server_url: str, path: 
         assert response.json()["error"]["message"]
     elif body.get("stream"):
         assert response.text.rstrip().endswith("data: [DONE]") and '"error"' not in response.text
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_n_samples_from_the_largest_seed_wrap_as_best_of_does(server_url: str, path: str) -> None:
+    """Choice i takes seed + i below 2**63; the largest seed was refused with "less than or equal to" itself."""
+    seed = 2**63 - 1
+    prompt = {"messages": CHAT} if path.endswith("chat/completions") else {"prompt": "Hello"}
+    body = {**prompt, "max_tokens": 1, "n": 2, "seed": seed, "temperature": 1}
+    response = httpx.post(f"{server_url}{path}", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    assert [c["seed"] for c in response.json()["choices"]] == [seed, 0]

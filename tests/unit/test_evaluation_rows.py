@@ -29,3 +29,18 @@ def test_charts_escape_every_text_from_models_and_users() -> None:
     alternative = {"text": bad, "raw_logprob": -1.0, "probability": 1.0, "method": "canonical"}
     chart = score_html({"alternatives": [alternative], "source": bad})
     assert "<script>" not in chart and "100.0%" in chart
+
+
+def test_the_valid_rate_counts_rows_with_a_verdict_and_errors_only() -> None:
+    """A row with no constraint (valid None) is no invalid row; before, such runs reported a valid rate of 0."""
+    from playground.debug.evaluation import summary
+
+    free = [EvalRow(index=0, prompt="a", text="x", valid=None, tokens_per_s=None)]
+    assert summary(free, 1)["valid_rate"] is None and summary(free, 1)["tokens_per_s"] is None
+    mixed = [
+        EvalRow(index=0, prompt="a", text="x", valid=True, tokens_per_s=10.0),
+        EvalRow(index=1, prompt="b", error="prompt too long"),
+        EvalRow(index=2, prompt="c", text="y", valid=None, tokens_per_s=None),  # could not check; one token
+    ]
+    figures = summary(mixed, 3)
+    assert (figures["valid_rate"], figures["tokens_per_s"]) == (0.5, 10.0)
