@@ -25,6 +25,8 @@ MAX_SEED = 2**63 - 1
 def nth_seed(base: int, index: int) -> int:
     """The seed of the index-th sample (n's choices, best_of's rows) of a request seeded `base`."""
     return (base + index) % (MAX_SEED + 1)
+
+
 MAX_PROCESSORS = 8
 MAX_PROCESSOR_PARAMS = 64
 MAX_PROCESSOR_PARAM_CHARS = 4_096
