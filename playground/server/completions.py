@@ -63,10 +63,11 @@ def _envelope(model_id: str, completion_id: str) -> dict[str, Any]:
 
 def _choice(index: int, prompt: str, result: GenerationResult, req: CompletionRequest) -> dict[str, Any]:
     seq = result.best
-    text = chat.trim_stop(seq.generated_text, seq)
+    only = completions.echo_only(req)
+    text = "" if only else chat.trim_stop(seq.generated_text, seq)
     logprobs = None
     if req.logprobs is not None:
-        tokens = completions.generated(seq.tokens, req.logprobs)
+        tokens = [] if only else completions.generated(seq.tokens, req.logprobs)
         if req.echo:
             tokens = completions.prompt_tokens(result, req.logprobs) + tokens
         logprobs = completions.logprobs(tokens)
@@ -74,7 +75,7 @@ def _choice(index: int, prompt: str, result: GenerationResult, req: CompletionRe
         "index": index,
         "text": (prompt if req.echo else "") + text,
         "logprobs": logprobs,
-        "finish_reason": chat.FINISH_REASONS[seq.finish_reason],
+        "finish_reason": "length" if only else chat.FINISH_REASONS[seq.finish_reason],
         **chat.choice_extras(result, _warnings(req)),
     }
 
@@ -91,7 +92,7 @@ async def create_completion(request: Request, body: CompletionRequest) -> Any:
     base = _envelope(model_id, completion_id)
 
     def usage(results: list[GenerationResult]) -> dict[str, int]:
-        return _usage(results, body.n)
+        return _usage(results, body.n, completions.echo_only(body))
 
     def respond(results: list[GenerationResult]) -> dict[str, Any]:
         choices = [_choice(index, job[0], result, body) for index, (job, result) in enumerate(zip(jobs, results))]
@@ -113,10 +114,10 @@ async def create_completion(request: Request, body: CompletionRequest) -> Any:
     )
 
 
-def _usage(results: list[GenerationResult], n: int) -> dict[str, int]:
-    """Each prompt counted once, every choice's tokens counted."""
+def _usage(results: list[GenerationResult], n: int, echo_only: bool = False) -> dict[str, int]:
+    """Each prompt counted once, every choice's tokens counted (none when only the prompt was echoed)."""
     prompt = sum(r.input_length for r in results[::n])
-    completion = sum(r.best.generated_tokens for r in results)
+    completion = 0 if echo_only else sum(r.best.generated_tokens for r in results)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
@@ -127,6 +128,14 @@ async def _choice_chunks(
     prompt, params = job
     holdback = chat.StopHoldback(params.stop)
     offset = len(prompt) if req.echo else 0  # text_offset counts on from chunk to chunk, as in one answer
+    if completions.echo_only(req):  # the prompt with its logprobs, known with the result, and nothing more
+        async for event in events:
+            if isinstance(event, GenerationResult):
+                scored = None if req.logprobs is None else completions.prompt_tokens(event, req.logprobs)
+                yield chunk(text=prompt, logprobs=None if scored is None else completions.logprobs(scored))
+                yield chunk(text="", finish_reason="length", **chat.choice_extras(event, _warnings(req)))
+                yield event
+        return
     if req.echo:
         yield chunk(text=prompt)
 

@@ -26,7 +26,9 @@ class CompletionRequest(OpenAISampling):
     prompt: InputText | list[InputText] | TokenIds | list[TokenIds] = Field(
         description="One prompt, or a list of them (n choices each); a prompt may be token ids (a local model's)."
     )
-    max_tokens: int = Field(default=16, ge=1, description="OpenAI's default is 16.")
+    max_tokens: int = Field(
+        default=16, ge=0, description="OpenAI's default is 16; 0 with echo scores the prompt and generates nothing."
+    )
     best_of: int | None = Field(default=None, ge=1)
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=20, description="The completions shape: top-n per token.")
@@ -62,6 +64,8 @@ def _check(req: CompletionRequest) -> None:
         raise ParameterError(f"n: at most {MAX_CHOICES} choices per prompt, got {req.n}", field="n")
     if req.n * len(req.prompts()) > MAX_TOTAL_CHOICES:
         raise ParameterError(f"n: at most {MAX_TOTAL_CHOICES} choices for all prompts together", field="n")
+    if req.max_tokens == 0 and not req.echo:
+        raise ParameterError("max_tokens: 0 generates nothing; it needs echo (to score the prompt)", field="max_tokens")
     if req.suffix:
         raise ParameterError("suffix: not supported (no fill-in-the-middle)", field="suffix")
     chat_fields.check_stream_options(req)
@@ -80,7 +84,7 @@ def parameters(req: CompletionRequest, seed: int) -> GenerateParameters:
     values: dict[str, Any] = {
         **inbound.openai_values(req),
         "details": True,
-        "max_new_tokens": req.max_tokens,
+        "max_new_tokens": req.max_tokens or 1,  # 0 (echo only): the one token decoded is left out of the answer
         "best_of": best_of,
         "seed": seed,
         "top_n_tokens": req.logprobs or None,
@@ -114,6 +118,11 @@ def _likeliest(alternatives: list[Token], top_n: int, text: str, logprob: float 
     if logprob is not None:
         top[text] = logprob
     return top
+
+
+def echo_only(req: CompletionRequest) -> bool:
+    """max_tokens 0 with echo: the prompt and its logprobs, nothing generated (OpenAI's and vLLM's prompt scoring)."""
+    return req.echo and req.max_tokens == 0
 
 
 def generated(tokens: list[GeneratedToken], top_n: int) -> list[Logprob]:

@@ -98,6 +98,23 @@ def test_echoed_logprobs_score_a_continuation_as_lm_evaluation_harness_reads_the
     assert any(max(top.values()) > logprob for logprob, top in zip(lp.token_logprobs[1:-1], lp.top_logprobs[1:-1]))
 
 
+def test_max_tokens_0_with_echo_scores_the_prompt_and_generates_nothing(client: openai.OpenAI) -> None:
+    """OpenAI's and vLLM's prompt scoring (echo, max_tokens 0); was refused ("greater than or equal to 1")."""
+    prompt = "The capital of France is Paris"
+    scored = client.completions.create(model="embedded", prompt=prompt, max_tokens=0, logprobs=1, echo=True)
+    choice = scored.choices[0]
+    assert (choice.text, choice.finish_reason, scored.usage.completion_tokens) == (prompt, "length", 0)
+    assert "".join(choice.logprobs.tokens) == prompt and choice.logprobs.token_logprobs[0] is None
+    chunks = list(
+        client.completions.create(model="embedded", prompt=prompt, max_tokens=0, logprobs=1, echo=True, stream=True)
+    )
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == prompt
+    streamed = next(c.choices[0].logprobs for c in chunks if c.choices and c.choices[0].logprobs)
+    assert streamed.token_logprobs == choice.logprobs.token_logprobs
+    with pytest.raises(openai.BadRequestError, match="it needs echo"):
+        client.completions.create(model="embedded", prompt=prompt, max_tokens=0)
+
+
 def test_a_sampled_token_is_in_its_own_top_logprobs(client: openai.OpenAI) -> None:
     for n in (0, 1):
         answer = client.completions.create(
