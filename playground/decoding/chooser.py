@@ -209,7 +209,7 @@ class TokenChooser:
     def record(self, token_id: int, text: str, step: sampling.StepScores, *, forced: bool = False) -> GeneratedToken:
         """What the panels show for the chosen (or, with `forced`, fast-forwarded) token."""
         r = self.runner
-        token = sampling.token_record(token_id, text, step, self.top_n, r.token_text, r.special_ids)
+        token = sampling.token_record(token_id, text, step, self.top_n, r.token_piece, r.special_ids)
         token.forced = forced
         return token
 

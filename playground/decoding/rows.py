@@ -129,7 +129,7 @@ class Decode:
             return cache, logits, []
         logprobs = torch.log_softmax(all_logits[0, :-1].float(), dim=-1)
         picked = logprobs.gather(1, input_ids[0, 1:].unsqueeze(1)).squeeze(1).tolist()
-        texts = [r.token_text(i) for i in self.prompt_ids]
+        texts = [r.token_piece(i) for i in self.prompt_ids]
         details = [PrefillToken(id=self.prompt_ids[0], text=texts[0], logprob=None)] + [
             PrefillToken(id=i, text=t, logprob=lp) for i, t, lp in zip(self.prompt_ids[1:], texts[1:], picked)
         ]
@@ -137,7 +137,7 @@ class Decode:
         if top_n:  # (one topk for the whole prompt: one per position costs ~0.1 ms each)
             values, ids = torch.topk(logprobs, min(top_n, logprobs.shape[-1]), dim=-1)
             self.prefill_top = [[]] + [
-                [Token(id=i, text=r.token_text(i), logprob=v, special=i in r.special_ids) for v, i in zip(vs, ids_)]
+                [Token(id=i, text=r.token_piece(i), logprob=v, special=i in r.special_ids) for v, i in zip(vs, ids_)]
                 for vs, ids_ in zip(values.tolist(), ids.tolist())
             ]
         return cache, logits, details

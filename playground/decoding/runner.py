@@ -16,6 +16,7 @@ from transformers.cache_utils import DynamicLayer
 
 from playground.models import LoadedModel
 from playground.models.llama_step import LlamaStep
+from playground.types.pieces import byte_piece
 from playground.wire import tool_formats
 
 
@@ -43,6 +44,8 @@ class ModelRunner:
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
         self._token_text: dict[int, str] = {}
+        self._pieces: dict[int, str] = {}
+        self._bytes_of: Callable[[list[int]], bytes] | None = None
         self.text_joins = text_joins(self.tokenizer)
         # transformers 5 renamed the KV cache argument and output from past_key_values to cache.
         self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
@@ -83,11 +86,39 @@ class ModelRunner:
         return out.logits, out[self._cache_arg]
 
     def token_text(self, token_id: int) -> str:
-        """A token's text in isolation, for alternatives lists."""
+        """A token's text in isolation (U+FFFD for a part of a character), for the debugger's reasoning."""
         text = self._token_text.get(token_id)
         if text is None:
             text = self.tokenizer.decode([token_id])
             self._token_text[token_id] = text
+        return text
+
+    def token_piece(self, token_id: int) -> str:
+        """A token's own text for logprobs and alternatives lists: a part of a character as `bytes:\\xe4\\xbd`
+        (types/pieces.py), so two such tokens read apart and keep their bytes."""
+        text = self.token_text(token_id)
+        if "\ufffd" not in text:
+            return text
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            piece = self._pieces[token_id] = self._piece(token_id, text)
+        return piece
+
+    def _piece(self, token_id: int, text: str) -> str:
+        """The token's bytes as a byte piece, when they are no whole characters (llguidance knows every fast
+        tokenizer's bytes: byte-level, byte fallback; built on first need, ~0.3 s)."""
+        if self._bytes_of is None:
+            try:
+                import llguidance.hf
+
+                self._bytes_of = llguidance.hf.from_tokenizer(self.tokenizer).decode_bytes
+            except Exception:  # noqa: BLE001 - a slow tokenizer: its decoded text is all there is
+                self._bytes_of = lambda ids: b""
+        raw = self._bytes_of([token_id])
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return byte_piece(raw)
         return text
 
     def text(self, token_ids: list[int]) -> str:

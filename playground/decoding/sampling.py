@@ -28,6 +28,7 @@ from transformers.generation import (
 from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.errors import ParameterError, PlaygroundError, ProcessorError
 from playground.types import GeneratedToken, GenerateParameters, Token
+from playground.types.pieces import is_byte_piece
 
 Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 NEG_INF = float("-inf")
@@ -255,9 +256,11 @@ def token_record(
     else:
         top = top_tokens(step.logprobs, top_n, text_of, special)
     raw_top = top if step.logprobs is step.raw_logprobs else top_tokens(step.raw_logprobs, top_n, text_of, special)
+    own = text_of(token_id)
     return GeneratedToken(
         id=token_id,
         text=text,
+        **({"piece": own} if is_byte_piece(own) else {}),  # (unset otherwise: no `piece: null` on TGI's routes)
         special=token_id in special,
         logprob=logprob if logprob != NEG_INF else None,
         raw_logprob=logprob if step.logprobs is step.raw_logprobs else float(step.raw_logprobs[token_id]),

@@ -8,6 +8,7 @@ from typing import Any
 
 from playground.server.convert import VERSION, debugger_extras
 from playground.types import ChatCompletion, ChatCompletionRequest, GeneratedToken, GenerationResult, Sequence
+from playground.types.pieces import piece_bytes
 from playground.wire import chat_fields, tools
 from playground.wire.tool_formats import ToolFormat
 
@@ -66,7 +67,9 @@ class StopHoldback:
 
 
 def _top(token: Any) -> dict[str, Any]:
-    return {"token": token.text, "logprob": token.logprob, "bytes": list(token.text.encode("utf-8"))}
+    """A token as OpenAI writes it: its own text (a part of a character as `bytes:\\xe4\\xbd`) and its bytes."""
+    own = getattr(token, "piece", None) or token.text
+    return {"token": own, "logprob": token.logprob, "bytes": list(piece_bytes(own))}
 
 
 def logprob_entry(token: GeneratedToken, top_logprobs: int) -> dict[str, Any]:

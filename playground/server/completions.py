@@ -144,7 +144,7 @@ async def _choice_chunks(
         if req.logprobs is None:
             return None
         found = completions.logprobs(completions.generated(tokens, req.logprobs), offset)
-        offset += sum(len(text) for text in found["tokens"])
+        offset += sum(len(t.text) for t in tokens if not t.special)
         return found
 
     async for text, tokens, result in decoded(events, holdback.feed):

@@ -23,6 +23,11 @@ class GeneratedToken(Token):
     segment: Literal["reasoning", "answer"] | None = Field(
         default=None, description="A thinking model's turn: reasoning (unconstrained) or answer; None otherwise."
     )
+    piece: str | None = Field(
+        default=None,
+        description="The token's own text where its bytes are part of a character (`bytes:\\xe4\\xbd`, as OpenAI "
+        "writes it; `text` is then its share of the answer, '' or the whole character); None otherwise.",
+    )
 
     @property
     def overridden(self) -> bool:

@@ -22,6 +22,7 @@ from playground.render.debugger import branch_html as render_branch
 from playground.render.debugger import fields_html as render_fields
 from playground.render.debugger import reasons_html as render_reasons
 from playground.types import GenerationResult
+from playground.types.pieces import is_byte_piece
 from playground.ui import stopped
 from playground.ui.components import Components, Debugger, InstanceCheck, html, insight, text_and_button
 from playground.ui.handlers import error_message
@@ -116,7 +117,11 @@ def pin(state: ChatState, branches: BranchState, index: int | None) -> tuple[Bra
     if index is None or not 0 <= index < len(state.tokens):
         return branches, ""
     token = state.tokens[index]
-    others = [t.text for t in token.top_tokens if t.id != token.id and t.logprob is not None and not t.special]
+    others = [
+        t.text
+        for t in token.top_tokens
+        if t.id != token.id and t.logprob is not None and not t.special and not is_byte_piece(t.text)
+    ]
     return branches, others[0] if others else token.text
 
 

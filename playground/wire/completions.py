@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
 from playground.errors import ParameterError
-from playground.types import GeneratedToken, GenerateParameters, GenerationResult, Token
+from playground.types import GeneratedToken, GenerateParameters, GenerationResult, Token, pieces
 from playground.types.base import InputText, TokenIds
 from playground.types.chat import OpenAISampling
 from playground.types.sizes import MAX_CHOICES, MAX_INPUT_CHARS
@@ -94,19 +94,21 @@ def parameters(req: CompletionRequest, seed: int) -> GenerateParameters:
     return inbound.parameters({k: v for k, v in values.items() if v is not None})
 
 
-Logprob = tuple[str, float | None, dict[str, float] | None]  # (text, logprob, the likeliest there)
+# (the token's own text, logprob, the likeliest there, its share of the text: what text_offset counts)
+Logprob = tuple[str, float | None, dict[str, float] | None, str]
 
 
 def logprobs(tokens: list[Logprob], start: int = 0) -> dict[str, Any]:
-    """The completions logprobs shape for (text, logprob, top) triples; offsets count from `start`."""
+    """The completions logprobs shape; offsets count from `start`, in the text (a token that is part of a
+    character, `bytes:\\xe4\\xbd`, adds nothing, the last part the whole character)."""
     offsets, at = [], start
-    for text, _, _ in tokens:
+    for *_, share in tokens:
         offsets.append(at)
-        at += len(text)
+        at += len(share)
     return {
-        "tokens": [t for t, _, _ in tokens],
-        "token_logprobs": [lp for _, lp, _ in tokens],
-        "top_logprobs": [top for _, _, top in tokens],
+        "tokens": [t for t, *_ in tokens],
+        "token_logprobs": [lp for _, lp, *_ in tokens],
+        "top_logprobs": [top for _, _, top, _ in tokens],
         "text_offset": offsets,
     }
 
@@ -126,18 +128,25 @@ def echo_only(req: CompletionRequest) -> bool:
 
 
 def generated(tokens: list[GeneratedToken], top_n: int) -> list[Logprob]:
-    """The answer's tokens (EOS left out, as from the text)."""
-    return [(t.text, t.logprob, _likeliest(t.top_tokens, top_n, t.text, t.logprob)) for t in tokens if not t.special]
+    """The answer's tokens (EOS left out, as from the text), each by its own text as its alternatives are."""
+    return [
+        (own, t.logprob, _likeliest(t.top_tokens, top_n, own, t.logprob), t.text)
+        for t in tokens
+        if not t.special
+        for own in [t.piece or t.text]
+    ]
 
 
 def prompt_tokens(result: GenerationResult, top_n: int) -> list[Logprob]:
     """The prompt's tokens for echo: the first has no logprob and no alternatives (null, as in OpenAI's answer)."""
     tops = result.prefill_top_tokens
+    spelled = pieces.shares([p.text for p in result.prefill])
     return [
         (
             p.text,
             p.logprob,
             None if p.logprob is None else _likeliest(tops[k] if k < len(tops) else [], top_n, p.text, p.logprob),
+            spelled[k],
         )
         for k, p in enumerate(result.prefill)
     ]

@@ -67,6 +67,25 @@ def test_logprobs_with_top_logprobs(client: openai.OpenAI) -> None:
         assert entry.model_extra["raw_logprob"] == pytest.approx(entry.logprob, abs=1e-4)  # unconstrained
 
 
+def test_a_token_that_is_part_of_a_character_has_its_own_bytes(client: openai.OpenAI) -> None:
+    """OpenAI's spelling and bytes for a token that is part of a character: the bytes add up to the answer, and
+    each token matches its own top entry (before, '' with no bytes, against U+FFFD's bytes in top_logprobs)."""
+    completion = ask(
+        client,
+        "Say hello in Chinese.",
+        temperature=0,
+        max_tokens=8,
+        logprobs=True,
+        top_logprobs=2,
+        extra_body={"guided_choice": ["你好", "世界"]},
+    )
+    content = completion.choices[0].logprobs.content
+    assert b"".join(bytes(entry.bytes) for entry in content) == completion.choices[0].message.content.encode()
+    assert any(entry.token.startswith("bytes:\\x") for entry in content)
+    for entry in content:
+        assert entry.top_logprobs[0].token == entry.token and entry.top_logprobs[0].bytes == entry.bytes
+
+
 def test_streaming_with_usage_matches_the_plain_answer(client: openai.OpenAI) -> None:
     kwargs = dict(
         model="embedded", messages=[{"role": "user", "content": "Name three colors."}], temperature=0, max_tokens=8

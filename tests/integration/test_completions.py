@@ -115,6 +115,24 @@ def test_max_tokens_0_with_echo_scores_the_prompt_and_generates_nothing(client: 
         client.completions.create(model="embedded", prompt=prompt, max_tokens=0)
 
 
+def test_a_token_that_is_part_of_a_character_reads_the_same_in_tokens_and_top_logprobs(
+    client: openai.OpenAI,
+) -> None:
+    """Each token by its own text, OpenAI's `bytes:\\xe4\\xbd` for a part of a character: lm-eval's greedy check
+    (`top[token]`, the largest is the token) holds. Before, the token read '' and its entry U+FFFD."""
+    prompt = "Chinese for hello is 你好, and for world it is 世"
+    answer = client.completions.create(
+        model="embedded", prompt=prompt, max_tokens=4, temperature=0, logprobs=1, echo=True
+    )
+    lp = answer.choices[0].logprobs
+    assert any(token.startswith("bytes:\\x") for token in lp.tokens)
+    for token, logprob, top in zip(lp.tokens[1:], lp.token_logprobs[1:], lp.top_logprobs[1:]):
+        assert top[token] == logprob
+    text = answer.choices[0].text
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset) and lp.text_offset[-1] < len(text)
+    assert text.startswith(prompt)
+
+
 def test_a_sampled_token_is_in_its_own_top_logprobs(client: openai.OpenAI) -> None:
     for n in (0, 1):
         answer = client.completions.create(

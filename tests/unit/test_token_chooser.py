@@ -29,6 +29,7 @@ def runner() -> SimpleNamespace:
         eos_ids={EOS},
         special_ids={EOS},
         token_text=lambda i: f"t{i}",
+        token_piece=lambda i: f"t{i}",
         ids=lambda ids: torch.tensor([ids]),
         text_joins=False,
     )
