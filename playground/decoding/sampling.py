@@ -72,7 +72,9 @@ class LogitBias:
         ids = [int(key) for key in bias]
         too_big = [i for i in ids if i >= vocab_size]
         if too_big:
-            raise ParameterError(f"logit_bias: token id {too_big[0]} is not in the vocabulary (size {vocab_size})")
+            raise ParameterError(
+                f"logit_bias: token id {too_big[0]} is not in the vocabulary (size {vocab_size})", field="logit_bias"
+            )
         self.ids = torch.tensor(ids, dtype=torch.long)
         self.values = torch.tensor(list(bias.values()))
 

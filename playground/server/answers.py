@@ -42,9 +42,22 @@ def named_as_sent(names: Mapping[str, str | None]) -> Iterator[None]:
         sent = names.get(exc.field or "")
         if sent:
             exc.message = re.sub(rf"\b{re.escape(exc.field or '')}\b", sent, exc.message)
-            exc.args = (exc.message,)
             exc.field = sent
+        exc.message = _head_named(exc.message, names)
+        exc.args = (exc.message,)
         raise
+
+
+def _head_named(message: str, names: Mapping[str, str | None]) -> str:
+    """The fields a message opens with ("response_format, structured_outputs: ..."), each as the client sent it;
+    "x (or x)" said once."""
+    head, colon, rest = message.partition(": ")
+    if not colon:
+        return message
+    for engine_name, sent in names.items():
+        if sent and "_" in engine_name:
+            head = re.sub(rf"(?<![\w.]){re.escape(engine_name)}\b", sent, head)
+    return re.sub(r"(?<![\w.])([\w.]+) \(or \1\)", r"\1", head) + colon + rest
 
 
 def events(provider: Any, model_id: str, job: Job) -> AsyncIterator[Any]:

@@ -20,7 +20,7 @@ from playground.server.streaming import generate_while_connected, started
 from playground.types import GenerationResult
 from playground.wire import responses
 from playground.wire.inbound import ChatRequest
-from playground.wire.responses import NAMES, ResponsesRequest
+from playground.wire.responses import ResponsesRequest
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 
@@ -32,16 +32,17 @@ router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 )
 async def create_response(request: Request, body: ResponsesRequest) -> Any:
     """One answer to `input` under `text.format`; `stream` sends it as Responses events. Nothing is stored."""
-    with named_as_sent(NAMES):
+    names = responses.names(body)
+    with named_as_sent(names):
         chat_req = responses.chat_request(body)
         provider, model_id, fmt, jobs = await openai.chat_jobs(request, chat_req)
     ids, created = responses.new_ids(), int(time.time())
     if body.stream:
-        with named_as_sent(NAMES):
+        with named_as_sent(names):
             first = await started(events(provider, model_id, jobs[0]))
         stream = _events(body, chat_req, ids, model_id, first, jobs[0], fmt, created)
         return StreamingResponse(stream, media_type="text/event-stream")
-    with named_as_sent(NAMES):
+    with named_as_sent(names):
         result = await generate_while_connected(request, provider, model_id, *jobs[0])
     if result is None:
         return Response(status_code=499)
@@ -153,7 +154,7 @@ async def _events(
     # the chat route's chunks as their fields (the chunk writer returns them, not their SSE text)
     chunks = openai.choice_chunks(first, job, lambda **fields: fields, req=chat_req, fmt=fmt)
     try:
-        with named_as_sent(NAMES):
+        with named_as_sent(responses.names(body)):
             async for item in chunks:
                 if isinstance(item, GenerationResult):
                     result = item

@@ -24,10 +24,11 @@ def check_best_of(
     if best_of <= 1:
         return
     if not params.sampling:
-        raise ParameterError(
-            f"{field}: best_of > 1 needs sampling: set do_sample or a sampling parameter ({_WARPERS})",
-            field=field,
+        # TGI's body names do_sample and its warpers; an OpenAI body samples unless its temperature is 0
+        how = (
+            f"do_sample or a sampling parameter ({_WARPERS})" if field.startswith("parameters.") else "temperature > 0"
         )
+        raise ParameterError(f"{field}: best_of > 1 needs sampling: set {how}", field=field)
     if max_best_of is not None and best_of > max_best_of:
         raise ParameterError(f"{field}: must be <= {max_best_of} (max_best_of), got {best_of}", field=field)
 

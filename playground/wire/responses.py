@@ -48,6 +48,32 @@ NAMES = {
 }
 
 
+# OpenAI's `include` values: the logprobs are given; the others name outputs of tools this route does not run, and
+# there is nothing to add for them. Anything else is refused, as OpenAI refuses it.
+IncludeItem = Literal[
+    "message.output_text.logprobs",
+    "reasoning.encrypted_content",
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+]
+
+
+def names(body: ResponsesRequest) -> dict[str, str]:
+    """NAMES for one request: a constraint's errors name the field it came in (`text.format` or
+    `structured_outputs`), a reasoning budget's the field that set it."""
+    fmt = body.text.format if body.text is not None else None
+    named = dict(NAMES)
+    if (fmt is None or fmt.type == "text") and body.structured_outputs is not None:
+        named["grammar"] = "structured_outputs"
+    if body.max_reasoning_tokens is None and body.reasoning is not None and body.reasoning.effort is not None:
+        named["max_reasoning_tokens"] = "reasoning.effort"
+    return named
+
+
 class TextFormat(Request):
     """`text.format`: plain text, any JSON object, or JSON under a schema (`strict`: no undeclared keys)."""
 
@@ -89,7 +115,7 @@ class ResponsesRequest(Request, Sampling):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    include: list[str] | None = Field(default=None, max_length=16)
+    include: list[IncludeItem] | None = Field(default=None, max_length=16)
     reasoning: Reasoning | None = None
     max_reasoning_tokens: int | None = Field(default=None, ge=0, description="Ours, as on chat: a reasoning budget.")
     structured_outputs: StructuredOutputs | None = Field(

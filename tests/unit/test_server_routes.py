@@ -183,3 +183,28 @@ def test_an_error_names_its_field_as_the_route_s_client_sent_it_in_param_and_mes
     with pytest.raises(ParameterError) as caught, named_as_sent({"top_p": "p"}):
         raise ParameterError("temperature: too hot", field="temperature")  # another field's: as it was
     assert caught.value.field == "temperature" and caught.value.message == "temperature: too hot"
+
+
+def test_a_responses_error_names_the_field_its_client_sent() -> None:
+    """structured_outputs is named as such (not `text.format`), a field list at a message's head as sent, and a
+    reasoning budget by `reasoning.effort` when that set it."""
+    from playground.errors import InvalidConstraintError
+
+    regex = ResponsesRequest.model_validate({"input": "Hi", "structured_outputs": {"regex": "(ab"}})
+    with pytest.raises(InvalidConstraintError) as caught, named_as_sent(responses_wire.names(regex)):
+        raise InvalidConstraintError("invalid regex at position 0: unclosed group")
+    assert caught.value.field == "structured_outputs"
+    both = ResponsesRequest.model_validate({"input": "Hi", "text": {"format": {"type": "json_object"}}})
+    with pytest.raises(ParameterError) as caught, named_as_sent(responses_wire.names(both)):
+        raise ParameterError("response_format, structured_outputs: give one constraint", field="structured_outputs")
+    assert caught.value.message == "text.format, structured_outputs: give one constraint"
+    effort = ResponsesRequest.model_validate({"input": "Hi", "reasoning": {"effort": "low"}})
+    with pytest.raises(ParameterError) as caught, named_as_sent(responses_wire.names(effort)):
+        raise ParameterError("max_reasoning_tokens (or reasoning_effort): no reasoning", field="max_reasoning_tokens")
+    assert (caught.value.field, caught.value.message) == ("reasoning.effort", "reasoning.effort: no reasoning")
+
+
+def test_responses_include_takes_openai_s_values_only(client: TestClient) -> None:
+    body = {"input": "Hi", "include": ["message.output_text.logprobs", "bogus"]}
+    reply = client.post("/v1/responses", json=body)
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "include[1]", reply.text
