@@ -102,6 +102,10 @@ def _auto_grammar(tools: list[ToolSpec], many: bool) -> str:
     problem = _problem(text)
     if problem is None:
         return text
+    if "Unimplemented keys" in problem:  # keywords it cannot enforce (uniqueItems): ignored, with a warning
+        lenient = _auto_text(tools, many, lenient=True)
+        if _problem(lenient) is None:
+            return lenient
     culprit = next((i for i, t in enumerate(tools) if len(tools) > 1 and _problem(_auto_text([t], many))), 0)
     where = f"tools[{culprit}].function.parameters"
     raise UnsupportedConstraintError(
@@ -111,8 +115,12 @@ def _auto_grammar(tools: list[ToolSpec], many: bool) -> str:
     )
 
 
-def _auto_text(tools: list[ToolSpec], many: bool) -> str:
+def _auto_text(tools: list[ToolSpec], many: bool, *, lenient: bool = False) -> str:
+    """`lenient`: llguidance ignores the keywords it cannot enforce (and says which), as xgrammar does under
+    `required`; vLLM does not constrain `auto` at all."""
     schema = jsonformat.with_layout(jsonformat.closed(tool_schema.call_schema(tools, parallel=many)), "pretty")
+    if lenient:
+        schema["x-guidance"] = {**schema["x-guidance"], "lenient": True}
     starts = "{\\[" if many else "{"  # `[` opens a nested class inside a class in the engines' regex syntax
     return f"start: call | text\ncall: %json {json.dumps(schema)}\ntext: /[^{starts}][\\s\\S]*/\n"
 

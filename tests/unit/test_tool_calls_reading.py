@@ -178,3 +178,16 @@ def test_a_continued_final_message_is_read_with_the_answer_into_the_call() -> No
     assert json.loads(arguments) == {"city": "Paris"}
     auto = req.model_copy(update={"tool_choice": "auto"})
     assert tools.answer(auto, " and more", "eos_token", prefix="Free text")[0]["content"] == " and more"
+
+
+def test_auto_ignores_a_keyword_llguidance_cannot_enforce_and_says_so() -> None:
+    """pydantic's `set[...]` fields carry uniqueItems; `auto` refused such a tool where `required` fell back."""
+    tags = {
+        "type": "object",
+        "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True}},
+    }
+    req = inbound.ChatRequest.model_validate(
+        {"messages": [{"role": "user", "content": "x"}], "tools": [_tool("tag", tags).model_dump()]}
+    )
+    grammar = tools.grammar(req, None)
+    assert grammar is not None and '"lenient": true' in grammar["value"]

@@ -220,7 +220,10 @@ def _warnings(spec: str, llg_tokenizer: Any, kind: str) -> list[str]:
         unsatisfiable = any("Unsatisfiable" in m for m in messages)
         refusal = "unsatisfiable" if unsatisfiable else "invalid" if kind == "grammar" else "unsupported"
         raise EngineRefusal(refusal, f"llguidance refused the {kind}: {'; '.join(messages)}")
-    return list(messages)
+    return [_IGNORED.sub(r"llguidance does not enforce these keywords here (lenient): \1", m) for m in messages]
+
+
+_IGNORED = re.compile(r"^Unimplemented keys: \[(.*)\]$")
 
 
 def _warm(llg_tokenizer: Any) -> None:
