@@ -49,7 +49,7 @@ def explain(engine: LocalEngine, constraint: Constraint, state: State, token_id:
     if constraint.kind == "json_schema":
         reason = _json_reason(engine, constraint, state, token)
     elif constraint.kind == "choice":
-        reason = _choice_reason(constraint, state)
+        reason = _choice_reason(constraint, state, token)
     return reason or _generic_reason(engine, constraint, state, token)
 
 
@@ -257,12 +257,20 @@ def repr_json(value: object) -> str:
 # --- choices, regexes, grammars -------------------------------------------------------------------------
 
 
-def _choice_reason(constraint: Constraint, state: State) -> str | None:
+def _choice_reason(constraint: Constraint, state: State, token: str) -> str | None:
     fitting = [c for c in constraint.value if c.startswith(state.text) and c != state.text]
     if not state.text:
         return f"the answer must be one of the choices {listing(list(constraint.value))}"
     if not fitting:
         return f"{code(state.text)} is a complete choice: only the end of text may follow"
+    # the token's longest start that some choice continues: a token that starts right can still go wrong later
+    size = next(
+        (k for k in range(len(token) - 1, 0, -1) if any(c.startswith(state.text + token[:k]) for c in fitting)), 0
+    )
+    if size:
+        begun = state.text + token[:size]
+        left = [c for c in fitting if c.startswith(begun)]
+        return f"{code(begun)} begins only {listing(left)}, and none goes on with {code(token[size:])}"
     nexts = sorted({c[len(state.text)] for c in fitting})
     return f"only the choices {listing(fitting)} start with {code(state.text)}; the next character is one of {listing(nexts)}"
 

@@ -97,6 +97,14 @@ def test_choices_left_after_a_prefix(engine) -> None:
     )
 
 
+def test_a_choice_token_that_starts_right_and_goes_wrong_says_where(engine) -> None:
+    """` d` starts with the space `a b` and `a c` need next: the reason names what went wrong after it (before: "the
+    next character is one of ` `", which the token's first character is)."""
+    choices = GrammarType(type="choice", value=["a b", "a c"])
+    result = reasons_at(engine, choices, "a", [tokens(engine, " d")[0]])
+    assert result.reasons[0].reason == "`a ` begins only `a b`, `a c`, and none goes on with `d`"
+
+
 def test_number_keywords_are_named(engine) -> None:
     schema = GrammarType(
         type="json", value={"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}
