@@ -78,7 +78,7 @@ class Parameters:
     watermark: gr.Checkbox
     adapter_id: gr.Textbox
     think_first: gr.Checkbox
-    max_reasoning_tokens: gr.Number
+    max_reasoning_tokens: gr.Textbox
 
     def by_field(self) -> dict[str, Any]:
         """Each control under its Form field's name."""

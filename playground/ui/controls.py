@@ -12,8 +12,10 @@ from playground.constraints import check_constraint
 from playground.constraints.examples import EXAMPLES, find_example
 from playground.errors import ModelError, PlaygroundError
 from playground.processors import list_factories
+from playground.providers.base import Provider, local_engine
 from playground.providers.loading import looks_like_path
 from playground.providers.registry import Registry
+from playground.types import ChatMessage, GenerateParameters
 from playground.ui import snippets
 from playground.ui.examples import PROCESSOR_PARAMS
 from playground.ui.handlers import error_message
@@ -168,15 +170,26 @@ def _load_local(registry: Registry, name: str, settings: UISettings) -> None:
 def code_snippets(registry: Registry, form: Form, state: ChatState, settings: UISettings) -> dict[str, str]:
     """Snippets for the current settings and the last request's conversation (or an example turn)."""
     params = params_of(form)
-    _, model = registry.resolve(form.model)
+    provider, model = registry.resolve(form.model)
     if state.request is not None and state.result is not None:
         inputs, prompt = state.request.inputs, state.result.prompt
-    else:
-        _, message = example_for(form.kind, None)
-        message = message or "Hello!"
-        system = tools.ui_system(form.kind, form.constraint_text, form.system_prompt)
-        inputs, prompt = chat_inputs(system, state.messages, message), message
+    else:  # a stopped turn (no result) or none yet (the kind's example): /generate gets the templated prompt too
+        if state.request is not None:
+            inputs = state.request.inputs
+        else:
+            _, message = example_for(form.kind, None)
+            system = tools.ui_system(form.kind, form.constraint_text, form.system_prompt)
+            inputs = chat_inputs(system, state.messages, message or "Hello!")
+        prompt = _templated(provider, model, inputs, params)
     return snippets.snippets(settings.base_url, model, inputs, prompt, params)
+
+
+def _templated(provider: Provider, model: str, inputs: list[ChatMessage], params: GenerateParameters) -> str:
+    """The prompt /generate takes for the conversation: the local model's chat template applied; a remote model's
+    template is its server's, so its snippet sends the last message as it was typed."""
+    if not provider.capabilities.local_engine:
+        return inputs[-1].content if isinstance(inputs[-1].content, str) else ""
+    return local_engine(provider, model, "the /generate snippet").render_prompt(inputs, params)
 
 
 # --- session -------------------------------------------------------------------------------------

@@ -176,11 +176,10 @@ def _render_parameters(limits: Limits) -> Parameters:
                 label="think_first (reason before the answer, then the constraint)",
                 elem_id="param-think-first",
             )
-            max_reasoning_tokens = gr.Number(
-                value=None,
-                precision=0,
-                minimum=0,
+            max_reasoning_tokens = gr.Textbox(
+                value="",
                 label="max_reasoning_tokens (reasoning budget; blank = none)",
+                placeholder="none",
                 elem_id="param-max-reasoning-tokens",
             )
     return Parameters(

@@ -46,7 +46,9 @@ _EXTRA_BODY = {
     "structured_outputs",
     "logits_processors",
     "constraint_engine",
+    "truncate_prompt_tokens",
     *(set(carried_by("chat")) - set(carried_by("openai"))),
+    *(set(outbound.CARRIED["chat"]) - set(outbound.CARRIED["openai"])),
 }
 
 
@@ -135,6 +137,10 @@ def snippets(
     body = chat_body(model, inputs, params)
     tgi_body = {"inputs": prompt, "parameters": outbound.playground_tgi_parameters(params)}
     note = f"# {STOP_NOTE}\n" if params.stop else ""
+    set_fields = params.model_dump(exclude_defaults=True, exclude_none=True)
+    dropped = [name for name in outbound.unsupported("chat") if name in set_fields]
+    if dropped:
+        note += f"# {', '.join(dropped)}: not a /v1/chat/completions field; the curl /generate snippet carries them\n"
     return {
         "curl_generate": curl(f"{base}/generate", tgi_body),
         "curl_chat": note + curl(f"{base}/v1/chat/completions", body),

@@ -68,9 +68,8 @@ class _Controls(BaseModel):
             data[name] = data[name] or ""  # hidden components send None
         for name in ("max_new_tokens", "best_of", "top_n_tokens", "truncate", *INTEGER_CONTROLS):
             data[name] = int(data[name] or 0)
-        data["seed"] = _seed(data["seed"])
-        budget = data["max_reasoning_tokens"]
-        data["max_reasoning_tokens"] = None if budget in (None, "") else int(budget)
+        data["seed"] = _whole(data["seed"], "seed")
+        data["max_reasoning_tokens"] = _whole(data["max_reasoning_tokens"], "max_reasoning_tokens")
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -138,15 +137,16 @@ class ChatState(BaseModel):
         return self._scope
 
 
-def _seed(value: Any) -> int | None:
-    """The seed box's text: blank means a random seed each time."""
+def _whole(value: Any, field: str) -> int | None:
+    """A text box's whole number (the seed, the reasoning budget); blank means none (a random seed, no budget).
+    A text box, not a number box: Gradio's shows a blank number as 0 once rendered, and sends 0."""
     text = str(value if value is not None else "").strip()
     if not text:
         return None
     try:
         return int(float(text)) if float(text).is_integer() else int(text)
     except ValueError:
-        raise ParameterError(f"seed must be a whole number >= 0, got {text!r}", field="seed") from None
+        raise ParameterError(f"{field} must be a whole number >= 0, got {text!r}", field=field) from None
 
 
 def processors_of(form: Form) -> list[ProcessorSpec]:

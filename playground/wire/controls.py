@@ -47,11 +47,11 @@ _ALL = frozenset({"chat", "openai", "vllm", "tgi"})
 
 SAMPLING: tuple[Control, ...] = (
     Control("temperature", 0.05, 2.0, 0.05, 1.0, _ALL),
-    Control("top_k", 0, 200, 1, 0, frozenset({"vllm", "tgi"}), integer=True),
+    Control("top_k", 0, 200, 1, 0, frozenset({"chat", "vllm", "tgi"}), integer=True),
     Control("top_p", 0.05, 1.0, 0.01, 1.0, _ALL),
     Control("min_p", 0.0, 1.0, 0.01, 0.0, frozenset({"chat", "vllm"})),
     Control("typical_p", 0.05, 1.0, 0.01, 1.0, frozenset({"tgi"})),
-    Control("repetition_penalty", 0.5, 2.0, 0.05, 1.0, frozenset({"vllm", "tgi"}), warper=False),
+    Control("repetition_penalty", 0.5, 2.0, 0.05, 1.0, frozenset({"chat", "vllm", "tgi"}), warper=False),
     Control("frequency_penalty", -1.95, 2.0, 0.05, 0.0, _ALL, warper=False),
 )
 BY_NAME: dict[str, Control] = {c.name: c for c in SAMPLING}

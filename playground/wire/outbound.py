@@ -35,10 +35,18 @@ CARRIED: dict[Dialect, tuple[str, ...]] = {
         "add_generation_prompt",
         "max_reasoning_tokens",
         "think_first",
+        "fast_forward",
     ),
 }
 # Non-sampling GenerateParameters fields each dialect has no field for.
 _NOT_CARRIED: dict[Dialect, tuple[str, ...]] = {
+    # our own chat route: truncate as vLLM's truncate_prompt_tokens, processors and the engine by name
+    # (playground_chat_body)
+    "chat": tuple(
+        n
+        for n in _NOT_OPENAI
+        if n not in CARRIED["chat"] and n not in ("truncate", "logits_processors", "constraint_engine")
+    ),
     "openai": tuple(n for n in _NOT_OPENAI if n not in CARRIED["openai"]),
     "vllm": tuple(n for n in _NOT_OPENAI if n not in CARRIED["vllm"]),
     "tgi": EXTENSIONS,
@@ -151,6 +159,8 @@ def playground_chat_body(model: str, messages: list[dict[str, Any]], params: Gen
         body["logits_processors"] = [spec.model_dump() for spec in params.logits_processors]
     if params.constraint_engine != "auto":
         body["constraint_engine"] = params.constraint_engine
+    if params.truncate:
+        body["truncate_prompt_tokens"] = params.truncate
     return body
 
 

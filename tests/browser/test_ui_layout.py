@@ -71,3 +71,17 @@ def test_constraint_errors_are_monospace_and_the_editor_wraps(page: Page, server
     expect(page.locator("#constraint-text .cm-content.cm-lineWrapping")).to_have_count(1)
     editor = page.locator("#constraint-text .cm-scroller")
     poll(page, lambda: editor.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), bool, what="the editor wraps")
+
+
+def test_opening_the_advanced_parameters_leaves_the_reasoning_budget_blank(page: Page, server_url: str) -> None:
+    """Gradio's number box showed the blank budget as 0 once rendered and sent it: every later request asked for
+    no reasoning, and the openai snippet passed `max_reasoning_tokens=0` outside extra_body (a TypeError)."""
+    open_app(page, server_url)
+    show_parameter(page, "param-max-reasoning-tokens")
+    page.wait_for_timeout(500)
+    expect(page.locator("#param-max-reasoning-tokens textarea, #param-max-reasoning-tokens input").first).to_have_value(
+        ""
+    )
+    page.get_by_role("tab", name="Code").click()
+    expect(page.locator("#code-curl-generate .cm-content")).to_contain_text("/generate")
+    expect(page.locator("#code-curl-generate .cm-content")).not_to_contain_text("max_reasoning_tokens")

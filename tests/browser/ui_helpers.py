@@ -36,6 +36,8 @@ PARAMETER_GROUP = {
     "param-engine": "params-advanced",
     "param-watermark": "params-advanced",
     "param-adapter-id": "params-advanced",
+    "param-think-first": "params-advanced",
+    "param-max-reasoning-tokens": "params-advanced",
 }
 
 

@@ -280,6 +280,7 @@ def test_each_control_the_chat_dialect_carries_reaches_chat_and_completions_alik
     """One declaration (types.params.Sampling or the OpenAI base) and one mapping serve both OpenAI routes."""
     control = BY_NAME[name]
     value = round((control.low + control.high) / 2, 2)
+    value = int(value) if control.integer else value
     fields = {"temperature": 0.7, name: value}
     chat = inbound.chat_parameters(_request(**fields), seed=1)
     completion = completions.parameters(completions.CompletionRequest(prompt="hi", **fields), seed=1)

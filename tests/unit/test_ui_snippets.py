@@ -150,3 +150,38 @@ def test_openai_route_snippets_say_they_leave_the_stop_sequence_out() -> None:
     assert snippets.STOP_NOTE not in with_stop["curl_generate"] + with_stop["huggingface_hub"]
     assert snippets.STOP_NOTE not in snippets.snippets(BASE, "m", INPUTS, "p", params())["openai"]
     assert curl_body(with_stop["curl_chat"])[1]["stop"] == ["-"]  # a shell skips the comment
+
+
+def _create_kwargs(code: str) -> dict:
+    call = next(
+        node
+        for node in ast.walk(ast.parse(code))
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "create"
+    )
+    return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+
+
+def test_every_setting_the_chat_route_takes_travels_and_the_rest_is_named() -> None:
+    """think_first and the reasoning budget went to `create()` as arguments (a TypeError); top_k, the repetition
+    penalty and truncate were dropped, and typical_p and watermark left out without a word."""
+    p = params(
+        think_first=True,
+        max_reasoning_tokens=64,
+        top_k=20,
+        repetition_penalty=1.3,
+        truncate=12,
+        typical_p=0.9,
+        watermark=True,
+        do_sample=True,
+        seed=3,
+    )
+    code = snippets.snippets(BASE, "m", INPUTS, "p", p)
+    chat = curl_body(code["curl_chat"])[1]
+    assert (chat["top_k"], chat["repetition_penalty"], chat["truncate_prompt_tokens"]) == (20, 1.3, 12)
+    extra = _create_kwargs(code["openai"])["extra_body"]
+    assert {"think_first", "max_reasoning_tokens", "top_k", "repetition_penalty", "truncate_prompt_tokens"} <= set(
+        extra
+    )
+    assert "think_first" not in _create_kwargs(code["openai"])
+    for name in ("curl_chat", "openai", "outlines"):
+        assert "# watermark, typical_p: not a /v1/chat/completions field" in code[name]
