@@ -9,7 +9,7 @@ import argparse
 import logging
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from playground.options import LocalOptions, ServerOptions, add_flags
 
@@ -136,30 +136,69 @@ def ui_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"settings": settings}
 
 
+def _stop(message: str, code: int) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def device_problem(device: str | None) -> str | None:
+    """Why --device cannot work here (a name torch does not know, no CUDA or MPS in this build or machine)."""
+    if device is None:
+        return None
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError):
+        return f"--device {device!r}: not a device (cuda, cuda:N, mps or cpu)"
+    available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    if kind not in available:
+        return f"--device {device!r}: cuda, cuda:N, mps or cpu"
+    if not available[kind]:
+        return f"--device {device!r}: this torch build or machine has no {kind.upper()} device"
+    return None
+
+
+def reasoning_problem(setting: str) -> str | None:
+    """Why --reasoning names no family (START,END and auto/none are read as they are)."""
+    from playground.decoding.reasoning import BY_FAMILY
+
+    if "," in setting or setting in ("auto", "none", *BY_FAMILY):
+        return None
+    return f"--reasoning {setting!r}: not auto, none, a family ({', '.join(BY_FAMILY)}) or START,END"
+
+
 def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from playground.space import apply_space_settings, import_spaces_first, use_persistent_storage
 
     use_persistent_storage()
-    args = apply_space_settings(parse_args(argv))
+    try:
+        args = apply_space_settings(parse_args(argv))
+    except ValueError as exc:  # a Space's environment (PORT=abc)
+        _stop(str(exc), 2)
     import_spaces_first()
     import torch
 
     torch.set_num_threads(args.threads)
     load_plugins(args)
-    from playground.errors import PlaygroundError
+    from playground.errors import PlaygroundError, first_line
     from playground.providers.loading import loading_problem
 
-    problem = loading_problem(args.allow_model_loading, args.host, args.api_key)
+    problem = (
+        loading_problem(args.allow_model_loading, args.host, args.api_key)
+        or device_problem(args.device)
+        or reasoning_problem(args.reasoning)
+    )
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        raise SystemExit(2)
+        _stop(problem, 2)
     try:
         registry = build_registry(args)
     except PlaygroundError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        raise SystemExit(1) from None
+        _stop(exc.message, 1)
+    except (OSError, ValueError, RuntimeError, ImportError) as exc:  # a model that cannot load: one line, no wall
+        _stop(f"cannot load the model: {type(exc).__name__}: {first_line(exc)}", 1)
     registry.loading = loading_policy(args)
     import uvicorn
 

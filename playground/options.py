@@ -7,6 +7,7 @@ take their defaults from them, so a default is written in one place only.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
@@ -27,7 +28,35 @@ def option(default: Any, help: str, *, flag_default: Any = MISSING, **argparse_o
 
 def seconds(default: float, help: str) -> Any:
     """An option that is a duration in seconds."""
-    return option(default, help, type=float, metavar="SECONDS")
+    return option(default, help, type=duration, metavar="SECONDS")
+
+
+def duration(text: str) -> float:
+    """Seconds: a finite number above 0 (0, a negative or nan would stop every compile, or make /health 503)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
+    return value
+
+
+def port(text: str) -> int:
+    value = non_negative(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be 0 to 65535, got {value}")
+    return value
+
+
+def reasoning_setting(text: str) -> str:
+    """auto, none, a family name or START,END (one comma): said at the flag, before any model loads (the composition
+    root checks the family name)."""
+    setting = text.strip()
+    start, comma, end = setting.partition(",")
+    if (not comma and setting) or (start.strip() and end.strip() and "," not in end):
+        return setting
+    raise argparse.ArgumentTypeError(f"{text!r} is not auto, none, a family name or START,END")
 
 
 def names(text: str) -> tuple[str, ...]:
@@ -68,8 +97,8 @@ class LocalOptions:
     threads: int | None = option(
         1,
         "torch CPU threads (default: $PLAYGROUND_THREADS or 1)",
-        flag_default=lambda: int(os.environ.get("PLAYGROUND_THREADS", "1")),
-        type=int,
+        flag_default=lambda: os.environ.get("PLAYGROUND_THREADS", "1"),  # (argparse reads it with `type`)
+        type=positive,
     )
     trust_remote_code: bool = option(False, "allow hub models that ship their own code (default: off)")
     compile_timeout: float = seconds(
@@ -106,19 +135,22 @@ class LocalOptions:
     )
     cpu_gguf_kernels: str = option(
         "auto",
-        "on the CPU, let a GGUF model's Q4_1 and Q8_0 layers multiply from the file's own blocks (float32 math, "
-        "~6x fewer bytes per token than its dequantized weights) with a small C kernel compiled for this machine "
+        "on the CPU, let a GGUF model's Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K layers multiply from the file's own "
+        "blocks (float32 math, 3-6x fewer bytes per token than its dequantized weights) with a small C kernel compiled for this machine "
         "on first use, at the row counts a probe at load finds it faster; off: float32 weights only; needs a C "
         "compiler (cc, or $CC), without one nothing changes (default: auto)",
         choices=("auto", "off"),
     )
-    max_new_tokens: int = option(256, "max_new_tokens when a request leaves it unset (default: 256)", type=int)
+    max_new_tokens: int = option(
+        256, "max_new_tokens when a request leaves it unset (default: 256)", type=positive, metavar="N"
+    )
     reasoning: str = option(
         "auto",
         "reasoning delimiters of local models: auto (known families found in the chat template or the tokenizer's "
         "added tokens), none, a family (think, gpt-oss, seed, mistral, thought, granite) or START,END "
         "(default: auto)",
         metavar="auto|none|FAMILY|START,END",
+        type=reasoning_setting,
     )
     adapters: tuple[str, ...] | None = option(
         None,
@@ -147,7 +179,7 @@ class ServerOptions:
         "default model: 'embedded' (SmolLM2-135M GGUF), a hub id, a local folder or a .gguf file (default: embedded)",
     )
     host: str = option("127.0.0.1", "interface to bind; 0.0.0.0 for all (default: 127.0.0.1)")
-    port: int = option(7860, "port for the UI and the API (default: 7860)", type=int)
+    port: int = option(7860, "port for the UI and the API (default: 7860)", type=port)
     providers: str | None = option(None, "YAML file of remote providers and the models they serve", metavar="FILE")
     custom_modules: str = option(
         "", "Python modules to import at start; they register logits processors", metavar="MOD[,MOD]"

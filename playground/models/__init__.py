@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from playground.errors import ModelError
+from playground.errors import ModelError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -228,9 +228,14 @@ def load_model(
         gguf = Path(name).expanduser()
         if not gguf.is_file():
             raise ModelError(f"GGUF file not found: {name}")
-        model, tokenizer, from_cache = _load_gguf(gguf, torch_dtype)
+        try:
+            model, tokenizer, from_cache = _load_gguf(gguf, torch_dtype)
+        except ValueError as exc:  # not a GGUF file, a quantization transformers cannot read
+            raise ModelError(f"cannot load GGUF file {name}: {first_line(exc)}") from exc
         model_id, source = gguf.name, str(gguf)
     else:
+        if name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
+            raise ModelError(f"no such model folder or file: {name}")  # (not "Repo id must be in the form ...")
         model, tokenizer = _load_pretrained(name, torch_dtype, trust_remote_code)
         model_id, source = name, name
     model.to(target)

@@ -84,6 +84,8 @@ def read_providers_file(path: str | Path) -> tuple[ProvidersFile, list[BaseModel
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ProvidersFileError(f"cannot read providers file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProvidersFileError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     except yaml.YAMLError as exc:
         raise ProvidersFileError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(raw, dict):
@@ -116,6 +118,9 @@ def build_registry(path: str | Path, *, local_factory: LocalFactory) -> tuple[Re
             if remote.key_problem:
                 problems.append(f"provider {entry.provider_id!r}: {remote.key_problem}")
         reachable[entry.provider_id] = _add(registry, provider, path, problems)
+        if remote is not None and remote.config.model and not reachable[entry.provider_id]:
+            # `config.model` is declared like a `models:` entry: registered unchecked while the server is down
+            _register_load_name(registry, entry.provider_id, remote.name(remote.config.model), path)
         if isinstance(config, LocalConfig):
             _register_load_name(registry, entry.provider_id, config.model, path)
     for i, entry in enumerate(parsed.models):
@@ -198,11 +203,12 @@ def _register_declared(
 
 
 def _default_model(registry: Registry, parsed: ProvidersFile, path: Path) -> str | None:
+    """The file's default_model; null: its first local model, or None when it has none (the command line's
+    --model is then the local model, and the default: a remote one is never picked in silence)."""
     served = [m for _, m in registry.models()]
     if parsed.default_model is None:
         local = [p for p in registry.providers.values() if p.capabilities.decodes_here]
-        first_local = local[0].list_models()[:1] if local else []
-        return (first_local or served or [None])[0]
+        return local[0].list_models()[0] if local and local[0].list_models() else None
     if parsed.default_model not in served:
         raise ProvidersFileError(f"{path}: default_model {parsed.default_model!r} is not served by any provider")
     return parsed.default_model

@@ -309,3 +309,18 @@ providers:
     stub.stop()
     with pytest.raises(ProviderError, match="provider 'v' failed: cannot connect"):
         registry.load("more", "v")
+
+
+def test_a_down_providers_config_model_is_registered_and_a_file_without_local_leaves_the_default_open(
+    tmp_path: Path,
+) -> None:
+    """`config.model` counts as a `models:` entry while its server is down (it was left out: a 404); with no local
+    entry and `default_model` null the default stays unset, for --model's local model (not a remote in silence)."""
+    url = f"http://127.0.0.1:{free_port()}"
+    text = f"""
+providers:
+  - {{provider_id: down, provider_type: remote::vllm, config: {{base_url: "{url}/v1", model: m1, model_prefix: "d/"}}}}
+"""
+    registry, problems = build(tmp_path, text)
+    assert ("down", "d/m1") in registry.models() and registry.default_model is None
+    assert problems[0].endswith("the models the file declares for it are registered unchecked")

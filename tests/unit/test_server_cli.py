@@ -9,6 +9,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+import torch
 
 from playground import cli
 from playground.constraints.compile_pool import CompileLimits
@@ -99,3 +100,58 @@ def test_a_loopback_bind_answers_to_loopback_names_unless_told_otherwise() -> No
     assert cli.allowed_hosts(cli.parse_args(["--host", "0.0.0.0"])) is None  # a Space, a LAN: any name
     assert cli.allowed_hosts(cli.parse_args(["--allowed-hosts", "box.lan,127.0.0.1"])) == ["box.lan", "127.0.0.1"]
     assert cli.allowed_hosts(cli.parse_args(["--allowed-hosts", "*"])) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--threads", "0"], "argument --threads: must be at least 1, got 0"),
+        (["--port", "70000"], "argument --port: must be 0 to 65535, got 70000"),
+        (["--stall-timeout", "-1"], "argument --stall-timeout: must be a number of seconds above 0"),
+        (["--compile-timeout", "nan"], "argument --compile-timeout: must be a number of seconds above 0"),
+        (["--max-new-tokens", "0"], "argument --max-new-tokens: must be at least 1"),
+        (["--reasoning", "a,b,c"], "argument --reasoning: 'a,b,c' is not auto, none, a family name or START,END"),
+    ],
+)
+def test_a_flag_no_server_can_work_with_is_refused_by_name(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each started a server that failed later: a traceback at bind or at set_num_threads, /health 503 for ever
+    (stall timeout -1), compiles never stopped (nan), every unset max_new_tokens an empty answer."""
+    with pytest.raises(SystemExit) as exited:
+        cli.parse_args(argv)
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_bad_threads_variable_is_named_and_help_still_runs(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("PLAYGROUND_THREADS", "abc")
+    assert run_app("--help", env={"PLAYGROUND_THREADS": "abc"}).returncode == 0
+    with pytest.raises(SystemExit):
+        cli.parse_args([])
+    assert "argument --threads: not an integer: 'abc'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--device", "foo"], "error: --device 'foo': not a device"),
+        pytest.param(
+            ["--device", "cuda"],
+            "error: --device 'cuda': this torch build or machine has no CUDA device",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA"),
+        ),
+        (["--model", "/no/such/folder"], "error: no such model folder or file: /no/such/folder"),
+        (["--reasoning", "foo"], "error: --reasoning 'foo': not auto, none, a family ("),
+    ],
+)
+def test_start_up_failures_are_one_line_not_a_traceback(argv: list[str], message: str, tmp_path: Path) -> None:
+    out = run_app("--no-ui", "--port", "0", *argv)
+    assert out.returncode in (1, 2) and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_a_file_that_is_no_gguf_is_one_line(tmp_path: Path) -> None:
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"garbage")
+    out = run_app("--no-ui", "--port", "0", "--model", str(fake))
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert f"error: cannot load GGUF file {fake}: " in out.stderr and "not a GGUF file" in out.stderr
