@@ -221,20 +221,39 @@ def _flat(row: EvalRow) -> dict[str, Any]:
 
 
 def read_prompts(text: str, filename: str = "") -> tuple[list[str], list[str | None]]:
-    """Prompts (and expected answers) from pasted lines, a JSONL file or a CSV file with a `prompt` column."""
-    if filename.endswith(".jsonl") or (not filename and text.lstrip().startswith("{")):
-        items = [json.loads(line) for line in text.splitlines() if line.strip()]
+    """Prompts (and expected answers) from pasted lines, a JSONL file or a CSV file with a `prompt` column.
+
+    Pasted text is JSONL when every line is a `{"prompt": ...}` object (what an upload puts in the box), else one
+    prompt per line, JSON-looking or not. A file's byte-order mark (Excel's "CSV UTF-8") is no part of it."""
+    text = text.removeprefix("\ufeff")
+    if filename.endswith(".jsonl") or (not filename and _jsonl(text)):
+        items = [_json_line(line, n) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
         if not all(isinstance(i, dict) and isinstance(i.get("prompt"), str) for i in items):
-            raise ValueError('each JSONL line must be an object with a "prompt" string')
+            raise ParameterError('each JSONL line must be an object with a "prompt" string', field="prompts")
         return [i["prompt"] for i in items], [_opt(i.get("expected")) for i in items]
     if filename.endswith(".csv"):
         reader = csv.DictReader(io.StringIO(text))
         if "prompt" not in (reader.fieldnames or []):
-            raise ValueError("the CSV needs a `prompt` column (and may have `expected`)")
+            raise ParameterError("the CSV needs a `prompt` column (and may have `expected`)", field="prompts")
         items = list(reader)
         return [i["prompt"] for i in items], [_opt(i.get("expected")) for i in items]
     lines = [line for line in text.splitlines() if line.strip()]
     return lines, [None] * len(lines)
+
+
+def _jsonl(text: str) -> bool:
+    try:
+        items = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except ValueError:
+        return False
+    return bool(items) and all(isinstance(i, dict) and "prompt" in i for i in items)
+
+
+def _json_line(line: str, number: int) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError as exc:
+        raise ParameterError(f"JSONL line {number} is not JSON: {exc}", field="prompts") from None
 
 
 def _opt(value: Any) -> str | None:

@@ -15,7 +15,7 @@ from playground.constraints import Constraint
 from playground.debug.alternatives import listed
 from playground.debug.evaluation import EvalRow, read_prompts, run_rows, summary, to_csv, to_jsonl
 from playground.debug.score import score
-from playground.errors import ModelError, ParameterError
+from playground.errors import ModelError, ParameterError, PlaygroundError
 from playground.providers.base import local_engine
 from playground.providers.registry import Registry
 from playground.render.core import esc
@@ -218,16 +218,19 @@ def setup_evaluate_events(registry: Registry, c: Components, view: EvaluateView,
             return
         yield from evaluate(registry, form, state, text, "", "")
 
-    def on_upload(file: Any) -> str:
+    def on_upload(file: Any) -> tuple[Any, str]:
+        """The file's prompts in the box (JSONL when a prompt spans lines or has an expected answer); a file that
+        cannot be read is said beside it, and the box keeps what it held."""
         path = Path(file if isinstance(file, str) else file.name)
-        content = path.read_text(errors="replace")[:MAX_UPLOAD_CHARS]
+        content = path.read_text(encoding="utf-8", errors="replace")[:MAX_UPLOAD_CHARS]
         try:
             prompts, expected = read_prompts(content, path.name)
-        except ValueError as exc:
-            return f"# {exc}"
-        if any(e is not None for e in expected):
-            return to_jsonl([EvalRow(index=i, prompt=p, expected=e) for i, (p, e) in enumerate(zip(prompts, expected))])
-        return "\n".join(prompts)
+        except PlaygroundError as exc:
+            return gr.skip(), render.error_box(f"{path.name}: {exc.message}")
+        if any(e is not None for e in expected) or any("\n" in p for p in prompts):
+            rows = [EvalRow(index=i, prompt=p, expected=e) for i, (p, e) in enumerate(zip(prompts, expected))]
+            return to_jsonl(rows), ""
+        return "\n".join(prompts), ""
 
     outputs = [view.progress, view.panel, view.row, view.rows]
     running = view.run.click(
@@ -241,7 +244,7 @@ def setup_evaluate_events(registry: Registry, c: Components, view: EvaluateView,
         [view.run, view.stop],
         cancels=[running],
     )
-    view.upload.upload(on_upload, view.upload, view.prompts)
+    view.upload.upload(on_upload, view.upload, [view.prompts, view.panel])
     view.row.input(row_html, [view.rows, view.row], view.row_panel)
 
     def on_score(state: ChatState, branches: BranchState) -> str:

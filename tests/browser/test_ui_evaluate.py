@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from playwright.sync_api import Page, expect
 
 from tests.browser.ui_helpers import SLOW, open_app, send, use_constraint
@@ -38,3 +40,26 @@ def test_choice_turn_ranks_its_answers_and_fifty_prompts_evaluate(page: Page, se
     expect(row.locator(".tok").first).to_be_visible()
     expect(page.locator("#eval-export")).to_contain_text(".csv")
     expect(page.locator("#eval-export")).to_contain_text(".jsonl")
+
+
+def test_an_upload_keeps_multi_line_prompts_whole_and_says_what_it_cannot_read(
+    page: Page, server_url: str, tmp_path
+) -> None:
+    """A quoted prompt over two lines was split into two prompts; an unreadable file's error became a prompt."""
+    open_app(page, server_url)
+    page.get_by_role("tab", name="Evaluate").click()
+    good = tmp_path / "set.csv"
+    good.write_text('\ufeffprompt\n"Line one\nline two: is it hot?"\nIs ice hot?\n', encoding="utf-8")
+    with page.expect_file_chooser() as chooser:
+        page.locator("#eval-upload").click()
+    chooser.value.set_files(str(good))
+    box = page.locator("#eval-prompts textarea")
+    two = re.compile(r'^\{.*"prompt": "Line one\\nline two: is it hot\?".*\n\{.*"prompt": "Is ice hot\?"')
+    expect(box).to_have_value(two, timeout=SLOW)
+    bad = tmp_path / "other.csv"
+    bad.write_text("question\nx\n", encoding="utf-8")
+    with page.expect_file_chooser() as chooser:
+        page.locator("#eval-upload").click()
+    chooser.value.set_files(str(bad))
+    expect(page.locator("#eval-panel .pg-error")).to_contain_text("other.csv: the CSV needs a `prompt` column")
+    expect(box).not_to_have_value(re.compile("CSV needs"))

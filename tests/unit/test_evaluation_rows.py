@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from playground.debug.evaluation import EvalRow, read_prompts, to_csv, to_jsonl
+from playground.errors import ParameterError
 
 
 def test_prompts_read_from_lines_jsonl_and_csv_and_rows_export() -> None:
@@ -44,3 +47,18 @@ def test_the_valid_rate_counts_rows_with_a_verdict_and_errors_only() -> None:
     ]
     figures = summary(mixed, 3)
     assert (figures["valid_rate"], figures["tokens_per_s"]) == (0.5, 10.0)
+
+
+def test_pasted_json_looking_lines_are_prompts_and_files_are_read_as_excel_writes_them() -> None:
+    """A pasted line starting with `{` made the box JSONL (a JSONDecodeError, "model failure"); Excel's UTF-8 CSV
+    starts with a byte-order mark, which hid the `prompt` column."""
+    assert read_prompts('{"a": 1} Is this JSON?\nIs ice hot?') == (
+        ['{"a": 1} Is this JSON?', "Is ice hot?"],
+        [None, None],
+    )
+    assert read_prompts('{"prompt": "a"}\n{"prompt": "b", "expected": "x"}') == (["a", "b"], [None, "x"])
+    assert read_prompts("\ufeffprompt,expected\nIs fire hot?,yes\n", "set.csv") == (["Is fire hot?"], ["yes"])
+    with pytest.raises(ParameterError, match="JSONL line 2 is not JSON"):
+        read_prompts('{"prompt": "a"}\n{oops', "set.jsonl")
+    with pytest.raises(ParameterError, match="the CSV needs a `prompt` column"):
+        read_prompts("question\nx\n", "set.csv")
