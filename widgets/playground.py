@@ -155,6 +155,13 @@ class Playground(_SamplingTraits):
         except PlaygroundError as exc:
             self.error = render.error_text(exc)
 
+    def _served(self) -> Provider:
+        """The current model's provider: a model picked since, that the registry does not serve, is refused here by
+        name (ModelError), not sent to the provider of the one before."""
+        if self._registry is not None:
+            self._provider, _ = self._registry.resolve(self.model)
+        return self._provider
+
     @traitlets.observe("constraint_kind", "constraint_text")
     def _check_constraint(self, _change: dict[str, Any]) -> None:
         """Check the constraint as it is typed, so a bad one is flagged before anything runs."""
@@ -208,7 +215,7 @@ class Playground(_SamplingTraits):
         try:
             params = build_parameters(self._state())
             inputs = build_inputs(self.mode, self.prompt, self.system_prompt, self.messages)
-            result = self._provider.generate(self.model, inputs, params)
+            result = self._served().generate(self.model, inputs, params)
             self._last_inputs, self._last_params = inputs, params
             self.result = result
             self.result_json = result_payload(result)
@@ -273,7 +280,7 @@ class Playground(_SamplingTraits):
     def check(self, text: str) -> debugger.CheckResult:
         """Test an instance under the current constraint: the first refused token and why, and the verdict."""
         grammar = inbound.grammar_for(self.constraint_kind, self.constraint_text)
-        result = debugger.check(self._provider, self.model, grammar, text, "auto")
+        result = debugger.check(self._served(), self.model, grammar, text, "auto")
         self.check_result = {**result.model_dump(mode="json"), "summary": check_summary(result)}
         return result
 
@@ -290,8 +297,11 @@ class Playground(_SamplingTraits):
     def score(self) -> evaluation.Scored:
         """Every answer the current constraint allows after the current prompt (or the last run's), ranked;
         the result draws itself as the ranked bar chart."""
-        inputs = self._last_inputs or build_inputs(self.mode, self.prompt, self.system_prompt, self.messages)
-        return evaluation.score_on(self._provider, self.model, inputs, build_parameters(self._state()))
+        if self.prompt.strip() or self._last_inputs is None:
+            inputs = build_inputs(self.mode, self.prompt, self.system_prompt, self.messages)
+        else:
+            inputs = self._last_inputs
+        return evaluation.score_on(self._served(), self.model, inputs, build_parameters(self._state()))
 
     def evaluate(self, prompts: list[str], expected: list[str | None] | None = None) -> evaluation.Evaluation:
         """The current constraint and settings over many prompts (chat mode: each one user message after the
@@ -302,7 +312,7 @@ class Playground(_SamplingTraits):
             self.evaluation_progress = evaluation.progress_trait(done, total)
 
         return evaluation.evaluate_on(
-            self._provider, self.model, inputs, build_parameters(self._state()), expected, progress
+            self._served(), self.model, inputs, build_parameters(self._state()), expected, progress
         )
 
     def clear(self) -> None:

@@ -52,8 +52,12 @@ def from_controls(
 ) -> GenerateParameters:
     """Parameters from a form of controls (UI or widget): neutral values (temperature 1, top_k 0) mean unset.
 
-    As in TGI, a warper that is set samples even when do_sample is off.
+    As in TGI, a warper that is set samples even when do_sample is off. best_of and max_new_tokens below 1 are
+    refused by name, as the API refuses them (0 is no "unset" here).
     """
+    for name in ("best_of", "max_new_tokens"):
+        if values.get(name) is not None and values[name] < 1:
+            raise ParameterError(f"{name}: must be at least 1, got {values[name]}", field=name)
     data: dict[str, Any] = {
         "max_new_tokens": values.get("max_new_tokens"),
         "do_sample": bool(values.get("do_sample")),

@@ -21,6 +21,18 @@ def test_score_ranks_the_choices_and_draws_the_chart() -> None:
     assert html.index(alternatives[0].text) < html.index(alternatives[-1].text) and "pg-score" in html
 
 
+def test_score_after_a_run_ranks_after_the_prompt_typed_since() -> None:
+    """It ranked after the last run's prompt whatever was typed after it (the README: the current prompt first)."""
+    widget = Playground(mode="prompt", prompt="Invent a person as JSON.", max_new_tokens=2)
+    widget.run()
+    widget.constraint_kind, widget.constraint_text = "choice", COLORS
+    widget.prompt = "The color of grass is"
+    after_run = {a.text: a.raw_logprob for a in widget.score().result.alternatives}
+    fresh = Playground(mode="prompt", prompt="The color of grass is", constraint_kind="choice")
+    fresh.constraint_text = COLORS
+    assert after_run == {a.text: a.raw_logprob for a in fresh.score().result.alternatives}
+
+
 def test_evaluate_fifty_prompts_with_progress_and_exports() -> None:
     widget = Playground(mode="prompt", constraint_kind="choice", max_new_tokens=3)
     widget.constraint_text = COLORS

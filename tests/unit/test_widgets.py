@@ -222,6 +222,8 @@ def test_build_parameters_maps_the_widget_state() -> None:
     [
         ({"do_sample": True, "temperature": 0.0}, "temperature"),
         ({"max_new_tokens": -1}, "max_new_tokens"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),  # the API refuses 0; the widget ran with it
+        ({"best_of": 0}, "best_of"),
         ({"seed": -3}, "seed"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ],
@@ -336,3 +338,16 @@ def test_a_provider_without_a_next_token_view_still_shows_the_answer() -> None:
     pg.constraint_kind, pg.constraint_text = "choice", "yes\nno"
     assert pg.run().generated_text == "no" and pg.error == ""
     assert "has no next-token view" in pg.next_token["unavailable"] and pg.distribution is None
+
+
+def test_a_model_the_registry_does_not_serve_is_refused_here_not_sent_to_the_last_provider() -> None:
+    from playground.errors import ModelError
+    from playground.providers.registry import Registry
+
+    fake = FakeProvider("yes")
+    pg = Playground(registry=Registry([fake]), prompt="Hi", max_new_tokens=3)
+    pg.model = "nosuch"
+    assert pg.error.startswith("ModelError:")
+    with pytest.raises(ModelError, match="no provider serves model 'nosuch'"):
+        pg.run()
+    assert fake.calls == []
