@@ -62,13 +62,17 @@ def judge(constraint: Constraint, text: str, finish_reason: str) -> Validation:
 
 
 def openai_token(entry: dict[str, Any]) -> GeneratedToken:
-    """One `logprobs.content[]` entry; its `top_logprobs` are the server's top alternatives."""
+    """One `logprobs.content[]` entry; its `top_logprobs` are the server's top alternatives. A remote playground's
+    own values (`raw_logprob`, `mass_kept`, `forced`) are passed through, as on TGI's routes."""
     text = entry["token"]
     top = [
         Token(id=text_id(t["token"]), text=t["token"], logprob=_finite(t.get("logprob")))
         for t in entry.get("top_logprobs") or []
     ]
-    return GeneratedToken(id=text_id(text), text=text, logprob=_finite(entry.get("logprob")), top_tokens=top)
+    ours = {key: _finite(entry[key]) for key in ("raw_logprob", "mass_kept") if isinstance(entry.get(key), int | float)}
+    if isinstance(entry.get("forced"), bool):
+        ours["forced"] = entry["forced"]
+    return GeneratedToken(id=text_id(text), text=text, logprob=_finite(entry.get("logprob")), top_tokens=top, **ours)
 
 
 def openai_tokens(logprobs: dict[str, Any] | None) -> list[GeneratedToken]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from playground.constraints import Constraint
 from playground.errors import ModelError, ParameterError
@@ -23,7 +24,9 @@ class RemoteConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str
+    base_url: str = Field(
+        description="http:// or https:// and a host (a server that can never be asked stops start-up)."
+    )
     api_key_env: str | None = Field(default=None, description="Name of the environment variable holding the API key.")
     timeout_s: float = Field(default=60.0, gt=0)
     model: str | None = Field(
@@ -39,6 +42,14 @@ class RemoteConfig(BaseModel):
     max_top_n_tokens: int = Field(
         default=MAX_TOP_N_TOKENS, ge=0, description="Most alternatives per token the server returns."
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _a_url(cls, value: str) -> str:
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http:// or https:// URL with a host: {value!r}")
+        return value.strip()
 
 
 class RemoteProvider:

@@ -66,6 +66,10 @@ def build(tmp_path: Path, text: str):
             "providers:\n  - {provider_id: v, provider_type: remote::vllm, config: {}}\n",
             "providers[0].config.base_url: field required",
         ),
+        (  # a server that can never be asked: it only warned, and started
+            "providers:\n  - {provider_id: v, provider_type: remote::vllm, config: {base_url: not a url}}\n",
+            "providers[0].config.base_url: not an http:// or https:// URL with a host: 'not a url'",
+        ),
         (
             "providers:\n  - {provider_id: v, provider_type: remote::llama, config: {}}\n",
             "providers[0].provider_type: Input should be 'local::transformers', 'remote::openai', 'remote::vllm', 'remote::tgi' or 'remote::hf-inference'",

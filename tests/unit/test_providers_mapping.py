@@ -116,6 +116,16 @@ def test_tgi_keeps_a_playground_remotes_raw_fields(serve) -> None:
     assert (token.raw_logprob, token.mass_kept, token.raw_top_tokens[0].id) == (-1.5, 0.4, 9)
 
 
+def test_an_openai_style_playground_remote_keeps_its_raw_fields(serve) -> None:
+    """vLLM- and OpenAI-typed providers dropped what a remote playground adds to each token (TGI's kept it)."""
+    answer = chat_completion("a")
+    entry = _logprob_entry("a", -0.2, [("a", -0.2)]) | {"raw_logprob": -1.5, "mass_kept": 0.4, "forced": True}
+    answer["choices"][0]["logprobs"] = {"content": [entry]}
+    stub = serve({"POST /v1/chat/completions": StubReply(json=answer)})
+    token = vllm(stub.url).generate("m", "p", GenerateParameters(top_n_tokens=1)).best.tokens[0]
+    assert (token.raw_logprob, token.mass_kept, token.forced) == (-1.5, 0.4, True)
+
+
 def test_openai_stream_becomes_token_events_then_the_result(serve) -> None:
     stub = serve({"POST /v1/chat/completions": StubReply(events=chat_chunks(["{", '"n"', ": 1}"]))})
     params = GenerateParameters(grammar={"type": "json", "value": {"type": "object"}})
