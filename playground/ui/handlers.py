@@ -106,10 +106,11 @@ def result_panels(state: ChatState, result: GenerationResult) -> Panels:
 
 
 def _run(registry: Registry, request: LastRequest) -> Iterator[TokenEvent | GenerationResult]:
-    """Stream when one candidate is asked for and the provider streams; best_of runs to completion (TGI
-    refuses to stream it)."""
+    """Stream when the provider streams; a remote best_of runs to completion (TGI refuses to stream it). A local
+    best_of streams its first candidate's tokens, so Stop ends the turn (and frees the CPU) when clicked."""
     provider, model_id = registry.resolve(request.model)
-    if (request.params.best_of or 1) > 1 or not provider.capabilities.streaming:
+    remote_best_of = (request.params.best_of or 1) > 1 and not provider.capabilities.decodes_here
+    if remote_best_of or not provider.capabilities.streaming:
         yield provider.generate(model_id, request.inputs, request.params)
         return
     yield from provider.stream(model_id, request.inputs, request.params)

@@ -65,6 +65,17 @@ def test_best_of_runs_to_completion_instead_of_streaming() -> None:
     assert [c.method for c in fake.calls] == ["generate"]
 
 
+def test_a_local_best_of_turn_streams_so_stop_ends_it() -> None:
+    """Stop ran every candidate to its end, then threw the answer away ("stopped after 0 tokens")."""
+    registry, fake = setup("abcdefgh", capabilities=Capabilities(decodes_here=True))
+    state = ChatState()
+    turn = handlers.chat(registry, form(do_sample=True, best_of=2), state, "go")
+    [next(turn) for _ in range(3)]  # the empty panels, then two tokens
+    handlers.request_stop(state, 2)
+    assert "stopped by the user" in list(turn)[-1].verdict
+    assert [c.method for c in fake.calls] == ["stream"] and state.messages[-1]["content"] == "ab"
+
+
 def test_a_provider_that_cannot_stream_is_asked_for_the_whole_answer() -> None:
     registry, fake = setup(capabilities=Capabilities(streaming=False))
     assert isinstance(fake, Provider)  # the fake implements the protocol and nothing more
