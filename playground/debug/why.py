@@ -62,7 +62,7 @@ def _reasons_at(
     if compiled is None:
         items = [TokenReason(id=t, text=engine.token_text(t), allowed=True, reason="no constraint") for t in token_ids]
         return ReasonResult(prefix=prefix, constraint_engine=None, eos_gated=False, reasons=items)
-    ids = engine.answer_ids(prefix) if prefix else []
+    ids = engine._encode(prefix, add_special_tokens=False) if prefix else []
     if len(ids) > MAX_PREFIX_TOKENS:
         raise ParameterError(f"prefix: at most {MAX_PREFIX_TOKENS} tokens, got {len(ids)}", field="prefix")
     refused = first_refused(engine, constraint, compiled, ids, with_eos=False)

@@ -32,7 +32,7 @@ def prefix_ids(engine: LocalEngine, text: str | None, prompt_length: int) -> lis
     """The prefix as the model's tokens; it must leave room for at least one new token."""
     if not text:
         return []
-    ids = engine.answer_ids(text)
+    ids = engine._encode(text, add_special_tokens=False)
     if prompt_length + len(ids) > engine.max_input_tokens:
         raise PromptTooLongError(
             f"prompt and continue_from have {prompt_length + len(ids)} tokens; at most {engine.max_input_tokens}",

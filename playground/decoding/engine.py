@@ -154,8 +154,9 @@ class Engine:
         return self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
 
     def answer_ids(self, text: str) -> list[int]:
-        """Answer text as the model writes it: a special token's spelling in it (`<|im_end|>`) is text, as the
-        constraint engines read it, not the special token (which a prompt's template means)."""
+        """Text a constraint is checked against, as decoding under it writes it: a special token's spelling in it
+        (`<|im_end|>`) is text, as the constraint engines read it. (A prefix the answer continues keeps its
+        special tokens: a thinking model writes `<think>` as one.)"""
         _check_unicode(text)
         return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
@@ -422,7 +423,7 @@ class Engine:
         params = params or GenerateParameters()
         prompt, prompt_ids = self.encode_prompt(inputs, params.truncate, params)
         plan, _, prompt_ids = self.reasoning_plan(inputs, params, prompt, prompt_ids)
-        prefix_ids = self.answer_ids(prefix) if prefix else []
+        prefix_ids = self._encode(prefix, add_special_tokens=False) if prefix else []
         constraint, compiled = self.compile(params)
         ids = prompt_ids + list(prefix_ids)
         if len(ids) > self.max_input_tokens:

@@ -95,16 +95,19 @@ def test_python_snippets_compile_and_name_the_constraint() -> None:
         assert f"InferenceClient(base_url='{BASE}')" in code["huggingface_hub"]
 
 
-def test_openai_snippet_arguments_evaluate_to_the_body() -> None:
-    p = params(grammar=GrammarType(type="json", value=SCHEMA), temperature=0.5, seed=1)
-    code = snippets.openai_snippet(BASE, snippets.chat_body("m", INPUTS, p))
+def _create_kwargs(code: str) -> dict:
     call = next(
         node
         for node in ast.walk(ast.parse(code))
         if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "create"
     )
-    kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
-    assert kwargs == snippets.chat_body("m", INPUTS, p)
+    return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+
+
+def test_openai_snippet_arguments_evaluate_to_the_body() -> None:
+    p = params(grammar=GrammarType(type="json", value=SCHEMA), temperature=0.5, seed=1)
+    code = snippets.openai_snippet(BASE, snippets.chat_body("m", INPUTS, p))
+    assert _create_kwargs(code) == snippets.chat_body("m", INPUTS, p)
 
 
 def test_long_literals_wrap_one_item_per_line() -> None:
@@ -150,15 +153,6 @@ def test_openai_route_snippets_say_they_leave_the_stop_sequence_out() -> None:
     assert snippets.STOP_NOTE not in with_stop["curl_generate"] + with_stop["huggingface_hub"]
     assert snippets.STOP_NOTE not in snippets.snippets(BASE, "m", INPUTS, "p", params())["openai"]
     assert curl_body(with_stop["curl_chat"])[1]["stop"] == ["-"]  # a shell skips the comment
-
-
-def _create_kwargs(code: str) -> dict:
-    call = next(
-        node
-        for node in ast.walk(ast.parse(code))
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "create"
-    )
-    return {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
 
 
 def test_every_setting_the_chat_route_takes_travels_and_the_rest_is_named() -> None:
