@@ -98,7 +98,7 @@ def _setup_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: 
     _setup_chat_events(registry, c, autosave)
     _setup_tab_events(registry, settings, c)
     _setup_session_events(c)
-    sharing.setup(demo, c, saved)
+    sharing.setup(demo, c, saved, lambda name: sharing.unserved(registry, settings, name))
     debugger.setup(registry, c)
 
 

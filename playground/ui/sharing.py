@@ -17,11 +17,12 @@ import gradio as gr
 
 from playground import render
 from playground.errors import PlaygroundError
+from playground.providers.registry import Registry
 from playground.render.chat import chatbot_value
 from playground.ui import layout
 from playground.ui.components import Components
 from playground.ui.handlers import error_message
-from playground.ui.state import FIELDS, ChatState, Form, export_session, import_session
+from playground.ui.state import FIELDS, ChatState, Form, UISettings, export_session, import_session
 
 QUERY_KEY = "session"
 STORAGE_KEY = "structured-playground-session"
@@ -130,7 +131,21 @@ def autosaver(c: Components) -> tuple[gr.BrowserState, Callable[..., Any]]:
     )
 
 
-def setup(demo: gr.Blocks, c: Components, saved: gr.BrowserState) -> None:
+def unserved(registry: Registry, settings: UISettings, model: str) -> tuple[str, str] | None:
+    """The model a restored session opens on here, and why, when this server neither serves nor may load its
+    own; None when it can be used as it is."""
+    if not model or model in {name for _, name in registry.models()} or settings.allow_model_loading:
+        return None
+    default = registry.default_model or ""
+    return default, f"model {reprlib.repr(model)} is not served here: opened on {default!r}"
+
+
+def setup(
+    demo: gr.Blocks,
+    c: Components,
+    saved: gr.BrowserState,
+    unserved_model: Callable[[str], tuple[str, str] | None],
+) -> None:
     """Restore on load (a share link first, else the autosave), and the Share button.
 
     What the link did is said under the chat (`chat-error`), where the user looks, not in the closed Session
@@ -149,6 +164,9 @@ def setup(demo: gr.Blocks, c: Components, saved: gr.BrowserState) -> None:
             return keep
         loaded, messages, note = found
         loaded, changed = fitted(loaded, form)
+        moved = unserved_model(loaded.model)
+        if moved is not None:  # the picker would fall back to the default in silence
+            loaded, changed = loaded.model_copy(update={"model": moved[0]}), [moved[1], *changed]
         note = " · ".join(part for part in (note, *changed) if part)
         fresh = ChatState(messages=messages, mode=state.mode, markdown=state.markdown)
         status = render.box("ok" if query else "muted", note, elem_class="pg-shared") if note else gr.skip()

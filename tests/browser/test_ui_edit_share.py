@@ -163,3 +163,14 @@ def test_a_share_link_past_this_servers_limits_opens_fitted_and_sends(page: Page
     send(page, "Pick a colour.")
     expect(page.locator("#chat-error .pg-error")).to_have_count(0)
     poll(page, lambda: texts(page, "bot"), lambda bot: bot in (["red"], ["blue"]))
+
+
+def test_a_share_link_naming_a_model_not_served_here_opens_on_the_default_and_says_so(
+    page: Page, server_url: str
+) -> None:
+    """The picker fell back to the default model without a word."""
+    form = Form(model="org/elsewhere", kind="choice", constraint_text="red\nblue", max_new_tokens=4)
+    page.goto(server_url.rstrip("/") + "/" + share_query(form, ChatState()))
+    shared = page.locator("#chat-error .pg-shared")
+    expect(shared).to_contain_text("model 'org/elsewhere' is not served here: opened on ", timeout=SLOW)
+    expect(page.locator("#model-status .pg-box")).to_contain_text("provider local", timeout=SLOW)

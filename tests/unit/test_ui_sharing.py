@@ -76,3 +76,19 @@ def test_a_session_from_another_server_is_fitted_to_this_page_and_each_change_is
         "temperature -1.0 is out of this server's range: set to 0.0",
     ]
     assert sharing.fitted(form, page) == (form, [])
+
+
+def test_a_session_naming_a_model_this_server_does_not_serve_opens_on_its_default_and_says_so() -> None:
+    """The picker fell back to the default model without a word (with loading off)."""
+    from playground.providers.registry import Registry
+    from playground.ui.state import UISettings
+    from tests.fakes import FakeProvider
+
+    registry = Registry([FakeProvider("yes")])
+    closed, open_ = UISettings(allow_model_loading=False), UISettings(allow_model_loading=True)
+    assert sharing.unserved(registry, closed, "org/<b>elsewhere</b>") == (
+        registry.default_model,
+        f"model 'org/<b>elsewhere</b>' is not served here: opened on {registry.default_model!r}",
+    )
+    assert sharing.unserved(registry, closed, registry.default_model) is None
+    assert sharing.unserved(registry, open_, "org/elsewhere") is None  # the picker loads it
