@@ -3,7 +3,6 @@ with the same constraint fields as chat and our verdict beside each choice."""
 
 from __future__ import annotations
 
-import random
 import uuid
 from collections.abc import AsyncIterator
 from functools import partial
@@ -34,7 +33,7 @@ async def _jobs(request: Request, req: CompletionRequest) -> tuple[Provider, str
     """The provider and model asked for, and the choices: choice i*n+j (its place in the list) is prompt i's j-th
     sample, seeded base+j; checked against the model's limits."""
     provider, model_id = resolve(request, req.model)
-    base = req.seed if req.seed is not None else random.randrange(2**31)
+    base = inbound.base_seed(req)
     params = [completions.parameters(req, nth_seed(base, j)) for j in range(req.n)]
     info = await run_in_threadpool(provider.info, model_id)
     checks.check_lengths(params[0], info, field="max_tokens")

@@ -197,7 +197,7 @@ def _whitespace(req: ChatCompletionRequest) -> str | None:
     return pattern if isinstance(pattern, str) and pattern else None
 
 
-def base_seed(req: ChatCompletionRequest) -> int:
+def base_seed(req: OpenAISampling) -> int:
     """Choice i is sampled with seed base+i, so each choice is reproducible on its own."""
     return req.seed if req.seed is not None else random.randrange(2**31)
 
