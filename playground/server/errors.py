@@ -43,6 +43,16 @@ def error_body(message: str, error_type: str) -> dict[str, str]:
     return {"error": shorten(message, MAX_ERROR_CHARS), "error_type": error_type}
 
 
+def tgi_error_type(status: int, error_type: str, *, started: bool = False) -> str:
+    """The `error_type` TGI's clients read. TGI answers a request it refuses with 422 `validation`, and a stream
+    that fails while generating with `generation`; huggingface_hub's InferenceClient raises its `ValidationError`
+    and `GenerationError` by those words alone (any other is its `UnknownError`). Our finer kind (`constraint`,
+    `processor`, `budget`, ...) stays in the message, in OpenAI's `code` and in `/metrics`."""
+    if status != 422:
+        return error_type
+    return "generation" if started and error_type != "validation" else "validation"
+
+
 _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -82,7 +92,7 @@ def error_response(
     if openai_route(path):
         status = openai_status(status)
         return JSONResponse(openai_error_body(status, message, error_type, param), status_code=status, headers=headers)
-    return JSONResponse(error_body(message, error_type), status_code=status, headers=headers)
+    return JSONResponse(error_body(message, tgi_error_type(status, error_type)), status_code=status, headers=headers)
 
 
 async def _playground_error(request: Request, exc: Exception) -> JSONResponse:
@@ -141,9 +151,9 @@ def exception_event(exc: BaseException, *, openai: bool = False) -> str:
     status, message, error_type, param = stream_failure(exc)
     if openai:
         body: dict[str, Any] = openai_error_body(openai_status(status), message, error_type, param)
-        body["error_type"] = error_type
+        body["error_type"] = tgi_error_type(status, error_type, started=True)
     else:
-        body = error_body(message, error_type)
+        body = error_body(message, tgi_error_type(status, error_type, started=True))
     return f"data: {json.dumps(body)}\n\n"
 
 

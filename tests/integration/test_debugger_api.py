@@ -59,7 +59,7 @@ def test_check_limits_and_bad_input(server_url: str) -> None:
     too_long = post(server_url, "/check", {"grammar": JSON, "text": "x" * 20_001})
     assert too_long.status_code == 422 and "text" in too_long.json()["error"]
     bad = post(server_url, "/check", {"grammar": {"type": "regex", "value": "("}, "text": "a"})
-    assert bad.status_code == 422 and bad.json()["error_type"] == "constraint"
+    assert bad.status_code == 422 and bad.json()["error_type"] == "validation"
 
 
 def test_reason_lists_the_keys_left(server_url: str) -> None:

@@ -9,6 +9,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from huggingface_hub.errors import GenerationError
+from huggingface_hub.inference._common import _parse_text_generation_error
 from openai.types.responses import ResponseFailedEvent, ResponseOutputItem
 from pydantic import TypeAdapter
 
@@ -103,8 +105,9 @@ def test_an_error_mid_stream_becomes_the_last_event() -> None:
     for event in events[:2]:
         validate(event, "StreamResponse")
     assert [e["token"]["text"] for e in events[:2]] == ["a", "b"]
-    assert events[2] == {"error": "processor 'boom' failed: ValueError: no", "error_type": "processor"}
+    assert events[2] == {"error": "processor 'boom' failed: ValueError: no", "error_type": "generation"}
     validate(events[2], "ErrorResponse")
+    assert isinstance(_parse_text_generation_error(events[2]["error"], events[2]["error_type"]), GenerationError)
 
 
 def test_a_token_known_not_to_be_the_last_is_sent_before_the_next_is_decoded() -> None:
