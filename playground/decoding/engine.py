@@ -303,6 +303,8 @@ class Engine:
                     continue
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
+                    if prefill:  # the prompt's details go out with the first token, for a stream's echo
+                        event = event.model_copy(update={"prefill": prefill, "prefill_top_tokens": decode.prefill_top})
                 yield event
         finally:
             job.cancelled.set()  # a reader that stops early (a closed stream, Stop) leaves the batch

@@ -136,7 +136,14 @@ async def _choice_chunks(
                 yield event
         return
     if req.echo:
-        yield chunk(text=prompt)
+        scored = None
+        if req.logprobs is not None:  # the prompt's logprobs come with the first token (a remote's: none)
+            first = await anext(events, None)
+            if isinstance(first, TokenEvent) and first.prefill is not None:
+                scored = completions.logprobs(completions.prompt_tokens(first, req.logprobs))
+            if first is not None:
+                events = _resumed(first, events)
+        yield chunk(text=prompt, logprobs=scored)
 
     def logprobs(tokens: list[Any]) -> dict[str, Any] | None:
         nonlocal offset
@@ -156,3 +163,12 @@ async def _choice_chunks(
         finish = chat.FINISH_REASONS[result.best.finish_reason]
         yield chunk(text="", finish_reason=finish, **chat.choice_extras(result, _warnings(req)))
         yield result
+
+
+async def _resumed(
+    first: TokenEvent | GenerationResult, rest: AsyncIterator[TokenEvent | GenerationResult]
+) -> AsyncIterator[TokenEvent | GenerationResult]:
+    """The events again, with the one already read in front."""
+    yield first
+    async for event in rest:
+        yield event

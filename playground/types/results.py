@@ -200,6 +200,14 @@ class TokenEvent(BaseModel):
         description="True on its sequence's last token (the result follows), False on the others; None where the "
         "source cannot tell (a remote stream that sends the finish reason after its last token).",
     )
+    prefill: list[PrefillToken] | None = Field(
+        default=None,
+        description="On a local request's first token, when decoder_input_details asks: the prompt's tokens with "
+        "their logprobs (the result's `prefill`), so a stream can send them before the answer (completions' echo).",
+    )
+    prefill_top_tokens: list[list[Token]] | None = Field(
+        default=None, description="Beside `prefill`: the result's `prefill_top_tokens`."
+    )
 
 
 class NextTokenCandidate(BaseModel):

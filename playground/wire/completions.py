@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
 from playground.errors import ParameterError
-from playground.types import GeneratedToken, GenerateParameters, GenerationResult, Token, pieces
+from playground.types import GeneratedToken, GenerateParameters, GenerationResult, Token, TokenEvent, pieces
 from playground.types.base import InputText, TokenIds
 from playground.types.chat import OpenAISampling
 from playground.types.sizes import MAX_CHOICES, MAX_INPUT_CHARS
@@ -137,10 +137,11 @@ def generated(tokens: list[GeneratedToken], top_n: int) -> list[Logprob]:
     ]
 
 
-def prompt_tokens(result: GenerationResult, top_n: int) -> list[Logprob]:
-    """The prompt's tokens for echo: the first has no logprob and no alternatives (null, as in OpenAI's answer)."""
-    tops = result.prefill_top_tokens
-    spelled = pieces.shares([p.text for p in result.prefill])
+def prompt_tokens(source: GenerationResult | TokenEvent, top_n: int) -> list[Logprob]:
+    """The prompt's tokens for echo, from the result or a stream's first token: the first has no logprob and no
+    alternatives (null, as in OpenAI's answer)."""
+    prefill, tops = source.prefill or [], source.prefill_top_tokens or []
+    spelled = pieces.shares([p.text for p in prefill])
     return [
         (
             p.text,
@@ -148,5 +149,5 @@ def prompt_tokens(result: GenerationResult, top_n: int) -> list[Logprob]:
             None if p.logprob is None else _likeliest(tops[k] if k < len(tops) else [], top_n, p.text, p.logprob),
             spelled[k],
         )
-        for k, p in enumerate(result.prefill)
+        for k, p in enumerate(prefill)
     ]

@@ -115,6 +115,20 @@ def test_max_tokens_0_with_echo_scores_the_prompt_and_generates_nothing(client: 
         client.completions.create(model="embedded", prompt=prompt, max_tokens=0)
 
 
+def test_a_streamed_echo_sends_the_prompt_s_logprobs_first(client: openai.OpenAI) -> None:
+    """Streamed with max_tokens above 0, the echoed prompt's chunk carries its logprobs (it had none: they came
+    only with the result), and the chunks' logprobs put together are the answer's."""
+    kwargs = {"model": "embedded", "prompt": PROMPT, "max_tokens": 3, "temperature": 0, "logprobs": 2, "echo": True}
+    whole = client.completions.create(**kwargs).choices[0].logprobs
+    chunks = [c.choices[0] for c in client.completions.create(**kwargs, stream=True) if c.choices]
+    assert chunks[0].text == PROMPT and "".join(chunks[0].logprobs.tokens) == PROMPT
+    assert chunks[0].logprobs.token_logprobs[0] is None and chunks[0].logprobs.top_logprobs[0] is None
+    streamed = [c.logprobs for c in chunks if c.logprobs]
+    assert [t for lp in streamed for t in lp.tokens] == whole.tokens
+    assert [x for lp in streamed for x in lp.token_logprobs] == pytest.approx(whole.token_logprobs, abs=1e-4)
+    assert [x for lp in streamed for x in lp.text_offset] == whole.text_offset
+
+
 def test_a_token_that_is_part_of_a_character_reads_the_same_in_tokens_and_top_logprobs(
     client: openai.OpenAI,
 ) -> None:
