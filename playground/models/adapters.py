@@ -60,16 +60,73 @@ class Adapters:
     def _injected(self, adapter_id: str) -> Any:
         import peft
 
+        if self._peft is not None and adapter_id in self._peft.peft_config:
+            return self._peft
         folder = self._folders[adapter_id]
         try:
-            if self._peft is None:
-                # Injects LoRA layers into the shared model in place; they are switched off between requests.
-                self._peft = peft.PeftModel.from_pretrained(self.model, folder, adapter_name=adapter_id)
-            elif adapter_id not in self._peft.peft_config:
-                self._peft.load_adapter(folder, adapter_name=adapter_id)
-        except (OSError, ValueError, KeyError) as exc:
-            raise ParameterError(f"cannot load adapter {adapter_id!r}: {first_line(exc)}", field="adapter_id") from None
+            _check_fits(self.model, peft.utils.load_peft_weights(folder, device="cpu"))
+            with _rolled_back(self.model, self._peft, adapter_id):
+                if self._peft is None:
+                    # Injects LoRA layers into the shared model in place; they are switched off between requests.
+                    self._peft = peft.PeftModel.from_pretrained(self.model, folder, adapter_name=adapter_id)
+                else:
+                    self._peft.load_adapter(folder, adapter_name=adapter_id)
+        except Exception as exc:  # noqa: BLE001 - whatever PEFT raises, the request is refused and the model kept
+            message = exc.message if isinstance(exc, ParameterError) else first_line(exc)
+            raise ParameterError(f"cannot load adapter {adapter_id!r}: {message}", field="adapter_id") from None
         return self._peft
+
+
+# A LoRA weight's axis that meets its layer: (the weight's axis, the layer's attribute of that size).
+_MEETS = {
+    "lora_A": (1, "in_features"),
+    "lora_B": (0, "out_features"),
+    "lora_embedding_A": (1, "num_embeddings"),
+    "lora_embedding_B": (0, "embedding_dim"),
+}
+
+
+def _check_fits(model: Any, weights: dict[str, Any]) -> None:
+    """Refuse a LoRA made for another model before anything is injected: each of its weights must name a layer of
+    this model and match its sizes (PEFT finds out only while loading, after injecting)."""
+    modules = dict(model.named_modules())
+    for key, tensor in weights.items():
+        stem, _, part = key.removesuffix(".weight").rpartition(".")
+        if part not in _MEETS:
+            continue
+        name = stem.removeprefix("base_model.model.")
+        layer = modules.get(name)
+        if layer is None:
+            raise ParameterError(f"it has weights for {name!r}, a layer this model does not have")
+        axis, wanted = _MEETS[part]
+        expected = getattr(layer, wanted, None)
+        if expected is not None and tensor.shape[axis] != expected:
+            raise ParameterError(
+                f"it was made for another model: its {part} for {name!r} has {tensor.shape[axis]} {wanted}, "
+                f"this model's {expected}"
+            )
+
+
+@contextlib.contextmanager
+def _rolled_back(model: Any, peft_model: Any, adapter_id: str) -> Iterator[None]:
+    """If loading fails halfway, the model as it was: PEFT injects an adapter's layers (randomly initialised) and
+    registers its name before it loads the weights, so a failure would leave them in every later request."""
+    modules = dict(model.named_modules())
+    had_config = hasattr(model, "peft_config")
+    try:
+        yield
+    except BaseException:
+        if peft_model is not None:
+            if adapter_id in peft_model.peft_config:
+                peft_model.delete_adapter(adapter_id)
+            peft_model.base_model.disable_adapter_layers()
+        for name, module in modules.items():
+            parent, _, child = name.rpartition(".")
+            if name and getattr(modules[parent], child) is not module:
+                setattr(modules[parent], child, module)
+        if not had_config and hasattr(model, "peft_config"):
+            del model.peft_config
+        raise
 
 
 def _adapter_folder(adapter_id: str) -> str:

@@ -24,6 +24,18 @@ def make_lora(engine, folder: Path) -> None:
     peft.get_peft_model(base_model, config).save_pretrained(folder)
 
 
+def make_foreign_lora(folder: Path, target: str) -> None:
+    """A LoRA made for a small model of other shapes (as a LoRA for another base model is)."""
+    import peft
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4
+    )
+    lora = peft.LoraConfig(r=4, target_modules=[target], init_lora_weights=False)
+    peft.get_peft_model(LlamaForCausalLM(config), lora).save_pretrained(folder)
+
+
 def generate(url: str, adapter_id: str | None = None) -> httpx.Response:
     parameters = {"max_new_tokens": 8, **({"adapter_id": adapter_id} if adapter_id else {})}
     return httpx.post(
@@ -40,18 +52,37 @@ def test_by_default_no_adapter_is_allowed(server_url: str) -> None:
     )
 
 
-def test_an_adapter_the_operator_listed_is_used_and_others_refused(engine, start_server, tmp_path: Path) -> None:
-    make_lora(engine, tmp_path / "lora")
-    url = start_server("--no-ui", "--adapters", str(tmp_path / "lora"))
+def test_an_adapter_the_operator_listed_is_used_others_refused_and_one_that_does_not_fit_changes_nothing(
+    engine, start_server, tmp_path: Path
+) -> None:
+    """A listed adapter made for another model is a 422 naming the misfit, first or after a good one, and leaves
+    the shared model as it was. Before: a 500, and PEFT's half-done injection stayed, so every later request,
+    adapter or not, decoded with random LoRA layers (200, garbage); the failed adapter was then served."""
+    lora, shapes, embedding = tmp_path / "lora", tmp_path / "shapes", tmp_path / "embedding"
+    make_lora(engine, lora)
+    make_foreign_lora(shapes, "q_proj")
+    make_foreign_lora(embedding, "embed_tokens")
+    url = start_server("--no-ui", "--adapters", f"{lora},{shapes},{embedding}")
     plain = generate(url).json()["generated_text"]
-    adapted = generate(url, str(tmp_path / "lora"))
+
+    def refused(adapter: Path, reason: str) -> None:
+        response = generate(url, str(adapter))
+        assert response.status_code == 422, response.text
+        assert response.json()["error"].startswith(f"cannot load adapter {str(adapter)!r}: {reason}")
+        assert generate(url).json()["generated_text"] == plain
+
+    another = "it was made for another model: its"
+    refused(embedding, f"{another} lora_embedding_A for 'model.embed_tokens' has 1000 num_embeddings")
+    refused(shapes, f"{another} lora_A for 'model.layers.0.self_attn.q_proj' has 64 in_features, this model's 576")
+    adapted = generate(url, str(lora))
     assert adapted.status_code == 200 and adapted.json()["generated_text"] != plain
     assert generate(url).json()["generated_text"] == plain
+    refused(embedding, another)
+    refused(shapes, another)
+    assert generate(url, str(lora)).json()["generated_text"] == adapted.json()["generated_text"]
     other = generate(url, str(tmp_path))
     assert other.status_code == 422
-    assert other.json()["error"] == (
-        f"adapter_id {str(tmp_path)!r} is not allowed on this server (allowed: {tmp_path / 'lora'})"
-    )
+    assert other.json()["error"].startswith(f"adapter_id {str(tmp_path)!r} is not allowed on this server (allowed: ")
 
 
 def test_finding_an_adapter_does_not_wait_for_the_decode_lock(engine) -> None:

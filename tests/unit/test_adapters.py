@@ -1,0 +1,69 @@
+"""A PEFT adapter that fails to load leaves the shared model exactly as it was (a tiny Llama, real PEFT)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import peft
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from playground.errors import ParameterError
+from playground.models.adapters import Adapters
+
+IDS = torch.tensor([[1, 2, 3, 4]])
+
+
+def _tiny() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+    return LlamaForCausalLM(config).eval()
+
+
+def _lora(folder: Path, seed: int) -> str:
+    base = _tiny()
+    torch.manual_seed(seed)
+    lora = peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft.get_peft_model(base, lora).save_pretrained(folder)
+    return str(folder)
+
+
+def _logits(model: LlamaForCausalLM) -> torch.Tensor:
+    with torch.no_grad():
+        return model(IDS).logits
+
+
+def _boom(*args: object, **kwargs: object) -> None:
+    raise RuntimeError("size mismatch, say\nand more lines")
+
+
+def test_a_load_that_fails_after_injecting_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PEFT injects an adapter's layers and registers its name before loading its weights; a failure there used to
+    leave random LoRA layers in every later request, and the adapter then served with them."""
+    model = _tiny()
+    first, second = _lora(tmp_path / "first", 1), _lora(tmp_path / "second", 2)
+    base, modules = _logits(model), dict(model.named_modules())
+    adapters = Adapters(model)
+
+    def refused(adapter: str) -> None:
+        with monkeypatch.context() as patched:
+            patched.setattr(peft.peft_model, "set_peft_model_state_dict", _boom)  # after the injection
+            with pytest.raises(ParameterError, match="cannot load adapter '.*': size mismatch, say$"):
+                with adapters.use(adapter):
+                    pass
+
+    refused(first)  # the first adapter: PeftModel.from_pretrained
+    assert dict(model.named_modules()) == modules and not hasattr(model, "peft_config")
+    assert torch.equal(_logits(model), base)
+    with adapters.use(first):
+        adapted = _logits(model)
+    assert not torch.allclose(adapted, base) and torch.equal(_logits(model), base)
+    refused(second)  # beside a loaded one: load_adapter
+    assert second not in adapters._peft.peft_config
+    assert torch.equal(_logits(model), base)
+    with adapters.use(first):
+        assert torch.equal(_logits(model), adapted)
+    with adapters.use(second):  # once it loads, it is itself
+        assert not torch.allclose(_logits(model), adapted)
+    assert torch.equal(_logits(model), base)
