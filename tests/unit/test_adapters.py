@@ -17,7 +17,9 @@ IDS = torch.tensor([[1, 2, 3, 4]])
 
 def _tiny() -> LlamaForCausalLM:
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+    config = LlamaConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4
+    )
     return LlamaForCausalLM(config).eval()
 
 
