@@ -139,7 +139,12 @@ def _mount_ui(
     bounded = {"max_file_size": MAX_UPLOAD_BYTES, **page_assets()}
     app.add_middleware(UploadLimit)
     if api_key is None:
-        return gr.mount_gradio_app(app, blocks, path="/", **bounded)
-    gr.mount_gradio_app(app, blocks, path="/", auth=ui_login(api_key), auth_message=LOGIN_MESSAGE, **bounded)
-    app.add_middleware(GradioLoginGate, gradio_app=mounted_gradio(app), guesses=guesses)
+        gr.mount_gradio_app(app, blocks, path="/", **bounded)
+    else:
+        gr.mount_gradio_app(app, blocks, path="/", auth=ui_login(api_key), auth_message=LOGIN_MESSAGE, **bounded)
+        app.add_middleware(GradioLoginGate, gradio_app=mounted_gradio(app), guesses=guesses)
+    # Gradio checks a file input's path (only its upload folder) only once `launch()` has run, which a mounted app
+    # never calls: without this, a call naming `/etc/...` or `/dev/zero` as an input file was read (and froze the
+    # event loop hashing /dev/zero).
+    blocks.has_launched = True
     return app

@@ -69,3 +69,17 @@ def test_gradio_uploads_are_bounded_in_size_and_rate() -> None:
         for _ in range(25)
     ]
     assert statuses[:5] == [200] * 5 and statuses[-1] == 429
+
+
+@pytest.mark.parametrize("named", ["a server file", "/dev/zero"])
+def test_a_ui_file_input_takes_only_what_was_uploaded(tmp_path, named: str) -> None:
+    """Gradio checks an input file's path only after `launch()`, which a mounted app never calls: a call naming a
+    server path read it (a .jsonl's prompts came back) or, for /dev/zero, froze the server hashing it."""
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text('{"prompt": "SECRET-LINE"}\n')
+    file = {"path": str(secret) if named == "a server file" else named, "meta": {"_type": "gradio.FileData"}}
+    with TestClient(create_app(Registry([]), ui=True)) as client:
+        event = client.post("/gradio_api/call/on_upload", json={"data": [file]}).json()["event_id"]
+        answer = client.get(f"/gradio_api/call/on_upload/{event}", timeout=30).text
+    assert answer.startswith("event: error") and "was not uploaded by a user" in answer
+    assert "SECRET-LINE" not in answer
