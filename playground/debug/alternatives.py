@@ -108,15 +108,19 @@ def _json_position(constraint: Constraint, prefix: str) -> Alternatives:
     return Alternatives(_bounded(texts, f"the enum at {where}"), f"enum at {where}", False, leads)
 
 
-def _values(root: dict, node: Any, path: list[str | int]) -> list[Any]:
-    """The enum/const values allowed at `path` below `node`, through branches and local $refs."""
+def _values(root: dict, node: Any, path: list[str | int], seen: set[tuple[int, int]] | None = None) -> list[Any]:
+    """The enum/const values allowed at `path` below `node`, through branches and local $refs. Each schema node is
+    walked once per depth of the path (`seen`): a schema that refers to itself (`{"anyOf": [{"$ref": "#"}, ...]}`)
+    ends, and one whose branches share nodes costs its size, not the number of ways through it."""
+    seen = set() if seen is None else seen
     node = jsonstate._resolve(root, node)
-    if not isinstance(node, dict):
+    if not isinstance(node, dict) or (id(node), len(path)) in seen:
         return []
+    seen.add((id(node), len(path)))
     found: list[Any] = []
     for key in ("anyOf", "oneOf", "allOf"):
         for branch in node.get(key) or []:
-            found.extend(_values(root, branch, path))
+            found.extend(_values(root, branch, path, seen))
     if not path:
         if "const" in node:
             found.append(node["const"])
@@ -130,7 +134,7 @@ def _values(root: dict, node: Any, path: list[str | int]) -> list[Any]:
         child = prefix_items[step] if step < len(prefix_items) else node.get("items")
     else:
         child = (node.get("properties") or {}).get(step)
-    return found + (_values(root, child, rest) if child is not None else [])
+    return found + (_values(root, child, rest, seen) if child is not None else [])
 
 
 def _language(engine: LocalEngine, constraint: Constraint, prefix_ids: list[int]) -> list[str]:

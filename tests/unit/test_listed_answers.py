@@ -47,3 +47,34 @@ def schema(value: dict) -> Constraint:
 )
 def test_listed_answers(constraint: Constraint, prefix: str, expected: bool) -> None:
     assert listed(constraint, prefix) is expected
+
+
+@pytest.mark.parametrize(
+    ("value", "prefix", "expected"),
+    [
+        ({"anyOf": [{"$ref": "#"}, {"enum": [1]}]}, "", True),
+        ({"allOf": [{"$ref": "#"}]}, "", False),
+        (
+            {
+                "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}]}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},
+                "$ref": "#/$defs/a",
+            },
+            "",
+            False,
+        ),
+        ({"properties": {"a": {"anyOf": [{"$ref": "#/properties/a"}, {"const": 2}]}}}, '{"a": ', True),
+    ],
+)
+def test_a_schema_that_refers_to_itself_ends(value: dict, prefix: str, expected: bool) -> None:
+    """/score and the UI's ranking walk a schema's branches and $refs; a cycle was a RecursionError (a 500)."""
+    assert listed(schema(value), prefix) is expected
+
+
+def test_branches_that_share_a_node_cost_its_size_not_the_ways_through_it() -> None:
+    """Each level's two branches refer to the level below: 2**40 ways to the enum, once each before (22 levels took
+    the row's whole CPU budget); now each node is walked once per depth."""
+    defs: dict = {"l0": {"enum": ["x"]}}
+    for level in range(1, 41):
+        below = {"$ref": f"#/$defs/l{level - 1}"}
+        defs[f"l{level}"] = {"anyOf": [below, below]}
+    assert listed(schema({"$defs": defs, "$ref": "#/$defs/l40"}), "")
