@@ -45,7 +45,7 @@ class Constraint:
             grammar = GrammarType.model_validate(grammar)
         json_options = {
             "layout": grammar.whitespace or jsonformat.DEFAULT_LAYOUT,
-            "closed": grammar.strict is True,
+            "closed": grammar.strict is not False,
         }
         if grammar.type == "json":
             return cls.json_schema(grammar.value, **json_options)

@@ -24,8 +24,9 @@ class GrammarType(Strict):
     )
     strict: bool | None = Field(
         default=None,
-        description="JSON only (extension): true: no object key the schema does not declare (OpenAI's strict "
-        "contract, as TGI and vLLM decode); unset or false: JSON Schema as written.",
+        description="JSON only (extension): unset or true: no object key the schema does not declare (as TGI's and "
+        "vLLM's engines decode, and OpenAI's strict contract); false: JSON Schema as written (other keys allowed "
+        "where the schema does not say).",
     )
 
     @model_serializer(mode="wrap")

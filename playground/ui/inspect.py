@@ -64,10 +64,11 @@ def inspect_panel(registry: Registry, kind: str, text: str | None, model: str | 
 
 
 def _constraint(kind: str, text: str) -> Constraint:
-    """The constraint the editor holds; for tools, the JSON schema of the calls they allow."""
+    """The constraint a turn decodes under (a schema's objects closed, as a request's are); for tools, the JSON
+    schema of the calls they allow."""
     if kind == "tools":
         return Constraint.from_grammar(tools.ui_grammar(text))
-    return Constraint.parse(kind, text)
+    return Constraint.from_grammar(Constraint.parse(kind, text).to_grammar())
 
 
 def setup_inspect_events(registry: Registry, c: Components) -> None:

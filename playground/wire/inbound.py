@@ -131,8 +131,13 @@ def _response_format_grammar(fmt: ChatResponseFormat) -> dict[str, Any] | None:
     if fmt.type == "regex":
         return {"type": "regex", "value": fmt.value}
     if fmt.type == "json_schema":
-        if fmt.json_schema and "schema" in fmt.json_schema:  # strict: true is OpenAI's contract of no undeclared keys
-            return {"type": "json", "value": fmt.json_schema["schema"], "strict": fmt.json_schema.get("strict") is True}
+        if fmt.json_schema and "schema" in fmt.json_schema:  # only strict: false lets objects take undeclared keys
+            strict = fmt.json_schema.get("strict")
+            return {
+                "type": "json",
+                "value": fmt.json_schema["schema"],
+                "strict": strict if isinstance(strict, bool) else None,
+            }
         return {"type": "json_schema", "value": fmt.value}
     return {"type": "json", "value": fmt.value if fmt.value is not None else {"type": "object"}}
 

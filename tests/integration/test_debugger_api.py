@@ -35,6 +35,18 @@ def test_check_accepts_a_valid_instance(server_url: str) -> None:
     assert "".join(data["tokens"]) == '{"kind": "cat", "name": "Tom", "age": 3}'
 
 
+def test_a_schema_s_objects_take_only_their_keys_unless_strict_false(server_url: str) -> None:
+    """As TGI's and vLLM's engines read a schema without additionalProperties (a Pydantic model's, from Outlines'
+    clients or instructor): the mask and the verdict refuse an invented key; `strict: false` reads JSON Schema's
+    letter. Before, the key was accepted, and a model invented keys until max_tokens."""
+    schema = {k: v for k, v in PET.items() if k != "additionalProperties"}
+    text = '{"kind": "cat", "name": "Tom", "age": 3, "owner": "Ann"}'
+    closed = post(server_url, "/check", {"grammar": {"type": "json", "value": schema}, "text": text}).json()
+    assert closed["accepted"] is False and closed["validation"]["valid"] is False
+    loose = {"type": "json", "value": schema, "strict": False}
+    assert post(server_url, "/check", {"grammar": loose, "text": text}).json()["accepted"] is True
+
+
 def test_check_names_the_first_refused_token(server_url: str) -> None:
     text = '{"kind": "cat", "name": "Tom"}'
     data = post(server_url, "/check", {"grammar": JSON, "text": text}).json()

@@ -11,6 +11,7 @@ import torch
 from text_generation.types import ChatRequest as TGIChatRequest
 from text_generation.types import Message
 
+from playground.constraints import Constraint
 from playground.decoding import chat_template, sampling
 from playground.errors import ParameterError
 from playground.types import ChatMessage, GenerateParameters
@@ -253,12 +254,20 @@ def test_vllm_whitespace_options_set_the_json_layout(fields: dict[str, Any], whi
     assert not any("whitespace" in w for w in chat_fields.warnings(req))
 
 
-def test_strict_schemas_and_tool_arguments_are_closed_and_others_as_written() -> None:
+def test_schemas_are_closed_unless_strict_false_and_tool_arguments_always() -> None:
+    """As TGI's and vLLM's engines decode (outlines-core, xgrammar's strict mode); open objects let a model invent
+    keys until max_tokens, as Outlines' own clients met it here."""
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    strict = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "strict": True}}
-    loose = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
-    assert inbound.chat_parameters(_request(response_format=strict), seed=1).grammar.strict is True
-    assert inbound.chat_parameters(_request(response_format=loose), seed=1).grammar.strict is False
+
+    def closed(strict: object) -> bool:
+        spec = {"name": "s", "schema": schema} | ({} if strict is None else {"strict": strict})
+        params = inbound.chat_parameters(_request(response_format={"type": "json_schema", "json_schema": spec}), 1)
+        return Constraint.from_grammar(params.grammar).schema.get("additionalProperties") is False
+
+    assert closed(True) and closed(None) and not closed(False)
+    assert Constraint.from_grammar({"type": "json", "value": schema}).schema["additionalProperties"] is False
+    as_written = Constraint.from_grammar({"type": "json", "value": schema, "strict": False})
+    assert "additionalProperties" not in as_written.schema
     for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
         grammar = inbound.chat_parameters(_request(tools=TOOLS, tool_choice=choice), seed=1).grammar
         assert grammar is not None and grammar.strict is True, choice

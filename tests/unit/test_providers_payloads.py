@@ -13,6 +13,7 @@ from playground.types import ChatMessage, GenerateParameters
 from tests.stub_server import StubReply, chat_completion, serve, tgi_generation  # noqa: F401 (fixture)
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+CLOSED = {**SCHEMA, "additionalProperties": False}  # what a schema becomes unless `strict: false`: what is sent on
 CHAT = {"POST /v1/chat/completions": StubReply(json=chat_completion('{"n": 1}', logprobs=[('{"n": 1}', -0.1)]))}
 MESSAGES = [ChatMessage(role="system", content="be brief"), ChatMessage(role="user", content="count")]
 
@@ -53,7 +54,7 @@ def test_openai_sends_response_format_json_schema_and_openai_names(serve) -> Non
         "stop": ["\n\n"],
         "logprobs": True,
         "top_logprobs": 4,
-        "response_format": {"type": "json_schema", "json_schema": {"name": "output", "schema": SCHEMA, "strict": True}},
+        "response_format": {"type": "json_schema", "json_schema": {"name": "output", "schema": CLOSED, "strict": True}},
     }
 
 
@@ -114,7 +115,7 @@ def test_openai_refuses_parameters_it_would_ignore(serve, name: str, value: obje
 @pytest.mark.parametrize(
     ("grammar", "field", "value"),
     [
-        ({"type": "json", "value": SCHEMA}, "json", SCHEMA),
+        ({"type": "json", "value": SCHEMA}, "json", CLOSED),
         ({"type": "regex", "value": "[0-9]{3}"}, "regex", "[0-9]{3}"),
         ({"type": "choice", "value": ["yes", "no"]}, "choice", ["yes", "no"]),
         ({"type": "grammar", "value": 'start: "a" | "b"'}, "grammar", 'start: "a" | "b"'),
@@ -174,8 +175,9 @@ def test_vllm_next_token_at_a_prefix_continues_the_answer(serve) -> None:
 @pytest.mark.parametrize(
     ("grammar", "expected"),
     [
-        ({"type": "json", "value": SCHEMA}, {"type": "json", "value": SCHEMA}),
-        ({"type": "json_schema", "value": {"name": "x", "schema": SCHEMA}}, {"type": "json", "value": SCHEMA}),
+        ({"type": "json", "value": SCHEMA}, {"type": "json", "value": CLOSED}),
+        ({"type": "json", "value": SCHEMA, "strict": False}, {"type": "json", "value": SCHEMA}),
+        ({"type": "json_schema", "value": {"name": "x", "schema": SCHEMA}}, {"type": "json", "value": CLOSED}),
         ({"type": "regex", "value": r"\d+"}, {"type": "regex", "value": r"\d+"}),
         ({"type": "choice", "value": ["a.b", "c|d", "e f"]}, {"type": "regex", "value": r"(a\.b|c\|d|e f)"}),
     ],

@@ -55,7 +55,7 @@ def test_chat_body_uses_response_format_for_schemas() -> None:
     ]
     assert body["response_format"] == {
         "type": "json_schema",
-        "json_schema": {"name": "answer", "schema": SCHEMA, "strict": True},
+        "json_schema": {"name": "answer", "schema": {**SCHEMA, "additionalProperties": False}, "strict": True},
     }
     assert body["logprobs"] is True and body["top_logprobs"] == 2 and body["max_tokens"] == 20
 
