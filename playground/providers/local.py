@@ -179,6 +179,10 @@ class LocalProvider:
             loaded = self._loader(hub_snapshot(key) if hub_only else key, **self.load_options)
             if hub_only:
                 loaded.model_id = loaded.source = key
+            with self._lock:
+                taken = self._engines.get(loaded.model_id)
+            if taken is not None and taken.loaded.source != loaded.source:
+                loaded.model_id = loaded.source  # two GGUF files named alike: the second goes by its whole path
             engine = Engine(loaded, **self.engine_options)
             with self._lock:
                 self._engines.setdefault(engine.model_id, engine)

@@ -96,3 +96,23 @@ def test_every_spelling_of_a_folder_loads_one_copy_and_the_cap_holds(loading_ser
     refused = load(loading_server.url, str(embedded_gguf_path()))  # a third model: over --max-models 2
     assert refused.status_code == 403
     assert "already holds 2 models, its limit (--max-models 2)" in refused.json()["error"]["message"]
+
+
+def test_two_gguf_files_named_alike_are_two_models(loaded_model, tmp_path: Path) -> None:
+    """A GGUF model goes by its file name; a second file of that name, elsewhere, goes by its whole path. Before,
+    the second load was thrown away and its path answered by the first file's model."""
+    from dataclasses import replace
+
+    from playground.providers.local import LocalProvider
+
+    def load(name: str, **options: object):
+        return replace(loaded_model, model_id=Path(name).name, source=name)
+
+    local = LocalProvider(loader=load)
+    first, second = tmp_path / "a" / "model.gguf", tmp_path / "b" / "model.gguf"
+    assert local.add_model(str(first)) == "model.gguf"
+    assert local.add_model(str(second)) == str(second)
+    assert local.engine(str(first)).loaded.source == str(first)
+    assert local.engine(str(second)).loaded.source == str(second)
+    assert sorted(local.list_models()) == sorted(["model.gguf", str(second)])
+    assert local.add_model(str(tmp_path / "b" / ".." / "b" / "model.gguf")) == str(second)  # one model per file
