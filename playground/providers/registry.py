@@ -103,13 +103,13 @@ class Registry:
         and (a model loaded here, when that name is free) by the one asked for.
         """
         provider = self.providers.get(provider_id)
+        if provider is not None and (provider_id, model) in self.models():
+            return model
+        if not self.loading.allow_requests:  # the same 403 whatever the request names, providers included
+            raise LoadingRefused(DISABLED)
         if provider is None:
             known = ", ".join(sorted(self.providers)) or "none"
             raise ModelError(f"unknown provider {provider_id!r} (configured: {known})")
-        if (provider_id, model) in self.models():
-            return model
-        if not self.loading.allow_requests:
-            raise LoadingRefused(DISABLED)
         name = provider.add_model(model, self.loading)
         owners = {m: pid for pid, m in self.models()}
         if owners.get(name, provider_id) != provider_id:
