@@ -10,10 +10,15 @@ import bisect
 import math
 import threading
 from collections import Counter
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from playground.types import GenerationResult
 
+# Seconds the request waited for an admission slot before it reached the engine: set by the server's admission
+# gate in the request's context (which its generation thread copies), so the durations count from the request's
+# arrival, as TGI's do. Zero where nothing gates (the UI, the widget).
+ADMISSION_WAIT_S: ContextVar[float] = ContextVar("admission_wait_s", default=0.0)
 SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
 
@@ -66,13 +71,14 @@ class EngineStats:
 
     def finish(self, result: GenerationResult) -> None:
         generated = result.best.generated_tokens + sum(s.generated_tokens for s in result.best_of_sequences)
+        waited = ADMISSION_WAIT_S.get()
         with self._lock:
             self.succeeded += 1
             self.finish_reasons[result.best.finish_reason] += 1
             self.input_length.observe(result.input_length)
             self.generated_tokens.observe(generated)
-            self.duration_s.observe(result.timings.total_s)
-            self.time_to_first_token_s.observe(result.timings.time_to_first_token_s)
+            self.duration_s.observe(waited + result.timings.total_s)
+            self.time_to_first_token_s.observe(waited + result.timings.time_to_first_token_s)
             self.prompt_tokens_total += result.input_length
             self.generated_tokens_total += generated
 

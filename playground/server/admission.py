@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from playground import client_scope
+from playground.decoding.stats import ADMISSION_WAIT_S
 from playground.options import SERVER
 from playground.server.errors import error_body
 
@@ -50,6 +51,7 @@ class Admission:
     def __init__(self, limits: AdmissionLimits) -> None:
         self.limits = limits
         self.running = 0
+        self.refused = 0  # requests answered 429 because the queue was full (/metrics)
         self._waiters: deque[tuple[asyncio.Future[None], str]] = deque()
         self._running_by: Counter[str] = Counter()
         self._mean_s = FIRST_GUESS_S
@@ -149,8 +151,9 @@ class AdmissionGate:
             return
         receive = _replay(body, receive)
         client = client_scope.current()
+        arrived = time.monotonic()
         if self.admission.try_acquire(client):
-            await self._run(scope, receive, send, client)
+            await self._run(scope, receive, send, client, arrived)
             return
         if self.admission.queue_full():
             await self._refuse(scope, receive, send)
@@ -158,16 +161,18 @@ class AdmissionGate:
         buffered = await self._queued(receive, client)
         if buffered is None:  # the client left while waiting: nothing runs, nobody to answer
             return
-        await self._run(scope, _replay(buffered, receive), send, client)
+        await self._run(scope, _replay(buffered, receive), send, client, arrived)
 
-    async def _run(self, scope: Scope, receive: Receive, send: Send, client: str) -> None:
+    async def _run(self, scope: Scope, receive: Receive, send: Send, client: str, arrived: float) -> None:
         started = time.monotonic()
+        ADMISSION_WAIT_S.set(started - arrived)  # for /metrics' durations (the route and its threads see it)
         try:
             await self.app(scope, receive, send)
         finally:
             self.admission.release(time.monotonic() - started, client)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.admission.refused += 1
         limits = self.admission.limits
         message = (
             f"the server is busy: {limits.max_running} requests running and {limits.max_queue} waiting "

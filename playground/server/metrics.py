@@ -2,7 +2,8 @@
 
 Per local model (label `model`): generations started, succeeded and failed (label `err`: the error type, or
 `cancelled` when the reader left), prompt and generated lengths, durations, the batch's rows and the requests
-waiting to join it. Server-wide: the requests running and waiting for an admission slot. Generations count
+waiting to join it; durations count from the request's arrival, the wait for an admission slot included.
+Server-wide: the requests running and waiting for an admission slot, and those refused (429) for a full queue. Generations count
 wherever they come from (the API and the UI alike); remote providers' work is their servers' to report.
 """
 
@@ -45,11 +46,14 @@ async def metrics(request: Request) -> PlainTextResponse:
         [(engine.model_id, engine.stats.snapshot(), engine.scheduler.usage()) for engine in engines],
         running=admission.running,
         waiting=admission.waiting,
+        refused=admission.refused,
     )
     return PlainTextResponse(text, media_type=CONTENT_TYPE)
 
 
-def render(models: list[tuple[str, EngineStats, dict[str, int]]], *, running: int, waiting: int) -> str:
+def render(
+    models: list[tuple[str, EngineStats, dict[str, int]]], *, running: int, waiting: int, refused: int = 0
+) -> str:
     """The exposition text: each metric's HELP and TYPE once, then a sample per model."""
     out: list[str] = []
 
@@ -104,6 +108,12 @@ def render(models: list[tuple[str, EngineStats, dict[str, int]]], *, running: in
     metric("tgi_queue_size", "gauge", "Requests waiting to join the batch.", per_model(lambda s, u: u["joining"]))
     metric("playground_requests_running", "gauge", "Requests holding an admission slot.", [({}, running)])
     metric("playground_requests_waiting", "gauge", "Requests waiting for an admission slot.", [({}, waiting)])
+    metric(
+        "playground_requests_refused_total",
+        "counter",
+        "Requests answered 429 because the admission queue was full (before any model was chosen).",
+        [({}, refused)],
+    )
     return "\n".join(out) + "\n"
 
 

@@ -43,4 +43,4 @@ def test_generations_and_failures_are_counted_in_tgi_names(server_url: str) -> N
         after[("tgi_request_duration_bucket", (("le", "+Inf"), *model))] == after[("tgi_request_duration_count", model)]
     )
     assert after[("tgi_batch_current_max_size", model)] >= 1
-    assert ("playground_requests_waiting", ()) in after
+    assert ("playground_requests_waiting", ()) in after and ("playground_requests_refused_total", ()) in after

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 from fastapi.testclient import TestClient
 
+from playground.decoding.stats import ADMISSION_WAIT_S, EngineStats
 from playground.providers.registry import Registry
 from playground.server import create_app
 from playground.server.admission import Admission, AdmissionGate, AdmissionLimits
+from playground.types import GenerationResult, Sequence, Timings
 
 
 def test_slots_pass_to_waiters_in_order_and_a_cancelled_waiter_gives_its_place_up() -> None:
@@ -130,3 +133,51 @@ def test_a_body_that_never_ends_holds_no_slot_and_times_out_with_408() -> None:
     statuses, seen, running_while_slow = asyncio.run(scenario())
     assert running_while_slow == 0
     assert statuses == [200, 408] and seen == [b'{"inputs": "x"}']
+
+
+def test_a_request_s_wait_for_a_slot_counts_in_its_durations_and_a_full_queue_s_429s_are_counted() -> None:
+    """TGI's durations run from the request's arrival; ours began when the engine got it, after the wait for an
+    admission slot (under --max-concurrent, a request that waited 2.8 s reported 1.6). 429s were not counted."""
+
+    async def scenario() -> tuple[list[float], int]:
+        admission = Admission(AdmissionLimits(max_running=1, max_queue=1))
+        waits: list[float] = []
+
+        async def app(scope, receive, send) -> None:
+            waits.append(ADMISSION_WAIT_S.get())
+            await asyncio.sleep(0.3)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+        gate = AdmissionGate(app, admission=admission, paths={"/generate"}, max_body_bytes=1024)
+        scope = {"type": "http", "method": "POST", "path": "/generate", "headers": []}
+
+        async def body():
+            return {"type": "http.request", "body": b'{"inputs": "x"}', "more_body": False}
+
+        async def send(message) -> None:
+            pass
+
+        first = asyncio.create_task(gate(scope, body, send))
+        await asyncio.sleep(0.05)
+        second = asyncio.create_task(gate(scope, body, send))  # waits for the first's slot
+        await asyncio.sleep(0.05)
+        await gate(scope, body, send)  # the queue (one place) is full: 429
+        await asyncio.gather(first, second)
+        return waits, admission.refused
+
+    waits, refused = asyncio.run(scenario())
+    assert waits[0] < 0.05 and 0.15 < waits[1] < 1.0 and refused == 1
+
+
+def test_the_engine_s_durations_add_the_wait_for_a_slot() -> None:
+    stats = EngineStats()
+    result = GenerationResult(
+        model_id="m",
+        prompt="p",
+        input_length=1,
+        best=Sequence(generated_text="", generated_tokens=1, finish_reason="length"),
+        timings=Timings(total_s=1.0, time_to_first_token_s=0.25),
+    )
+    contextvars.copy_context().run(lambda: (ADMISSION_WAIT_S.set(2.0), stats.finish(result)))
+    assert (stats.duration_s.total, stats.time_to_first_token_s.total) == (3.0, 2.25)
