@@ -48,15 +48,19 @@ def parse(value: Any) -> dict[str, Any]:
 
 
 def _from_format(fmt: Any) -> dict[str, Any]:
-    """xgrammar's newer form: the three formats that are segments of JSON between markers."""
+    """xgrammar's newer form: the three formats that are segments of JSON between markers, and `or` of segments
+    (a `tag` or `tags_with_separator`) and a `json_schema`: calls, or an answer in that schema instead (tools beside
+    a response format)."""
     kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "or":
+        return _calls_or_answer(fmt.get("elements"))
     if kind == "tag":
         structures = _structures([fmt], "format", "content")
         return _checked(structures, [], free_text=False, at_least_one=True, stop_after_first=True, separator="")
     if kind not in ("triggered_tags", "tags_with_separator"):
         raise UnsupportedConstraintError(
             f"structural tag format {kind!r} is not supported here; use triggered_tags, tags_with_separator or tag "
-            "(each tag's content a json_schema)"
+            "(each tag's content a json_schema), or `or` of such segments and a json_schema"
         )
     structures = _structures(fmt.get("tags"), "format.tags", "content")
     at_least_one, stop_after_first = bool(fmt.get("at_least_one")), bool(fmt.get("stop_after_first"))
@@ -69,6 +73,23 @@ def _from_format(fmt: Any) -> dict[str, Any]:
     if not isinstance(triggers, list) or not triggers or not all(isinstance(t, str) and t for t in triggers):
         raise InvalidConstraintError("structural tag: format.triggers must be a non-empty list of non-empty strings")
     return _checked(structures, triggers, True, at_least_one, stop_after_first, "")
+
+
+def _calls_or_answer(elements: Any) -> dict[str, Any]:
+    kinds = [e.get("type") if isinstance(e, dict) else None for e in elements] if isinstance(elements, list) else []
+    if len(kinds) != 2 or "json_schema" not in kinds or not {"tag", "tags_with_separator"} & set(kinds):
+        raise UnsupportedConstraintError(
+            "structural tag: format `or` is supported here with two elements: segments (tag or tags_with_separator) "
+            "and a json_schema (the answer when there is no segment)"
+        )
+    segments_at = 1 - kinds.index("json_schema")
+    spec = _from_format(elements[segments_at])
+    try:
+        spec["answer"] = _schema(elements[1 - segments_at].get("json_schema"))
+    except ConstraintError as exc:
+        raise type(exc)(f"structural tag: format.elements[{1 - segments_at}].json_schema: {exc.message}") from None
+    spec["at_least_one"] = True  # no segment is the answer's case
+    return spec
 
 
 def _structures(items: Any, where: str, body: str) -> list[dict[str, Any]]:
@@ -129,6 +150,7 @@ def _checked(
         "at_least_one": at_least_one,
         "stop_after_first": stop_after_first,
         "separator": separator,
+        "answer": None,  # `or`: the JSON schema an answer without segments follows
     }
 
 
@@ -156,6 +178,10 @@ def to_lark(spec: dict[str, Any], pieces: Callable[[str], list[Piece]] = lambda 
         sep = f"{_literal(pieces, spec['separator'])} " if spec["separator"] else ""
         many = f"seg ({sep}seg)*" if not spec["stop_after_first"] else "seg"
         start = many if spec["at_least_one"] else f"({many})?"
+        if spec.get("answer") is not None:
+            answer = jsonformat.with_layout(spec["answer"], jsonformat.DEFAULT_LAYOUT)
+            lines += [f"segs: {start}", f"answer: %json {json.dumps(answer)}"]
+            start = "segs | answer"
         return "\n".join([f"start: {start}", one, *lines]) + "\n"
     chunks = []
     for n, trigger in enumerate(spec["triggers"]):
@@ -217,6 +243,8 @@ def to_xgrammar(spec: dict[str, Any]) -> dict[str, Any]:
         fmt = {"type": "triggered_tags", "triggers": spec["triggers"], "tags": tags, **flags}
     else:
         fmt = {"type": "tags_with_separator", "tags": tags, "separator": spec["separator"], **flags}
+    if spec.get("answer") is not None:
+        fmt = {"type": "or", "elements": [fmt, {"type": "json_schema", "json_schema": spec["answer"]}]}
     return {"type": "structural_tag", "format": fmt}
 
 
@@ -224,7 +252,11 @@ def to_xgrammar(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def validate(spec: dict[str, Any], text: str, budget_s: float | None = None) -> Validation:
-    """Each segment judged against its schema, and the text around them against the spec's rules."""
+    """Each segment judged against its schema, and the text around them against the spec's rules (with an `or`
+    answer and no segment: the whole text against the answer's schema)."""
+    if spec.get("answer") is not None and _next_begin(spec, text, 0) is None:
+        judged = schema_check.validate(spec["answer"], text, budget_s or schema_check.VERDICT_BUDGET_S)
+        return Validation(valid=judged.valid, message=f"no segment; the answer: {judged.message}")
     segments: list[SegmentVerdict] = []
     problems: list[str] = []
     position, outside = 0, []

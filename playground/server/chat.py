@@ -9,7 +9,7 @@ from typing import Any
 from playground.server.convert import VERSION, debugger_extras
 from playground.types import ChatCompletion, ChatCompletionRequest, GeneratedToken, GenerationResult, Sequence
 from playground.types.pieces import piece_bytes
-from playground.wire import chat_fields, tools
+from playground.wire import chat_fields, inbound, tools
 from playground.wire.tool_formats import ToolFormat
 
 FINISH_REASONS = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
@@ -108,10 +108,11 @@ def completion_response(
     """OpenAI's ChatCompletion for n results (one per choice); `fmt`: the template's tool-call envelope."""
     choices = []
     notes = chat_fields.warnings(req)
+    formatted = inbound.constraint_of(req) is not None  # a response format beside tools (see tools.answer)
     for index, result in enumerate(results):
         seq = result.best
         text = trim_stop(seq.answer, seq)
-        message, finish, cut_off = tools.answer(req, text, seq.finish_reason, fmt, seq.continued_from or "")
+        message, finish, cut_off = tools.answer(req, text, seq.finish_reason, fmt, seq.continued_from or "", formatted)
         message.update(reasoning_fields(seq))
         choices.append(
             {

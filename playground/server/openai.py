@@ -162,7 +162,7 @@ def _content_deltas(req: ChatRequest, params: GenerateParameters) -> tuple[Delta
 
 def _tool_deltas(req: ChatRequest, params: GenerateParameters, fmt: ToolFormat | None) -> tuple[Deltas, Ending]:
     """A choice that may call tools: each call's id and name first, then its arguments as they are decoded."""
-    stream = ToolStream(req, params.stop, fmt, params.continue_from or "")
+    stream = ToolStream(req, params.stop, fmt, params.continue_from or "", inbound.constraint_of(req) is not None)
 
     def ending(result: GenerationResult, tokens: list[Any]) -> tuple[list[dict[str, Any]], str, list[str]]:
         return stream.finish(result, chat.trim_stop(result.best.answer, result.best))

@@ -17,8 +17,16 @@ from playground.wire.tools import ToolRequest
 class ToolStream:
     """Turns the text decoded so far into chat chunk deltas; `finish` adds what the whole answer settles."""
 
-    def __init__(self, req: ToolRequest, stops: list[str], fmt: ToolFormat | None = None, prefix: str = "") -> None:
+    def __init__(
+        self,
+        req: ToolRequest,
+        stops: list[str],
+        fmt: ToolFormat | None = None,
+        prefix: str = "",
+        formatted: bool = False,
+    ) -> None:
         self.req = req
+        self.formatted = formatted  # beside a response format: see tools.answer
         self.prefix = prefix  # a continued final message: part of the calls, never sent again as content
         self.fmt = fmt
         self.how = tools.mode(req)
@@ -53,7 +61,9 @@ class ToolStream:
 
     def finish(self, result: GenerationResult, text: str) -> tuple[list[dict[str, Any]], str, list[str]]:
         """The last deltas, OpenAI's finish_reason and the warnings, from the whole answer."""
-        message, finish, notes = tools.answer(self.req, text, result.best.finish_reason, self.fmt, self.prefix)
+        message, finish, notes = tools.answer(
+            self.req, text, result.best.finish_reason, self.fmt, self.prefix, self.formatted
+        )
         if self.fmt is not None:
             return self._envelope_finish(message), finish, notes
         if message.get("tool_calls"):

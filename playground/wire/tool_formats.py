@@ -71,8 +71,11 @@ def by_name(name: str | None) -> ToolFormat | None:
     return next((f for f in FAMILIES if f.name == name), None)
 
 
-def spec(fmt: ToolFormat, tools: list[ToolSpec], how: str, parallel: bool) -> dict[str, Any]:
-    """The structural tag for a tool choice: `auto` free text or calls; `required` and named calls only."""
+def spec(
+    fmt: ToolFormat, tools: list[ToolSpec], how: str, parallel: bool, answer: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The structural tag for a tool choice: `auto` free text or calls (with `answer`, a response format's JSON
+    schema: calls, or an answer in that schema); `required` and named calls only."""
     tags = [
         {
             "begin": fmt.call_begin(t.function.name),
@@ -81,16 +84,19 @@ def spec(fmt: ToolFormat, tools: list[ToolSpec], how: str, parallel: bool) -> di
         }
         for t in tools
     ]
-    if how == "auto":
-        body = {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags, "stop_after_first": not parallel}
-    else:
-        body = {
-            "type": "tags_with_separator",
-            "tags": tags,
-            "separator": fmt.separator,
-            "at_least_one": True,
-            "stop_after_first": not parallel,
-        }
+    calls = {
+        "type": "tags_with_separator",
+        "tags": tags,
+        "separator": fmt.separator,
+        "at_least_one": True,
+        "stop_after_first": not parallel,
+    }
+    if how != "auto":
+        return {"type": "structural_tag", "format": calls}
+    if answer is not None:
+        either = [calls, {"type": "json_schema", "json_schema": answer}]
+        return {"type": "structural_tag", "format": {"type": "or", "elements": either}}
+    body = {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags, "stop_after_first": not parallel}
     return {"type": "structural_tag", "format": body}
 
 

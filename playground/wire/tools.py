@@ -71,16 +71,18 @@ def parallel(req: ToolRequest) -> bool:
 
 
 def grammar(req: ToolRequest, other: dict[str, Any] | None, fmt: ToolFormat | None = None) -> dict[str, Any] | None:
-    """The grammar for a chat request: the tools' when a call may happen, else the request's own."""
+    """The grammar for a chat request: the tools' when a call may happen, else the request's own. Beside a
+    response format (OpenAI's agents send both), `auto` is calls or an answer in the format's JSON schema; a
+    call that `required` or a named tool_choice forces is no answer, so the format does not apply to it."""
     how = mode(req)
     if how is None:
         return other
-    if other is not None:
-        raise ParameterError("tools: give tools or a response format / structured output, not both", field="tools")
+    answer = _answer_schema(other) if how == "auto" and other is not None else None
     tools = req.tools or []
     if fmt is not None:
         tool_schema.check(tools)
-        return {"type": "structural_tag", "value": tool_formats.spec(fmt, callable_tools(req), how, parallel(req))}
+        spec = tool_formats.spec(fmt, callable_tools(req), how, parallel(req), answer)
+        return {"type": "structural_tag", "value": spec}
     # Arguments never get keys their schema does not declare (OpenAI's strict contract for tools).
     if how == "named":
         tool_schema.check([_named(req)])
@@ -89,23 +91,44 @@ def grammar(req: ToolRequest, other: dict[str, Any] | None, fmt: ToolFormat | No
     schema = tool_schema.call_schema(tools, parallel=parallel(req))
     if how == "required":
         return {"type": "json", "value": schema, "strict": True}
-    return {"type": "grammar", "value": _auto_grammar(tools, parallel(req))}
+    return {"type": "grammar", "value": _auto_grammar(tools, parallel(req), answer)}
 
 
-def _auto_grammar(tools: list[ToolSpec], many: bool) -> str:
-    """tool_choice auto: free text (not starting like a call) or a call, as a Lark grammar llguidance compiles.
+def _answer_schema(other: dict[str, Any]) -> dict[str, Any]:
+    """The JSON schema a response format gives the answer (its objects closed unless it says strict: false)."""
+    kind, value = other.get("type"), other.get("value")
+    if kind == "json_schema" and isinstance(value, dict):  # TGI's {name, schema} form
+        kind, value = "json", value.get("schema")
+    if isinstance(value, str):
+        value = Constraint.json_schema(value).schema if kind == "json" else value
+    if kind != "json" or not isinstance(value, dict):
+        raise ParameterError(
+            f"tools: beside tools, a response format must be a JSON schema (or json_object), not {kind}",
+            field="tools",
+        )
+    return value if other.get("strict") is False else jsonformat.closed(value)
+
+
+def _auto_grammar(tools: list[ToolSpec], many: bool, answer: dict[str, Any] | None = None) -> str:
+    """tool_choice auto: free text (not starting like a call) or a call, as a Lark grammar llguidance compiles;
+    with `answer`, a call or an answer in that JSON schema.
 
     A schema llguidance cannot compile inside the grammar is refused naming the tool (never "the grammar",
-    which the user did not write).
+    which the user did not write), or the response format.
     """
-    text = _auto_text(tools, many)
+    text = _auto_text(tools, many, answer)
     problem = _problem(text)
     if problem is None:
         return text
     if "Unimplemented keys" in problem:  # keywords it cannot enforce (uniqueItems): ignored, with a warning
-        lenient = _auto_text(tools, many, lenient=True)
+        lenient = _auto_text(tools, many, answer, lenient=True)
         if _problem(lenient) is None:
             return lenient
+    if answer is not None and _problem(_auto_text([], many, answer)) is not None:
+        raise UnsupportedConstraintError(
+            f"response_format: beside tools, llguidance cannot enforce this schema: {_problem(_auto_text([], many, answer))}",
+            field="response_format",
+        )
     culprit = next((i for i, t in enumerate(tools) if len(tools) > 1 and _problem(_auto_text([t], many))), 0)
     where = f"tools[{culprit}].function.parameters"
     raise UnsupportedConstraintError(
@@ -115,14 +138,27 @@ def _auto_grammar(tools: list[ToolSpec], many: bool) -> str:
     )
 
 
-def _auto_text(tools: list[ToolSpec], many: bool, *, lenient: bool = False) -> str:
+def _auto_text(
+    tools: list[ToolSpec], many: bool, answer: dict[str, Any] | None = None, *, lenient: bool = False
+) -> str:
     """`lenient`: llguidance ignores the keywords it cannot enforce (and says which), as xgrammar does under
-    `required`; vLLM does not constrain `auto` at all."""
-    schema = jsonformat.with_layout(jsonformat.closed(tool_schema.call_schema(tools, parallel=many)), "pretty")
-    if lenient:
-        schema["x-guidance"] = {**schema["x-guidance"], "lenient": True}
-    starts = "{\\[" if many else "{"  # `[` opens a nested class inside a class in the engines' regex syntax
-    return f"start: call | text\ncall: %json {json.dumps(schema)}\ntext: /[^{starts}][\\s\\S]*/\n"
+    `required`; vLLM does not constrain `auto` at all. No tools: the answer alone (to blame its schema)."""
+    schemas: dict[str, dict[str, Any]] = {}
+    if tools:
+        schemas["call"] = jsonformat.with_layout(
+            jsonformat.closed(tool_schema.call_schema(tools, parallel=many)), "pretty"
+        )
+    if answer is not None:
+        schemas["answer"] = jsonformat.with_layout(answer, jsonformat.DEFAULT_LAYOUT)
+    rules = [f"{name}: %json {json.dumps(_lenient(schema) if lenient else schema)}" for name, schema in schemas.items()]
+    if answer is None:  # free text, not starting like a call
+        starts = "{\\[" if many else "{"  # `[` opens a nested class inside a class in the engines' regex syntax
+        rules.append(f"text: /[^{starts}][\\s\\S]*/")
+    return f"start: {' | '.join(rule.split(':')[0] for rule in rules)}\n" + "\n".join(rules) + "\n"
+
+
+def _lenient(schema: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "x-guidance": {**schema.get("x-guidance", {}), "lenient": True}}
 
 
 def _problem(grammar_text: str) -> str | None:
@@ -193,14 +229,20 @@ STOPPED = "a stop sequence cut the tool call off: no call is returned (the stop 
 
 
 def answer(
-    req: ToolRequest, text: str, finish_reason: str = "stop", fmt: ToolFormat | None = None, prefix: str = ""
+    req: ToolRequest,
+    text: str,
+    finish_reason: str = "stop",
+    fmt: ToolFormat | None = None,
+    prefix: str = "",
+    formatted: bool = False,
 ) -> tuple[dict[str, Any], str, list[str]]:
     """The assistant message (content, or tool_calls in OpenAI's shape), OpenAI's finish_reason and warnings.
 
     A call cut off by max_tokens is no call: finish_reason "length", empty content, a warning (as vLLM does); so is a
     call the tool choice forced that a stop sequence cut (finish_reason "stop"), rather than the call's text.
     `prefix`: the final assistant message the answer continues (continue_final_message): calls are read from it and
-    the answer together, as the constraint matched them; content stays the new text only.
+    the answer together, as the constraint matched them; content stays the new text only. `formatted`: the
+    request has a response format, so under `auto` an answer that is no call is JSON too (cut off, it stays content).
     """
     how = mode(req)
     finish = "length" if finish_reason == "length" else "stop"
@@ -211,6 +253,8 @@ def answer(
     if how is None or (how == "auto" and not whole.lstrip().startswith(starts)):
         return {"role": "assistant", "content": text}, finish, []
     calls = tool_calls.final(whole, _named(req).function.name if how == "named" else None, parallel(req))
+    if calls is None and how == "auto" and formatted and not tool_calls.partial(whole, None, parallel(req)):
+        return {"role": "assistant", "content": text}, finish, []  # the answer in the format, not a call
     if calls is None and finish == "length":
         return {"role": "assistant", "content": ""}, "length", [CUT_OFF]
     if calls is None and how in ("required", "named"):

@@ -75,6 +75,28 @@ def test_a_named_call_comes_back_in_tool_calls_with_its_verdict(client: openai.O
     _check_calls([call], choice.model_extra["validation"]["segments"])
 
 
+VERDICT = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}, "sunny": {"type": "boolean"}}}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_beside_a_response_format_auto_is_envelopes_or_an_answer_in_the_format(
+    client: openai.OpenAI, model: str, seed: int
+) -> None:
+    """xgrammar's `or` of the envelopes and the format's json_schema: no free text; an answer without a call is
+    JSON in the format, its objects closed (it was a 400)."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": VERDICT}}
+    choice = client.chat.completions.create(
+        model=model, messages=ASK, tools=TOOLS, response_format=fmt, max_tokens=60, seed=seed, extra_body=NO_THINKING
+    ).choices[0]
+    assert choice.model_extra["constraint_kind"] == "structural_tag"
+    if choice.message.tool_calls:
+        _check_calls(choice.message.tool_calls, choice.model_extra["validation"]["segments"])
+    elif choice.finish_reason == "stop":
+        answer = json.loads(choice.message.content)
+        jsonschema.validate(answer, {**VERDICT, "additionalProperties": False})
+        assert choice.model_extra["validation"]["valid"] is True
+
+
 def test_parallel_calls_each_judged(client: openai.OpenAI, model: str) -> None:
     choice = _parallel_calls(client, model).choices[0]
     assert choice.finish_reason == "tool_calls"

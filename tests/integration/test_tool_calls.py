@@ -8,6 +8,8 @@ import httpx
 import jsonschema
 import openai
 import pytest
+from openai.lib._parsing._completions import type_to_response_format_param
+from pydantic import BaseModel
 
 WEATHER = {
     "type": "object",
@@ -24,6 +26,7 @@ TOOLS = [
     {"type": "function", "function": {"name": "get_time", "description": "Time in a zone", "parameters": TIME}},
 ]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +84,31 @@ def test_auto_answers_text_or_a_call(client: openai.OpenAI) -> None:
             assert choice.message.content and not choice.message.content.lstrip().startswith("{")
 
 
+class Verdict(BaseModel):
+    city: str
+    sunny: bool
+
+
+def test_tools_beside_a_response_format_give_a_call_or_an_answer_in_the_format(client: openai.OpenAI) -> None:
+    """As OpenAI answers an agent's request (pydantic-ai's NativeOutput, OpenAI's Agents SDK): auto is a call or the
+    answer in the format's schema (its objects closed), streamed or not; a forced call is a call. It was a 400.
+    The model calls whenever it may (greedy); an answer begun in the format (continue_final_message) goes on in it."""
+    verdict = type_to_response_format_param(Verdict)
+    both = {"tools": TOOLS, "tool_choice": "auto", "response_format": verdict, "max_tokens": 60, "temperature": 0}
+    call = client.chat.completions.create(model="embedded", messages=ASK, **both).choices[0]
+    assert call.finish_reason == "tool_calls"
+    jsonschema.validate(json.loads(call.message.tool_calls[0].function.arguments), WEATHER)
+    begun = [{"role": "user", "content": "Is it sunny in Paris?"}, {"role": "assistant", "content": '{"city": "'}]
+    go_on = {"continue_final_message": True, "add_generation_prompt": False}
+    answer = client.chat.completions.create(model="embedded", messages=begun, extra_body=go_on, **both).choices[0]
+    assert answer.finish_reason == "stop" and answer.message.tool_calls is None
+    assert set(json.loads('{"city": "' + answer.message.content)) == {"city", "sunny"}  # no invented key
+    streamed = client.chat.completions.create(model="embedded", messages=begun, extra_body=go_on, stream=True, **both)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == answer.message.content
+    forced = create(client, tool_choice="required", response_format=verdict)
+    assert forced.choices[0].finish_reason == "tool_calls"
+
+
 def test_none_leaves_the_answer_as_text(client: openai.OpenAI) -> None:
     choice = create(client, tool_choice="none").choices[0]
     assert choice.message.tool_calls is None and choice.message.content
@@ -130,7 +158,7 @@ def test_bad_tool_requests_are_400s(server_url: str) -> None:
         "tool_choice: no tool named 'nope' in `tools`",
     )
     assert status({"tool_choice": "required"}) == (400, "tool_choice: needs `tools`")
-    code, error = status({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}})
-    assert code == 400 and error.startswith("tools: give tools or a response format")
+    code, error = status({"tools": TOOLS, "guided_regex": "a+"})
+    assert code == 400 and error.startswith("tools: beside tools, a response format must be a JSON schema")
     code, error = status({"tools": [{"type": "function", "function": {"name": "bad name!"}}]})
     assert code == 400 and "tools" in error

@@ -134,6 +134,46 @@ def test_auto_tool_choice_in_the_template_envelope(text: str, valid: bool, calls
         assert tool_formats.read(HERMES, TOOLS, "auto", False, text).calls == calls
 
 
+VERDICT = {"type": "object", "properties": {"sunny": {"type": "boolean"}}, "required": ["sunny"]}
+
+
+@pytest.mark.parametrize(
+    ("text", "valid", "calls"),
+    [
+        ('{"sunny": true}', True, []),
+        (_call("get_weather", '{"x": 3}'), True, [("get_weather", '{"x": 3}')]),
+        ('{"sunny": "yes"}', False, []),
+        ("I'd rather just answer.", False, []),
+        ('{"sunny": true} ' + _call("get_weather", '{"x": 3}'), False, None),
+    ],
+)
+def test_beside_a_response_format_auto_is_calls_or_an_answer_in_its_schema(
+    text: str, valid: bool, calls: list | None
+) -> None:
+    """xgrammar's `or` of the envelopes and a json_schema: calls, or the answer in the format; no free text."""
+    value = tool_formats.spec(HERMES, TOOLS, "auto", parallel=False, answer=VERDICT)
+    spec = segments.parse(value)
+    assert spec["answer"] == VERDICT and segments.to_xgrammar(spec)["format"]["type"] == "or"
+    assert _parses(spec, text) is valid
+    assert segments.validate(spec, text).valid is valid
+    if calls is not None:
+        assert tool_formats.read(HERMES, TOOLS, "auto", False, text).calls == calls
+    assert Constraint.structural_tag(value) == Constraint.from_grammar(Constraint.structural_tag(value).to_grammar())
+
+
+@pytest.mark.parametrize(
+    "elements",
+    [
+        [{"type": "json_schema", "json_schema": POINT}],
+        [{"type": "triggered_tags", "triggers": ["a"], "tags": []}, {"type": "json_schema", "json_schema": POINT}],
+        [{"type": "json_schema", "json_schema": POINT}, {"type": "json_schema", "json_schema": POINT}],
+    ],
+)
+def test_other_ors_are_refused_by_name(elements: list) -> None:
+    with pytest.raises(UnsupportedConstraintError, match="format `or` is supported here with two elements"):
+        segments.parse({"format": {"type": "or", "elements": elements}})
+
+
 def test_parallel_required_calls_are_read_back_one_by_one() -> None:
     text = _call("get_weather", '{"x": 1}') + "\n" + _call("get_time", "{}")
     spec = segments.parse(tool_formats.spec(HERMES, TOOLS, "required", parallel=True))

@@ -9,7 +9,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from playground.errors import InvalidConstraintError
+from playground.constraints import matching
+from playground.errors import InvalidConstraintError, ParameterError
 from playground.server.tool_stream import ToolStream
 from playground.types import ToolSpec
 from playground.wire import inbound, tool_calls, tool_schema, tools
@@ -191,3 +192,52 @@ def test_auto_ignores_a_keyword_llguidance_cannot_enforce_and_says_so() -> None:
     )
     grammar = tools.grammar(req, None)
     assert grammar is not None and '"lenient": true' in grammar["value"]
+
+
+def _with_format(response_format: dict[str, Any], **fields: Any) -> inbound.ChatRequest:
+    weather = _tool("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}})
+    return inbound.ChatRequest.model_validate(
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [weather.model_dump()],
+            "response_format": response_format,
+            **fields,
+        }
+    )
+
+
+VERDICT = {"type": "object", "properties": {"sunny": {"type": "boolean"}}}
+FORMAT = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": VERDICT}}
+
+
+@pytest.mark.parametrize(
+    ("text", "fits"),
+    [
+        ('{"sunny": true}', True),
+        ('{"name": "get_weather", "arguments": {"city": "Oslo"}}', True),
+        ('{"sunny": true, "rain": false}', False),  # the format's objects are closed
+        ("free text", False),
+    ],
+)
+def test_beside_a_response_format_auto_is_a_call_or_an_answer_in_the_format(text: str, fits: bool) -> None:
+    """OpenAI's agents send tools and a response format together; it was a 400."""
+    grammar = inbound.chat_parameters(_with_format(FORMAT), 1).grammar
+    assert grammar is not None and grammar.type == "grammar"
+    assert matching.full_match("grammar", grammar.value, text).ok is fits
+
+
+def test_beside_a_response_format_an_answer_cut_off_is_content_and_a_call_is_a_call() -> None:
+    req = _with_format(FORMAT)
+    cut = tools.answer(req, '{"sunny": tr', "length", formatted=True)
+    assert cut == ({"role": "assistant", "content": '{"sunny": tr'}, "length", [])
+    call = tools.answer(req, '{"name": "get_weather", "arguments": {"city": "Oslo"}}', "eos_token", formatted=True)
+    assert call[1] == "tool_calls" and call[0]["tool_calls"][0]["function"]["name"] == "get_weather"
+    half = tools.answer(req, '{"name": "get_weather", "arguments": {"ci', "length", formatted=True)
+    assert half == ({"role": "assistant", "content": ""}, "length", [tools.CUT_OFF])
+
+
+def test_beside_a_response_format_a_forced_call_ignores_it_and_other_formats_are_refused() -> None:
+    required = inbound.chat_parameters(_with_format(FORMAT, tool_choice="required"), 1).grammar
+    assert required is not None and required.type == "json" and "arguments" in required.value["properties"]
+    with pytest.raises(ParameterError, match="a response format must be a JSON schema .*, not regex"):
+        inbound.chat_parameters(_with_format({"type": "regex", "value": "a+"}), 1)
