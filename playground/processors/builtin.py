@@ -214,6 +214,9 @@ class MaxWhitespace:
         self.seen = generated
 
 
+MAX_WHITESPACE_RUN = 1_000_000  # longer runs than any answer holds (the limit becomes an int64 tensor)
+
+
 def max_whitespace_factory(params: list[str], tokenizer: Any) -> MaxWhitespace:
     """params: [N], the longest run of consecutive whitespace characters allowed."""
     if len(params) != 1:
@@ -222,6 +225,6 @@ def max_whitespace_factory(params: list[str], tokenizer: Any) -> MaxWhitespace:
         limit = int(params[0].strip())
     except ValueError:
         raise ValueError(f"max_whitespace needs a whole number, got {params[0]!r}") from None
-    if limit < 0:
-        raise ValueError(f"max_whitespace needs a number >= 0, got {limit}")
+    if not 0 <= limit <= MAX_WHITESPACE_RUN:
+        raise ValueError(f"max_whitespace needs a number from 0 to {MAX_WHITESPACE_RUN}, got {params[0].strip()}")
     return MaxWhitespace(limit, token_table(tokenizer))

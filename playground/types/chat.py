@@ -12,6 +12,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     TypeAdapter,
+    ValidationError,
     field_validator,
     model_validator,
 )
@@ -52,7 +53,17 @@ class ChatMessage(BaseModel):
         written out as one): else a 422."""
         calls = (self.model_extra or {}).get("tool_calls")
         if calls is not None:
-            checked = _TOOL_CALLS.validate_python(calls)
+            try:
+                checked = _TOOL_CALLS.validate_python(calls)
+            except ValidationError as exc:  # located under the message's `tool_calls`, where the client wrote it
+                raise ValidationError.from_exception_data(
+                    exc.title,
+                    [
+                        {"type": e["type"], "loc": ("tool_calls", *e["loc"]), "input": e["input"]}
+                        | ({"ctx": e["ctx"]} if "ctx" in e else {})
+                        for e in exc.errors()
+                    ],
+                ) from None
             self.__pydantic_extra__["tool_calls"] = [
                 {**raw, "function": {**raw["function"], "arguments": call.function.arguments}}
                 if isinstance(raw["function"].get("arguments"), dict)
@@ -94,14 +105,14 @@ class FunctionCall(BaseModel):
         try:
             parsed = json.loads(value) if isinstance(value, str) else value
         except (ValueError, RecursionError):
-            raise ValueError("tool_calls: function.arguments must be JSON text") from None
+            raise ValueError("must be JSON text") from None
         if _nesting(parsed) > MAX_ARGUMENT_NESTING:  # written out again with the prompt, deeper in the stack
-            raise ValueError(f"tool_calls: function.arguments nest deeper than {MAX_ARGUMENT_NESTING} levels")
+            raise ValueError(f"nests deeper than {MAX_ARGUMENT_NESTING} levels")
         if isinstance(value, dict):
             try:
                 return json.dumps(value, ensure_ascii=False)
             except (TypeError, ValueError):
-                raise ValueError("tool_calls: function.arguments must be JSON text or a JSON object") from None
+                raise ValueError("must be JSON text or a JSON object") from None
         return value
 
 

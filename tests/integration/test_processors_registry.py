@@ -115,7 +115,8 @@ def test_unknown_name_lists_the_registered_ones(tokenizer) -> None:
         ({"name": "ban_strings", "params": ["ok", ""]}, "cannot ban an empty string"),
         ({"name": "max_whitespace"}, "takes one parameter, the longest whitespace run allowed; got 0"),
         ({"name": "max_whitespace", "params": ["two"]}, "needs a whole number, got 'two'"),
-        ({"name": "max_whitespace", "params": ["-1"]}, "needs a number >= 0, got -1"),
+        ({"name": "max_whitespace", "params": ["-1"]}, "needs a number from 0 to 1000000, got -1"),
+        ({"name": "max_whitespace", "params": ["9" * 26]}, f"needs a number from 0 to 1000000, got {'9' * 26}"),
         ({"name": "regex", "params": ["a", "b"]}, "'regex': regex takes one parameter, the pattern; got 2"),
     ],
 )

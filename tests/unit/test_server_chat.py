@@ -11,6 +11,8 @@ from playground.errors import ParameterError
 from playground.server import chat
 from playground.types import GeneratedToken, GenerationResult, Sequence, Token
 from playground.wire import inbound
+from playground.wire.errors import validation_message
+from playground.wire.inbound import ChatRequest
 
 USER = [{"role": "user", "content": "hi"}]
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
@@ -120,6 +122,18 @@ def test_bad_response_format_is_a_validation_error() -> None:
         ValidationError, match="exactly one of json, regex, choice, grammar, structural_tag, json_object"
     ):
         _request(structured_outputs={"whitespace_pattern": " "})
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [("{not json", "must be JSON text"), (5, "Input should be a valid string")],
+)
+def test_a_past_call_s_bad_arguments_are_named_where_the_client_wrote_them(arguments: Any, message: str) -> None:
+    """The field was `messages[0][0].function.arguments`: the message's `tool_calls` was missing from it."""
+    call = {"id": "a", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    with pytest.raises(ValidationError) as caught:
+        ChatRequest.model_validate({"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]})
+    assert validation_message(caught.value.errors()) == f"messages[0].tool_calls[0].function.arguments: {message}"
 
 
 def _seq(text: str, reason: str = "stop_sequence", stop: str | None = "END") -> Sequence:
