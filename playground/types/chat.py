@@ -41,10 +41,9 @@ class ChatMessage(BaseModel):
             for part in value:
                 if part.get("type") != "text":
                     raise ValueError(f"only text content parts are supported, got {part.get('type')!r}")
-                if not isinstance(part.get("text", ""), str):
-                    raise ValueError(
-                        f"a text content part needs a string `text`, got {type(part.get('text')).__name__}"
-                    )
+                if not isinstance(part.get("text"), str):  # missing too, as OpenAI refuses it
+                    got = type(part["text"]).__name__ if "text" in part else "none"
+                    raise ValueError(f"a text content part needs a string `text`, got {got}")
         return value
 
     @model_validator(mode="after")

@@ -140,8 +140,10 @@ def test_chat_text_parts_must_hold_strings():
 
     from playground.types import ChatMessage
 
-    with pytest.raises(ValidationError, match="needs a string `text`"):
+    with pytest.raises(ValidationError, match="needs a string `text`, got int"):
         ChatMessage(role="user", content=[{"type": "text", "text": 5}])
+    with pytest.raises(ValidationError, match="needs a string `text`, got none"):  # it was taken as ""
+        ChatMessage(role="user", content=[{"type": "text"}])
     assert (
         ChatMessage(role="user", content=[{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]).text() == "ab"
     )
