@@ -22,15 +22,24 @@ class Adapters:
         self._resolving = threading.Lock()
         self._peft: Any = None
 
-    def prepare(self, adapter_id: str | None) -> None:
-        """Before the decode lock: the allowlist, `peft`, and the adapter's files (a folder, the cache or the hub)."""
-        if not adapter_id:
-            return
-        if self.allowed is not None and adapter_id not in self.allowed:
+    def listed(self, adapter_id: str) -> str:
+        """The adapter as the operator listed it: every spelling of a listed folder (`lora/`, `./lora`) is it."""
+        if self.allowed is None or adapter_id in self.allowed:
+            return adapter_id
+        spelled = os.path.normpath(os.path.expanduser(adapter_id))
+        found = next((a for a in self.allowed if os.path.normpath(os.path.expanduser(a)) == spelled), None)
+        if found is None:
             shown = ", ".join(sorted(self.allowed)) or "none; the operator lists them with --adapters"
             raise ParameterError(
                 f"adapter_id {adapter_id!r} is not allowed on this server (allowed: {shown})", field="adapter_id"
             )
+        return found
+
+    def prepare(self, adapter_id: str | None) -> None:
+        """Before the decode lock: the allowlist, `peft`, and the adapter's files (a folder, the cache or the hub)."""
+        if not adapter_id:
+            return
+        adapter_id = self.listed(adapter_id)
         try:
             import peft  # noqa: F401
         except ImportError:
@@ -48,6 +57,7 @@ class Adapters:
         if not adapter_id:
             yield
             return
+        adapter_id = self.listed(adapter_id)
         self.prepare(adapter_id)
         peft_model = self._injected(adapter_id)
         peft_model.base_model.enable_adapter_layers()

@@ -80,6 +80,8 @@ def test_an_adapter_the_operator_listed_is_used_others_refused_and_one_that_does
     refused(embedding, another)
     refused(shapes, another)
     assert generate(url, str(lora)).json()["generated_text"] == adapted.json()["generated_text"]
+    respelled = generate(url, f"{lora}/../lora/")  # every spelling of the listed folder is it (it was a 422)
+    assert respelled.status_code == 200 and respelled.json()["generated_text"] == adapted.json()["generated_text"]
     other = generate(url, str(tmp_path))
     assert other.status_code == 422
     assert other.json()["error"].startswith(f"adapter_id {str(tmp_path)!r} is not allowed on this server (allowed: ")
