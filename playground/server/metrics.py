@@ -1,10 +1,10 @@
 """GET /metrics: Prometheus' text format, with TGI's metric names where TGI has one.
 
 Per local model (label `model`): generations started, succeeded and failed (label `err`: the error type, or
-`cancelled` when the reader left), prompt and generated lengths, durations, the batch's rows and the requests
-waiting to join it; durations count from the request's arrival, the wait for an admission slot included.
-Server-wide: the requests running and waiting for an admission slot, and those refused (429) for a full queue. Generations count
-wherever they come from (the API and the UI alike); remote providers' work is their servers' to report.
+`cancelled` when the reader left), prompt and generated lengths, durations (from the request's arrival, its wait
+for an admission slot included), the batch's rows and the requests waiting to join it. Server-wide: the requests
+running and waiting for an admission slot, and those refused (429) for a full queue. Generations count wherever
+they come from (the API and the UI alike); remote providers' work is their servers' to report.
 """
 
 from __future__ import annotations
