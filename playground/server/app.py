@@ -44,7 +44,7 @@ from playground.server.guards import (
 )
 from playground.server.guesses import KeyGuesses
 from playground.server.scope import ClientScope
-from playground.server.uploads import MAX_UPLOAD_BYTES, UploadLimit
+from playground.server.uploads import MAX_UPLOAD_BYTES, FileInputGuard, UploadLimit
 
 DESCRIPTION = """Constrained decoding over TGI- and OpenAI-compatible routes.
 
@@ -138,6 +138,7 @@ def _mount_ui(
     blocks.queue(max_size=limits.max_in_flight, default_concurrency_limit=limits.max_running)
     bounded = {"max_file_size": MAX_UPLOAD_BYTES, **page_assets()}
     app.add_middleware(UploadLimit)
+    app.add_middleware(FileInputGuard)
     if api_key is None:
         gr.mount_gradio_app(app, blocks, path="/", **bounded)
     else:

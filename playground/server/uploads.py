@@ -8,16 +8,19 @@ ALL_UPLOADS_PER_MINUTE (429 past that), and Gradio deletes uploads after 10 minu
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import OrderedDict
+from typing import Any
 
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from playground.server.errors import error_body
 from playground.server.guesses import client_of
 
+GRADIO_API = "/gradio_api/"
 UPLOAD_PATH = "/gradio_api/upload"
 MAX_UPLOAD_BYTES = 4 << 20  # a session file of a long conversation with every token's details
 UPLOADS_PER_MINUTE = 20
@@ -65,3 +68,62 @@ class UploadLimit:
             await JSONResponse(body, status_code=413)(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+class FileInputGuard:
+    """ASGI middleware: a UI call's input file is one uploaded here, never a URL. Gradio downloads an input file
+    whose `path` is an http(s) URL into its cache (public addresses only) before any handler runs, so a call naming
+    one made this server fetch it; such a call is refused (400) before Gradio reads it, and a call's body past
+    MAX_UPLOAD_BYTES (none of the UI's comes near) with 413, unread."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        gradio_call = path.startswith(GRADIO_API) and path != UPLOAD_PATH
+        if scope["type"] != "http" or scope["method"] != "POST" or not gradio_call:
+            await self.app(scope, receive, send)
+            return
+        messages: list[Message] = []
+        body = b""
+        while True:
+            message = await receive()
+            messages.append(message)
+            body += message.get("body", b"")
+            if len(body) > MAX_UPLOAD_BYTES:
+                answer = error_body(f"a UI call's body may be at most {MAX_UPLOAD_BYTES} bytes", "payload_too_large")
+                await JSONResponse(answer, status_code=413)(scope, receive, send)
+                return
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+        fetched = _url_input(body)
+        if fetched is not None:
+            answer = error_body(f"an input file must be uploaded here, not fetched: {fetched[:200]}", "validation")
+            await JSONResponse(answer, status_code=400)(scope, receive, send)
+            return
+
+        async def replayed() -> Message:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replayed, send)
+
+
+def _url_input(body: bytes) -> str | None:
+    """The first input file of a call's JSON body whose path is a URL; None when there is none (or no JSON)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    stack: list[Any] = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            meta, found = item.get("meta"), item.get("path")
+            if isinstance(meta, dict) and meta.get("_type") == "gradio.FileData" and isinstance(found, str):
+                if found.strip().lower().startswith(("http://", "https://")):
+                    return found
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None

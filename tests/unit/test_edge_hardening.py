@@ -83,3 +83,18 @@ def test_a_ui_file_input_takes_only_what_was_uploaded(tmp_path, named: str) -> N
         answer = client.get(f"/gradio_api/call/on_upload/{event}", timeout=30).text
     assert answer.startswith("event: error") and "was not uploaded by a user" in answer
     assert "SECRET-LINE" not in answer
+
+
+def test_a_ui_file_input_is_never_fetched_from_a_url() -> None:
+    """Gradio downloads an input file named by an http(s) URL (public addresses) before any handler runs: a call
+    made this server fetch what it named. Refused before Gradio reads the body, on every call route."""
+    file = {"path": "https://example.com/prompts.jsonl", "meta": {"_type": "gradio.FileData"}}
+    with TestClient(create_app(Registry([]), ui=True)) as client:
+        for path, body in [
+            ("/gradio_api/call/on_upload", {"data": [file]}),
+            ("/gradio_api/queue/join", {"data": [file], "fn_index": 0, "session_hash": "x"}),
+        ]:
+            refused = client.post(path, json=body)
+            assert refused.status_code == 400, (path, refused.text)
+            assert refused.json()["error"].startswith("an input file must be uploaded here, not fetched: https://")
+        assert client.post("/gradio_api/call/on_upload", content=b" " * (5 << 20)).status_code == 413
