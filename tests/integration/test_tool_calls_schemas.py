@@ -120,7 +120,7 @@ def test_a_cut_off_streamed_call_ends_with_length_and_the_warning(server_url: st
         ({"tools": TOOLS, "tool_choice": "nope"}, "tool_choice: no tool named 'nope'"),
         (
             {"messages": [*ASK, {"role": "assistant", "tool_calls": [{"function": {"name": "PetOwned"}}]}]},
-            "messages[1][0].function.arguments: field required",
+            "messages[1].tool_calls[0].function.arguments: field required",
         ),
     ],
 )
