@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -144,9 +145,16 @@ def _whole(value: Any, field: str) -> int | None:
     if not text:
         return None
     try:
-        return int(float(text)) if float(text).is_integer() else int(text)
+        return int(text)  # exactly: a 63-bit seed went through a float and came back another seed
     except ValueError:
-        raise ParameterError(f"{field} must be a whole number >= 0, got {text!r}", field=field) from None
+        pass
+    try:
+        number = float(text)  # "42.0", as a number box or an old link wrote it
+    except ValueError:
+        number = math.nan
+    if not number.is_integer():
+        raise ParameterError(f"{field} must be a whole number >= 0, got {text!r}", field=field)
+    return int(number)
 
 
 def processors_of(form: Form) -> list[ProcessorSpec]:

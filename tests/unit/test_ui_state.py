@@ -34,6 +34,15 @@ def test_a_bad_seed_is_named() -> None:
         Form.from_values(raw)
 
 
+@pytest.mark.parametrize(("typed", "seed"), [("9185738488790498682", 9185738488790498682), ("42.0", 42), ("3e2", 300)])
+def test_a_seed_is_read_exactly(typed: str, seed: int) -> None:
+    """The server draws 63-bit seeds; read through a float, 9185738488790498682 became ...304, so a share link or
+    a retyped seed decoded another answer."""
+    raw = values()
+    raw[FIELDS.index("seed")] = typed
+    assert Form.from_values(raw).seed == seed
+
+
 def test_neutral_values_leave_parameters_unset() -> None:
     params = params_of(Form())
     assert params.temperature is None and params.top_k is None and params.top_p is None
