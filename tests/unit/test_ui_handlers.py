@@ -43,6 +43,18 @@ def test_a_turn_streams_then_shows_every_panel() -> None:
     assert sent.method == "stream" and sent.params.min_p == 0.2 and sent.params.grammar.type == "choice"
 
 
+def test_a_long_answer_streams_in_updates_that_grow_with_it() -> None:
+    """Each update re-sends the whole token panel: one per token made a 1,024-token answer send ~64 MB of HTML.
+    Decoded at once, 400 tokens now take ~16 updates per doubling; a short answer still shows every token."""
+    registry, _ = setup("x" * 400)
+    steps = run_chat(registry, form(max_new_tokens=400), ChatState(), "go")
+    streamed = [s for s in steps if s.tokens and s.details is None]
+    assert 16 <= len(streamed) <= 16 * 6, len(streamed)
+    shown = [s.tokens.count("data-index") for s in streamed]
+    assert shown[:16] == list(range(1, 17)) and shown == sorted(shown)
+    assert handlers._due(0, 1, 0.0) and not handlers._due(160, 169, 0.1) and handlers._due(160, 169, 0.6)
+
+
 def test_invalid_schema_is_refused_before_anything_is_sent() -> None:
     registry, fake = setup()
     state = ChatState()
