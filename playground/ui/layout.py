@@ -136,7 +136,11 @@ def _render_parameters(limits: Limits) -> Parameters:
             max_new_tokens = gr.Slider(
                 1, limits.max_new_tokens, value=64, step=1, label="max_new_tokens", elem_id="param-max-new-tokens"
             )
-            stop = gr.Textbox(label="stop (one sequence per line, at most 4)", lines=2, elem_id="param-stop")
+            stop = gr.Textbox(
+                label="stop (one sequence per line, at most 4; \\n is a newline, \\t a tab)",
+                lines=2,
+                elem_id="param-stop",
+            )
             truncate = gr.Number(
                 value=0,
                 precision=0,
@@ -263,7 +267,7 @@ def _render_chat_tab() -> Chat:
         )
         tokens = html("token-panel", tokens_html([]), js_on_load=TOKEN_CLICK_JS)
     with insight(collapse_empty=True):
-        gr.Markdown("**Next token** — raw model against the constraint")
+        gr.Markdown("**Next token** — raw model against the constraint (before temperature, top-k and top-p)")
         next_token = html("next-token-panel", NEXT_TOKEN_EMPTY)
     with insight():
         gr.Markdown("**Best-of candidates**")

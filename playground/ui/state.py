@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -172,11 +173,20 @@ def empty_constraint(kind: str) -> str:
     return f"the {kind} is empty: type one or pick an example"
 
 
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+
+
+def stop_sequences(text: str) -> list[str]:
+    """The stop box's sequences, one per line; `\\n`, `\\t`, `\\r` and `\\\\` in a line are a newline, a tab, a
+    carriage return and a backslash (a newline, the commonest stop, cannot be a line of its own)."""
+    return [re.sub(r"\\([ntr\\])", lambda m: _ESCAPES[m.group(1)], line) for line in text.splitlines()]
+
+
 def params_of(form: Form, *, constrained: bool = True, fmt: ToolFormat | None = None) -> GenerateParameters:
     """TGI parameters from the form; neutral slider values (temperature 1, top_k 0, ...) mean unset.
 
     `fmt`: the model's tool-call envelope, for the tools kind (its template renders the tools)."""
-    values = {**form.model_dump(), "stop": form.stop.splitlines()}
+    values = {**form.model_dump(), "stop": stop_sequences(form.stop)}
     if constrained:
         if form.kind not in ("none", "processor") and not (form.constraint_text or "").strip():
             raise InvalidConstraintError(empty_constraint(form.kind))

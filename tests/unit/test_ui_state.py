@@ -98,6 +98,11 @@ def test_chosen_values_map_to_tgi_names() -> None:
     }
 
 
+def test_a_stop_line_spells_a_newline_or_a_tab_with_a_backslash() -> None:
+    """A newline, the commonest stop, cannot be a line of its own: it was dropped in silence (or `\\n` sent as is)."""
+    assert params_of(Form(stop="\\n\nEND\\t\na\\\\nb")).stop == ["\n", "END\t", "a\\nb"]
+
+
 def test_out_of_range_parameter_names_the_field() -> None:
     with pytest.raises(ParameterError, match="stop"):
         params_of(Form(stop="a\nb\nc\nd\ne"))
