@@ -221,6 +221,8 @@ def setup_evaluate_events(registry: Registry, c: Components, view: EvaluateView,
     def on_upload(file: Any) -> tuple[Any, str]:
         """The file's prompts in the box (JSONL when a prompt spans lines or has an expected answer); a file that
         cannot be read is said beside it, and the box keeps what it held."""
+        if file is None:  # the file was cleared (or a direct call sent none): nothing to read
+            return gr.skip(), ""
         path = Path(file if isinstance(file, str) else file.name)
         content = path.read_text(encoding="utf-8", errors="replace")[:MAX_UPLOAD_CHARS]
         try:

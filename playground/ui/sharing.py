@@ -157,7 +157,7 @@ def setup(
         query = request.query_params.get(QUERY_KEY) if request else None
         keep = (gr.skip(),) * (len(form) + 5)
         try:
-            found = restored(query, stored)
+            found = restored(query, stored if isinstance(stored, str) else None)  # the browser's storage: text
         except Exception as exc:  # noqa: BLE001
             return (*keep[:-1], render.error_box(error_message(exc)))
         if found is None:

@@ -98,3 +98,13 @@ def test_a_ui_file_input_is_never_fetched_from_a_url() -> None:
             assert refused.status_code == 400, (path, refused.text)
             assert refused.json()["error"].startswith("an input file must be uploaded here, not fetched: https://")
         assert client.post("/gradio_api/call/on_upload", content=b" " * (5 << 20)).status_code == 413
+
+
+@pytest.mark.parametrize(("name", "data"), [("on_upload", [None]), ("on_load", [5, None])])
+def test_ui_calls_with_values_the_page_never_sends_end_without_a_traceback(name: str, data: list) -> None:
+    """A cleared file (None) raised AttributeError, and a stored session that is no text a TypeError shown as
+    "model failure"; both printed a traceback to the server's log."""
+    with TestClient(create_app(Registry([]), ui=True)) as client:
+        event = client.post(f"/gradio_api/call/{name}", json={"data": data}).json()["event_id"]
+        answer = client.get(f"/gradio_api/call/{name}/{event}", timeout=30).text
+    assert answer.startswith("event: complete") and "model failure" not in answer
