@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from playground.errors import ModelError, ParameterError, ProviderError
-from playground.providers.base import Provider, local_engine
+from playground.providers.base import EngineLender, Provider, local_engine
 from playground.providers.loading import DISABLED, LoadingPolicy, LoadingRefused
 
 if TYPE_CHECKING:
@@ -118,6 +118,21 @@ class Registry:
         if provider.capabilities.model_loading and owners.get(model, provider_id) == provider_id:
             self.register_model(model, provider_id)  # a loaded model answers to the name it was asked by
         return name
+
+    def adapter(self, name: str) -> tuple[Provider, str, str] | None:
+        """A request's `model` that names an adapter a local model lists (`--adapters`), as vLLM serves a LoRA by its
+        name and TGI's chat reads `model` as `adapter_id`: (provider, that model's id, the adapter as listed)."""
+        for provider in self.providers.values():
+            if not provider.capabilities.local_engine:
+                continue
+            for engine in cast(EngineLender, provider).loaded_engines():
+                if not engine.adapters.allowed:  # none listed (None: a library's engine, any adapter)
+                    continue
+                try:
+                    return provider, engine.model_id, engine.adapters.listed(name)
+                except ParameterError:
+                    continue
+        return None
 
     def local_engine(self, model: str | None, what: str) -> Engine:
         """The local engine serving `model` (for `what`: the debugger, /check, /inspect); remote ones refuse by name."""

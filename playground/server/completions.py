@@ -16,7 +16,7 @@ from playground.server import chat
 from playground.server.answers import Chunk, Job, answer
 from playground.server.docs import JSON_OR_STREAM
 from playground.server.streaming import decoded
-from playground.server.tgi import resolve
+from playground.server.tgi import resolve_with_adapter, with_adapter
 from playground.types import GenerationResult, TokenEvent
 from playground.types.sizes import nth_seed
 from playground.wire import checks, completions, inbound
@@ -32,9 +32,9 @@ def _warnings(req: CompletionRequest) -> list[str]:
 async def _jobs(request: Request, req: CompletionRequest) -> tuple[Provider, str, list[Job]]:
     """The provider and model asked for, and the choices: choice i*n+j (its place in the list) is prompt i's j-th
     sample, seeded base+j; checked against the model's limits."""
-    provider, model_id = resolve(request, req.model)
+    provider, model_id, adapter = resolve_with_adapter(request, req.model)
     base = inbound.base_seed(req)
-    params = [completions.parameters(req, nth_seed(base, j)) for j in range(req.n)]
+    params = [with_adapter(completions.parameters(req, nth_seed(base, j)), adapter) for j in range(req.n)]
     info = await run_in_threadpool(provider.info, model_id)
     checks.check_lengths(params[0], info, field="max_tokens")
     checks.check_top_n(params[0], info.max_top_n_tokens, field="logprobs")

@@ -15,7 +15,7 @@ from playground.server import chat
 from playground.server.answers import Chunk, Job, answer
 from playground.server.docs import JSON_OR_STREAM
 from playground.server.streaming import decoded
-from playground.server.tgi import registry_of, resolve
+from playground.server.tgi import registry_of, resolve_with_adapter, with_adapter
 from playground.server.tool_stream import ToolStream
 from playground.types import GenerateParameters, GenerationResult, Name, Strict, TokenEvent
 from playground.types.sizes import nth_seed
@@ -59,11 +59,11 @@ async def register_model(request: Request, body: RegisterModel) -> dict[str, Any
 async def chat_jobs(request: Request, req: ChatRequest) -> tuple[Provider, str, ToolFormat | None, list[Job]]:
     """The provider and model asked for, the envelope its chat template writes tool calls in (if one), and the
     choices: the same messages, seeded base+i, checked against the model's limits."""
-    provider, model_id = resolve(request, req.model)
+    provider, model_id, adapter = resolve_with_adapter(request, req.model)
     info = await run_in_threadpool(provider.info, model_id)
     fmt = tool_formats.by_name(info.tool_format)
     seed = inbound.base_seed(req)
-    params = [inbound.chat_parameters(req, nth_seed(seed, i), fmt) for i in range(req.n)]
+    params = [with_adapter(inbound.chat_parameters(req, nth_seed(seed, i), fmt), adapter) for i in range(req.n)]
     checks.check_lengths(params[0], info, field="max_completion_tokens" if req.max_completion_tokens else "max_tokens")
     checks.check_top_n(params[0], info.max_top_n_tokens, field="top_logprobs")
     messages = inbound.prompt_messages(req, fmt)

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from playground.constraints import backends
+from playground.errors import ModelError
 from playground.processors import list_factories
 from playground.providers.base import Provider, local_engine, stalled_s
 from playground.providers.registry import Registry
@@ -36,6 +37,23 @@ def registry_of(request: Request) -> Registry:
 def resolve(request: Request, model: str | None) -> tuple[Provider, str]:
     """The provider and model id; 'tgi' and 'dummy' (what TGI clients send) mean the default model."""
     return registry_of(request).resolve(None if model in ("tgi", "dummy") else model)
+
+
+def resolve_with_adapter(request: Request, model: str | None) -> tuple[Provider, str, str | None]:
+    """As `resolve`, and a `model` nobody serves that names a listed adapter is its model with that adapter (vLLM
+    serves a LoRA by its name, TGI's chat reads `model` as `adapter_id`)."""
+    try:
+        return (*resolve(request, model), None)
+    except ModelError:
+        found = registry_of(request).adapter(model) if model else None
+        if found is None:
+            raise
+        return found
+
+
+def with_adapter(params: GenerateParameters, adapter: str | None) -> GenerateParameters:
+    """The parameters with the adapter a request's `model` named (see `resolve_with_adapter`)."""
+    return params if adapter is None else params.model_copy(update={"adapter_id": adapter})
 
 
 async def _prepared(

@@ -6,6 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import openai
+import pytest
 
 from playground.errors import ParameterError
 from playground.types import GenerateParameters
@@ -80,6 +82,18 @@ def test_an_adapter_the_operator_listed_is_used_others_refused_and_one_that_does
     refused(embedding, another)
     refused(shapes, another)
     assert generate(url, str(lora)).json()["generated_text"] == adapted.json()["generated_text"]
+    # OpenAI's routes take an adapter as `model`, as vLLM serves a LoRA and TGI's chat reads it (it was a 404)
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=120, max_retries=0)
+    prompt = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
+    assert client.completions.create(model=str(lora), **prompt).choices[0].text == adapted.json()["generated_text"]
+    assert client.completions.create(model="embedded", **prompt).choices[0].text == plain
+    ask = {"messages": [{"role": "user", "content": "Name a city."}], "max_tokens": 8, "temperature": 0}
+    chats = {
+        m: client.chat.completions.create(model=m, **ask).choices[0].message.content for m in ("embedded", str(lora))
+    }
+    assert chats["embedded"] != chats[str(lora)]
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model=str(tmp_path / "nothing"), **prompt)
     respelled = generate(url, f"{lora}/../lora/")  # every spelling of the listed folder is it (it was a 422)
     assert respelled.status_code == 200 and respelled.json()["generated_text"] == adapted.json()["generated_text"]
     other = generate(url, str(tmp_path))
