@@ -153,3 +153,15 @@ def test_xgrammar_masks_are_outlines_own_at_every_position(loaded_model) -> None
         assert torch.equal(ours(torch.tensor([row]), logits), expected)
         if token is not None:
             row.append(token)
+
+
+def test_a_lone_row_s_prepared_mask_is_billed_its_cpu_time_not_the_wall_clock(loaded_model, monkeypatch) -> None:
+    """Masks prepared beside the forward were billed in wall time: the forward and other processes sharing the
+    cores made a lone request's 1 ms mask count 0.3 s, past the step's budget (a 422 on a busy machine)."""
+    llg, spec, vocab, ids = _setup(loaded_model)
+    row = LLGuidanceProcessor(spec, llg)
+    row(torch.tensor([[0]]), torch.zeros(1, vocab))
+    ticks = iter(range(0, 1000, 10))
+    monkeypatch.setattr(bitmask.time, "perf_counter", lambda: float(next(ticks)))  # 10 s pass at every look
+    bitmask.prepare([(row, [0, *ids[:3]])])
+    assert 0 < row.prepared_s < 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -67,6 +67,8 @@ class BitmaskProcessor:
     def _restore(self, snapshot: Any, count: int) -> None:
         """Back to `snapshot`, taken `count` tokens ago."""
         raise NotImplementedError
+
+    pooled: ClassVar[bool] = False  # whether `_fill_many` of several rows runs on the engine's own threads
 
     @classmethod
     def _fill_many(cls, processors: Sequence[BitmaskProcessor], out: np.ndarray) -> None:
@@ -160,9 +162,13 @@ def prepare(rows: Sequence[tuple[BitmaskProcessor, Sequence[int]]]) -> None:
             pending.setdefault(type(processor), []).append(processor)
     for kind, processors in pending.items():
         out = np.empty((len(processors), processors[0].words), dtype=np.int32)
-        start = time.perf_counter()  # the engine's pool may work on other threads: wall time, shared out
+        cpu, wall = time.thread_time(), time.perf_counter()
         kind._fill_many(processors, out)
-        share = (time.perf_counter() - start) / len(processors)
+        # On this thread: its CPU time, as a row's own step is billed (wall time here counted the forward and other
+        # processes running beside it: a lone request was refused on a busy machine). On an engine's pool (a batch's
+        # llguidance call), whose CPU time is out of reach: wall time.
+        pooled = kind.pooled and len(processors) > 1
+        share = (time.perf_counter() - wall if pooled else time.thread_time() - cpu) / len(processors)
         for processor, row in zip(processors, out):
             processor._bits = row
             processor.prepared_s += share

@@ -144,6 +144,7 @@ class LLGuidanceProcessor(BitmaskProcessor):
     decoder asks the matcher for forced tokens and errors, the debugger rebuilds it.
     """
 
+    pooled = True  # a batch's masks: one LLExecutor call on llguidance's threads
     rewinds = True
     engine = "llguidance"
 
