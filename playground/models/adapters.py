@@ -35,10 +35,11 @@ class Adapters:
             )
         return found
 
-    def prepare(self, adapter_id: str | None) -> None:
-        """Before the decode lock: the allowlist, `peft`, and the adapter's files (a folder, the cache or the hub)."""
+    def prepare(self, adapter_id: str | None) -> str | None:
+        """Before the decode lock: the allowlist, `peft`, and the adapter's files (a folder, the cache or the hub).
+        The adapter as listed."""
         if not adapter_id:
-            return
+            return None
         adapter_id = self.listed(adapter_id)
         try:
             import peft  # noqa: F401
@@ -50,6 +51,7 @@ class Adapters:
         with self._resolving:
             if adapter_id not in self._folders:
                 self._folders[adapter_id] = _adapter_folder(adapter_id)
+        return adapter_id
 
     @contextlib.contextmanager
     def use(self, adapter_id: str | None) -> Iterator[None]:
@@ -57,8 +59,7 @@ class Adapters:
         if not adapter_id:
             yield
             return
-        adapter_id = self.listed(adapter_id)
-        self.prepare(adapter_id)
+        adapter_id = self.prepare(adapter_id)
         peft_model = self._injected(adapter_id)
         peft_model.base_model.enable_adapter_layers()
         peft_model.set_adapter(adapter_id)

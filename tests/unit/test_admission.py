@@ -167,7 +167,7 @@ def test_a_request_s_wait_for_a_slot_counts_in_its_durations_and_a_full_queue_s_
         return waits, admission.refused
 
     waits, refused = asyncio.run(scenario())
-    assert waits[0] < 0.05 and 0.15 < waits[1] < 1.0 and refused == 1
+    assert waits[0] < waits[1] and waits[1] > 0.15 and refused == 1  # (the second waited out the first's 0.3 s)
 
 
 def test_the_engine_s_durations_add_the_wait_for_a_slot() -> None:
