@@ -27,11 +27,12 @@ router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 
 @router.post(
     "/responses",
-    summary="A response with guided decoding (OpenAI's Responses API, text output; as vLLM serves it)",
+    summary="A response with guided decoding (OpenAI's Responses API: text and function calls; as vLLM serves it)",
     responses=JSON_OR_STREAM,
 )
 async def create_response(request: Request, body: ResponsesRequest) -> Any:
-    """One answer to `input` under `text.format`; `stream` sends it as Responses events. Nothing is stored."""
+    """One answer to `input` under `text.format`, or function calls under `tools`; `stream` sends it as Responses
+    events. Nothing is stored."""
     names = responses.names(body)
     with named_as_sent(names):
         chat_req = responses.chat_request(body)
@@ -51,23 +52,24 @@ async def create_response(request: Request, body: ResponsesRequest) -> Any:
 
 
 class _Output:
-    """The output items of a stream: each announced (added, and its content part) when its first text comes; the
-    reasoning finished when the message starts, the rest at the end, as the final Response lists them."""
+    """The output items of a stream, each announced when its first text comes: the reasoning (finished when the
+    message or a function call starts), the message, and each function call with its arguments' deltas; the rest
+    are finished at the end, as the final Response lists them."""
 
     def __init__(self, ids: dict[str, str], event: Callable[..., str]) -> None:
         self.ids, self.event = ids, event
         self.opened: dict[str, int] = {}  # item id -> output index
-        self.texts: dict[str, str] = {}
+        self.texts: dict[str, str] = {}  # item id -> its text, or a call's arguments, so far
         self.logprobs: dict[str, list[dict[str, Any]]] = {}  # the message's, where they were asked for
+        self.calls: list[dict[str, Any]] = []  # the function calls announced, as chat wrote them
         self.done: set[str] = set()
 
     def text(self, kind: str, delta: str, logprobs: list[dict[str, Any]] | None = None) -> list[str]:
         """A reasoning ("rs") or message ("msg") delta, its item announced first if it is new."""
         item_id = self.ids[kind]
-        sent = [] if item_id in self.opened else self._announce(kind)
-        if kind == "msg" and self.ids["rs"] in self.opened and self.ids["rs"] not in self.done:
-            reasoning = responses.reasoning_item(self.ids["rs"], self.texts[self.ids["rs"]])
-            sent = [*self._finish(reasoning), *sent]
+        sent = [] if item_id in self.opened else self._announce(self._empty(kind))
+        if kind == "msg":
+            sent = [*self._reasoning_done(), *sent]
         self.texts[item_id] += delta
         if logprobs:
             self.logprobs.setdefault(item_id, []).extend(logprobs)
@@ -76,47 +78,98 @@ class _Output:
             return [*sent, self.event("response.reasoning_text.delta", **where, delta=delta)]
         return [*sent, self.event("response.output_text.delta", **where, delta=delta, logprobs=logprobs or [])]
 
-    def _announce(self, kind: str) -> list[str]:
-        item_id = self.ids[kind]
+    def call(self, piece: dict[str, Any]) -> list[str]:
+        """A chat tool call delta: a new call's head (its item announced), or more of a call's arguments."""
+        sent: list[str] = []
+        if piece["index"] == len(self.calls):
+            head = {"id": piece["id"], "type": "function", "function": {**piece["function"], "arguments": ""}}
+            self.calls.append(head)
+            sent += [*self._reasoning_done(), *self._announce(responses.function_call_item(head, "in_progress"))]
+        item_id = responses.function_call_item(self.calls[piece["index"]], "")["id"]
+        delta = piece["function"].get("arguments") or ""
+        if delta:
+            self.texts[item_id] += delta
+            where = {"item_id": item_id, "output_index": self.opened[item_id]}
+            sent.append(self.event("response.function_call_arguments.delta", **where, delta=delta))
+        return sent
+
+    def same_calls(self, completion: dict[str, Any]) -> dict[str, Any]:
+        """The completion with the call ids this stream announced (the whole answer's reading gives new ones)."""
+        message = completion["choices"][0]["message"]
+        for call, streamed in zip(message.get("tool_calls") or [], self.calls):
+            call["id"] = streamed["id"]
+        return completion
+
+    def _empty(self, kind: str) -> dict[str, Any]:
+        if kind == "rs":
+            return {**responses.reasoning_item(self.ids["rs"], ""), "content": [], "status": "in_progress"}
+        return {**responses.message_item(self.ids["msg"], "", None, "in_progress"), "content": []}
+
+    def _reasoning_done(self) -> list[str]:
+        item_id = self.ids["rs"]
+        if item_id not in self.opened or item_id in self.done:
+            return []
+        return self._finish(responses.reasoning_item(item_id, self.texts[item_id]))
+
+    def _announce(self, item: dict[str, Any]) -> list[str]:
+        item_id = item["id"]
         self.opened[item_id], self.texts[item_id] = len(self.opened), ""
         at = {"output_index": self.opened[item_id]}
-        if kind == "rs":
-            item = {**responses.reasoning_item(item_id, ""), "content": [], "status": "in_progress"}
+        sent = [self.event("response.output_item.added", **at, item=item)]
+        if item["type"] == "reasoning":
             part = {"type": "reasoning_text", "text": ""}
-        else:
-            item = {**responses.message_item(item_id, "", None, "in_progress"), "content": []}
+        elif item["type"] == "message":
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-        return [
-            self.event("response.output_item.added", **at, item=item),
-            self.event("response.content_part.added", item_id=item_id, **at, content_index=0, part=part),
-        ]
+        else:
+            return sent
+        return [*sent, self.event("response.content_part.added", item_id=item_id, **at, content_index=0, part=part)]
+
+    def _cut(self, item_id: str) -> dict[str, Any]:
+        """An announced item as streamed so far: `incomplete`, unless it was finished."""
+        text = self.texts[item_id]
+        if item_id == self.ids["rs"]:
+            return {
+                **responses.reasoning_item(item_id, text),
+                "status": "completed" if item_id in self.done else "incomplete",
+            }
+        if item_id == self.ids["msg"]:
+            return responses.message_item(item_id, text, self.logprobs.get(item_id), "incomplete")
+        call = next(c for c in self.calls if responses.function_call_item(c, "")["id"] == item_id)
+        return responses.function_call_item({**call, "function": {**call["function"], "arguments": text}}, "incomplete")
 
     def so_far(self) -> list[dict[str, Any]]:
-        """The items announced so far, as a failed Response lists them: their text (and logprobs) until the failure,
-        `incomplete` where the failure cut them."""
-        items = []
-        for item_id, text in self.texts.items():
-            if item_id == self.ids["rs"]:
-                status = "completed" if item_id in self.done else "incomplete"
-                items.append({**responses.reasoning_item(item_id, text), "status": status})
-            else:
-                items.append(responses.message_item(item_id, text, self.logprobs.get(item_id), "incomplete"))
-        return items
+        """The items announced so far, as a failed Response lists them: cut where the failure came."""
+        return [self._cut(item_id) for item_id in self.opened]
 
     def finish(self, final: dict[str, Any]) -> list[str]:
-        """Every item of the final Response not finished yet, announcing any that sent no text (an empty answer)."""
+        """Every item not finished yet, announcing any that sent no text (an empty answer). The final Response lists
+        the items at the indexes they were streamed at; one the whole answer's reading dropped (a call cut off) as
+        streamed, `incomplete`, and no empty message beside it."""
+        listed = {item["id"]: item for item in final["output"]}
+        unsent = [item for item in final["output"] if item["id"] not in self.opened]
+        if self.opened:  # the empty message of an answer that had none but a cut-off call is not listed
+            unsent = [item for item in unsent if item["type"] != "message" or item["content"][0]["text"]]
+        final["output"] = [listed.get(i) or self._cut(i) for i in self.opened] + unsent
         sent: list[str] = []
         for item in final["output"]:
             if item["id"] in self.done:
                 continue
             if item["id"] not in self.opened:
-                sent += self._announce("rs" if item["type"] == "reasoning" else "msg")
+                sent += self._announce(self._empty("rs" if item["type"] == "reasoning" else "msg"))
             sent += self._finish(item)
         return sent
 
     def _finish(self, item: dict[str, Any]) -> list[str]:
         self.done.add(item["id"])
-        where = {"item_id": item["id"], "output_index": self.opened[item["id"]], "content_index": 0}
+        at = {"output_index": self.opened[item["id"]]}
+        if item["type"] == "function_call":
+            return [
+                self.event(
+                    "response.function_call_arguments.done", item_id=item["id"], **at, arguments=item["arguments"]
+                ),
+                self.event("response.output_item.done", **at, item=item),
+            ]
+        where = {"item_id": item["id"], **at, "content_index": 0}
         part = item["content"][0]
         if item["type"] == "reasoning":
             text = self.event("response.reasoning_text.done", **where, text=part["text"])
@@ -126,7 +179,7 @@ class _Output:
         return [
             text,
             self.event("response.content_part.done", **where, part=part),
-            self.event("response.output_item.done", output_index=where["output_index"], item=item),
+            self.event("response.output_item.done", **at, item=item),
         ]
 
 
@@ -167,9 +220,12 @@ async def _events(
                     logprobs = (item.get("logprobs") or {}).get("content")
                     for sent in output.text("msg", delta["content"], logprobs):
                         yield sent
+                for piece in delta.get("tool_calls") or []:
+                    for sent in output.call(piece):
+                        yield sent
             if result is None:
                 raise RuntimeError("the decode ended without its result")  # a bug: logged, answered as internal
-            completion = chat.completion_response(model_id, [result], chat_req, fmt)
+            completion = output.same_calls(chat.completion_response(model_id, [result], chat_req, fmt))
             final = responses.response_body(body, ids, model_id, completion, created_at=created)
     except Exception as exc:  # noqa: BLE001 - after the start, an error is the stream's last events
         status, message, error_type, param = stream_failure(exc)

@@ -1,5 +1,9 @@
 """OpenAI's Responses API (`POST /v1/responses`, as vLLM serves it): the request read as the chat request it means,
-and a chat completion written back as a Response (its output items, usage and status)."""
+and a chat completion written back as a Response (its output items, usage and status).
+
+Function tools are the chat route's tools: a Responses tool (flat: `name`, `parameters`) is a chat tool (nested under
+`function`), a `function_call` input item is a past assistant turn's call, a `function_call_output` a `tool` message,
+and each call the model makes is a `function_call` output item whose `call_id` the client answers with."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from pydantic import Field, ValidationError
 
 from playground.errors import ParameterError
 from playground.types.base import InputText, Name
-from playground.types.chat import ReasoningEffort, Request, StructuredOutputs
+from playground.types.chat import FunctionCall, ReasoningEffort, Request, StructuredOutputs
 from playground.types.params import Sampling
 from playground.types.sizes import MAX_MESSAGES, MAX_SEED
 from playground.wire.errors import error_field, validation_message
@@ -31,6 +35,7 @@ IGNORED = (
 )
 ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = ("input_text", "output_text", "text")
+TOOL_CHOICES = ("none", "auto", "required")
 # Input items a client sends back from an earlier response (`input += response.output`) that the prompt leaves out,
 # as chat templates leave out past turns' reasoning.
 SKIPPED = ("reasoning",)
@@ -46,6 +51,9 @@ NAMES = {
     "response_format": "text.format",
     "reasoning_effort": "reasoning.effort",
 }
+# A function tool's keys OpenAI's SDKs may send that change nothing here at these values (left out), and why
+# another value is refused.
+TOOL_DEFAULTS = {"defer_loading": (False, "no tool search"), "allowed_callers": (["direct"], "no programmatic calls")}
 
 
 # OpenAI's `include` values: the logprobs are given; the others name outputs of tools this route does not run, and
@@ -64,13 +72,15 @@ IncludeItem = Literal[
 
 def names(body: ResponsesRequest) -> dict[str, str]:
     """NAMES for one request: a constraint's errors name the field it came in (`text.format` or
-    `structured_outputs`), a reasoning budget's the field that set it."""
+    `structured_outputs`), a reasoning budget's the field that set it, a tool's schema its place in `tools`."""
     fmt = body.text.format if body.text is not None else None
     named = dict(NAMES)
     if (fmt is None or fmt.type == "text") and body.structured_outputs is not None:
         named["grammar"] = "structured_outputs"
     if body.max_reasoning_tokens is None and body.reasoning is not None and body.reasoning.effort is not None:
         named["max_reasoning_tokens"] = "reasoning.effort"
+    for k, i in enumerate(_sent_indexes(body)):  # a tool's schema is checked as chat's tools[k].function.parameters
+        named[f"tools[{k}].function.parameters"] = f"tools[{i}].parameters"
     return named
 
 
@@ -102,8 +112,9 @@ class ResponsesRequest(Request, Sampling):
     """OpenAI's ResponseCreateParams for text: `input` (a string, or messages whose content is text), `instructions`,
     `text.format`, `max_output_tokens`, sampling, `top_logprobs`, `reasoning.effort`, `stream`; vLLM's sampling
     extensions (`top_k`, `min_p`, `repetition_penalty`, `seed`, ...) and `structured_outputs`; our
-    `max_reasoning_tokens`. Tools, stored responses and background runs
-    are refused by name: this server keeps no responses and its tool calls live on /v1/chat/completions."""
+    `max_reasoning_tokens`; function `tools` with `tool_choice` and `parallel_tool_calls`, and the
+    `function_call` / `function_call_output` items of a conversation that used them. Hosted tools, stored responses
+    and background runs are refused by name: this server runs no tools itself and keeps no responses."""
 
     model: Name | None = None
     input: InputText | Annotated[list[dict[str, Any]], Field(max_length=MAX_MESSAGES)]
@@ -125,7 +136,7 @@ class ResponsesRequest(Request, Sampling):
     stream_options: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     tool_choice: str | dict[str, Any] | None = None
-    tools: list[dict[str, Any]] | None = Field(default=None, max_length=128)
+    tools: list[dict[str, Any]] | None = Field(default=None, max_length=64)
     previous_response_id: Name | None = None
     conversation: str | dict[str, Any] | None = None
     background: bool | None = None
@@ -158,6 +169,7 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
     """The chat request a Responses request means: `instructions` as the system message, `input` as the messages,
     `text.format` as response_format; errors name this route's fields."""
     _refuse_what_this_server_cannot_keep(req)
+    tools, tool_choice = _tools(req)
     chat: dict[str, Any] = {
         **req.model_dump(include=set(Sampling.model_fields), exclude_unset=True),
         "model": req.model,
@@ -173,6 +185,9 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
         "reasoning_effort": req.reasoning.effort if req.reasoning else None,
         "max_reasoning_tokens": req.max_reasoning_tokens,
         "structured_outputs": req.structured_outputs.model_dump(exclude_unset=True) if req.structured_outputs else None,
+        "tools": tools,
+        "tool_choice": tool_choice,
+        "parallel_tool_calls": req.parallel_tool_calls,
         "stream": req.stream,
     }
     try:
@@ -183,12 +198,11 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
 
 
 def _refuse_what_this_server_cannot_keep(req: ResponsesRequest) -> None:
-    """Stored responses, conversations, background runs and tools change what the model sees or does: refused."""
+    """Stored responses, conversations and background runs change what the model sees or does: refused."""
     refused = {
         "previous_response_id": "this server keeps no responses: send the whole conversation in `input`",
         "conversation": "this server keeps no conversations: send the whole conversation in `input`",
         "background": "responses run in the foreground only",
-        "tools": "tool calls are served on /v1/chat/completions (`tools`, `tool_choice`)",
     }
     for name, why in refused.items():
         if getattr(req, name):
@@ -199,34 +213,165 @@ def _refuse_what_this_server_cannot_keep(req: ResponsesRequest) -> None:
             "prompt, as chat templates leave them out: 'current_turn')",
             field="reasoning.context",
         )
-    if req.tool_choice not in (None, "none", "auto"):
-        raise ParameterError("tool_choice: only 'none' or 'auto' without tools here", field="tool_choice")
+
+
+def _tools(req: ResponsesRequest) -> tuple[list[dict[str, Any]] | None, str | dict[str, Any] | None]:
+    """The chat route's `tools` and `tool_choice`: function tools nested under `function`; `allowed_tools` keeps the
+    tools it names, under its mode; a named function as chat names it. Hosted tools are refused by type."""
+    functions: list[dict[str, Any]] = []
+    for i, tool in enumerate(req.tools or []):
+        if tool.get("type") != "function":
+            raise ParameterError(
+                f"tools[{i}].type: {tool.get('type')!r} tools are not supported here (this server runs no tools "
+                "itself: function tools only, which your code runs)",
+                field=f"tools[{i}]",
+            )
+        for key, (value, why) in TOOL_DEFAULTS.items():
+            if key in tool and tool[key] != value:
+                raise ParameterError(f"tools[{i}].{key}: only {value!r} here ({why})", field=f"tools[{i}]")
+        functions.append(
+            {"type": "function", "function": {k: v for k, v in tool.items() if k != "type" and k not in TOOL_DEFAULTS}}
+        )
+    choice = req.tool_choice
+    if isinstance(choice, str):
+        if choice not in TOOL_CHOICES:
+            raise ParameterError(f"tool_choice: one of {', '.join(TOOL_CHOICES)}, got {choice!r}", field="tool_choice")
+    elif choice is not None:
+        choice = _tool_choice(choice, [f["function"].get("name") for f in functions])
+        functions = [functions[i] for i in _sent_indexes(req)]
+    if not functions:
+        if choice not in (None, "none", "auto"):
+            raise ParameterError(f"tool_choice: {req.tool_choice!r} needs function `tools`", field="tool_choice")
+        return None, None
+    return functions, choice
+
+
+def _tool_choice(choice: dict[str, Any], names: list[str | None]) -> str | dict[str, Any]:
+    """A tool choice object as chat's: a function by name, or `allowed_tools`' mode (its tools: `_sent_indexes`)."""
+    if choice.get("type") == "function":
+        if not isinstance(choice.get("name"), str) or choice["name"] not in names:
+            raise ParameterError(
+                f"tool_choice.name: {choice.get('name')!r} is not one of the function tools", field="tool_choice"
+            )
+        return {"type": "function", "function": {"name": choice["name"]}}
+    if choice.get("type") == "allowed_tools":
+        mode, allowed = choice.get("mode"), choice.get("tools")
+        if mode not in ("auto", "required") or not isinstance(allowed, list) or not allowed:
+            raise ParameterError(
+                "tool_choice: allowed_tools needs `mode` ('auto' or 'required') and a list of `tools`",
+                field="tool_choice",
+            )
+        for j, tool in enumerate(allowed):
+            if not isinstance(tool, dict) or tool.get("type") != "function" or tool.get("name") not in names:
+                raise ParameterError(
+                    f"tool_choice.tools[{j}]: a function tool of `tools` by name ({{'type': 'function', 'name': ...}})",
+                    field="tool_choice",
+                )
+        return mode
+    raise ParameterError(
+        f"tool_choice.type: {choice.get('type')!r} is not supported here (function tools only: 'function' by name, "
+        "or 'allowed_tools')",
+        field="tool_choice",
+    )
+
+
+def _sent_indexes(req: ResponsesRequest) -> list[int]:
+    """Which of `tools` the chat request gets, in order: all, or those `allowed_tools` names."""
+    indexes = list(range(len(req.tools or [])))
+    choice = req.tool_choice
+    if (
+        not isinstance(choice, dict)
+        or choice.get("type") != "allowed_tools"
+        or not isinstance(choice.get("tools"), list)
+    ):
+        return indexes
+    allowed = [tool.get("name") for tool in choice["tools"] if isinstance(tool, dict)]
+    return [i for i in indexes if (req.tools or [])[i].get("name") in allowed]
 
 
 def _renamed(loc: tuple[Any, ...], req: ResponsesRequest) -> tuple[Any, ...]:
-    """A chat field's error location as this route's: `messages[i]` is `input[j]`, `input` or `instructions`."""
+    """A chat field's error location as this route's: `messages[i]` is `input[j]`, `input` or `instructions`;
+    `tools[i].function.x` is `tools[i].x`."""
     if len(loc) > 1 and loc[0] == "messages" and isinstance(loc[1], int):
-        message = loc[1] - (1 if req.instructions else 0)
-        if message < 0:
-            return ("instructions",)
-        if isinstance(req.input, str):
-            return ("input",)
-        kept = [i for i, item in enumerate(req.input) if item.get("type") not in SKIPPED]
-        return ("input", kept[message], *loc[2:]) if message < len(kept) else ("input",)
+        origins = _conversation(req)[1]
+        origin = origins[loc[1]] if loc[1] < len(origins) else None
+        if origin is None:
+            return ("instructions",) if req.instructions and loc[1] == 0 else ("input",)
+        return ("input",) if isinstance(req.input, str) else ("input", origin, *loc[2:])
+    if len(loc) > 1 and loc[0] == "tools" and isinstance(loc[1], int):
+        sent = _sent_indexes(req)
+        index = sent[loc[1]] if loc[1] < len(sent) else loc[1]
+        return ("tools", index, *(loc[3:] if loc[2:3] == ("function",) else loc[2:]))
     return (NAMES.get(str(loc[0]), loc[0]), *loc[1:]) if loc else loc
 
 
 def _messages(req: ResponsesRequest) -> list[dict[str, Any]]:
-    system = [{"role": "system", "content": req.instructions}] if req.instructions else []
-    if isinstance(req.input, str):
-        return [*system, {"role": "user", "content": req.input}]
-    kept = [_message(item, f"input[{i}]") for i, item in enumerate(req.input) if item.get("type") not in SKIPPED]
-    if system and len(kept) >= MAX_MESSAGES:
+    messages, _ = _conversation(req)
+    if len(messages) > MAX_MESSAGES:  # (input holds at most MAX_MESSAGES items: the instructions made one more)
         raise ParameterError(
             f"input: at most {MAX_MESSAGES - 1} messages with `instructions` (they take a message of their own)",
             field="input",
         )
-    return [*system, *kept]
+    return messages
+
+
+def _conversation(req: ResponsesRequest) -> tuple[list[dict[str, Any]], list[int | None]]:
+    """The chat messages, and the input item each came from (None: `instructions`, or `input` as a string).
+
+    Function calls join the assistant message before them (a turn's text and its calls are one chat message), as a
+    run of calls does; a call's output is a `tool` message."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": req.instructions}] if req.instructions else []
+    origins: list[int | None] = [None] * len(messages)
+    if isinstance(req.input, str):
+        return [*messages, {"role": "user", "content": req.input}], [*origins, None]
+    called: set[str] = set()
+    for i, item in enumerate(req.input):
+        kind, field = item.get("type", "message"), f"input[{i}]"
+        if kind in SKIPPED:
+            continue
+        if kind == "function_call":
+            call = _function_call(item, field)
+            called.add(call["id"])
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+                continue
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            messages.append(_call_output(item, field, called))
+        else:
+            messages.append(_message(item, field))
+        origins.append(i)
+    return messages, origins
+
+
+def _function_call(item: dict[str, Any], field: str) -> dict[str, Any]:
+    """A `function_call` item as a chat tool call: its `call_id` is the id its output answers."""
+    name, arguments, call_id = item.get("name"), item.get("arguments"), item.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise ParameterError(f"{field}.call_id: the call's id, a string", field=field)
+    try:
+        checked = FunctionCall.model_validate({"name": name, "arguments": arguments})
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise ParameterError(f"{field}.{where}: {error['msg'].removeprefix('Value error, ')}", field=field) from None
+    return {"id": call_id, "type": "function", "function": {"name": checked.name, "arguments": checked.arguments}}
+
+
+def _call_output(item: dict[str, Any], field: str, called: set[str]) -> dict[str, Any]:
+    """A `function_call_output` item as a `tool` message: its output is text, or a list of text parts; it answers a
+    `function_call` item before it (as OpenAI requires)."""
+    call_id, output = item.get("call_id"), item.get("output")
+    if not isinstance(call_id, str) or not call_id:
+        raise ParameterError(f"{field}.call_id: the id of the call this output answers, a string", field=field)
+    if call_id not in called:
+        raise ParameterError(f"{field}.call_id: no function_call item before it has call_id {call_id!r}", field=field)
+    if isinstance(output, list):
+        output = _texts(output, f"{field}.output")
+    if not isinstance(output, str):
+        raise ParameterError(f"{field}.output: a string or a list of text parts", field=field)
+    return {"role": "tool", "tool_call_id": call_id, "content": output}
 
 
 def _message(item: dict[str, Any], field: str) -> dict[str, Any]:
@@ -234,8 +379,8 @@ def _message(item: dict[str, Any], field: str) -> dict[str, Any]:
     kind = item.get("type", "message")
     if kind != "message":
         raise ParameterError(
-            f"{field}.type: {kind!r} items are not supported here (text messages only; tool calls are served on "
-            "/v1/chat/completions)",
+            f"{field}.type: {kind!r} items are not supported here (text messages, and function calls with their "
+            "outputs)",
             field=field,
         )
     role, content = item.get("role"), item.get("content")
@@ -245,16 +390,20 @@ def _message(item: dict[str, Any], field: str) -> dict[str, Any]:
         return {"role": role, "content": content}
     if not isinstance(content, list):
         raise ParameterError(f"{field}.content: a string or a list of text parts", field=field)
+    return {"role": role, "content": _texts(content, f"{field}.content")}
+
+
+def _texts(parts: list[Any], field: str) -> str:
     texts = []
-    for j, part in enumerate(content):
+    for j, part in enumerate(parts):
         if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS or not isinstance(part.get("text"), str):
             got = part.get("type") if isinstance(part, dict) else type(part).__name__
             raise ParameterError(
-                f"{field}.content[{j}]: text parts only ({', '.join(TEXT_PARTS)} with `text`), got {got!r}",
-                field=field,
+                f"{field}[{j}]: text parts only ({', '.join(TEXT_PARTS)} with `text`), got {got!r}",
+                field=field.split(".")[0],
             )
         texts.append(part["text"])
-    return {"role": role, "content": "".join(texts)}
+    return "".join(texts)
 
 
 def _response_format(fmt: TextFormat) -> dict[str, Any] | None:
@@ -311,7 +460,7 @@ def response_body(
         "temperature": req.temperature,
         "text": {"format": _echoed(fmt)},
         "tool_choice": req.tool_choice or "auto",
-        "tools": [],
+        "tools": req.tools or [],
         "top_logprobs": req.top_logprobs,
         "top_p": req.top_p,
         "truncation": "disabled",
@@ -327,7 +476,10 @@ def response_body(
     reasoning = message.get("reasoning")
     if reasoning:
         body["output"].append(reasoning_item(ids["rs"], reasoning))
-    body["output"].append(message_item(ids["msg"], message.get("content") or "", _logprobs(choice), status))
+    calls = message.get("tool_calls") or []
+    if message.get("content") or not calls:
+        body["output"].append(message_item(ids["msg"], message.get("content") or "", _logprobs(choice), status))
+    body["output"] += [function_call_item(call, "completed") for call in calls]
     extras = {key: choice[key] for key in ("validation", "seed", "constraint_kind", "constraint_engine")}
     return {
         **body,
@@ -345,6 +497,20 @@ def message_item(item_id: str, text: str, logprobs: list[dict[str, Any]] | None,
     if logprobs is not None:
         part["logprobs"] = logprobs
     return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": [part]}
+
+
+def function_call_item(call: dict[str, Any], status: str) -> dict[str, Any]:
+    """A chat tool call as a `function_call` output item; its item id follows from its call id (a stream announces
+    the item before the Response lists it)."""
+    function = call["function"]
+    return {
+        "type": "function_call",
+        "id": "fc_" + call["id"].removeprefix("call_"),
+        "call_id": call["id"],
+        "name": function["name"],
+        "arguments": function["arguments"],
+        "status": status,
+    }
 
 
 def _reasoning(req: ResponsesRequest) -> dict[str, Any]:

@@ -1,12 +1,15 @@
 """The client libraries people already use, against the live server on the embedded model: TGI's own
-`text-generation`, instructor, langchain-openai and pydantic-ai. Each parses a structured answer, and the
-test checks the parsed object validates (closed schemas with short fields: the embedded model is tiny)."""
+`text-generation`, instructor, langchain-openai, pydantic-ai and OpenAI's Agents SDK. Each parses a structured
+answer or runs a function tool, and the test checks the parsed object validates (closed schemas with short
+fields: the embedded model is tiny)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Literal
 
+import agents
 import huggingface_hub
 import instructor
 import jsonschema
@@ -118,6 +121,64 @@ def test_pydantic_ai_native_output_through_the_responses_api(server_url: str) ->
     agent = Agent(model, output_type=NativeOutput(OwnedPet))
     result = agent.run_sync("A pet and its owner.", model_settings={"max_tokens": 80, "temperature": 0})
     assert isinstance(result.output, OwnedPet)
+
+
+def test_langchain_bind_tools_through_the_responses_api(server_url: str) -> None:
+    llm = ChatOpenAI(
+        base_url=f"{server_url}/v1", api_key="unused", model="embedded", max_tokens=60, temperature=0,
+        max_retries=0, use_responses_api=True,
+    )  # fmt: skip
+    (call,) = llm.bind_tools([Pet], tool_choice="Pet").invoke(ASK).tool_calls
+    assert call["name"] == "Pet" and call["id"].startswith("call_")
+    Pet.model_validate(call["args"])
+
+
+def test_pydantic_ai_tool_output_through_the_responses_api(server_url: str) -> None:
+    """pydantic-ai's default output: a `final_result` function tool the model must call."""
+    model = OpenAIResponsesModel("embedded", provider=OpenAIProvider(base_url=f"{server_url}/v1", api_key="unused"))
+    result = Agent(model, output_type=Pet).run_sync(ASK, model_settings={"max_tokens": 60, "temperature": 0})
+    assert isinstance(result.output, Pet)
+    assert [part.tool_name for part in result.all_messages()[1].parts] == ["final_result"]
+
+
+def test_openai_agents_sdk_runs_a_function_tool_and_answers_with_its_output(server_url: str) -> None:
+    """The Agents SDK on the Responses API: the model calls the tool, the SDK runs it and sends its output back."""
+    agents.set_tracing_disabled(True)
+    asked: list[str] = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        asked.append(city)
+        return f"18 C and sunny in {city}"
+
+    async def run() -> tuple[agents.RunResult, agents.RunResult, list[str]]:
+        client = openai.AsyncOpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0, timeout=120)
+        agent = agents.Agent(
+            name="weather",
+            instructions="Answer with the tools.",
+            tools=[get_weather],
+            model=agents.OpenAIResponsesModel(model="embedded", openai_client=client),
+            model_settings=agents.ModelSettings(tool_choice="required", temperature=0, max_tokens=60),
+            tool_use_behavior="stop_on_first_tool",
+        )
+        called = await agents.Runner.run(agent, "What's the weather in Paris?")
+        # the run's items (the call and its output) go back as the next run's input; now the model answers
+        answering = agent.clone(
+            model_settings=agents.ModelSettings(tool_choice="none", temperature=0, max_tokens=30),
+            tool_use_behavior="run_llm_again",
+        )
+        answered = await agents.Runner.run(answering, called.to_input_list())
+        streamed = agents.Runner.run_streamed(agent, "And in Rome?")
+        kinds = [event.type async for event in streamed.stream_events()]
+        return called, answered, [*kinds, str(streamed.final_output)]
+
+    called, answered, streamed = asyncio.run(run())
+    assert called.final_output == f"18 C and sunny in {asked[0]}" and asked[0]
+    kinds = [item["type"] for item in called.to_input_list()[1:]]
+    assert kinds == ["function_call", "function_call_output"]
+    assert isinstance(answered.final_output, str) and answered.final_output
+    assert "run_item_stream_event" in streamed and streamed[-1] == f"18 C and sunny in {asked[1]}"
 
 
 def test_pydantic_ai_nested_output_model(server_url: str) -> None:

@@ -1,6 +1,7 @@
 """POST /v1/responses through the openai SDK's Responses client: text.format under a schema (`parse` to a pydantic
 model, streamed too), the stream's events as the SDK accumulates them, an answer cut by max_output_tokens,
-logprobs, a thinking model's reasoning item, and what this server refuses."""
+logprobs, function tools (a call, streamed, then the conversation going on with its output), a thinking model's
+reasoning item, and what this server refuses."""
 
 from __future__ import annotations
 
@@ -129,12 +130,93 @@ def test_current_sdk_reasoning_efforts_and_cache_fields_are_taken(client: openai
     assert done.status == "completed" and done.completed_at >= done.created_at
 
 
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+CLOCK = {**WEATHER, "name": "get_time", "description": "The time in a time zone."}
+
+
+def test_function_tools_call_stream_and_go_on_with_the_output(client: openai.OpenAI) -> None:
+    ask = {"model": "embedded", "input": "What's the weather in Paris?", "temperature": 0, "max_output_tokens": 60}
+    named = {"tools": [WEATHER, CLOCK], "tool_choice": {"type": "function", "name": "get_weather"}}
+    response = client.responses.create(**ask, **named)
+    (call,) = response.output
+    assert call.type == "function_call" and call.name == "get_weather" and call.status == "completed"
+    assert call.call_id.startswith("call_") and call.id == "fc_" + call.call_id.removeprefix("call_")
+    jsonschema.validate(json.loads(call.arguments), WEATHER["parameters"])
+    assert response.status == "completed" and [tool.name for tool in response.tools] == ["get_weather", "get_time"]
+
+    # streamed: the item announced, its arguments as deltas, then done; the Response the SDK returns agrees
+    with client.responses.stream(**ask, **named) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    kinds = [e.type for e in events]
+    assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert kinds[-3:] == ["response.function_call_arguments.done", "response.output_item.done", "response.completed"]
+    (streamed,) = final.output
+    deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    assert deltas == streamed.arguments == call.arguments and events[2].item.id == streamed.id != call.id
+    assert streamed.parsed_arguments == json.loads(call.arguments)  # the SDK parsed it (a strict tool)
+
+    # allowed_tools: the model calls one of the tools it names, under its mode
+    subset = {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get_time"}]}
+    chosen = client.responses.create(**ask, tools=[WEATHER, CLOCK], tool_choice=subset)
+    assert [item.name for item in chosen.output] == ["get_time"]
+
+    # the conversation goes on with the call's output: the prompt holds the call and its output, the answer is text
+    history = [
+        {"role": "user", "content": ask["input"]},
+        *[item.model_dump(exclude_none=True) for item in response.output],
+        {"type": "function_call_output", "call_id": call.call_id, "output": "18 C and sunny"},
+    ]
+    answer = client.responses.create(**{**ask, "input": history}, tools=[WEATHER], tool_choice="none")
+    (message,) = answer.output
+    assert message.type == "message" and answer.output_text and answer.status in ("completed", "incomplete")
+    alone = client.responses.create(**{**ask, "max_output_tokens": 1}, tools=[WEATHER], tool_choice="none")
+    assert answer.usage.input_tokens > alone.usage.input_tokens + response.usage.output_tokens  # the call, its output
+
+
+def test_a_streamed_call_cut_by_max_output_tokens_is_listed_as_streamed(client: openai.OpenAI) -> None:
+    ask = {"model": "embedded", "input": "What's the weather in Paris?", "temperature": 0, "tools": [WEATHER]}
+    whole = client.responses.create(**ask, tool_choice="required", max_output_tokens=60)
+    arguments = whole.output[0].arguments
+    for cut in range(whole.usage.output_tokens - 1, 0, -1):  # the first cut inside the arguments, from the end
+        events = list(client.responses.create(**ask, tool_choice="required", max_output_tokens=cut, stream=True))
+        deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+        if deltas and deltas != arguments:
+            break
+    final = events[-1].response
+    assert events[-1].type == "response.incomplete" and final.incomplete_details.reason == "max_output_tokens"
+    (item,) = final.output  # the call as far as it came, and no empty message beside it
+    assert item.type == "function_call" and item.status == "incomplete" and item.name == "get_weather"
+    assert item.arguments == deltas and arguments.startswith(deltas)
+    assert [e.item.status for e in events if e.type == "response.output_item.done"] == ["incomplete"]
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id: not supported here"),
-        ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools: not supported here"),
-        ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input[0].type"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type: 'web_search' tools are not supported here"),
+        (
+            {"tools": [{"type": "function", "name": "f", "parameters": {"type": 5}}], "tool_choice": "required"},
+            "tools[0].parameters (f): not a valid JSON Schema",
+        ),
+        ({"tool_choice": "required"}, "tool_choice: 'required' needs function `tools`"),
+        (
+            {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]},
+            "input[0].call_id: no function_call item before it has call_id 'c'",
+        ),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
         ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": 5}}}}, "not a valid JSON Schema"),
         ({"temperature": 3}, "temperature"),
         ({"max_output_tokens": 10**7}, "max_output_tokens: must be <"),  # the chat route's check, named as sent

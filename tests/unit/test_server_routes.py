@@ -150,6 +150,55 @@ def test_responses_read_long_inputs_skip_returned_reasoning_and_name_the_input_i
     assert responses_wire._renamed(("max_completion_tokens",), request) == ("max_output_tokens",)
 
 
+def test_responses_tools_and_their_items_are_the_chat_request_they_mean() -> None:
+    """Flat function tools nest under `function`; allowed_tools keeps those it names; a call joins the assistant
+    message before it (a run of calls is one message); its output is a `tool` message; errors name this route's
+    fields, a tool by its place in `tools`."""
+    tool = {"type": "function", "name": "a", "parameters": {"type": "object"}, "defer_loading": False}
+    tools = [tool, {**tool, "name": "b"}, {**tool, "name": "c"}]
+    items = [
+        {"role": "user", "content": "hi"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me see."}]},
+        {"type": "function_call", "call_id": "call_1", "name": "a", "arguments": "{}", "id": "fc_1"},
+        {"type": "function_call", "call_id": "call_2", "name": "c", "arguments": '{"x": 1}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "one"},
+        {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "two"}]},
+    ]
+    subset = {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "c"}]}
+    request = ResponsesRequest(input=items, tools=tools, tool_choice=subset, parallel_tool_calls=False)
+    chat = responses_wire.chat_request(request)
+    assert [t.function.name for t in chat.tools] == ["c"] and chat.tool_choice == "required"
+    assert chat.parallel_tool_calls is False
+    assert [(m.role, m.text()) for m in chat.messages] == [
+        ("user", "hi"), ("assistant", "Let me see."), ("tool", "one"), ("tool", "two")
+    ]  # fmt: skip
+    calls = chat.messages[1].model_extra["tool_calls"]
+    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
+        ("call_1", "a", "{}"), ("call_2", "c", '{"x": 1}')
+    ]  # fmt: skip
+    assert [m.model_extra.get("tool_call_id") for m in chat.messages[2:]] == ["call_1", "call_2"]
+    named = ResponsesRequest(input="hi", tools=tools, tool_choice={"type": "function", "name": "b"})
+    assert responses_wire.chat_request(named).tool_choice.function.name == "b"
+    # a chat error's place is the route's: the third tool is chat's first under this subset
+    assert responses_wire._renamed(("tools", 0, "function", "parameters"), request) == ("tools", 2, "parameters")
+    assert responses_wire.names(request)["tools[0].function.parameters"] == "tools[2].parameters"
+    assert responses_wire._renamed(("messages", 2, "content"), request) == ("input", 4, "content")
+    for body, words in [
+        ({"tools": [{"type": "file_search"}]}, "tools[0].type: 'file_search' tools are not supported here"),
+        ({"tools": [{**tool, "defer_loading": True}]}, "tools[0].defer_loading: only False here"),
+        ({"tools": tools, "tool_choice": {"type": "mcp"}}, "tool_choice.type: 'mcp' is not supported here"),
+        ({"tools": tools, "tool_choice": {"type": "function", "name": "z"}}, "tool_choice.name: 'z' is not one of"),
+        ({"tools": tools, "tool_choice": {**subset, "mode": "none"}}, "allowed_tools needs `mode`"),
+        ({"tool_choice": {"type": "function", "name": "a"}}, "tool_choice.name: 'a' is not one of the function tools"),
+        ({"input": [{"type": "function_call", "call_id": "c", "name": "a", "arguments": "{"}]}, "input[0].arguments"),
+        ({"input": [items[0], {"type": "function_call_output", "call_id": "x", "output": 1}]}, "input[1].call_id"),
+    ]:
+        with pytest.raises(ParameterError) as caught:
+            responses_wire.chat_request(ResponsesRequest(**{"input": "hi", **body}))
+        assert words in caught.value.message, caught.value.message
+    assert responses_wire.chat_request(ResponsesRequest(input="hi", tool_choice="auto")).tools is None
+
+
 def test_responses_name_what_they_accept_and_ignore(client: TestClient) -> None:
     body = {"input": "hi", "text": {"verbosity": "low"}, "reasoning": {"summary": "auto"}, "metadata": {"a": "b"}}
     warnings = client.post("/v1/responses", json=body).json()["warnings"]
