@@ -134,6 +134,16 @@ class Registry:
                     continue
         return None
 
+    def adapters(self) -> list[tuple[str, str, str]]:
+        """(provider_id, model, adapter) for each adapter a loaded local model lists (`--adapters`)."""
+        found = []
+        for provider in self.providers.values():
+            if provider.capabilities.local_engine:
+                for engine in cast(EngineLender, provider).loaded_engines():
+                    listed = sorted(engine.adapters.allowed or ())
+                    found += [(provider.provider_id, engine.model_id, adapter) for adapter in listed]
+        return found
+
     def local_engine(self, model: str | None, what: str) -> Engine:
         """The local engine serving `model` (for `what`: the debugger, /check, /inspect); remote ones refuse by name."""
         provider, model_id = self.resolve(model)

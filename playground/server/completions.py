@@ -16,7 +16,7 @@ from playground.server import chat
 from playground.server.answers import Chunk, Job, answer
 from playground.server.docs import JSON_OR_STREAM
 from playground.server.streaming import decoded
-from playground.server.tgi import resolve_with_adapter, with_adapter
+from playground.server.tgi import echoed_model, resolve_with_adapter, with_adapter
 from playground.types import GenerationResult, TokenEvent
 from playground.types.sizes import nth_seed
 from playground.wire import checks, completions, inbound
@@ -88,7 +88,8 @@ async def create_completion(request: Request, body: CompletionRequest) -> Any:
     """n choices per prompt, in prompt order; `best_of` candidates pick the likeliest (n = 1)."""
     provider, model_id, jobs = await _jobs(request, body)
     completion_id = f"cmpl-{uuid.uuid4().hex}"
-    base = _envelope(model_id, completion_id)
+    shown = echoed_model(model_id, jobs[0][1])
+    base = _envelope(shown, completion_id)
 
     def usage(results: list[GenerationResult]) -> dict[str, int]:
         return _usage(results, body.n, completions.echo_only(body))
@@ -96,7 +97,7 @@ async def create_completion(request: Request, body: CompletionRequest) -> Any:
     def respond(results: list[GenerationResult]) -> dict[str, Any]:
         choices = [_choice(index, job[0], result, body) for index, (job, result) in enumerate(zip(jobs, results))]
         warnings = list(dict.fromkeys(w for c in choices for w in c["warnings"]))
-        return {**_envelope(model_id, completion_id), "choices": choices, "usage": usage(results), "warnings": warnings}
+        return {**_envelope(shown, completion_id), "choices": choices, "usage": usage(results), "warnings": warnings}
 
     choice = partial(_choice_chunks, req=body)
     return await answer(

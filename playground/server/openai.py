@@ -15,7 +15,7 @@ from playground.server import chat
 from playground.server.answers import Chunk, Job, answer
 from playground.server.docs import JSON_OR_STREAM
 from playground.server.streaming import decoded
-from playground.server.tgi import registry_of, resolve_with_adapter, with_adapter
+from playground.server.tgi import echoed_model, registry_of, resolve_with_adapter, with_adapter
 from playground.server.tool_stream import ToolStream
 from playground.types import GenerateParameters, GenerationResult, Name, Strict, TokenEvent
 from playground.types.sizes import nth_seed
@@ -37,17 +37,28 @@ def _model_card(model: str, provider_id: str) -> dict[str, Any]:
     return {"id": model, "object": "model", "created": int(time.time()), "owned_by": provider_id}
 
 
-@router.get("/models", summary="Served models, by provider")
+def _adapter_card(adapter: str, model: str, provider_id: str) -> dict[str, Any]:
+    """A listed adapter, as vLLM lists a LoRA: its base model as `parent`, the adapter's own id as `root`."""
+    return {**_model_card(adapter, provider_id), "root": adapter, "parent": model}
+
+
+@router.get("/models", summary="Served models, by provider, then the adapters they list")
 async def list_models(request: Request) -> dict[str, Any]:
-    return {"object": "list", "data": [_model_card(m, pid) for pid, m in registry_of(request).models()]}
+    registry = registry_of(request)
+    models = [_model_card(m, pid) for pid, m in registry.models()]
+    return {"object": "list", "data": models + [_adapter_card(a, m, pid) for pid, m, a in registry.adapters()]}
 
 
 @router.get("/models/{model:path}", summary="One served model (OpenAI's models.retrieve)")
 async def retrieve_model(request: Request, model: str) -> dict[str, Any]:
     if not model:  # /v1/models/ is the list
         return await list_models(request)
-    provider, name = registry_of(request).resolve(model)  # 404 in OpenAI's shape for a model nobody serves
-    return _model_card(name, provider.provider_id)
+    provider, name, adapter = resolve_with_adapter(request, model)  # 404 in OpenAI's shape: a model nobody serves
+    return (
+        _model_card(name, provider.provider_id)
+        if adapter is None
+        else _adapter_card(adapter, name, provider.provider_id)
+    )
 
 
 @router.post("/models", summary="Serve a model through a configured provider, at run time")
@@ -78,7 +89,8 @@ async def chat_jobs(request: Request, req: ChatRequest) -> tuple[Provider, str, 
 async def chat_completions(request: Request, body: ChatRequest) -> Any:
     """n choices are n independent samples with seeds seed, seed+1, ...; `validation` on each choice."""
     provider, model_id, fmt, jobs = await chat_jobs(request, body)
-    base = chat.envelope(model_id, "chat.completion.chunk")
+    shown = echoed_model(model_id, jobs[0][1])
+    base = chat.envelope(shown, "chat.completion.chunk")
     choice = partial(choice_chunks, req=body, fmt=fmt)
     return await answer(
         request,
@@ -89,7 +101,7 @@ async def chat_completions(request: Request, body: ChatRequest) -> Any:
         base=base,
         choice_chunks=choice,
         usage=chat.usage,
-        respond=lambda results: chat.completion_response(model_id, results, body, fmt),
+        respond=lambda results: chat.completion_response(shown, results, body, fmt),
         names={
             "inputs": "messages",
             "max_new_tokens": "max_completion_tokens" if body.max_completion_tokens else "max_tokens",

@@ -17,6 +17,7 @@ from playground.server.answers import Job, events, named_as_sent
 from playground.server.docs import JSON_OR_STREAM
 from playground.server.errors import stream_failure
 from playground.server.streaming import generate_while_connected, started
+from playground.server.tgi import echoed_model
 from playground.types import GenerationResult
 from playground.wire import responses
 from playground.wire.inbound import ChatRequest
@@ -37,18 +38,18 @@ async def create_response(request: Request, body: ResponsesRequest) -> Any:
     with named_as_sent(names):
         chat_req = responses.chat_request(body)
         provider, model_id, fmt, jobs = await openai.chat_jobs(request, chat_req)
-    ids, created = responses.new_ids(), int(time.time())
+    ids, created, shown = responses.new_ids(), int(time.time()), echoed_model(model_id, jobs[0][1])
     if body.stream:
         with named_as_sent(names):
             first = await started(events(provider, model_id, jobs[0]))
-        stream = _events(body, chat_req, ids, model_id, first, jobs[0], fmt, created)
+        stream = _events(body, chat_req, ids, shown, first, jobs[0], fmt, created)
         return StreamingResponse(stream, media_type="text/event-stream")
     with named_as_sent(names):
         result = await generate_while_connected(request, provider, model_id, *jobs[0])
     if result is None:
         return Response(status_code=499)
-    completion = chat.completion_response(model_id, [result], chat_req, fmt)
-    return responses.response_body(body, ids, model_id, completion, created_at=created)
+    completion = chat.completion_response(shown, [result], chat_req, fmt)
+    return responses.response_body(body, ids, shown, completion, created_at=created)
 
 
 class _Output:
@@ -187,7 +188,7 @@ async def _events(
     body: ResponsesRequest,
     chat_req: ChatRequest,
     ids: dict[str, str],
-    model_id: str,
+    shown: str,
     first: Any,
     job: Job,
     fmt: Any,
@@ -200,7 +201,7 @@ async def _events(
     def event(kind: str, **fields: Any) -> str:
         return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': next(numbers), **fields})}\n\n"
 
-    shell = responses.response_body(body, ids, model_id, created_at=created)
+    shell = responses.response_body(body, ids, shown, created_at=created)
     yield event("response.created", response=shell)
     yield event("response.in_progress", response=shell)
     output, result = _Output(ids, event), None
@@ -225,8 +226,8 @@ async def _events(
                         yield sent
             if result is None:
                 raise RuntimeError("the decode ended without its result")  # a bug: logged, answered as internal
-            completion = output.same_calls(chat.completion_response(model_id, [result], chat_req, fmt))
-            final = responses.response_body(body, ids, model_id, completion, created_at=created)
+            completion = output.same_calls(chat.completion_response(shown, [result], chat_req, fmt))
+            final = responses.response_body(body, ids, shown, completion, created_at=created)
     except Exception as exc:  # noqa: BLE001 - after the start, an error is the stream's last events
         status, message, error_type, param = stream_failure(exc)
         yield event("error", code=error_type, message=message, param=param)  # `code` free text here: ours

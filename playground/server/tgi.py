@@ -51,6 +51,12 @@ def resolve_with_adapter(request: Request, model: str | None) -> tuple[Provider,
         return found
 
 
+def echoed_model(model_id: str, params: GenerateParameters) -> str:
+    """The `model` an OpenAI answer names: the adapter it decoded with, as listed (vLLM names a LoRA's answers by
+    the LoRA), else the model."""
+    return params.adapter_id or model_id
+
+
 def with_adapter(params: GenerateParameters, adapter: str | None) -> GenerateParameters:
     """The parameters with the adapter a request's `model` named (see `resolve_with_adapter`)."""
     return params if adapter is None else params.model_copy(update={"adapter_id": adapter})

@@ -88,10 +88,17 @@ def test_an_adapter_the_operator_listed_is_used_others_refused_and_one_that_does
     assert client.completions.create(model=str(lora), **prompt).choices[0].text == adapted.json()["generated_text"]
     assert client.completions.create(model="embedded", **prompt).choices[0].text == plain
     ask = {"messages": [{"role": "user", "content": "Name a city."}], "max_tokens": 8, "temperature": 0}
-    chats = {
-        m: client.chat.completions.create(model=m, **ask).choices[0].message.content for m in ("embedded", str(lora))
+    answers = {m: client.chat.completions.create(model=m, **ask) for m in ("embedded", str(lora))}
+    assert answers["embedded"].choices[0].message.content != answers[str(lora)].choices[0].message.content
+    # the answer names the adapter, and /v1/models lists each listed adapter under its model, as vLLM lists LoRAs
+    assert answers[str(lora)].model == str(lora) == client.completions.create(model=str(lora), **prompt).model
+    cards = {card.id: card.model_extra for card in client.models.list().data}
+    base = cards[str(lora)]["parent"]
+    assert cards[base] == {} and client.chat.completions.create(model=base, **ask).model == base
+    assert {str(a): cards[str(a)] for a in (lora, shapes, embedding)} == {
+        str(a): {"root": str(a), "parent": base} for a in (lora, shapes, embedding)
     }
-    assert chats["embedded"] != chats[str(lora)]
+    assert client.models.retrieve(str(lora)).model_extra == {"root": str(lora), "parent": base}
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model=str(tmp_path / "nothing"), **prompt)
     respelled = generate(url, f"{lora}/../lora/")  # every spelling of the listed folder is it (it was a 422)
