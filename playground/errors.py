@@ -14,6 +14,7 @@ class PlaygroundError(Exception):
 
     status: int = 422
     error_type: str = "validation"
+    generating: bool = False  # raised after tokens came (TGI's `generation`, not `validation`): set by the server
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)

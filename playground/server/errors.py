@@ -87,17 +87,20 @@ def error_response(
     path: str = "",
     param: str | None = None,
     headers: Mapping[str, str] | None = None,
+    started: bool = False,
 ) -> JSONResponse:
-    """The error in the shape the route's protocol uses."""
+    """The error in the shape the route's protocol uses (`started`: it came after tokens had been decoded)."""
     if openai_route(path):
         status = openai_status(status)
         return JSONResponse(openai_error_body(status, message, error_type, param), status_code=status, headers=headers)
-    return JSONResponse(error_body(message, tgi_error_type(status, error_type)), status_code=status, headers=headers)
+    body = error_body(message, tgi_error_type(status, error_type, started=started))
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 async def _playground_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PlaygroundError)
-    return error_response(exc.status, exc.message, exc.error_type, path=request.url.path, param=exc.field)
+    path, field = request.url.path, exc.field
+    return error_response(exc.status, exc.message, exc.error_type, path=path, param=field, started=exc.generating)
 
 
 async def _request_validation_error(request: Request, exc: Exception) -> JSONResponse:

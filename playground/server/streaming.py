@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
+from playground.errors import PlaygroundError
 from playground.types import TokenEvent
 
 T = TypeVar("T")
@@ -78,6 +79,9 @@ async def generate_while_connected(request: Any, provider: Any, model_id: str, i
         async for last in stream:  # noqa: B007 - the last event is the result
             if await request.is_disconnected():
                 return None
+    except PlaygroundError as exc:
+        exc.generating = last is not None  # a failure after tokens came is TGI's `generation`, as a stream says
+        raise
     finally:
         await stream.aclose()
     return last

@@ -7,8 +7,10 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from huggingface_hub.errors import GenerationError
 from huggingface_hub.inference._common import _parse_text_generation_error
 from openai.types.responses import ResponseFailedEvent, ResponseOutputItem
@@ -16,11 +18,14 @@ from pydantic import TypeAdapter
 
 from playground.errors import ConstraintError, ProcessorError
 from playground.providers.base import Capabilities
+from playground.providers.registry import Registry
+from playground.server import create_app
 from playground.server import responses as responses_route
 from playground.server.streaming import iterate_in_thread, started
 from playground.server.tgi import _tgi_events
 from playground.types import GeneratedToken, GenerateParameters, GenerationResult, Sequence, TokenEvent
 from playground.wire.responses import ResponsesRequest, chat_request
+from tests.fakes import FakeProvider
 from tests.spec import sse_events, validate
 
 
@@ -108,6 +113,26 @@ def test_an_error_mid_stream_becomes_the_last_event() -> None:
     assert events[2] == {"error": "processor 'boom' failed: ValueError: no", "error_type": "generation"}
     validate(events[2], "ErrorResponse")
     assert isinstance(_parse_text_generation_error(events[2]["error"], events[2]["error_type"]), GenerationError)
+
+
+def test_a_generate_that_fails_after_its_first_tokens_says_generation_as_its_stream_does() -> None:
+    """Unstreamed, a failure after tokens came is TGI's `generation` too (it was `validation`); before them, as it was."""
+
+    class FailsMidway(FakeProvider):
+        def stream(self, model: str, inputs: Any, params: GenerateParameters) -> Iterator[Any]:
+            if params.max_new_tokens > 1:
+                yield TokenEvent(index=0, token=GeneratedToken(id=1, text="a", logprob=-0.5))
+            raise ProcessorError("processor 'boom' failed: ValueError: no")
+
+    fake = FailsMidway(models=("m",), capabilities=Capabilities(decodes_here=True))
+    client = TestClient(create_app(Registry([fake]), ui=False))
+    replies = {}
+    for tokens, kind in [(4, "generation"), (1, "validation")]:
+        reply = client.post("/generate", json={"inputs": "Hi", "parameters": {"max_new_tokens": tokens}})
+        assert reply.status_code == 422 and reply.json()["error_type"] == kind, reply.text
+        validate(reply.json(), "ErrorResponse")
+        replies[kind] = reply.json()
+    assert isinstance(_parse_text_generation_error(replies["generation"]["error"], "generation"), GenerationError)
 
 
 def test_a_token_known_not_to_be_the_last_is_sent_before_the_next_is_decoded() -> None:
