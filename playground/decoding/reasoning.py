@@ -164,7 +164,7 @@ def plan(
         if budget:  # (0: no reasoning, which a model without any already does: reasoning_effort "none")
             raise ParameterError(
                 "max_reasoning_tokens (or reasoning_effort): this model writes no reasoning (no known delimiters in "
-                "its chat template; set --reasoning, or ask for think_first)",
+                "its chat template: the operator names them with --reasoning, or a chat request asks for think_first)",
                 field="max_reasoning_tokens",
             )
         return None, prompt

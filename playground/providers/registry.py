@@ -62,7 +62,7 @@ class Registry:
         with self._lock:
             provider_id = self._models.get(name) if name else None
         if provider_id is None:
-            known = ", ".join(sorted(self._models)) or "none"
+            known = ", ".join([*sorted(self._models), *(adapter for *_, adapter in self.adapters())]) or "none"
             asking = self._list_again()
             later = (
                 f"; the models of {asking} are not listed yet (down at start), asked again: retry shortly"

@@ -17,6 +17,7 @@ from playground.server.errors import exception_event
 from playground.server.streaming import generate_while_connected, iterate_in_thread, started
 from playground.server.tgi import sse
 from playground.types import GenerationResult
+from playground.wire.errors import renamed
 
 Job = tuple[Any, Any]  # (inputs: a prompt or chat messages, GenerateParameters)
 Chunk = Callable[..., str]  # one choice's chunk from its fields: `chunk` with the envelope and the index bound
@@ -44,6 +45,8 @@ def named_as_sent(names: Mapping[str, str | None]) -> Iterator[None]:
             exc.message = re.sub(rf"\b{re.escape(exc.field or '')}\b", sent, exc.message)
             exc.field = sent
         exc.message = _head_named(exc.message, names)
+        if not isinstance(exc, ConstraintError):  # (a constraint's message may quote the user's schema: its head only)
+            exc.message = renamed(exc.message, names)  # the other fields it names ("must be <= max_tokens")
         exc.args = (exc.message,)
         raise
 
@@ -54,10 +57,7 @@ def _head_named(message: str, names: Mapping[str, str | None]) -> str:
     head, colon, rest = message.partition(": ")
     if not colon:
         return message
-    for engine_name, sent in names.items():
-        if sent and "_" in engine_name:
-            head = re.sub(rf"(?<![\w.]){re.escape(engine_name)}\b", sent, head)
-    return re.sub(r"(?<![\w.])([\w.]+) \(or \1\)", r"\1", head) + colon + rest
+    return re.sub(r"(?<![\w.])([\w.]+) \(or \1\)", r"\1", renamed(head, names)) + colon + rest
 
 
 def events(provider: Any, model_id: str, job: Job) -> AsyncIterator[Any]:

@@ -53,9 +53,9 @@ async def create_response(request: Request, body: ResponsesRequest) -> Any:
 
 
 class _Output:
-    """The output items of a stream, each announced when its first text comes: the reasoning (finished when the
-    message or a function call starts), the message, and each function call with its arguments' deltas; the rest
-    are finished at the end, as the final Response lists them."""
+    """The output items of a stream, each announced when its first text comes and finished before the next starts,
+    as OpenAI streams them: the reasoning, the message, each function call with its arguments' deltas; the last is
+    finished at the end, as the final Response lists them."""
 
     def __init__(self, ids: dict[str, str], event: Callable[..., str]) -> None:
         self.ids, self.event = ids, event
@@ -68,6 +68,8 @@ class _Output:
     def text(self, kind: str, delta: str, logprobs: list[dict[str, Any]] | None = None) -> list[str]:
         """A reasoning ("rs") or message ("msg") delta, its item announced first if it is new."""
         item_id = self.ids[kind]
+        if item_id in self.done:  # text after the calls (a template's envelope): in the final Response only
+            return []
         sent = [] if item_id in self.opened else self._announce(self._empty(kind))
         if kind == "msg":
             sent = [*self._reasoning_done(), *sent]
@@ -84,8 +86,9 @@ class _Output:
         sent: list[str] = []
         if piece["index"] == len(self.calls):
             head = {"id": piece["id"], "type": "function", "function": {**piece["function"], "arguments": ""}}
+            sent += [*self._reasoning_done(), *self._others_done()]
             self.calls.append(head)
-            sent += [*self._reasoning_done(), *self._announce(responses.function_call_item(head, "in_progress"))]
+            sent += self._announce(responses.function_call_item(head, "in_progress"))
         item_id = responses.function_call_item(self.calls[piece["index"]], "")["id"]
         delta = piece["function"].get("arguments") or ""
         if delta:
@@ -105,6 +108,15 @@ class _Output:
         if kind == "rs":
             return {**responses.reasoning_item(self.ids["rs"], ""), "content": [], "status": "in_progress"}
         return {**responses.message_item(self.ids["msg"], "", None, "in_progress"), "content": []}
+
+    def _others_done(self) -> list[str]:
+        """Before a call starts: the message and the call before it, as they were streamed."""
+        earlier = [self.ids["msg"], *(responses.function_call_item(c, "")["id"] for c in self.calls[-1:])]
+        sent: list[str] = []
+        for item_id in earlier:
+            if item_id in self.opened and item_id not in self.done:
+                sent += self._finish({**self._cut(item_id), "status": "completed"})
+        return sent
 
     def _reasoning_done(self) -> list[str]:
         item_id = self.ids["rs"]

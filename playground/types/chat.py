@@ -105,7 +105,7 @@ class FunctionCall(BaseModel):
             parsed = json.loads(value) if isinstance(value, str) else value
         except (ValueError, RecursionError):
             raise ValueError("must be JSON text") from None
-        if _nesting(parsed) > MAX_ARGUMENT_NESTING:  # written out again with the prompt, deeper in the stack
+        if nesting(parsed) > MAX_ARGUMENT_NESTING:  # written out again with the prompt, deeper in the stack
             raise ValueError(f"nests deeper than {MAX_ARGUMENT_NESTING} levels")
         if isinstance(value, dict):
             try:
@@ -118,7 +118,7 @@ class FunctionCall(BaseModel):
 MAX_ARGUMENT_NESTING = 128
 
 
-def _nesting(value: Any) -> int:
+def nesting(value: Any) -> int:
     """How deep lists and objects nest in a parsed JSON value (counted without recursion)."""
     deepest, stack = 0, [(value, 1)]
     while stack:

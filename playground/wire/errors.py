@@ -1,13 +1,25 @@
-"""Pydantic's validation errors -> one line that names each field, for every surface that validates."""
+"""Pydantic's validation errors -> one line that names each field, for every surface that validates; a message's
+field names as a route's client sent them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
 from playground.errors import ParameterError
+
+
+def renamed(text: str, names: Mapping[str, str | None]) -> str:
+    """`text` with each field name of the engine's (one with an underscore: never a word of prose; never a quoted
+    value, which is the user's) as the route's client sent it."""
+    for engine_name, sent in names.items():
+        if sent and "_" in engine_name:
+            text = re.sub(rf"(?<![\w.'\"]){re.escape(engine_name)}(?![\w'\"])", sent, text)
+    return text
+
 
 _TYPE_NAMES = frozenset({"str", "int", "float", "bool", "list", "dict", "none", "bytes"})
 

@@ -13,7 +13,8 @@ from typing import Any, Literal
 from pydantic import ValidationError, model_validator
 
 from playground.constraints import Constraint
-from playground.errors import ParameterError
+from playground.constraints.schema_check import check_schema
+from playground.errors import ConstraintError, ParameterError
 from playground.types import ChatCompletionRequest, ChatMessage, GenerateParameters, GrammarType, ProcessorSpec
 from playground.types.chat import OpenAISampling, Request
 from playground.wire import chat_fields, checks, tools
@@ -182,8 +183,38 @@ def constraint_of(req: ChatCompletionRequest) -> dict[str, Any] | None:
     return grammar
 
 
+def _checked_format(req: ChatCompletionRequest) -> dict[str, Any] | None:
+    """`constraint_of`; a JSON schema a forced call leaves unused is still checked (OpenAI refuses an invalid one
+    whatever the tool choice), its errors naming its own field."""
+    other = constraint_of(req)
+    if other is None or tools.mode(req) not in ("required", "named"):
+        return other
+    value = other.get("value")
+    if other.get("type") == "json_schema" and isinstance(value, dict):  # TGI's {name, schema} form
+        value = value.get("schema")
+    if other.get("type") in ("json", "json_schema") and isinstance(value, dict):
+        try:
+            check_schema(value)
+        except ConstraintError as exc:
+            exc.field = exc.field or _own_constraint_field(req)
+            raise
+    return other
+
+
 def constraint_field(req: OpenAISampling) -> str | None:
-    """The field a request's constraint came in (`constraint_of`), which its errors name as their `param`."""
+    """The field a request's constraint came in (`constraint_of`), which its errors name as their `param`: the tools
+    when tool_choice forces a call (a named tool's parameters), else the request's own constraint field."""
+    how = tools.mode(req) if isinstance(req, ChatCompletionRequest) else None
+    if how == "named":
+        named = tools.named_function(req)  # type: ignore[arg-type]
+        return f"tools[{[t.function.name for t in req.tools or []].index(named)}].function.parameters"  # type: ignore[attr-defined]
+    if how == "required":
+        return "tools"
+    return _own_constraint_field(req)
+
+
+def _own_constraint_field(req: OpenAISampling) -> str | None:
+    """The field the request's own constraint came in (`constraint_of`'s order)."""
     if getattr(req, "response_format", None) is not None and req.response_format.type != "text":  # type: ignore[attr-defined]
         return "response_format"
     if req.structured_outputs is not None:
@@ -263,7 +294,7 @@ def chat_parameters(req: ChatCompletionRequest, seed: int, fmt: ToolFormat | Non
         "top_n_tokens": req.top_logprobs if req.logprobs and req.top_logprobs else None,
         "decoder_input_details": req.prompt_logprobs is not None or None,
         "truncate": req.truncate_prompt_tokens,
-        "grammar": tools.grammar(req, constraint_of(req), fmt),
+        "grammar": tools.grammar(req, _checked_format(req), fmt),
         "tools": tools.template_tools(req, fmt),
         "continue_from": final_message(req),
         "add_generation_prompt": req.add_generation_prompt or bool(req.continue_final_message),

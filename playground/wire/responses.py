@@ -11,14 +11,21 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, StringConstraints, ValidationError, field_validator
 
 from playground.errors import ParameterError
 from playground.types.base import InputText, Name
-from playground.types.chat import FunctionCall, ReasoningEffort, Request, StructuredOutputs
+from playground.types.chat import (
+    MAX_ARGUMENT_NESTING,
+    FunctionCall,
+    ReasoningEffort,
+    Request,
+    StructuredOutputs,
+    nesting,
+)
 from playground.types.params import Sampling
 from playground.types.sizes import MAX_MESSAGES, MAX_SEED
-from playground.wire.errors import error_field, validation_message
+from playground.wire.errors import error_field, renamed, validation_message
 from playground.wire.inbound import ChatRequest
 
 # Fields OpenAI's SDKs send that cannot change the tokens: accepted, and each named in `warnings`.
@@ -36,6 +43,9 @@ IGNORED = (
 ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = ("input_text", "output_text", "text")
 TOOL_CHOICES = ("none", "auto", "required")
+# OpenAI's metadata: up to 16 pairs, keys up to 64 characters, values up to 512.
+MetadataKey = Annotated[str, StringConstraints(max_length=64)]
+MetadataValue = Annotated[str, StringConstraints(max_length=512)]
 # Input items a client sends back from an earlier response (`input += response.output`) that the prompt leaves out,
 # as chat templates leave out past turns' reasoning.
 SKIPPED = ("reasoning",)
@@ -79,9 +89,23 @@ def names(body: ResponsesRequest) -> dict[str, str]:
         named["grammar"] = "structured_outputs"
     if body.max_reasoning_tokens is None and body.reasoning is not None and body.reasoning.effort is not None:
         named["max_reasoning_tokens"] = "reasoning.effort"
-    for k, i in enumerate(_sent_indexes(body)):  # a tool's schema is checked as chat's tools[k].function.parameters
+    sent = _sent_indexes(body)
+    for k, i in enumerate(sent):  # a tool's schema is checked as chat's tools[k].function.parameters
         named[f"tools[{k}].function.parameters"] = f"tools[{i}].parameters"
+    choice = body.tool_choice
+    if sent and (choice == "required" or isinstance(choice, dict) and choice.get("mode") == "required"):
+        named["grammar"] = "tools"  # a forced call's constraint is the tools' (text.format does not apply)
+    elif sent and isinstance(choice, dict) and choice.get("type") == "function":
+        index = next((i for i in sent if (body.tools or [])[i].get("name") == choice.get("name")), None)
+        named["grammar"] = "tools" if index is None else f"tools[{index}].parameters"
     return named
+
+
+def _shallow(value: Any) -> Any:
+    """A field the Response repeats as sent nests at most MAX_ARGUMENT_NESTING levels (JSON writers stop deeper)."""
+    if value is not None and nesting(value) > MAX_ARGUMENT_NESTING:
+        raise ValueError(f"nests deeper than {MAX_ARGUMENT_NESTING} levels")
+    return value
 
 
 class TextFormat(Request):
@@ -92,6 +116,8 @@ class TextFormat(Request):
     description: str | None = Field(default=None, max_length=4096)
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: bool | None = None
+
+    _echoable = field_validator("schema_")(_shallow)
 
 
 class TextOptions(Request):
@@ -141,7 +167,7 @@ class ResponsesRequest(Request, Sampling):
     conversation: str | dict[str, Any] | None = None
     background: bool | None = None
     store: bool | None = None
-    metadata: dict[str, Any] | None = Field(default=None, max_length=16)
+    metadata: dict[MetadataKey, MetadataValue] | None = Field(default=None, max_length=16)
     user: Name | None = None
     service_tier: Name | None = None
     prompt_cache_key: Name | None = None
@@ -149,6 +175,8 @@ class ResponsesRequest(Request, Sampling):
     truncation: Literal["disabled", "auto"] | None = None
     prompt_cache_retention: Name | None = None
     max_tool_calls: int | None = Field(default=None, ge=0)
+
+    _echoable = field_validator("tools", "tool_choice")(_shallow)
 
     def warnings(self) -> list[str]:
         sent = self.model_fields_set
@@ -207,6 +235,8 @@ def _refuse_what_this_server_cannot_keep(req: ResponsesRequest) -> None:
     for name, why in refused.items():
         if getattr(req, name):
             raise ParameterError(f"{name}: not supported here ({why})", field=name)
+    if req.stream_options is not None and not req.stream:  # as OpenAI and the chat route refuse it
+        raise ParameterError("stream_options: only with stream: true", field="stream_options")
     if req.reasoning and req.reasoning.context == "all_turns":
         raise ParameterError(
             "reasoning.context: 'all_turns' is not supported here (past turns' reasoning items are left out of the "
@@ -220,6 +250,8 @@ def _tools(req: ResponsesRequest) -> tuple[list[dict[str, Any]] | None, str | di
     tools it names, under its mode; a named function as chat names it. Hosted tools are refused by type."""
     functions: list[dict[str, Any]] = []
     for i, tool in enumerate(req.tools or []):
+        if "type" not in tool:
+            raise ParameterError(f"tools[{i}].type: required ('function')", field=f"tools[{i}]")
         if tool.get("type") != "function":
             raise ParameterError(
                 f"tools[{i}].type: {tool.get('type')!r} tools are not supported here (this server runs no tools "
@@ -453,7 +485,7 @@ def response_body(
         "max_output_tokens": req.max_output_tokens,
         "model": model,
         "output": [],
-        "parallel_tool_calls": req.parallel_tool_calls is not False,
+        "parallel_tool_calls": req.parallel_tool_calls is True,  # unset is one call, as on chat
         "previous_response_id": None,
         "reasoning": _reasoning(req),
         "store": False,
@@ -477,10 +509,14 @@ def response_body(
     if reasoning:
         body["output"].append(reasoning_item(ids["rs"], reasoning))
     calls = message.get("tool_calls") or []
-    if message.get("content") or not calls:
-        body["output"].append(message_item(ids["msg"], message.get("content") or "", _logprobs(choice), status))
+    if message.get("content") or not calls:  # text before calls was finished: a cut falls in the calls
+        text_status = "completed" if calls else status
+        body["output"].append(message_item(ids["msg"], message.get("content") or "", _logprobs(choice), text_status))
     body["output"] += [function_call_item(call, "completed") for call in calls]
     extras = {key: choice[key] for key in ("validation", "seed", "constraint_kind", "constraint_engine")}
+    named = names(req)  # what the chat route says of its fields (max_tokens, ...), as this route's client sent them
+    if isinstance(extras["validation"], dict) and isinstance(extras["validation"].get("message"), str):
+        extras["validation"] = {**extras["validation"], "message": renamed(extras["validation"]["message"], named)}
     return {
         **body,
         "status": status,
@@ -488,7 +524,7 @@ def response_body(
         "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
         "usage": usage(completion["usage"]),
         **extras,
-        "warnings": [*req.warnings(), *choice["warnings"]],
+        "warnings": [*req.warnings(), *(renamed(warning, named) for warning in choice["warnings"])],
     }
 
 

@@ -151,9 +151,9 @@ def _auto_text(
     if answer is not None:
         schemas["answer"] = jsonformat.with_layout(answer, jsonformat.DEFAULT_LAYOUT)
     rules = [f"{name}: %json {json.dumps(_lenient(schema) if lenient else schema)}" for name, schema in schemas.items()]
-    if answer is None:  # free text, not starting like a call
-        starts = "{\\[" if many else "{"  # `[` opens a nested class inside a class in the engines' regex syntax
-        rules.append(f"text: /[^{starts}][\\s\\S]*/")
+    if answer is None:  # free text, not starting like a call: one, or a list of them (which a model that saw
+        # parallel calls in its prompt writes even when one call is allowed: it must be the call, not text)
+        rules.append("text: /[^{\\[][\\s\\S]*/")  # `[` opens a nested class inside a class in the engines' syntax
     return f"start: {' | '.join(rule.split(':')[0] for rule in rules)}\n" + "\n".join(rules) + "\n"
 
 

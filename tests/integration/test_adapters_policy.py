@@ -99,8 +99,9 @@ def test_an_adapter_the_operator_listed_is_used_others_refused_and_one_that_does
         str(a): {"root": str(a), "parent": base} for a in (lora, shapes, embedding)
     }
     assert client.models.retrieve(str(lora)).model_extra == {"root": str(lora), "parent": base}
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.NotFoundError) as caught:
         client.completions.create(model=str(tmp_path / "nothing"), **prompt)
+    assert str(lora) in caught.value.body["message"]  # among the served names, as /v1/models lists them
     respelled = generate(url, f"{lora}/../lora/")  # every spelling of the listed folder is it (it was a 422)
     assert respelled.status_code == 200 and respelled.json()["generated_text"] == adapted.json()["generated_text"]
     other = generate(url, str(tmp_path))

@@ -202,6 +202,49 @@ def test_a_streamed_call_cut_by_max_output_tokens_is_listed_as_streamed(client: 
     assert [e.item.status for e in events if e.type == "response.output_item.done"] == ["incomplete"]
 
 
+def test_a_cut_call_s_warning_and_verdict_name_max_output_tokens(client: openai.OpenAI) -> None:
+    ask = {"model": "embedded", "input": "What's the weather in Paris?", "temperature": 0, "tools": [WEATHER]}
+    cut = client.responses.create(**ask, tool_choice="required", max_output_tokens=3)
+    assert cut.status == "incomplete" and cut.output[0].type == "message"
+    said = [*cut.model_extra["warnings"], cut.model_extra["validation"]["message"]]
+    assert all("max_output_tokens" in text for text in said), said
+    assert not any(name in text for text in said for name in ("max_tokens", "max_new_tokens")), said
+
+
+def test_after_two_calls_in_its_prompt_one_call_is_no_list_of_calls_written_as_text(client: openai.OpenAI) -> None:
+    """The model copies the list of calls it sees in its prompt; with one call allowed (parallel_tool_calls unset)
+    that list came back as the message's text. Free text never opens like a call, one or a list."""
+    history = [
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call", "call_id": "c2", "name": "get_weather", "arguments": '{"city": "Rome"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        {"type": "function_call_output", "call_id": "c2", "output": "rainy"},
+        {"role": "user", "content": "And in Oslo and Bergen?"},
+    ]
+    response = client.responses.create(
+        model="embedded", input=history, tools=[WEATHER], instructions="Be brief.", max_output_tokens=60, temperature=0
+    )
+    assert response.parallel_tool_calls is False
+    assert not response.output_text.lstrip().startswith(("[", "{")), response.output_text
+    assert len([item for item in response.output if item.type == "function_call"]) <= 1
+
+
+def test_a_forced_call_s_errors_name_the_tools_and_an_unused_format_is_still_checked(client: openai.OpenAI) -> None:
+    never = {"type": "object", "properties": {}, "required": ["x"], "additionalProperties": False}
+    impossible = {**WEATHER, "name": "impossible", "parameters": never}
+    bogus = {"format": {"type": "json_schema", "name": "x", "schema": {"type": "bogus"}}}
+    for extra, param, words in [
+        ({"tools": [impossible], "tool_choice": "required"}, "tools", "no value satisfies the schema"),
+        ({"tools": [WEATHER, impossible], "tool_choice": {"type": "function", "name": "impossible"}},
+         "tools[1].parameters", "no value satisfies the schema"),
+        ({"tools": [WEATHER], "tool_choice": "required", "text": bogus}, "text.format", "not a valid JSON Schema"),
+    ]:  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(model="embedded", input="Hi", max_output_tokens=20, **extra)
+        assert caught.value.body["param"] == param and words in caught.value.body["message"], caught.value.body
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

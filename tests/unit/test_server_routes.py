@@ -199,6 +199,32 @@ def test_responses_tools_and_their_items_are_the_chat_request_they_mean() -> Non
     assert responses_wire.chat_request(ResponsesRequest(input="hi", tool_choice="auto")).tools is None
 
 
+def test_responses_refuse_what_they_could_not_repeat_and_echo_one_call_when_parallel_is_unset(
+    client: TestClient,
+) -> None:
+    """A Response repeats metadata, tools, tool_choice and text.format: typed as OpenAI's, and nested at most 128
+    levels (300 was a 500 from the JSON writer, after the whole decode)."""
+    deep = json.loads("[" * 300 + "]" * 300)
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+    for body, param, words in [
+        ({"metadata": {"a": deep}}, "metadata.a", "Input should be a valid string"),
+        ({"metadata": {"a": "x" * 513}}, "metadata.a", "at most 512 characters"),
+        ({"tools": [tool, {**tool, "name": "g", "parameters": {"x": deep}}]}, "tools", "nests deeper than 128 levels"),
+        ({"tools": [tool], "tool_choice": {"type": "function", "name": "f", "x": deep}}, "tool_choice", "nests deeper"),
+        ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"x": deep}}}}, "text.format.schema",
+         "nests deeper"),
+        ({"stream_options": {"include_usage": True}}, "stream_options", "only with stream: true"),
+        ({"tools": [{"name": "f"}]}, "tools[0]", "tools[0].type: required ('function')"),
+    ]:  # fmt: skip
+        reply = client.post("/v1/responses", json={"input": "hi", **body})
+        error = reply.json()["error"]
+        assert reply.status_code == 400 and error["param"] == param and words in error["message"], reply.text
+    answer = client.post("/v1/responses", json={"input": "hi", "tools": [tool]}).json()
+    assert answer["parallel_tool_calls"] is False and answer["tools"] == [tool]
+    answer = client.post("/v1/responses", json={"input": "hi", "tools": [tool], "parallel_tool_calls": True}).json()
+    assert answer["parallel_tool_calls"] is True
+
+
 def test_responses_name_what_they_accept_and_ignore(client: TestClient) -> None:
     body = {"input": "hi", "text": {"verbosity": "low"}, "reasoning": {"summary": "auto"}, "metadata": {"a": "b"}}
     warnings = client.post("/v1/responses", json=body).json()["warnings"]

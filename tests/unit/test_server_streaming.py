@@ -24,6 +24,7 @@ from playground.server import responses as responses_route
 from playground.server.streaming import iterate_in_thread, started
 from playground.server.tgi import _tgi_events
 from playground.types import GeneratedToken, GenerateParameters, GenerationResult, Sequence, TokenEvent
+from playground.wire import responses as responses_wire
 from playground.wire.responses import ResponsesRequest, chat_request
 from tests.fakes import FakeProvider
 from tests.spec import sse_events, validate
@@ -351,3 +352,56 @@ def test_a_failed_response_lists_the_reasoning_and_the_message_as_far_as_they_ca
     assert [(item.id, item.status) for item in items] == [("rs_1", "completed"), ("msg_1", "incomplete")]
     assert items[0].content[0].text == "Let me think" and items[1].content[0].text == "4"
     assert items[1].content[0].logprobs[0].logprob == -0.1
+
+
+def test_streamed_calls_are_each_finished_before_the_next_starts_and_the_response_lists_them_as_streamed() -> None:
+    """As OpenAI streams items: the message, then each call, each done before the next is added (calls overlapped);
+    a call the whole answer's reading dropped (cut off) stays as streamed, and no empty message is added beside it."""
+    sent: list[tuple[str, dict]] = []
+    output = responses_route._Output(
+        {"resp": "r", "rs": "rs_1", "msg": "msg_1"}, lambda kind, **f: sent.append((kind, f))
+    )
+    output.text("msg", "Checking.")
+    head = {"type": "function", "function": {"name": "a", "arguments": ""}}
+    output.call({"index": 0, "id": "call_1", **head})
+    output.call({"index": 0, "function": {"arguments": '{"x": 1}'}})
+    output.call({"index": 1, "id": "call_2", **{**head, "function": {"name": "b", "arguments": ""}}})
+    output.call({"index": 1, "function": {"arguments": '{"y"'}})
+    order = [(kind, f.get("output_index")) for kind, f in sent if not kind.endswith(".delta")]
+    assert order == [
+        ("response.output_item.added", 0),
+        ("response.content_part.added", 0),
+        ("response.output_text.done", 0),
+        ("response.content_part.done", 0),
+        ("response.output_item.done", 0),
+        ("response.output_item.added", 1),
+        ("response.function_call_arguments.done", 1),
+        ("response.output_item.done", 1),
+        ("response.output_item.added", 2),
+    ]
+    added = [f["item"] for kind, f in sent if kind == "response.output_item.added"][-1]
+    assert added == {**added, "id": "fc_2", "call_id": "call_2", "name": "b", "arguments": "", "status": "in_progress"}
+    # the whole answer: the message and the first call; the second was cut off (no call), with an empty message
+    completion = {
+        "choices": [
+            {"message": {"tool_calls": [{"id": "call_new", "function": {"name": "a", "arguments": '{"x": 1}'}}]}}
+        ]
+    }
+    assert output.same_calls(completion)["choices"][0]["message"]["tool_calls"][0]["id"] == "call_1"
+    final = {"output": [
+        responses_wire.message_item("msg_1", "Checking.", None, "completed"),
+        responses_wire.function_call_item({"id": "call_1", "function": {"name": "a", "arguments": '{"x": 1}'}}, "completed"),
+    ]}  # fmt: skip
+    sent.clear()
+    output.finish(final)
+    assert [(kind, f["output_index"]) for kind, f in sent] == [
+        ("response.function_call_arguments.done", 2),
+        ("response.output_item.done", 2),
+    ]
+    items = [TypeAdapter(ResponseOutputItem).validate_python(item) for item in final["output"]]  # OpenAI's types
+    assert [(item.id, item.status) for item in items] == [
+        ("msg_1", "completed"),
+        ("fc_1", "completed"),
+        ("fc_2", "incomplete"),
+    ]
+    assert items[2].arguments == '{"y"' and sent[-1][1]["item"] == final["output"][2]
