@@ -77,7 +77,9 @@ class CompileLimits:
 
 
 def _serve(conn: Any, engines: tuple[str, ...]) -> None:
-    """A worker's life: warm `engines`, then answer jobs until the server closes the pipe."""
+    """A worker's life: warm `engines`, then answer jobs until the server closes the pipe. Ctrl-C (or a notebook's
+    interrupt, sent to the whole process group) is for the server, which ends its workers itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sandbox.enter()
     try:
         tokenizer = pickle.loads(conn.recv_bytes())
@@ -155,7 +157,7 @@ class _Worker:
         # The tokenizer (MBs) goes through the pipe, not the spawn arguments: a server exiting while a
         # worker starts would cut those short, and the child would print "pickle data was truncated".
         self.process = context.Process(target=_serve, args=(child, engines), daemon=True, name="playground-compile")
-        with _spawning:
+        with _spawning, sandbox.main_left_out():
             if _exiting.is_set():
                 raise RuntimeError("the server is exiting")
             self.process.start()
@@ -165,9 +167,13 @@ class _Worker:
         self.conn.send_bytes(tokenizer_bytes)
 
     def wait_ready(self) -> None:
-        if not self.conn.poll(START_TIMEOUT_S):
-            self.kill()
-            raise RuntimeError(f"a compile worker did not start within {START_TIMEOUT_S:g} s")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.conn.poll(1.0):
+            if not self.process.is_alive():
+                raise RuntimeError(f"a compile worker exited while starting ({_exit_reason(self)})")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"a compile worker did not start within {START_TIMEOUT_S:g} s")
         self.conn.recv()
         self.warm_rss = self.rss()
 

@@ -11,16 +11,19 @@ the caller gets a SandboxError to report.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import multiprocessing
+import multiprocessing.spawn
 import os
 import queue
 import resource
+import signal
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from playground import client_scope
@@ -98,6 +101,7 @@ def enter() -> None:
 
 
 def _serve(conn: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C (a notebook's interrupt: the process group) is the server's
     enter()
     try:
         import psutil
@@ -122,13 +126,38 @@ def _serve(conn: Any) -> None:
 
 # --- in the server -------------------------------------------------------------------------------
 
+_preparing = threading.Lock()
+
+
+@contextlib.contextmanager
+def main_left_out() -> Iterator[None]:
+    """While a sandbox or compile worker starts: it does not run the program's main module again, since its target
+    and arguments are this package's. (Spawn prepares a child by importing the parent's `__main__`: a script
+    without `if __name__ == "__main__":` would run whole in each of them, and start processes of its own before it
+    had finished starting.)"""
+    with _preparing:
+        prepare = multiprocessing.spawn.get_preparation_data
+
+        def without_main(name: str) -> dict[str, Any]:
+            data = prepare(name)
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+            return data
+
+        multiprocessing.spawn.get_preparation_data = without_main
+        try:
+            yield
+        finally:
+            multiprocessing.spawn.get_preparation_data = prepare
+
 
 class _Sandbox:
     def __init__(self) -> None:
         context = multiprocessing.get_context("spawn")
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_serve, args=(child,), daemon=True, name="playground-sandbox")
-        self.process.start()
+        with main_left_out():
+            self.process.start()
         child.close()
         try:
             if not self.conn.poll(START_TIMEOUT_S):
