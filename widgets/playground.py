@@ -9,6 +9,7 @@ from typing import Any
 
 import anywidget
 import traitlets
+from pydantic import ValidationError
 
 from playground import render
 from playground.constraints import check_constraint
@@ -20,6 +21,7 @@ from playground.render.debugger import check_summary
 from playground.types import ChatMessage, GenerateParameters, GenerationResult, NextTokenDistribution
 from playground.wire import inbound
 from playground.wire.controls import SAMPLING, spec
+from playground.wire.errors import validation_message
 from widgets import debugger, evaluation
 from widgets.token_view import STATIC, esm, result_payload
 
@@ -48,16 +50,28 @@ def build_parameters(state: dict[str, Any]) -> GenerateParameters:
 
 
 def build_inputs(mode: str, prompt: str, system_prompt: str, messages: list[dict[str, Any]]) -> Inputs:
-    """A plain prompt, or the chat so far plus the new user message (after an optional system prompt)."""
-    if not prompt.strip() and not (mode == "chat" and messages):
+    """A plain prompt, or the chat so far plus the new user message (after an optional system prompt). In chat, no
+    new message answers the conversation again: its last answer is regenerated (`regenerating`)."""
+    history = messages[:-1] if mode == "chat" and regenerating(prompt, messages) else messages
+    if not prompt.strip() and not (mode == "chat" and history):
         raise ParameterError("the prompt is empty: type something to send", field="prompt")
     if mode == "prompt":
         return prompt
     chat = [ChatMessage(role="system", content=system_prompt)] if system_prompt.strip() else []
-    chat += [ChatMessage.model_validate(message) for message in messages]
+    for index, message in enumerate(history):
+        try:
+            chat.append(ChatMessage.model_validate(message))
+        except ValidationError as exc:
+            errors = [{**e, "loc": ("messages", index, *e["loc"])} for e in exc.errors(include_url=False)]
+            raise ParameterError(validation_message(errors), field="messages") from None
     if prompt.strip():
         chat.append(ChatMessage(role="user", content=prompt))
     return chat
+
+
+def regenerating(prompt: str, messages: list[dict[str, Any]]) -> bool:
+    """Run again in chat with no new message: the last answer is asked for again, from the conversation before it."""
+    return not prompt.strip() and bool(messages) and messages[-1].get("role") == "assistant"
 
 
 # One synced trait per sampling control of the wire layer's table, at its neutral value ("off").
@@ -103,6 +117,8 @@ class Playground(_SamplingTraits):
     result_json = traitlets.Dict().tag(sync=True)
     next_token = traitlets.Dict().tag(sync=True)
     next_token_position = traitlets.Int(-1).tag(sync=True)
+    # which best_of candidate the position is in: 0 the answer, k the k-th other, most likely first (as shown)
+    next_token_sequence = traitlets.Int(0).tag(sync=True)
     check_text = traitlets.Unicode("").tag(sync=True)
     check_requested = traitlets.Int(0).tag(sync=True)
     check_result = traitlets.Dict().tag(sync=True)
@@ -124,6 +140,7 @@ class Playground(_SamplingTraits):
         self._last_inputs: Inputs | None = None
         self._last_params: GenerateParameters | None = None
         self._moving = False
+        self._shown: tuple[int, int] | None = None  # (candidate, position) of the distribution shown
         super().__init__(models=models, model=model_id, **traits)
         self.examples = _examples()
         self.processor_choices = _processor_choices()
@@ -187,11 +204,12 @@ class Playground(_SamplingTraits):
             self.check_result = {}
             self._fail(exc)
 
-    @traitlets.observe("next_token_position")
-    def _on_position(self, change: dict[str, Any]) -> None:
-        """A clicked token asks for the distribution the model saw at that position of the answer."""
-        if not self._moving:
-            self._distribution_at(change["new"])
+    @traitlets.observe("next_token_position", "next_token_sequence")
+    def _on_position(self, _change: dict[str, Any]) -> None:
+        """A clicked token asks for the distribution the model saw at that position of its candidate (the browser
+        sets both traits at once: the second notice finds the view already there)."""
+        if not self._moving and self._shown != (self.next_token_sequence, self.next_token_position):
+            self._distribution_at(self.next_token_position)
 
     def _state(self) -> dict[str, Any]:
         names = (
@@ -234,16 +252,20 @@ class Playground(_SamplingTraits):
         """Move the next-token view to `position` of the answer (-1: its start) and recompute it."""
         self._moving = True
         try:
-            self.next_token_position = position
+            self.next_token_sequence, self.next_token_position = 0, position
         finally:
             self._moving = False
         self._distribution_at(position)
 
     def _distribution_at(self, position: int) -> None:
-        """The distribution the model saw before token `position`; a failure is shown, not raised."""
+        """The distribution the model saw before token `position` of the candidate shown; a failure is shown, not
+        raised."""
         if self.result is None or self._last_inputs is None or self._last_params is None:
             return
-        tokens = self.result.best.tokens[: max(0, position)]
+        self._shown = (self.next_token_sequence, position)
+        others = sorted(self.result.best_of_sequences or [], key=lambda s: s.total_logprob, reverse=True)
+        candidates = [self.result.best, *others]
+        tokens = candidates[min(max(0, self.next_token_sequence), len(candidates) - 1)].tokens[: max(0, position)]
         try:
             self._show_distribution("".join(token.text for token in tokens))
         except PlaygroundError as exc:
@@ -254,12 +276,18 @@ class Playground(_SamplingTraits):
             self._fail(exc)
 
     def _remember_turn(self, result: GenerationResult) -> None:
-        """In chat mode the exchange joins the conversation and the input box is cleared."""
-        if self.mode != "chat" or not self.prompt.strip():
+        """In chat mode the exchange joins the conversation and the input box is cleared; a regenerated answer
+        replaces the last one; an answer to a conversation that ends with the user's message follows it."""
+        if self.mode != "chat":
             return
-        turn = [{"role": "user", "content": self.prompt}, {"role": "assistant", "content": result.generated_text}]
-        self.messages = [*self.messages, *turn]
-        self.prompt = ""
+        answer = {"role": "assistant", "content": result.generated_text}
+        if self.prompt.strip():
+            self.messages = [*self.messages, {"role": "user", "content": self.prompt}, answer]
+            self.prompt = ""
+        elif regenerating(self.prompt, self.messages):
+            self.messages = [*self.messages[:-1], answer]
+        else:
+            self.messages = [*self.messages, answer]
 
     def _show_distribution(self, prefix: str) -> None:
         """The next-token distribution after `prefix` of the answer, raw against constrained."""

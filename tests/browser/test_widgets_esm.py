@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import math
 import threading
 from collections.abc import Iterator
@@ -141,6 +142,9 @@ def test_playground_controls_set_traits(page, harness_url: str) -> None:
     state = page.evaluate("window.model.state")
     assert state["constraint_kind"] == "json_schema" and state["constraint_text"] == '{"type": "object"}'
     assert page.locator("#mount textarea.sp-prompt").input_value() == "Invent a person."
+    page.fill("#mount textarea.sp-prompt", "my own words")
+    page.select_option("#mount select.sp-example", "")  # the placeholder loads nothing (it loaded example 0)
+    assert page.evaluate("window.model.state.prompt") == "my own words"
     assert page.locator("#mount .sp-problem").inner_text() == "\u2713 constraint is valid"
     page.evaluate("window.model.set('constraint_problem', 'not a valid JSON Schema at (root)')")
     assert page.locator("#mount .sp-problem.sp-bad").inner_text() == "\u2717 not a valid JSON Schema at (root)"
@@ -159,6 +163,12 @@ def test_playground_controls_set_traits(page, harness_url: str) -> None:
     assert state["logits_processors"] == [{"name": "ban_strings", "params": ["the", "The"]}]
     assert state["run_requested"] == 1
     assert page.evaluate("window.model.saved.at(-1).run_requested") == 1
+    # the stop box writes a newline stop as \n, as the UI's does: it is kept when another line is typed
+    page.evaluate("window.model.set('stop', ['\\n', 'END', 'a\\\\b'])")
+    stop = page.locator("#mount textarea.sp-stop")
+    assert stop.input_value() == "\\n\nEND\na\\\\b"
+    stop.fill("\\n\nEND!\n\\t")
+    assert page.evaluate("window.model.state.stop") == ["\n", "END!", "\t"]
 
 
 def test_playground_shows_errors_answers_and_next_token_chart(page, harness_url: str) -> None:
@@ -186,7 +196,14 @@ def test_playground_shows_errors_answers_and_next_token_chart(page, harness_url:
     assert chart.locator(".sp-bar-row").nth(0).locator(".sp-num").inner_text() == "20.0% \u2192 80.0%"
     page.locator("#mount .sp-answer .sp-token").nth(1).click()
     assert page.evaluate("window.model.state.next_token_position") == 1
+    assert page.evaluate("window.model.state.next_token_sequence") == 0
     assert "before token 1" in chart.inner_text()
+    # a token of another best_of candidate: the view is asked for that candidate (it showed the chosen one's)
+    page.locator("#mount .sp-candidate").nth(1).click()
+    page.locator("#mount .sp-answer .sp-token").nth(0).click()
+    state = page.evaluate("window.model.state")
+    assert (state["next_token_sequence"], state["next_token_position"]) == (1, 0)
+    assert f"before token 0 ({json.dumps(IMG)})" in chart.inner_text()
     assert page.locator("#mount script, #mount img").count() == 0
     assert page.evaluate("window.__pwned") is None
 

@@ -65,6 +65,38 @@ def test_clicked_token_moves_the_next_token_view(embedded) -> None:
     assert pg.distribution is not None and pg.distribution.prefix == result.best.tokens[0].text
 
 
+def test_a_token_of_another_candidate_shows_that_candidate_s_next_token_view(embedded) -> None:
+    pg = Playground(model="embedded", mode="prompt", prompt="Once upon a time", max_new_tokens=4, do_sample=True)
+    pg.temperature, pg.seed, pg.best_of = 1.5, 7, 2
+    result = pg.run()
+    (other,) = result.best_of_sequences
+    assert other.tokens[0].text != result.best.tokens[0].text  # (seeds 7 and 8 start apart)
+    with pg.hold_trait_notifications():  # as the browser sends a click: both traits in one message
+        pg.next_token_sequence, pg.next_token_position = 1, 1
+    assert pg.next_token["prefix"] == other.tokens[0].text
+    pg.next_token_position = -1
+    assert pg.next_token["prefix"] == ""
+    pg.run()
+    assert pg.next_token_sequence == 0 and pg.next_token_position == -1
+
+
+def test_chat_run_again_regenerates_the_last_answer_and_bad_messages_name_the_field(embedded) -> None:
+    pg = Playground(model="embedded", max_new_tokens=3, do_sample=True, seed=1, prompt="Is the sky blue?")
+    pg.constraint_kind, pg.constraint_text = "choice", "yes\nno\nmaybe"
+    first = pg.run()
+    pg.seed = 2
+    again = pg.run()  # no new message: the last answer again, from the conversation before it
+    assert again.prompt == first.prompt  # (it ended with two assistant turns)
+    assert pg.messages == [
+        {"role": "user", "content": "Is the sky blue?"},
+        {"role": "assistant", "content": again.generated_text},
+    ]
+    pg.messages = [{"role": "wizard", "content": "x"}]
+    pg.prompt = "hi"
+    assert pg.run(raise_errors=False) is None
+    assert pg.error.startswith("ParameterError: messages[0].role: Input should be"), pg.error
+
+
 def test_run_button_trait_with_best_of_and_regex(embedded) -> None:
     pg = Playground(
         model="embedded",

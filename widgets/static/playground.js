@@ -2,7 +2,7 @@
 // TokenView module (shipped as the `_token_view_esm` trait and imported from a blob URL, the way
 // anywidget loads any ESM). All user and model text reaches the DOM through textContent.
 
-import { chartRows, chartSummary, h, percent } from "./helpers.js";
+import { candidates, chartRows, chartSummary, h, percent } from "./helpers.js";
 
 /** Keep a form control and a trait in step both ways; returns the function that unbinds it. */
 function bind(model, input, name, { parse = (v) => v, format = (v) => (v ?? "") } = {}) {
@@ -28,6 +28,12 @@ const integer = (text) => (/^-?\d+$/.test(text.trim()) ? parseInt(text, 10) : un
 const decimal = (text) => (text.trim() !== "" && Number.isFinite(Number(text)) ? Number(text) : undefined);
 const optionalInteger = (text) => (text.trim() === "" ? null : integer(text));
 const lines = (text) => text.split("\n").filter((line) => line !== "");
+// A stop sequence per line, as the UI's stop box: `\n`, `\t`, `\r` and `\\` stand for a newline, a tab, a carriage
+// return and a backslash (a newline, the commonest stop, cannot be a line of its own).
+const ESCAPES = { n: "\n", t: "\t", r: "\r", "\\": "\\" };
+const stopsOf = (text) => lines(text).map((line) => line.replace(/\\([ntr\\])/g, (_, c) => ESCAPES[c]));
+const stopsText = (stops) => (stops || [])
+  .map((stop) => stop.replace(/[\\\n\t\r]/g, (c) => ({ "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r" })[c])).join("\n");
 
 function field(label, control, className = "sp-field-row") {
   const wrap = h("label", className);
@@ -80,7 +86,7 @@ function constraintSection(model, offs) {
   };
   example.addEventListener("change", () => {
     const items = (model.get("examples") || {})[model.get("constraint_kind")] || [];
-    const chosen = items[Number(example.value)];
+    const chosen = example.value === "" ? null : items[Number(example.value)];  // (the placeholder is "")
     if (!chosen) return;
     model.set("constraint_text", chosen.text);
     model.set("prompt", chosen.message);
@@ -206,8 +212,8 @@ function parameterSection(model, offs) {
   }
   const stop = input("textarea", "sp-param sp-stop");
   stop.rows = 1;
-  stop.placeholder = "one per line";
-  offs.push(bind(model, stop, "stop", { parse: lines, format: (v) => (v || []).join("\n") }));
+  stop.placeholder = "one per line; \\n for a newline";
+  offs.push(bind(model, stop, "stop", { parse: stopsOf, format: stopsText }));
   box.append(field("stop", stop));
   return box;
 }
@@ -321,10 +327,13 @@ async function render({ model, el }) {
     const result = model.get("result_json");
     tokenView.renderResult(answer, result && result.best ? result : null, {
       colourBy: local.colourBy,
-      selected: model.get("next_token_position"),
+      // the view's position is in one candidate: pinned there only
+      selected: model.get("next_token_sequence") === local.sequence ? model.get("next_token_position") : -1,
       sequence: local.sequence,
       onSelect: (index) => {
-        model.set("next_token_position", model.get("next_token_position") === index ? -1 : index);
+        const same = model.get("next_token_sequence") === local.sequence && model.get("next_token_position") === index;
+        model.set("next_token_sequence", local.sequence);
+        model.set("next_token_position", same ? -1 : index);
         model.save_changes();
       },
       onColourBy: (mode) => { local.colourBy = mode; drawAnswer(); },
@@ -333,7 +342,8 @@ async function render({ model, el }) {
   };
   const drawChart = () => {
     const result = model.get("result_json");
-    nextTokenChart(chart, model.get("next_token"), model.get("next_token_position"), result && result.best ? result.best.tokens : []);
+    const shown = result && result.best ? candidates(result)[model.get("next_token_sequence")] : null;
+    nextTokenChart(chart, model.get("next_token"), model.get("next_token_position"), shown ? shown.tokens : []);
   };
   const evalBar = h("progress", "sp-eval-progress");
   const evalText = h("span", "sp-muted");
@@ -355,6 +365,7 @@ async function render({ model, el }) {
   const handlers = [
     ["change:result_json", () => { local.sequence = 0; drawAnswer(); drawChart(); fieldsTable(fields, model.get("result_json")); }],
     ["change:next_token_position", () => { drawAnswer(); drawChart(); }],
+    ["change:next_token_sequence", () => { drawAnswer(); drawChart(); }],
     ["change:next_token", drawChart],
     ["change:running", drawState],
     ["change:error", drawState],
