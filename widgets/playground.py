@@ -12,7 +12,7 @@ import traitlets
 from pydantic import ValidationError
 
 from playground import render
-from playground.constraints import check_constraint
+from playground.constraints import backends, check_constraint
 from playground.constraints.examples import EXAMPLES
 from playground.errors import ParameterError, PlaygroundError
 from playground.providers.base import Inputs, Provider
@@ -111,6 +111,8 @@ class Playground(_SamplingTraits):
     stop = traitlets.List(traitlets.Unicode()).tag(sync=True)
     logits_processors = traitlets.List(traitlets.Dict()).tag(sync=True)
     processor_choices = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True)
+    constraint_engine = traitlets.Unicode("auto").tag(sync=True)  # auto, or an engine of `engines`
+    engines = traitlets.List(traitlets.Unicode()).tag(sync=True)
     run_requested = traitlets.Int(0).tag(sync=True)
     running = traitlets.Bool(False).tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)
@@ -141,7 +143,11 @@ class Playground(_SamplingTraits):
         self._last_params: GenerateParameters | None = None
         self._moving = False
         self._shown: tuple[int, int] | None = None  # (candidate, position) of the distribution shown
+        unknown = sorted(set(traits) - set(self.trait_names(sync=True)))
+        if unknown:  # (traitlets would drop them with a warning only: a misspelt setting did nothing)
+            raise TypeError(f"Playground got unknown settings: {', '.join(unknown)}")
         super().__init__(models=models, model=model_id, **traits)
+        self.engines = ["auto", *backends.names()]
         self.examples = _examples()
         self.processor_choices = _processor_choices()
         self.constraint_problem = self._problem()
@@ -222,6 +228,7 @@ class Playground(_SamplingTraits):
             "stop",
             "constraint_kind",
             "constraint_text",
+            "constraint_engine",
             "logits_processors",
         )
         return {name: getattr(self, name) for name in names}
@@ -334,6 +341,8 @@ class Playground(_SamplingTraits):
     def evaluate(self, prompts: list[str], expected: list[str | None] | None = None) -> evaluation.Evaluation:
         """The current constraint and settings over many prompts (chat mode: each one user message after the
         system prompt), with a progress bar; the result draws its charts and exports JSONL and CSV."""
+        if isinstance(prompts, str):  # (it ran one prompt per character)
+            raise ParameterError("prompts: a list of prompts, not one string", field="prompts")
         inputs = [build_inputs(self.mode, p, self.system_prompt, []) for p in prompts]
 
         def progress(done: int, total: int) -> None:

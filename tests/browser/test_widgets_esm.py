@@ -132,6 +132,7 @@ def _playground_state() -> dict[str, Any]:
         "model": "tiny <model>",
         "examples": {"json_schema": [{"title": "Person", "text": '{"type": "object"}', "message": "Invent a person."}]},
         "processor_choices": [["ban_strings", "forbid strings"]],
+        "engines": ["auto", "llguidance", "xgrammar"],
     }
 
 
@@ -154,12 +155,13 @@ def test_playground_controls_set_traits(page, harness_url: str) -> None:
     assert "min_p (0 = off)" in page.locator("#mount fieldset.sp-parameters").inner_text()
     page.fill("#mount input.sp-min_p", "0.05")
     page.fill("#mount input.sp-top_k", "3")
+    page.select_option("#mount select.sp-constraint_engine", "xgrammar")
     page.fill("#mount textarea.sp-processor-params", "the\nThe")
     page.click("#mount button.sp-add-processor")
     page.click("#mount button.sp-run")
     state = page.evaluate("window.model.state")
     assert state["max_new_tokens"] == 12 and state["seed"] is None and state["do_sample"] is True
-    assert state["min_p"] == 0.05 and state["top_k"] == 3
+    assert state["min_p"] == 0.05 and state["top_k"] == 3 and state["constraint_engine"] == "xgrammar"
     assert state["logits_processors"] == [{"name": "ban_strings", "params": ["the", "The"]}]
     assert state["run_requested"] == 1
     assert page.evaluate("window.model.saved.at(-1).run_requested") == 1

@@ -8,6 +8,7 @@ import re
 import jsonschema
 import pytest
 
+from playground.errors import ParameterError
 from playground.providers.registry import Registry
 from playground.types import GenerationResult
 from widgets import Playground, TokenView, local_provider
@@ -95,6 +96,17 @@ def test_chat_run_again_regenerates_the_last_answer_and_bad_messages_name_the_fi
     pg.prompt = "hi"
     assert pg.run(raise_errors=False) is None
     assert pg.error.startswith("ParameterError: messages[0].role: Input should be"), pg.error
+
+
+def test_the_widget_picks_the_constraint_engine_and_refuses_settings_it_does_not_have(embedded) -> None:
+    pg = Playground(model="embedded", mode="prompt", prompt="Digits:", max_new_tokens=4, constraint_engine="xgrammar")
+    assert pg.engines[0] == "auto" and {"llguidance", "xgrammar", "outlines_core"} <= set(pg.engines)
+    pg.constraint_kind, pg.constraint_text = "regex", "[0-9]{3}"
+    assert pg.run().constraint_engine == "xgrammar"  # (the setting was dropped: llguidance answered)
+    with pytest.raises(TypeError, match="unknown settings: max_tokens"):
+        Playground(model="embedded", max_tokens=4)
+    with pytest.raises(ParameterError, match="prompts: a list of prompts, not one string"):
+        pg.evaluate("Color:")
 
 
 def test_run_button_trait_with_best_of_and_regex(embedded) -> None:

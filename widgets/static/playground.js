@@ -210,6 +210,16 @@ function parameterSection(model, offs) {
     offs.push(bind(model, control, spec.name, { parse: spec.integer ? integer : decimal }));
     box.append(field(spec.label, control));
   }
+  const engine = h("select", "sp-param sp-constraint_engine");
+  const fillEngines = () => {
+    fillSelect(engine, (model.get("engines") || ["auto"]).map((name) => [name, name]));
+    engine.value = model.get("constraint_engine");
+  };
+  fillEngines();
+  model.on("change:engines", fillEngines);
+  offs.push(() => model.off("change:engines", fillEngines));
+  offs.push(bind(model, engine, "constraint_engine"));
+  box.append(field("constraint engine", engine));
   const stop = input("textarea", "sp-param sp-stop");
   stop.rows = 1;
   stop.placeholder = "one per line; \\n for a newline";
