@@ -187,8 +187,10 @@ class Playground(_SamplingTraits):
 
     @traitlets.observe("constraint_kind", "constraint_text")
     def _check_constraint(self, _change: dict[str, Any]) -> None:
-        """Check the constraint as it is typed, so a bad one is flagged before anything runs."""
+        """Check the constraint as it is typed, so a bad one is flagged before anything runs; a tested instance's
+        verdict was about the constraint before, and goes."""
         self.constraint_problem = self._problem()
+        self.check_result = {}
 
     def _problem(self) -> str:
         if self.constraint_kind == "none":
@@ -320,7 +322,8 @@ class Playground(_SamplingTraits):
         return result
 
     def branch(self, position: int, text: str) -> GenerationResult:
-        """Continue the last answer from token `position` with `text` forced there; shown as the answer."""
+        """Continue the last answer from token `position` with `text` forced there; kept in `branches` (show one with
+        `TokenView(result)`)."""
         if self.result is None or self._last_inputs is None or self._last_params is None:
             raise ParameterError("run once first: a branch continues the last answer")
         result = debugger.branch(
@@ -353,8 +356,11 @@ class Playground(_SamplingTraits):
         )
 
     def clear(self) -> None:
-        """Forget the conversation and the last answer."""
+        """Forget the conversation, the last answer and what was asked of it (a check, branches, an evaluation)."""
         self.messages = []
+        self.check_result = {}
+        self.branches = []
+        self.evaluation_progress = {}
         self.result = None
         self._last_inputs = self._last_params = None
         self.distribution = None
@@ -377,7 +383,8 @@ def _examples() -> dict[str, list[dict[str, str]]]:
 
 
 def _processor_choices() -> list[list[str]]:
-    """[name, description] of every registered logits processor (built-in and from plugins)."""
+    """[name, description, how its params box is read] of every registered logits processor (built-in and from
+    plugins): "one text" (a grammar, a schema), or a parameter per line."""
     from playground.processors import list_factories
 
-    return [[info.name, info.description] for info in list_factories()]
+    return [[info.name, info.description, "one text" if info.one_text else "lines"] for info in list_factories()]

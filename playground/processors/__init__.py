@@ -45,6 +45,7 @@ class FactoryInfo:
     name: str
     description: str
     builtin: bool
+    one_text: bool = False  # its one parameter is a whole text (a grammar, a schema): an editor sends it unsplit
 
 
 @dataclass(frozen=True)
@@ -57,12 +58,18 @@ _lock = threading.RLock()
 _factories: dict[str, _Entry] = {}
 
 
-def register_factory(name: str, factory: Factory, description: str = "", *, replace: bool = False) -> None:
-    """Register `factory` under `name`; registering the same factory again is a no-op, another one needs replace."""
-    _register(name, factory, description, replace=replace, builtin=False)
+def register_factory(
+    name: str, factory: Factory, description: str = "", *, replace: bool = False, one_text: bool = False
+) -> None:
+    """Register `factory` under `name`; registering the same factory again is a no-op, another one needs replace.
+    `one_text`: its one parameter is a whole text, lines and all (the UI's and the widget's params box sends it as
+    one; otherwise each line is a parameter)."""
+    _register(name, factory, description, replace=replace, builtin=False, one_text=one_text)
 
 
-def _register(name: str, factory: Factory, description: str, *, replace: bool, builtin: bool) -> None:
+def _register(
+    name: str, factory: Factory, description: str, *, replace: bool, builtin: bool, one_text: bool = False
+) -> None:
     if not isinstance(name, str) or not _NAME.match(name):
         raise ProcessorError(f"invalid processor name {name!r}: use letters, digits, '_', '.' or '-'")
     if not callable(factory):
@@ -71,7 +78,7 @@ def _register(name: str, factory: Factory, description: str, *, replace: bool, b
         current = _factories.get(name)
         if current is not None and current.factory is not factory and not replace:
             raise ProcessorError(f"a processor named {name!r} is already registered; pass replace=True to replace it")
-        _factories[name] = _Entry(factory, FactoryInfo(name, str(description or ""), builtin))
+        _factories[name] = _Entry(factory, FactoryInfo(name, str(description or ""), builtin, one_text))
 
 
 def unregister_factory(name: str) -> None:
@@ -235,5 +242,14 @@ _BUILTINS: list[tuple[str, Factory, str]] = [
     ("choice", _constraint_factory("choice"), "Constrain the output to one of the choices. params: the choices."),
     ("grammar", _constraint_factory("grammar"), "Constrain the output to a Lark grammar. params: [grammar text]."),
 ]
+ONE_TEXT = frozenset({"max_whitespace", "json_schema", "regex", "grammar"})
 for _name, _factory, _description in _BUILTINS:
-    _register(_name, _factory, _description, replace=True, builtin=True)
+    _register(_name, _factory, _description, replace=True, builtin=True, one_text=_name in ONE_TEXT)
+
+
+def params_from_text(name: str, text: str) -> list[str]:
+    """An editor's params box for processor `name`: one whole text, or a parameter per non-blank line."""
+    info = next((info for info in list_factories() if info.name == name), None)
+    if info is not None and info.one_text:
+        return [text] if text.strip() else []
+    return [line for line in text.splitlines() if line.strip()]

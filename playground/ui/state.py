@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model
 
 from playground.errors import InvalidConstraintError, ParameterError, PlaygroundError
+from playground.processors import params_from_text
 from playground.render.chat import CONSTRAINT_KEY
 from playground.types import ChatMessage, GeneratedToken, GenerateParameters, GenerationResult, ProcessorSpec
 from playground.ui.examples import SYSTEM_PROMPT
@@ -164,8 +165,7 @@ def processors_of(form: Form) -> list[ProcessorSpec]:
         return []
     if not form.processor:
         raise ParameterError("pick a registered processor for the custom processor kind", field="logits_processors")
-    params = [line for line in form.processor_params.splitlines() if line.strip()]
-    return [ProcessorSpec(name=form.processor, params=params)]
+    return [ProcessorSpec(name=form.processor, params=params_from_text(form.processor, form.processor_params))]
 
 
 def empty_constraint(kind: str) -> str:

@@ -131,7 +131,7 @@ def _playground_state() -> dict[str, Any]:
         "models": ["tiny <model>"],
         "model": "tiny <model>",
         "examples": {"json_schema": [{"title": "Person", "text": '{"type": "object"}', "message": "Invent a person."}]},
-        "processor_choices": [["ban_strings", "forbid strings"]],
+        "processor_choices": [["ban_strings", "forbid strings", "lines"], ["grammar", "a Lark grammar", "one text"]],
         "engines": ["auto", "llguidance", "xgrammar"],
     }
 
@@ -158,11 +158,17 @@ def test_playground_controls_set_traits(page, harness_url: str) -> None:
     page.select_option("#mount select.sp-constraint_engine", "xgrammar")
     page.fill("#mount textarea.sp-processor-params", "the\nThe")
     page.click("#mount button.sp-add-processor")
+    page.select_option("#mount select.sp-processor-name", "grammar")
+    page.fill("#mount textarea.sp-processor-params", 'start: a\na: "x"')
+    page.click("#mount button.sp-add-processor")  # one text: one parameter, lines and all
     page.click("#mount button.sp-run")
     state = page.evaluate("window.model.state")
     assert state["max_new_tokens"] == 12 and state["seed"] is None and state["do_sample"] is True
     assert state["min_p"] == 0.05 and state["top_k"] == 3 and state["constraint_engine"] == "xgrammar"
-    assert state["logits_processors"] == [{"name": "ban_strings", "params": ["the", "The"]}]
+    assert state["logits_processors"] == [
+        {"name": "ban_strings", "params": ["the", "The"]},
+        {"name": "grammar", "params": ['start: a\na: "x"']},
+    ]
     assert state["run_requested"] == 1
     assert page.evaluate("window.model.saved.at(-1).run_requested") == 1
     # the stop box writes a newline stop as \n, as the UI's does: it is kept when another line is typed

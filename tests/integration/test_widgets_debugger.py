@@ -37,6 +37,11 @@ def test_fields_reasons_check_and_branch(widget: Playground) -> None:
     branch = widget.branch(len(result.best.tokens) - 3, "")
     assert branch.best.continued_from and branch.best.validation.valid is not None
     assert widget.branches[-1]["result"]["best"]["continued_from"] == branch.best.continued_from
+    widget.constraint_text = json.dumps({"type": "boolean"})  # the verdict was about the schema before: it goes
+    assert widget.check_result == {}
+    widget.check('{"kind": "cow"}')
+    widget.clear()
+    assert (widget.check_result, widget.branches, widget.result, widget.messages) == ({}, [], None, [])
 
 
 def test_branch_before_a_run_and_check_without_a_constraint_are_named(widget: Playground) -> None:

@@ -140,6 +140,18 @@ def test_unconstrained_params_drop_the_grammar_and_processors() -> None:
         params_of(Form(kind="processor"))
 
 
+def test_a_processor_that_takes_one_text_gets_the_params_box_whole() -> None:
+    """A two-line grammar was two parameters ("grammar takes one parameter ...; got 2")."""
+    grammar = 'start: answer\nanswer: "yes" | "no"\n'
+    form = Form(kind="processor", processor="grammar", processor_params=grammar)
+    assert [spec.model_dump() for spec in params_of(form).logits_processors] == [
+        {"name": "grammar", "params": [grammar]}
+    ]
+    schema = '{\n  "type": "boolean"\n}'
+    form = Form(kind="processor", processor="json_schema", processor_params=schema)
+    assert params_of(form).logits_processors[0].params == [schema]
+
+
 def test_chat_inputs_put_the_system_prompt_first_and_the_new_message_last() -> None:
     history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
     assert chat_inputs("sys", history, "c") == [

@@ -149,7 +149,10 @@ function processorSection(model, offs) {
   const add = h("button", "sp-add-processor", "add processor");
   add.addEventListener("click", () => {
     if (!name.value) return;
-    model.set("logits_processors", [...model.get("logits_processors"), { name: name.value, params: lines(params.value) }]);
+    const chosen = choices.find(([n]) => n === name.value) || [];
+    // a whole text (a grammar, a schema) is one parameter; otherwise each line is one
+    const values = chosen[2] === "one text" ? (params.value.trim() ? [params.value] : []) : lines(params.value);
+    model.set("logits_processors", [...model.get("logits_processors"), { name: name.value, params: values }]);
     model.save_changes();
   });
   const row = h("div", "sp-row");
