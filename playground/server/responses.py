@@ -139,16 +139,13 @@ class _Output:
 
     def _cut(self, item_id: str) -> dict[str, Any]:
         """An announced item as streamed so far: `incomplete`, unless it was finished."""
-        text = self.texts[item_id]
+        text, status = self.texts[item_id], "completed" if item_id in self.done else "incomplete"
         if item_id == self.ids["rs"]:
-            return {
-                **responses.reasoning_item(item_id, text),
-                "status": "completed" if item_id in self.done else "incomplete",
-            }
+            return {**responses.reasoning_item(item_id, text), "status": status}
         if item_id == self.ids["msg"]:
-            return responses.message_item(item_id, text, self.logprobs.get(item_id), "incomplete")
+            return responses.message_item(item_id, text, self.logprobs.get(item_id), status)
         call = next(c for c in self.calls if responses.function_call_item(c, "")["id"] == item_id)
-        return responses.function_call_item({**call, "function": {**call["function"], "arguments": text}}, "incomplete")
+        return responses.function_call_item({**call, "function": {**call["function"], "arguments": text}}, status)
 
     def so_far(self) -> list[dict[str, Any]]:
         """The items announced so far, as a failed Response lists them: cut where the failure came."""
@@ -168,7 +165,10 @@ class _Output:
             if item["id"] in self.done:
                 continue
             if item["id"] not in self.opened:
-                sent += self._announce(self._empty("rs" if item["type"] == "reasoning" else "msg"))
+                kind = {"reasoning": "rs", "message": "msg"}.get(item["type"])
+                sent += self._announce(
+                    self._empty(kind) if kind else {**item, "arguments": "", "status": "in_progress"}
+                )
             sent += self._finish(item)
         return sent
 

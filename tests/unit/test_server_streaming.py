@@ -381,6 +381,10 @@ def test_streamed_calls_are_each_finished_before_the_next_starts_and_the_respons
     ]
     added = [f["item"] for kind, f in sent if kind == "response.output_item.added"][-1]
     assert added == {**added, "id": "fc_2", "call_id": "call_2", "name": "b", "arguments": "", "status": "in_progress"}
+    # had the stream failed here, its Response would list what was finished as completed, the rest cut
+    assert [(item["id"], item["status"]) for item in output.so_far()] == [
+        ("msg_1", "completed"), ("fc_1", "completed"), ("fc_2", "incomplete")
+    ]  # fmt: skip
     # the whole answer: the message and the first call; the second was cut off (no call), with an empty message
     completion = {
         "choices": [
@@ -405,3 +409,20 @@ def test_streamed_calls_are_each_finished_before_the_next_starts_and_the_respons
         ("fc_2", "incomplete"),
     ]
     assert items[2].arguments == '{"y"' and sent[-1][1]["item"] == final["output"][2]
+
+
+def test_a_call_the_stream_never_sent_is_announced_as_a_call_at_the_end() -> None:
+    sent: list[tuple[str, dict]] = []
+    output = responses_route._Output(
+        {"resp": "r", "rs": "rs_1", "msg": "msg_1"}, lambda kind, **f: sent.append((kind, f))
+    )
+    call = responses_wire.function_call_item(
+        {"id": "call_9", "function": {"name": "a", "arguments": "{}"}}, "completed"
+    )
+    output.finish({"output": [call]})
+    assert [kind for kind, _ in sent] == [
+        "response.output_item.added",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+    ]
+    assert sent[0][1]["item"] == {**call, "arguments": "", "status": "in_progress"} and sent[2][1]["item"] == call
