@@ -89,7 +89,7 @@ class _Output:
             sent += [*self._reasoning_done(), *self._others_done()]
             self.calls.append(head)
             sent += self._announce(responses.function_call_item(head, "in_progress"))
-        item_id = responses.function_call_item(self.calls[piece["index"]], "")["id"]
+        item_id = responses.function_call_id(self.calls[piece["index"]])
         delta = piece["function"].get("arguments") or ""
         if delta:
             self.texts[item_id] += delta
@@ -111,7 +111,7 @@ class _Output:
 
     def _others_done(self) -> list[str]:
         """Before a call starts: the message and the call before it, as they were streamed."""
-        earlier = [self.ids["msg"], *(responses.function_call_item(c, "")["id"] for c in self.calls[-1:])]
+        earlier = [self.ids["msg"], *(responses.function_call_id(c) for c in self.calls[-1:])]
         sent: list[str] = []
         for item_id in earlier:
             if item_id in self.opened and item_id not in self.done:
@@ -144,7 +144,7 @@ class _Output:
             return {**responses.reasoning_item(item_id, text), "status": status}
         if item_id == self.ids["msg"]:
             return responses.message_item(item_id, text, self.logprobs.get(item_id), status)
-        call = next(c for c in self.calls if responses.function_call_item(c, "")["id"] == item_id)
+        call = next(c for c in self.calls if responses.function_call_id(c) == item_id)
         return responses.function_call_item({**call, "function": {**call["function"], "arguments": text}}, status)
 
     def so_far(self) -> list[dict[str, Any]]:

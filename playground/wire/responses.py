@@ -535,13 +535,18 @@ def message_item(item_id: str, text: str, logprobs: list[dict[str, Any]] | None,
     return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": [part]}
 
 
+def function_call_id(call: dict[str, Any]) -> str:
+    """A chat tool call's `function_call` item id, which follows from its call id."""
+    return "fc_" + call["id"].removeprefix("call_")
+
+
 def function_call_item(call: dict[str, Any], status: str) -> dict[str, Any]:
     """A chat tool call as a `function_call` output item; its item id follows from its call id (a stream announces
     the item before the Response lists it)."""
     function = call["function"]
     return {
         "type": "function_call",
-        "id": "fc_" + call["id"].removeprefix("call_"),
+        "id": function_call_id(call),
         "call_id": call["id"],
         "name": function["name"],
         "arguments": function["arguments"],
