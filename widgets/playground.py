@@ -378,8 +378,8 @@ class Playground(_SamplingTraits):
 
 
 def _examples() -> dict[str, list[dict[str, str]]]:
-    """The library's ready examples per kind, the ones the UI's example picker offers."""
-    return {kind: [asdict(example) for example in items] for kind, items in EXAMPLES.items()}
+    """The library's ready examples per kind the widget can select, the ones the UI's example picker offers."""
+    return {kind: [asdict(example) for example in items] for kind, items in EXAMPLES.items() if kind in KINDS}
 
 
 def _processor_choices() -> list[list[str]]:

@@ -11,6 +11,7 @@ import anywidget
 import traitlets
 
 from playground import render
+from playground.providers import mapping
 from playground.types import GenerationResult
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -27,12 +28,13 @@ def esm(name: str) -> str:
     return bundled
 
 
-def result_payload(result: GenerationResult | dict[str, Any] | None) -> dict[str, Any]:
-    """The result as strict JSON (masked -inf logprobs become null), tokens marked `overridden`."""
+def result_payload(result: GenerationResult | dict[str, Any] | list[Any] | None) -> dict[str, Any]:
+    """The result as strict JSON (masked -inf logprobs become null), tokens marked `overridden`. A dict or list is
+    an answer's JSON: a GenerationResult's, or a /generate, chat completion or completion answer."""
     if result is None:
         return {}
-    if isinstance(result, dict):
-        result = GenerationResult.model_validate(result)
+    if not isinstance(result, GenerationResult):
+        result = mapping.answer_result(result)
     payload = json.loads(result.model_dump_json())
     sequences = [result.best, *result.best_of_sequences]
     dumped = [payload["best"], *payload["best_of_sequences"]]
@@ -52,10 +54,10 @@ class TokenView(anywidget.AnyWidget):
     colour_by = traitlets.Enum(["constrained", "raw"], default_value="constrained").tag(sync=True)
     selected = traitlets.Int(-1).tag(sync=True)
 
-    def __init__(self, result: GenerationResult | dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, result: GenerationResult | dict[str, Any] | list[Any] | None = None, **kwargs: Any) -> None:
         super().__init__(result=result_payload(result), **kwargs)
 
-    def update(self, result: GenerationResult | dict[str, Any] | None) -> None:
+    def update(self, result: GenerationResult | dict[str, Any] | list[Any] | None) -> None:
         """Show another result (None clears the view)."""
         self.selected = -1
         self.result = result_payload(result)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import zlib
-from typing import Any
+from typing import Any, get_args
 
 from playground.constraints import Constraint
 from playground.providers.base import Inputs
 from playground.types import (
     ChatMessage,
+    ConstraintKind,
     FinishReason,
     GeneratedToken,
     GenerateParameters,
@@ -169,6 +170,104 @@ def tgi_sequence(
 
 def prefill_tokens(details: dict[str, Any]) -> list[PrefillToken]:
     return [PrefillToken.model_validate(t) for t in details.get("prefill") or []]
+
+
+# --- an answer body as it came back (the TokenView's input) ---------------------------------------
+
+
+def answer_result(body: dict[str, Any] | list[Any]) -> GenerationResult:
+    """An answer's JSON as our result: a GenerationResult's own dump, TGI's `/generate` (with `details`), or an
+    OpenAI-style chat completion or completion (with `logprobs`), from us, TGI, vLLM or OpenAI. Its constraint is
+    not known here: the verdict is the one the body carries (ours do), else none."""
+    if isinstance(body, list) and len(body) == 1:  # TGI's `/` route answers a list of one
+        body = body[0]
+    if not isinstance(body, dict):
+        raise ValueError(f"an answer is a JSON object, not {type(body).__name__}")
+    if "best" in body:
+        return GenerationResult.model_validate(body)
+    if "generated_text" in body:
+        return _tgi_answer(body)
+    if isinstance(body.get("choices"), list) and body["choices"]:
+        return _openai_answer(body)
+    keys = ", ".join(sorted(map(str, body))[:8]) or "none"
+    raise ValueError(
+        "not an answer this view reads (a GenerationResult, a /generate answer with details, a chat completion "
+        f"or a completion); its keys: {keys}"
+    )
+
+
+def _tgi_answer(body: dict[str, Any]) -> GenerationResult:
+    details = body.get("details")
+    if not isinstance(details, dict):
+        raise ValueError("a /generate answer without `details` has no tokens to show: ask with details=true")
+    none = Constraint.none()
+    sequences = [
+        _with_verdict(tgi_sequence(text, d, tgi_tokens(d), params=GenerateParameters(), constraint=none), d)
+        for text, d in [(body["generated_text"], details)]
+        + [(s["generated_text"], s) for s in details.get("best_of_sequences") or []]
+    ]
+    prefill = prefill_tokens(details)
+    return _answer(body, sequences, input_length=len(prefill), prefill=prefill, server_ranked=True)
+
+
+def _openai_answer(body: dict[str, Any]) -> GenerationResult:
+    choices = sorted(body["choices"], key=lambda c: int(c.get("index", 0)))
+    usage = body.get("usage") or {}
+    single = usage.get("completion_tokens") if len(choices) == 1 else None
+    none, params = Constraint.none(), GenerateParameters()
+    sequences = []
+    for choice in choices:
+        if "message" in choice:
+            text, tokens = message_text(choice), openai_tokens(choice.get("logprobs"))
+        else:
+            text, tokens = str(choice.get("text") or ""), _completion_tokens(choice.get("logprobs"))
+        sequence = openai_sequence(choice, text, tokens, usage_tokens=single, params=params, constraint=none)
+        sequences.append(_with_verdict(sequence, choice))
+    return _answer(body, sequences, input_length=int(usage.get("prompt_tokens") or 0))
+
+
+def _completion_tokens(logprobs: dict[str, Any] | None) -> list[GeneratedToken]:
+    """The completions API's columns (`tokens`, `token_logprobs`, `top_logprobs` as {text: logprob})."""
+    logprobs = logprobs or {}
+    texts, values = logprobs.get("tokens") or [], logprobs.get("token_logprobs") or []
+    tops = logprobs.get("top_logprobs") or []
+    return [
+        GeneratedToken(
+            id=text_id(text),
+            text=text,
+            logprob=_finite(values[i] if i < len(values) else None),
+            top_tokens=[
+                Token(id=text_id(t), text=t, logprob=_finite(lp))
+                for t, lp in ((tops[i] if i < len(tops) else None) or {}).items()
+            ],
+        )
+        for i, text in enumerate(texts)
+    ]
+
+
+def _with_verdict(sequence: Sequence, source: dict[str, Any]) -> Sequence:
+    """Keep the verdict a playground server sent beside the sequence; without one nothing was checked."""
+    if isinstance(source.get("validation"), dict):
+        sequence.validation = Validation.model_validate(source["validation"])
+    return sequence
+
+
+def _answer(body: dict[str, Any], sequences: list[Sequence], **fields: Any) -> GenerationResult:
+    model = str(body.get("model_id") or body.get("model") or "")
+    answer = result(
+        model=model,
+        provider_id=str(body.get("provider_id") or "answer"),
+        provider_type="answer",
+        inputs="",
+        sequences=sequences,
+        constraint=Constraint.none(),
+        total_s=0.0,
+        **fields,
+    )
+    if body.get("constraint_kind") in get_args(ConstraintKind):  # a playground server names its constraint
+        answer.constraint_kind = body["constraint_kind"]
+        answer.constraint_engine = body.get("constraint_engine")
+    return answer
 
 
 # --- shared ---------------------------------------------------------------------------------------

@@ -150,6 +150,14 @@ def test_playground_controls_set_traits(page, harness_url: str) -> None:
     page.evaluate("window.model.set('constraint_problem', 'not a valid JSON Schema at (root)')")
     assert page.locator("#mount .sp-problem.sp-bad").inner_text() == "\u2717 not a valid JSON Schema at (root)"
     page.fill("#mount input.sp-max_new_tokens", "12")
+    # a number the setting cannot take is marked on the box, and the setting keeps its value
+    tokens_box = page.locator("#mount input.sp-max_new_tokens")
+    tokens_box.fill("1.5")
+    assert page.evaluate("window.model.state.max_new_tokens") == 12
+    assert tokens_box.get_attribute("aria-invalid") == "true" and "sp-invalid" in tokens_box.get_attribute("class")
+    assert tokens_box.get_attribute("title") == "not a valid max_new_tokens: it stays 12"
+    tokens_box.fill("12")
+    assert tokens_box.get_attribute("aria-invalid") == "false" and "sp-invalid" not in tokens_box.get_attribute("class")
     page.fill("#mount input.sp-seed", "")
     page.check("#mount input.sp-do_sample")
     assert "min_p (0 = off)" in page.locator("#mount fieldset.sp-parameters").inner_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import httpx
 import jsonschema
 import pytest
 
@@ -142,3 +143,61 @@ def test_registry_models_and_shared_weights(embedded) -> None:
     assert pg.error.startswith("ModelError: no provider serves model 'nobody-serves-this'")
     pg.model = model_id
     assert pg.error == ""
+
+
+def test_token_view_shows_an_answer_s_json_as_each_api_sends_it(server_url: str) -> None:
+    """/generate (TGI's shape), a chat completion and a completion, straight from the server's JSON."""
+    prompt = "The colour of the sky is"
+    regex = {"type": "regex", "value": "(blue|grey)( and (white|black))?"}
+
+    def post(path: str, body: dict) -> dict:
+        reply = httpx.post(f"{server_url}{path}", json=body, timeout=300)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    tgi = post(
+        "/generate",
+        {
+            "inputs": prompt,
+            "parameters": {
+                "details": True,
+                "top_n_tokens": 2,
+                "best_of": 2,
+                "do_sample": True,
+                "seed": 3,
+                "grammar": regex,
+            },
+        },
+    )
+    shown = TokenView(tgi).generation_result
+    assert shown.generated_text == tgi["generated_text"] and shown.constraint_kind == "regex"
+    assert [t.text for t in shown.best.tokens] == [t["text"] for t in tgi["details"]["tokens"]]
+    assert [t.logprob for t in shown.best.tokens] == pytest.approx([t["logprob"] for t in tgi["details"]["tokens"]])
+    assert [[a.text for a in t.top_tokens] for t in shown.best.tokens] == [
+        [a["text"] for a in top] for top in tgi["details"]["top_tokens"]
+    ]
+    assert all(len(t.raw_top_tokens) == 2 for t in shown.best.tokens) and shown.best.validation.valid is True
+    assert len(shown.best_of_sequences) == 1
+    chat = post(
+        "/v1/chat/completions",
+        {
+            "model": "embedded",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 8,
+            "logprobs": True,
+            "top_logprobs": 2,
+        },
+    )
+    shown = TokenView(chat).generation_result
+    content = chat["choices"][0]["logprobs"]["content"]
+    assert shown.generated_text == chat["choices"][0]["message"]["content"] and shown.model_id == chat["model"]
+    assert [t.text for t in shown.best.tokens] == [c["token"] for c in content]
+    assert [len(t.top_tokens) for t in shown.best.tokens] == [2] * len(content)
+    completion = post("/v1/completions", {"model": "embedded", "prompt": prompt, "max_tokens": 6, "logprobs": 2})
+    shown = TokenView(completion).generation_result
+    columns = completion["choices"][0]["logprobs"]
+    assert [t.text for t in shown.best.tokens] == columns["tokens"] and shown.input_length > 0
+    assert [t.logprob for t in shown.best.tokens] == pytest.approx(columns["token_logprobs"])
+    assert [{t.text: t.logprob for t in tok.top_tokens} for tok in shown.best.tokens] == columns["top_logprobs"]
+    with pytest.raises(ValueError, match="without `details` has no tokens"):
+        TokenView({"generated_text": "blue"})

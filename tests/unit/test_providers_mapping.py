@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from playground.providers.mapping import text_id
+import pytest
+
+from playground.providers.mapping import answer_result, text_id
 from playground.providers.openai_compat import OpenAICompatProvider, OpenAIConfig
 from playground.providers.tgi import TGIConfig, TGIProvider
 from playground.providers.vllm import VLLMConfig, VLLMProvider
@@ -202,3 +204,42 @@ def test_model_info_from_vllm_and_tgi(serve) -> None:
         "abc",
         5,
     )
+
+
+def test_an_answer_s_json_from_tgi_or_openai_reads_as_a_result() -> None:
+    """What the TokenView shows when handed the JSON those servers answer (no verdict: nothing was checked)."""
+    tgi_body = tgi_generation("ok!", finish_reason="stop_sequence")
+    tgi_body["details"]["top_tokens"] = [[{"id": 7, "text": "o", "logprob": -0.25, "special": False}]] * 3
+    shown = answer_result([tgi_body])
+    assert [(t.id, t.text, t.logprob) for t in shown.best.tokens] == [
+        (100, "o", -0.25),
+        (101, "k", -0.25),
+        (102, "!", -0.25),
+    ]
+    assert [len(t.top_tokens) for t in shown.best.tokens] == [1, 1, 1] and shown.best.finish_reason == "stop_sequence"
+    assert shown.best.validation.valid is None and shown.constraint_kind == "none"
+    chat = chat_completion("Hi!", logprobs=[("Hi", -0.1), ("!", -0.3)], n=2, finish_reason="length")
+    shown = answer_result(chat)
+    assert shown.model_id == "stub-model" and shown.generated_text == "Hi!" and len(shown.best_of_sequences) == 1
+    assert [(t.text, t.logprob) for t in shown.best.tokens] == [("Hi", -0.1), ("!", -0.3)]
+    assert shown.best.finish_reason == "length"
+    completion = {
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "text": " blue",
+                "finish_reason": "stop",
+                "logprobs": {
+                    "tokens": [" bl", "ue"],
+                    "token_logprobs": [-0.5, None],
+                    "top_logprobs": [{" bl": -0.5, " gr": -1.0}, None],
+                },
+            }
+        ],
+    }
+    shown = answer_result(completion)
+    assert [(t.text, t.logprob) for t in shown.best.tokens] == [(" bl", -0.5), ("ue", None)]
+    assert [[a.text for a in t.top_tokens] for t in shown.best.tokens] == [[" bl", " gr"], []]
+    with pytest.raises(ValueError, match="not an answer this view reads.*its keys: error"):
+        answer_result({"error": "nope"})

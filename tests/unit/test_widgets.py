@@ -25,7 +25,7 @@ from playground.wire.inbound import grammar_for
 from tests.fakes import FakeProvider
 from tests.support import INVALID_CONSTRAINTS, free_port, table_rows
 from widgets import TokenView
-from widgets.playground import Playground, build_inputs, build_parameters
+from widgets.playground import KINDS, Playground, build_inputs, build_parameters
 from widgets.token_view import result_payload
 
 SCRIPT = "<script>window.__pwned = 1</script>"
@@ -262,6 +262,12 @@ def test_the_widget_takes_its_sampling_controls_from_the_wire_table() -> None:
     assert pg.run().generated_text == "yes"
     sent = fake.calls[-1].params
     assert sent.min_p == 0.2 and sent.top_k == 3 and sent.temperature is None
+
+
+def test_the_widget_offers_examples_only_for_the_kinds_it_can_select() -> None:
+    pg = Playground(provider=FakeProvider("yes"))
+    assert set(pg.examples) == {kind for kind in KINDS if kind != "none"}  # (not structural_tag, not tools)
+    assert pg.examples["json_schema"] and all(set(e) >= {"title", "text"} for e in pg.examples["json_schema"])
 
 
 def test_the_static_widget_html_escapes_the_colour_mode() -> None:

@@ -4,17 +4,31 @@
 
 import { candidates, chartRows, chartSummary, h, percent } from "./helpers.js";
 
-/** Keep a form control and a trait in step both ways; returns the function that unbinds it. */
+/** Mark a control whose text cannot be read (the trait keeps its value), or clear the mark. */
+function markInvalid(input, problem) {
+  input.classList.toggle("sp-invalid", Boolean(problem));
+  input.setAttribute("aria-invalid", problem ? "true" : "false");
+  input.title = problem || "";
+}
+
+/** Keep a form control and a trait in step both ways; returns the function that unbinds it. A value its parser
+ * refuses (or a number box's unreadable text) is marked on the control and not sent. */
 function bind(model, input, name, { parse = (v) => v, format = (v) => (v ?? "") } = {}) {
   const isBox = input.type === "checkbox";
   const show = () => {
     const value = model.get(name);
     if (isBox) input.checked = Boolean(value);
     else if (input.value !== String(format(value))) input.value = format(value);
+    markInvalid(input, "");
   };
   const push = () => {
-    const value = isBox ? input.checked : parse(input.value);
-    if (value === undefined) return;
+    const unreadable = Boolean(input.validity && input.validity.badInput);  // a number box's value is then ""
+    const value = isBox ? input.checked : unreadable ? undefined : parse(input.value);
+    if (value === undefined) {
+      markInvalid(input, `not a valid ${name}: it stays ${JSON.stringify(model.get(name))}`);
+      return;
+    }
+    markInvalid(input, "");
     model.set(name, value);
     model.save_changes();
   };
