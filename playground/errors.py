@@ -27,7 +27,11 @@ class ParameterError(PlaygroundError):
 
 
 class PromptTooLongError(ParameterError):
-    """The prompt does not fit the model's context."""
+    """The prompt does not fit the model's context. Its code is OpenAI's, and its messages open with vLLM's words
+    ("This model's maximum context length is ...") and say "prompt is too long": what clients (LiteLLM, LangChain)
+    match to fall back to a model with a longer context."""
+
+    error_type = "context_length_exceeded"
 
 
 class ConstraintError(PlaygroundError):

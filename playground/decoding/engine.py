@@ -88,6 +88,11 @@ class Engine:
         self.tool_format = chat_template.tool_format(self.tokenizer)
         threading.Thread(target=self.compiler.warm, daemon=True, name="warm-constraints").start()
 
+    @property
+    def context_phrase(self) -> str:
+        """OpenAI's and vLLM's opening words for a request past the context, which clients (LiteLLM) match on."""
+        return f"This model's maximum context length is {self.max_total_tokens} tokens"
+
     # --- prompts ---------------------------------------------------------------------------
 
     def render_prompt(self, inputs: Inputs, params: GenerateParameters | None = None) -> str:
@@ -120,7 +125,9 @@ class Engine:
             raise ParameterError("the prompt is empty", field="inputs")
         if len(ids) > self.max_input_tokens:
             raise PromptTooLongError(
-                f"the prompt has {len(ids)} tokens; this model takes at most {self.max_input_tokens}", field="inputs"
+                f"{self.context_phrase}. However, the prompt is too long: it has {len(ids)} tokens, and this model "
+                f"takes at most {self.max_input_tokens}. Please reduce the length of the prompt.",
+                field="inputs",
             )
         return prompt, ids
 
@@ -189,16 +196,18 @@ class Engine:
         room = self.max_total_tokens - input_length
         if params.max_new_tokens is None and room < 1:
             raise PromptTooLongError(
-                f"the prompt has {input_length} tokens and leaves no room to generate: "
-                f"max_total_tokens is {self.max_total_tokens}",
+                f"{self.context_phrase}. However, the prompt is too long: it has {input_length} tokens and leaves "
+                "no room to generate. Please reduce the length of the prompt.",
                 field="inputs",
             )
         # unset, the default shrinks to what the context leaves (as TGI and vLLM do); a value sent must fit
         max_new = min(self.default_max_new_tokens, room) if params.max_new_tokens is None else params.max_new_tokens
         if max_new > room:
             raise PromptTooLongError(
-                f"prompt tokens + max_new_tokens must be <= {self.max_total_tokens}: "
-                f"{input_length} + {max_new} = {input_length + max_new}",
+                f"{self.context_phrase}. However, you requested {input_length + max_new} tokens ({input_length} in "
+                f"the prompt, {max_new} in max_new_tokens): prompt tokens + max_new_tokens must be <= "
+                f"{self.max_total_tokens}, and the prompt is too long for that many. Please reduce the length of the "
+                "prompt or max_new_tokens.",
                 field="max_new_tokens",
             )
         return best_of, max_new

@@ -25,10 +25,6 @@ from playground.wire.completions import CompletionRequest
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 
 
-def _warnings(req: CompletionRequest) -> list[str]:
-    return ["user: accepted and ignored (no per-user accounting)"] if req.user is not None else []
-
-
 async def _jobs(request: Request, req: CompletionRequest) -> tuple[Provider, str, list[Job]]:
     """The provider and model asked for, and the choices: choice i*n+j (its place in the list) is prompt i's j-th
     sample, seeded base+j; checked against the model's limits."""
@@ -75,7 +71,7 @@ def _choice(index: int, prompt: str, result: GenerationResult, req: CompletionRe
         "text": (prompt if req.echo else "") + text,
         "logprobs": logprobs,
         "finish_reason": "length" if only else chat.FINISH_REASONS[seq.finish_reason],
-        **chat.choice_extras(result, _warnings(req)),
+        **chat.choice_extras(result, completions.warnings(req)),
     }
 
 
@@ -133,7 +129,7 @@ async def _choice_chunks(
             if isinstance(event, GenerationResult):
                 scored = None if req.logprobs is None else completions.prompt_tokens(event, req.logprobs)
                 yield chunk(text=prompt, logprobs=None if scored is None else completions.logprobs(scored))
-                yield chunk(text="", finish_reason="length", **chat.choice_extras(event, _warnings(req)))
+                yield chunk(text="", finish_reason="length", **chat.choice_extras(event, completions.warnings(req)))
                 yield event
         return
     if req.echo:
@@ -162,7 +158,7 @@ async def _choice_chunks(
         if rest or tokens:
             yield chunk(text=rest, logprobs=logprobs(tokens))
         finish = chat.FINISH_REASONS[result.best.finish_reason]
-        yield chunk(text="", finish_reason=finish, **chat.choice_extras(result, _warnings(req)))
+        yield chunk(text="", finish_reason=finish, **chat.choice_extras(result, completions.warnings(req)))
         yield result
 
 

@@ -35,8 +35,18 @@ def registry_of(request: Request) -> Registry:
 
 
 def resolve(request: Request, model: str | None) -> tuple[Provider, str]:
-    """The provider and model id; 'tgi' and 'dummy' (what TGI clients send) mean the default model."""
-    return registry_of(request).resolve(None if model in ("tgi", "dummy") else model)
+    """The provider and model id; 'tgi' and 'dummy' (what TGI clients send) mean the default model, and so does a URL
+    no provider serves by that name: huggingface.js sends the `endpointUrl` it was given as `model`, and TGI, which
+    serves one model, ignores it."""
+    registry = registry_of(request)
+    if model in ("tgi", "dummy"):
+        return registry.resolve(None)
+    try:
+        return registry.resolve(model)
+    except ModelError:
+        if model and model.startswith(("http://", "https://")):
+            return registry.resolve(None)
+        raise
 
 
 def resolve_with_adapter(request: Request, model: str | None) -> tuple[Provider, str, str | None]:

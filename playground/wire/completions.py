@@ -6,11 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
+from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, field_validator, model_validator
 
 from playground.errors import ParameterError
-from playground.types import GeneratedToken, GenerateParameters, GenerationResult, Token, TokenEvent, pieces
-from playground.types.base import InputText, TokenIds
+from playground.types import (
+    GeneratedToken,
+    GenerateParameters,
+    GenerationResult,
+    GrammarType,
+    Token,
+    TokenEvent,
+    pieces,
+)
+from playground.types.base import InputText, Name, TokenIds
 from playground.types.chat import OpenAISampling
 from playground.types.sizes import MAX_CHOICES, MAX_INPUT_CHARS
 from playground.wire import chat_fields, inbound
@@ -35,6 +43,18 @@ class CompletionRequest(OpenAISampling):
     suffix: str | None = None
     response_format: ChatResponseFormat | None = None
     guided_whitespace_pattern: str | None = Field(default=None, max_length=256)
+    # TGI's parameter names, which huggingface.js's textGeneration puts in this body (its `parameters`, flattened):
+    # each does what it does on /generate; `details` and `decoder_input_details` shape TGI's answer, not this one.
+    grammar: GrammarType | None = Field(default=None, description="TGI's constraint field.")
+    do_sample: bool | None = Field(default=None, description="TGI's: false (with no warper set) is greedy.")
+    top_n_tokens: int | None = Field(default=None, ge=0, le=20, description="TGI's name for `logprobs`.")
+    typical_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    truncate: int | None = Field(default=None, ge=1, description="TGI's: keep the prompt's last k tokens.")
+    watermark: bool | None = None
+    return_full_text: bool | None = Field(default=None, description="TGI's name for `echo`.")
+    adapter_id: Name | None = None
+    details: bool | None = None
+    decoder_input_details: bool | None = None
 
     @field_validator("prompt", mode="wrap")
     @classmethod
@@ -49,6 +69,15 @@ class CompletionRequest(OpenAISampling):
                 f"give a string, a list of strings, token ids (integers >= 0) or a list of token-id lists, each at "
                 f"most {MAX_INPUT_CHARS:,} characters or ids"
             ) from None
+
+    @model_validator(mode="after")
+    def _tgi_names(self) -> CompletionRequest:
+        """TGI's `top_n_tokens` and `return_full_text` are `logprobs` and `echo` here (both set differently: refused
+        by `parameters`)."""
+        if self.logprobs is None and self.top_n_tokens is not None:
+            self.logprobs = self.top_n_tokens
+        self.echo = self.echo or bool(self.return_full_text)
+        return self
 
     def prompts(self) -> list[str | list[int]]:
         """Each prompt: its text, or its token ids."""
@@ -75,14 +104,34 @@ def _check(req: CompletionRequest) -> None:
         raise ParameterError("best_of: more candidates than n is supported with n = 1 only", field="best_of")
     if req.stream and req.best_of and req.best_of > 1:
         raise ParameterError("best_of: cannot be streamed (OpenAI refuses it too)", field="best_of")
+    if req.logprobs is not None and req.top_n_tokens is not None and req.logprobs != req.top_n_tokens:
+        raise ParameterError("top_n_tokens: TGI's name for logprobs; give one of them", field="top_n_tokens")
+
+
+def warnings(req: CompletionRequest) -> list[str]:
+    """One line for each field accepted without effect."""
+    out = ["user: accepted and ignored (no per-user accounting)"] if req.user is not None else []
+    out += [
+        f"{name}: accepted and ignored (TGI's answer shape; this one carries logprobs: ask with logprobs)"
+        for name in ("details", "decoder_input_details")
+        if getattr(req, name)
+    ]
+    return out
+
+
+def _greedy_by_tgi_rule(req: CompletionRequest) -> bool:
+    """TGI's do_sample false decodes greedily unless a warper is set (a warper samples, as on /generate)."""
+    warped = (req.top_p or 1.0) < 1.0 or (req.typical_p or 1.0) < 1.0 or (req.top_k or 0) > 0 or bool(req.min_p)
+    return req.do_sample is False and req.temperature is None and not warped
 
 
 def parameters(req: CompletionRequest, seed: int) -> GenerateParameters:
     """One choice's GenerateParameters (temperature 0 is greedy; best_of > n picks the likeliest candidate)."""
     _check(req)
     best_of = req.best_of if req.best_of and req.best_of > req.n else None
+    sampling = inbound.openai_values(req.model_copy(update={"temperature": 0.0}) if _greedy_by_tgi_rule(req) else req)
     values: dict[str, Any] = {
-        **inbound.openai_values(req),
+        **sampling,
         "details": True,
         "max_new_tokens": req.max_tokens or 1,  # 0 (echo only): the one token decoded is left out of the answer
         "best_of": best_of,
@@ -90,6 +139,10 @@ def parameters(req: CompletionRequest, seed: int) -> GenerateParameters:
         "top_n_tokens": req.logprobs or None,
         "decoder_input_details": (req.echo and req.logprobs is not None) or None,
         "grammar": inbound.constraint_of(req),  # type: ignore[arg-type]
+        "typical_p": req.typical_p if sampling["do_sample"] else None,
+        "truncate": req.truncate,
+        "watermark": req.watermark,
+        "adapter_id": req.adapter_id,
     }
     return inbound.parameters({k: v for k, v in values.items() if v is not None})
 

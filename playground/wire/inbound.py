@@ -173,6 +173,9 @@ def constraint_of(req: ChatCompletionRequest) -> dict[str, Any] | None:
         value = getattr(req, field)
         if value is not None:
             found.append((field, {"type": kind, "value": value}))
+    tgi_grammar = getattr(req, "grammar", None)  # TGI's own field, on /v1/completions (huggingface.js sends it)
+    if tgi_grammar is not None:
+        found.append(("grammar", tgi_grammar.model_dump(exclude_none=True)))
     if len(found) > 1:
         names = ", ".join(name for name, _ in found)
         raise ParameterError(f"{names}: give one constraint, not several", field=found[1][0])
@@ -219,7 +222,8 @@ def _own_constraint_field(req: OpenAISampling) -> str | None:
         return "response_format"
     if req.structured_outputs is not None:
         return "structured_outputs"
-    return next((field for field, _ in _GUIDED_FIELDS if getattr(req, field) is not None), None)
+    guided = next((field for field, _ in _GUIDED_FIELDS if getattr(req, field) is not None), None)
+    return guided or ("grammar" if getattr(req, "grammar", None) is not None else None)
 
 
 def _whitespace(req: ChatCompletionRequest) -> str | None:

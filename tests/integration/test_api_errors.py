@@ -38,7 +38,7 @@ def _params(**params: Any) -> dict[str, Any]:
         (_params(stop=["a", "b", "c", "d", "e"]), "parameters.stop: List should have at most 4 items"),
         (_params(max_tokens=3), "parameters.max_tokens: unknown field"),
         ({"inputs": "Hello", "options": {}}, "options: unknown field"),
-        ({"inputs": "hi " * 9000}, "the prompt has 9001 tokens; this model takes at most"),
+        ({"inputs": "hi " * 9000}, "the prompt is too long: it has 9001 tokens, and this model takes at most"),
         (_params(logits_processors=[{"name": "no_such_processor"}]), "unknown logits processor 'no_such_processor'"),
         (_params(top_n_tokens=21), "parameters.top_n_tokens: must be <= 20"),
     ],
@@ -108,6 +108,9 @@ def test_openai_sdk_gets_400_and_str_names_the_problem(server_url: str) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model="embedded", messages=[{"role": "user", "content": "x"}], max_tokens=8190)
     assert caught.value.param == "max_tokens" and "prompt tokens + max_tokens must be <=" in str(caught.value)
+    # OpenAI's code and vLLM's words for it, which clients read to fall back to a longer context
+    assert caught.value.code == "context_length_exceeded"
+    assert "This model's maximum context length is 8192 tokens. However, you requested" in caught.value.message
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(
             model="embedded", messages=[{"role": "user", "content": "x"}], logprobs=True, top_logprobs=30

@@ -16,6 +16,7 @@ import jsonschema
 import openai
 import pytest
 from huggingface_hub import ChatCompletionInputFunctionName, ChatCompletionInputToolChoiceClass, InferenceClient
+from langchain_core.exceptions import ContextOverflowError
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_ai import Agent, NativeOutput
@@ -98,6 +99,12 @@ def _langchain(server_url: str) -> ChatOpenAI:
 def test_langchain_structured_output(server_url: str, method: str) -> None:
     pet = _langchain(server_url).with_structured_output(Pet, method=method).invoke(ASK)
     assert isinstance(pet, Pet) and Pet.model_validate(pet.model_dump()).model_dump() == pet.model_dump()
+
+
+def test_langchain_reads_a_prompt_past_the_context_as_its_context_overflow(server_url: str) -> None:
+    """The error clients fall back to a longer model on: OpenAI's `context_length_exceeded` code."""
+    with pytest.raises(ContextOverflowError, match="This model's maximum context length is 8192 tokens"):
+        _langchain(server_url).invoke("word " * 9000)
 
 
 def test_langchain_bind_tools_with_a_named_tool(server_url: str) -> None:

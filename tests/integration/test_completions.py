@@ -230,3 +230,33 @@ def test_bad_requests_are_400_naming_the_problem(client: openai.OpenAI, kwargs: 
     with pytest.raises(openai.BadRequestError) as caught:
         client.completions.create(**{"model": "embedded", "prompt": PROMPT, "max_tokens": 2, **kwargs})
     assert message in str(caught.value)
+
+
+def test_tgi_s_parameters_as_huggingface_js_sends_them(server_url: str) -> None:
+    """huggingface.js's textGeneration against an endpoint: `model` is the endpoint's URL, and TGI's `parameters`
+    come flat in the body (`max_new_tokens` renamed `max_tokens`); each does what it does on /generate."""
+    body = {
+        "model": server_url,
+        "prompt": PROMPT,
+        "max_tokens": 4,
+        "grammar": {"type": "regex", "value": " (Paris|Lyon)\\."},
+        "do_sample": False,
+        "top_n_tokens": 2,
+        "return_full_text": True,
+        "details": True,
+        "watermark": False,
+        "stop": ["\n"],
+    }
+    reply = httpx.post(f"{server_url}/v1/completions", json=body, timeout=300)
+    assert reply.status_code == 200, reply.text
+    (choice,) = reply.json()["choices"]
+    assert choice["text"] in (PROMPT + " Paris.", PROMPT + " Lyon.") and choice["validation"]["valid"] is True
+    assert choice["logprobs"]["tokens"][-2:] in ([" Paris", "."], [" Lyon", "."])
+    assert any("details: accepted and ignored" in w for w in choice["warnings"])
+    greedy = httpx.post(f"{server_url}/v1/completions", json={**body, "seed": 5}, timeout=300).json()
+    assert greedy["choices"][0]["text"] == choice["text"]  # do_sample false: greedy whatever the seed
+    both = {**body, "response_format": {"type": "json_object"}}
+    refused = httpx.post(f"{server_url}/v1/completions", json=both, timeout=300)
+    assert refused.status_code == 400 and "give one constraint" in refused.json()["error"]["message"]
+    unknown = httpx.post(f"{server_url}/v1/completions", json={**body, "model": "no-such-model"}, timeout=300)
+    assert unknown.status_code == 404  # only a URL stands for the default model

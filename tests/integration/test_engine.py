@@ -313,7 +313,9 @@ def test_an_unset_max_new_tokens_shrinks_to_what_the_context_leaves(engine, monk
     with pytest.raises(PromptTooLongError, match="max_new_tokens must be <= "):
         engine.generate(prompt, GenerateParameters(max_new_tokens=4))
     monkeypatch.setattr(engine, "max_total_tokens", length)
-    with pytest.raises(PromptTooLongError, match=f"the prompt has {length} tokens and leaves no room to generate"):
+    with pytest.raises(
+        PromptTooLongError, match=f"the prompt is too long: it has {length} tokens and leaves no room to generate"
+    ):
         engine.generate(prompt, GenerateParameters())
 
 
