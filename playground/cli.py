@@ -214,6 +214,7 @@ def main(argv: list[str] | None = None) -> None:
         admission=AdmissionLimits(max_running=args.max_concurrent, max_queue=args.max_queue),
         stall_timeout_s=args.stall_timeout,
         allowed_hosts=allowed_hosts(args),
+        cors_origins=[o.strip() for o in (args.cors_allow_origin or "").split(",") if o.strip()] or None,
     )
     if registry.startup is not None:  # after the page is built: on 2 vCPU the load would slow its build
         registry.startup.start()

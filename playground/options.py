@@ -227,6 +227,12 @@ class ServerOptions:
         "rebinding, and any name otherwise",
         metavar="NAMES",
     )
+    cors_allow_origin: str | None = option(
+        None,
+        "web origins whose pages may call the API from a browser (comma-separated, e.g. https://app.example.com, "
+        "or *), as TGI's flag of that name and vLLM's --allowed-origins; by default none (no CORS headers)",
+        metavar="ORIGINS",
+    )
     no_ui: bool = option(False, "serve only the HTTP API")
 
 

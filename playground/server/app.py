@@ -35,6 +35,7 @@ from playground.server.docs import API_ERRORS, OPENAI_ERRORS, add_docs
 from playground.server.errors import install_error_handlers
 from playground.server.guards import (
     MAX_BODY_BYTES,
+    ApiCors,
     DeclaredBodyLimit,
     ErrorShape,
     HostCheck,
@@ -62,9 +63,10 @@ def create_app(
     admission: AdmissionLimits | None = None,
     stall_timeout_s: float = SERVER.stall_timeout,
     allowed_hosts: list[str] | None = None,
+    cors_origins: list[str] | None = None,
 ) -> FastAPI:
     """The API on every route it names, and the UI (when asked) on everything else under "/"; `allowed_hosts`: the
-    Host header names it answers to (None: any)."""
+    Host header names it answers to (None: any); `cors_origins`: the web origins whose pages may call the API."""
     app = FastAPI(
         title="Structured Playground",
         version=VERSION,
@@ -118,6 +120,8 @@ def create_app(
         async def root() -> RedirectResponse:
             return RedirectResponse("/docs")
 
+    if cors_origins:  # a preflight is answered before the key is asked for (it carries none)
+        app.add_middleware(ApiCors, origins=cors_origins, paths=methods)
     if allowed_hosts is not None:  # outermost: before the login, the UI and every route
         app.add_middleware(HostCheck, names=allowed_hosts)
     return app

@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.routing import APIRoute
 from starlette.datastructures import Headers
+from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -157,6 +158,32 @@ class HostCheck:
                 await JSONResponse(error_body(message, "forbidden_host"), status_code=400)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class ApiCors:
+    """CORS on the API's routes for the origins the operator named (`--cors-allow-origin`): a web page there may call
+    the API from its visitor's browser, preflight included. The key travels in a header, never a cookie, so no
+    credentials are allowed; the UI's routes keep Gradio's own rules, and "/" (the UI's page) is left out."""
+
+    def __init__(self, app: ASGIApp, *, origins: list[str], paths: Iterable[str]) -> None:
+        self.app = app
+        self.exact = {p for p in paths if "{" not in p and p != "/"}
+        self.prefixes = tuple(p.split("{", 1)[0] for p in paths if "{" in p)
+        self.cors = CORSMiddleware(
+            app,
+            allow_origins=origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["*"],
+            expose_headers=["Retry-After"],
+            max_age=600,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path in self.exact or path.startswith(self.prefixes)):
+            await self.cors(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
 
 class ErrorShape:

@@ -52,6 +52,31 @@ def test_health_stays_open_and_the_docs_take_the_key(client: TestClient) -> None
     assert "swagger" in client.get("/docs", headers=AUTH).text.lower()
 
 
+def test_the_origins_the_operator_names_may_call_the_api_from_a_browser() -> None:
+    app = TestClient(create_app(Registry([]), api_key=KEY, ui=False, cors_origins=["https://app.example"]))
+    asking = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"}
+    for path in ("/v1/chat/completions", "/v1/models/some-model", "/generate"):
+        preflight = app.options(path, headers={"Origin": "https://app.example", **asking})
+        assert preflight.status_code == 200, path  # answered before the key is asked for: a preflight carries none
+        assert preflight.headers["access-control-allow-origin"] == "https://app.example"
+        assert "authorization" in preflight.headers["access-control-allow-headers"].lower()
+        assert "access-control-allow-credentials" not in preflight.headers  # the key is a header, never a cookie
+    assert app.options("/v1/chat/completions", headers={"Origin": "https://evil.example", **asking}).status_code == 400
+    refused = app.post("/v1/chat/completions", headers={"Origin": "https://app.example"}, json={})
+    assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == "https://app.example"
+    answered = app.get("/info", headers={"Origin": "https://app.example", **AUTH})
+    assert answered.headers["access-control-allow-origin"] == "https://app.example"
+    foreign = app.get("/info", headers={"Origin": "https://evil.example", **AUTH})
+    assert "access-control-allow-origin" not in foreign.headers
+    # without the flag no route sends CORS headers, and a preflight is a wrong method
+    plain = TestClient(create_app(Registry([]), api_key=KEY, ui=False))
+    assert (
+        "access-control-allow-origin"
+        not in plain.get("/info", headers={"Origin": "https://app.example", **AUTH}).headers
+    )
+    assert plain.options("/v1/chat/completions", headers={"Origin": "https://app.example", **asking}).status_code == 405
+
+
 @pytest.mark.parametrize(
     ("path", "body", "message"),
     [
