@@ -83,11 +83,21 @@ def render(
     template = getattr(tokenizer, "chat_template", None)
     if not (isinstance(template, str) and ("'developer'" in template or '"developer"' in template)):
         messages = _developer_as_system(messages)
-    try:
+
+    def apply(messages: list[dict[str, Any]]) -> str:
         return tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt, **described, **extra
         )
+
+    try:
+        return apply(messages)
     except Exception as exc:  # jinja2's TemplateError (its raise_exception), or anything a template raises
+        folded = _system_in_first_turn(messages)
+        if folded is not None:
+            try:
+                return apply(folded)
+            except Exception:  # the template refused something else too: its first complaint is the one to show
+                pass
         if extra:
             raise ParameterError(
                 f"chat_template_kwargs: the chat template failed with them: {first_line(exc)}",
@@ -96,6 +106,18 @@ def render(
         raise ParameterError(
             f"messages: the model's chat template refused them: {first_line(exc)}", field="messages"
         ) from None
+
+
+def _system_in_first_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The system text before the first user turn's, for a template without a system role (Gemma's refuses one; its
+    own later templates fold it in so): a system message the client sent, or our tool instructions. None when the
+    messages do not start with system then user text."""
+    if len(messages) < 2 or messages[0]["role"] != "system" or messages[1]["role"] != "user":
+        return None
+    system, user = messages[0].get("content"), messages[1].get("content")
+    if not (isinstance(system, str) and isinstance(user, str)):
+        return None
+    return [{**messages[1], "content": f"{system}\n\n{user}"}, *messages[2:]]
 
 
 def _developer_as_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

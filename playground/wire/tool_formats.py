@@ -116,15 +116,23 @@ def read(fmt: ToolFormat, tools: list[ToolSpec], how: str, parallel: bool, text:
     judged = segments.validate(segments.parse(spec(fmt, tools, how, parallel)), text)
     verdicts = judged.segments or []
     content, position = "", 0
-    for verdict in verdicts:
-        content += text[position : verdict.start - len(verdict.begin)]
+    for k, verdict in enumerate(verdicts):
+        between = text[position : verdict.start - len(verdict.begin)]
+        content += _unseparated(between, fmt) if k else between  # the separator between two calls is no content
         position = verdict.end + len(fmt.end)
-    rest = text[position:]
+    rest = _unseparated(text[position:], fmt) if verdicts else text
     opening = rest.strip() and any(b.startswith(rest.lstrip()) for b in names)  # a call cut off in its envelope
     content += "" if opening else rest
     whole = [v for v in verdicts if text.startswith(fmt.end, v.end)]
     calls = [(names[v.begin], v.content) for v in whole]
     return ReadCalls(content.strip(), calls, verdicts, bool(opening) or len(whole) < len(verdicts))
+
+
+def _unseparated(text: str, fmt: ToolFormat) -> str:
+    """Text after a call, without the separator that leads to the next one (Llama 3's `; `; a newline, Hermes', is
+    whitespace the content is stripped of anyway)."""
+    separator, stripped = fmt.separator.strip(), text.lstrip()
+    return stripped[len(separator) :] if separator and stripped.startswith(separator) else text
 
 
 def partial(fmt: ToolFormat, tools: list[ToolSpec], text: str) -> list[tool_calls.Call]:

@@ -176,15 +176,18 @@ def test_shared_processors_include_the_new_ones() -> None:
 class _Recorder:
     """A tokenizer stand-in that records what the chat template was given."""
 
-    def __init__(self, fail: bool = False, chat_template: str = "{{ messages }}") -> None:
+    def __init__(self, fail: bool = False, chat_template: str = "{{ messages }}", system_role: bool = True) -> None:
         self.kwargs: dict[str, Any] = {}
         self.messages: list = []
         self.fail = fail
         self.chat_template = chat_template
+        self.system_role = system_role
 
     def apply_chat_template(self, messages: list, **kwargs: Any) -> str:
         if self.fail:
             raise TypeError("undefined is not callable")
+        if not self.system_role and any(m["role"] == "system" for m in messages):
+            raise ValueError("System role not supported")  # Gemma's template, by its raise_exception
         self.kwargs, self.messages = kwargs, messages
         return "rendered"
 
@@ -226,6 +229,20 @@ def test_a_template_that_refuses_the_messages_is_the_request_s_error() -> None:
     alternate): a 400 naming `messages` and the template's words, not a 500."""
     with pytest.raises(ParameterError, match="messages: the model's chat template refused them: undefined is not"):
         chat_template.render(_Recorder(fail=True), [{"role": "user", "content": "x"}], True, None)
+
+
+def test_a_template_without_a_system_role_reads_the_system_text_in_the_first_user_turn() -> None:
+    """Gemma's template refuses a system message, which our tool instructions are: the text goes first in the user's
+    turn (as Gemma's later templates do themselves); a system message elsewhere is still the template's refusal."""
+    gemma = _Recorder(system_role=False)
+    system, user = {"role": "system", "content": "Tools: get_weather."}, {"role": "user", "content": "Paris?"}
+    chat_template.render(gemma, [system, user, {"role": "assistant", "content": "ok"}], True, None)
+    assert gemma.messages == [
+        {"role": "user", "content": "Tools: get_weather.\n\nParis?"},
+        {"role": "assistant", "content": "ok"},
+    ]
+    with pytest.raises(ParameterError, match="refused them: System role not supported"):
+        chat_template.render(gemma, [user, system], True, None)
 
 
 def test_chat_template_kwargs_reach_the_template() -> None:

@@ -13,7 +13,7 @@ from playground.constraints import matching
 from playground.errors import InvalidConstraintError, ParameterError
 from playground.server.tool_stream import ToolStream
 from playground.types import ToolSpec
-from playground.wire import inbound, tool_calls, tool_schema, tools
+from playground.wire import inbound, tool_calls, tool_formats, tool_schema, tools
 
 OWNER = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 PET = {
@@ -179,6 +179,28 @@ def test_a_continued_final_message_is_read_with_the_answer_into_the_call() -> No
     assert json.loads(arguments) == {"city": "Paris"}
     auto = req.model_copy(update={"tool_choice": "auto"})
     assert tools.answer(auto, " and more", "eos_token", prefix="Free text")[0]["content"] == " and more"
+
+
+def test_llama3_parallel_calls_leave_their_separators_out_and_a_call_cut_after_one_is_cut_off() -> None:
+    """Llama 3's calls are bare objects joined by `; `: the separators are no content, and a call max_tokens cut
+    right after a separator ends the answer `length` with the whole calls before it (it was `tool_calls`, with
+    `; ; {"name": "a` as content)."""
+    weather = _tool("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}})
+    req = inbound.ChatRequest.model_validate(
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [weather.model_dump()],
+            "tool_choice": "required",
+            "parallel_tool_calls": True,
+        }
+    )
+    llama3 = tool_formats.by_name("llama3_json")
+    call = '{"name": "get_weather", "parameters": {"city": "Oslo"}}'
+    message, finish, notes = tools.answer(req, f"{call}; {call}", "eos_token", fmt=llama3)
+    assert (finish, notes, message["content"]) == ("tool_calls", [], None) and len(message["tool_calls"]) == 2
+    message, finish, notes = tools.answer(req, f'{call}; {call}; {{"name": "get_w', "length", fmt=llama3)
+    assert (finish, notes, message["content"]) == ("length", [tools.CUT_OFF], None)
+    assert [c["function"]["arguments"] for c in message["tool_calls"]] == ['{"city": "Oslo"}'] * 2
 
 
 def test_auto_ignores_a_keyword_llguidance_cannot_enforce_and_says_so() -> None:
