@@ -155,7 +155,10 @@ def reasoning_fields(seq: Sequence) -> dict[str, str]:
     """A thinking model's reasoning apart from the content, under both names vLLM has used."""
     if seq.reasoning is None or seq.reasoning.ended_by == "prompt":
         return {}
-    return {"reasoning": seq.reasoning.text, "reasoning_content": seq.reasoning.text}
+    text = seq.reasoning.text
+    if seq.reasoning.answer_token is None:  # the turn ended inside the reasoning: a stop sequence there is cut off
+        text = trim_stop(text, seq)
+    return {"reasoning": text, "reasoning_content": text}
 
 
 def usage(results: list[GenerationResult]) -> dict[str, Any]:

@@ -122,7 +122,7 @@ async def choice_chunks(
     params = job[1]
     yield chunk(delta={"role": "assistant", "content": ""})
     feed, ending = _tool_deltas(req, params, fmt) if tools.mode(req) is not None else _content_deltas(req, params)
-    thought = _ReasoningDeltas()
+    thought = _ReasoningDeltas(params.stop)
     async for deltas, tokens, result in decoded(events, feed, thought.feed):
         if result is not None:
             deltas, finish, notes = ending(result, tokens)
@@ -138,10 +138,14 @@ async def choice_chunks(
 class _ReasoningDeltas:
     """Reasoning deltas as vLLM streams them (`reasoning`, and its older name `reasoning_content`), before content."""
 
-    def __init__(self) -> None:
+    def __init__(self, stops: list[str]) -> None:
         self.sent = ""
+        self.holdback = chat.StopHoldback(stops)  # a stop sequence may match inside the reasoning, and ends it there
 
     def feed(self, text: str) -> list[dict[str, Any]]:
+        return self._send(self.holdback.feed(text))
+
+    def _send(self, text: str) -> list[dict[str, Any]]:
         self.sent += text
         return [{"reasoning": text, "reasoning_content": text}] if text else []
 
@@ -149,7 +153,7 @@ class _ReasoningDeltas:
         """What the stream held back (a tail that could have become the end delimiter, in a turn cut short)."""
         fields = chat.reasoning_fields(result.best)
         full = fields.get("reasoning", "")
-        return self.feed(full[len(self.sent) :]) if full.startswith(self.sent) else []
+        return self._send(full[len(self.sent) :]) if full.startswith(self.sent) else []
 
 
 Deltas = Callable[[str], list[dict[str, Any]]]

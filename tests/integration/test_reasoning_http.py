@@ -84,3 +84,20 @@ def test_tgi_generate_keeps_the_raw_text_and_says_where_the_constraint_engaged(t
     raw = answer["generated_text"]
     assert raw.endswith("</think>" + raw[span["answer_char"] :]) and raw[span["answer_char"] :] in ("yes", "no")
     assert answer["validation"]["valid"] is True
+
+
+def test_a_stop_sequence_inside_the_reasoning_ends_it_there_streamed_or_not(client: openai.OpenAI) -> None:
+    """As vLLM stops on the whole output: the reasoning is cut before the stop, as content would be."""
+    free = {"model": "tgi", "messages": CHAT, "temperature": 0, "max_tokens": 16}
+    thought = client.chat.completions.create(**free).choices[0].message.model_extra["reasoning"]
+    assert len(thought) > 8
+    stop = thought[4:7]
+    cut = thought[: thought.find(stop)]
+    answer = client.chat.completions.create(**free, stop=[stop]).choices[0]
+    assert answer.finish_reason == "stop" and not answer.message.content
+    assert answer.message.model_extra["reasoning"] == cut
+    streamed = ""
+    for chunk in client.chat.completions.create(**free, stop=[stop], stream=True):
+        for choice in chunk.choices:
+            streamed += (choice.delta.model_extra or {}).get("reasoning") or ""
+    assert streamed == cut
