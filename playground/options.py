@@ -99,6 +99,7 @@ class LocalOptions:
         "torch CPU threads (default: $PLAYGROUND_THREADS or 1)",
         flag_default=lambda: os.environ.get("PLAYGROUND_THREADS", "1"),  # (argparse reads it with `type`)
         type=positive,
+        metavar="N",
     )
     trust_remote_code: bool = option(False, "allow hub models that ship their own code (default: off)")
     compile_timeout: float = seconds(
@@ -206,7 +207,7 @@ class ServerOptions:
     allow_model_loading: bool = option(
         False,
         "let requests (the UI's model picker, POST /v1/models) load more models; on a host other than "
-        "127.0.0.1 only with --api-key (default: off; only the operator's --model and providers file load)",
+        "loopback (127.0.0.1, localhost, ::1) only with --api-key (default: off; only the operator's --model and providers file load)",
     )
     max_models: int = option(
         4, "most models the local provider holds when requests may load more (default: 4)", type=positive, metavar="N"

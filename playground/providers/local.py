@@ -27,7 +27,7 @@ from playground.errors import ModelError, first_line
 from playground.models import load_model
 from playground.models.hub import hub_snapshot
 from playground.options import LocalOptions
-from playground.providers.base import Capabilities, Inputs, SimpleToken
+from playground.providers.base import ALL_KINDS, Capabilities, Inputs, SimpleToken
 from playground.providers.loading import (
     LoadingPolicy,
     LoadingRefused,
@@ -72,7 +72,12 @@ class LocalProvider:
 
     provider_type = "local::transformers"
     capabilities = Capabilities(
-        raw_logprobs=True, next_token_view="constrained", model_loading=True, decodes_here=True, local_engine=True
+        raw_logprobs=True,
+        next_token_view="constrained",
+        constraint_kinds=ALL_KINDS | {"structural_tag"},
+        model_loading=True,
+        decodes_here=True,
+        local_engine=True,
     )
 
     def __init__(

@@ -106,6 +106,8 @@ async def chat_completions(request: Request, body: ChatRequest) -> Any:
             "inputs": "messages",
             "max_new_tokens": "max_completion_tokens" if body.max_completion_tokens else "max_tokens",
             "grammar": inbound.constraint_field(body),
+            # a budget that came by name: the error names reasoning_effort, the field the client sent
+            "max_reasoning_tokens": "reasoning_effort" if body.max_reasoning_tokens is None else None,
         },
     )
 

@@ -175,6 +175,8 @@ async def info(request: Request, model: str | None = ModelQuery) -> dict[str, An
         for b in map(backends.get, backends.names())
     ]
     capabilities = provider.capabilities.as_json()
+    # whether a request may load a model here: the provider can, and the operator let requests (--allow-model-loading)
+    capabilities["model_loading"] = provider.capabilities.model_loading and registry_of(request).loading.allow_requests
     return {**body, **admission, **limits_info(), "capabilities": capabilities, "constraint_engines": engines}
 
 

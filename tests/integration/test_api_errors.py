@@ -111,6 +111,12 @@ def test_openai_sdk_gets_400_and_str_names_the_problem(server_url: str) -> None:
     # OpenAI's code and vLLM's words for it, which clients read to fall back to a longer context
     assert caught.value.code == "context_length_exceeded"
     assert "This model's maximum context length is 8192 tokens. However, you requested" in caught.value.message
+    with pytest.raises(openai.BadRequestError) as caught:  # a budget by name, on a model that writes no reasoning
+        client.chat.completions.create(
+            model="embedded", messages=[{"role": "user", "content": "x"}], reasoning_effort="low"
+        )
+    assert caught.value.param == "reasoning_effort"
+    assert "reasoning_effort: this model writes no reasoning" in caught.value.message
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(
             model="embedded", messages=[{"role": "user", "content": "x"}], logprobs=True, top_logprobs=30

@@ -42,6 +42,9 @@ def test_info_matches_the_spec(server_url: str) -> None:
     assert info["max_input_tokens"] < info["max_total_tokens"]
     assert {"ban_strings", "max_whitespace"} <= {p["name"] for p in info["processors"]}
     assert {"id": "embedded", "provider_id": "local"} in info["models"]
+    capabilities = info["capabilities"]  # the local model enforces segment constraints too; no request loads models
+    assert capabilities["constraint_kinds"] == ["choice", "grammar", "json_schema", "regex", "structural_tag"]
+    assert capabilities["model_loading"] is False
 
 
 def test_generate_json_schema_with_every_detail(server_url: str) -> None:
