@@ -14,6 +14,7 @@ from playground.ui import controls, debugger, drafts, evaluate, handlers, layout
 from playground.ui.compare_engines import setup_engine_compare_events
 from playground.ui.compare_reasoning import setup_reasoning_compare_events
 from playground.ui.components import Components
+from playground.ui.downloads import Downloads
 from playground.ui.evaluate import setup_evaluate_events
 from playground.ui.handlers import Panels
 from playground.ui.inspect import setup_inspect_events, warm_engines
@@ -33,7 +34,8 @@ STOP_JS = """(state, shown) => {
 def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.Blocks:
     """Build the playground's Blocks for the models `registry` serves."""
     settings = settings or UISettings()
-    # uploads (session files) are read at once: Gradio deletes them after 10 minutes, checking every 5
+    # uploads (session files) are read at once: Gradio deletes them after 10 minutes, checking every 5; exports
+    # (Downloads) go after as long, written into its cache
     with gr.Blocks(title=settings.title, analytics_enabled=False, delete_cache=(300, 600)) as demo:
         gr.Markdown(
             f"# {render.esc(settings.title)}\n"
@@ -41,7 +43,7 @@ def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.B
             "constraint did to every token."
         )
         startup.render_banner(demo, registry)
-        _setup_events(demo, registry, settings, layout.render_all(registry))
+        _setup_events(demo, registry, settings, layout.render_all(registry), Downloads(demo.GRADIO_CACHE))
     warm_engines(registry)
     return demo
 
@@ -89,15 +91,17 @@ def _panels_of(step: Callable[[ChatState], Panels]) -> Callable[[ChatState], tup
     return lambda state: _panel_values(step(state))
 
 
-def _setup_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: Components) -> None:
+def _setup_events(
+    demo: gr.Blocks, registry: Registry, settings: UISettings, c: Components, downloads: Downloads
+) -> None:
     """Response every event; each handler is a plain function from handlers.py or controls.py."""
     _setup_constraint_events(demo, c)
     setup_inspect_events(registry, c)
     _setup_model_events(demo, registry, settings, c)
     saved, autosave = sharing.autosaver(c)
     _setup_chat_events(registry, c, autosave)
-    _setup_tab_events(registry, settings, c)
-    _setup_session_events(c)
+    _setup_tab_events(registry, settings, c, downloads)
+    _setup_session_events(c, downloads)
     sharing.setup(demo, c, saved, lambda name: sharing.unserved(registry, settings, name))
     debugger.setup(registry, c)
 
@@ -234,7 +238,7 @@ def _setup_chat_events(registry: Registry, c: Components, autosave: Callable[...
     ch.tokens.click(on_token_click, c.state, ch.next_token, show_progress="minimal")
 
 
-def _setup_tab_events(registry: Registry, settings: UISettings, c: Components) -> None:
+def _setup_tab_events(registry: Registry, settings: UISettings, c: Components, downloads: Downloads) -> None:
     form, compare = c.form_inputs(), c.compare
 
     def on_compare(text: str, state: ChatState, *values: Any) -> tuple[str, str]:
@@ -247,7 +251,7 @@ def _setup_tab_events(registry: Registry, settings: UISettings, c: Components) -
     compare.run.click(on_compare, [compare.input, c.state, *form], [compare.left, compare.right])
     setup_engine_compare_events(registry, c)
     setup_reasoning_compare_events(registry, c)
-    setup_evaluate_events(registry, c, c.evaluate, c.score)
+    setup_evaluate_events(registry, c, c.evaluate, c.score, downloads)
     code_outputs = [c.code.snippets[key] for key, _, _ in layout.CODE_TABS]
 
     def on_code(state: ChatState, *values: Any) -> list[str]:
@@ -261,12 +265,12 @@ def _setup_tab_events(registry: Registry, settings: UISettings, c: Components) -
     c.code.tab.select(on_code, [c.state, *form], code_outputs)
 
 
-def _setup_session_events(c: Components) -> None:
+def _setup_session_events(c: Components, downloads: Downloads) -> None:
     form, session, ed = c.form_inputs(), c.session, c.constraint
 
     def on_export(state: ChatState, *values: Any) -> tuple:
         try:
-            path = controls.export_file(_form(values), state)
+            path = controls.export_file(_form(values), state, downloads)
         except Exception as exc:  # noqa: BLE001
             return gr.update(visible=False), render.error_box(handlers.error_message(exc))
         return gr.update(value=path, visible=True), render.box("ok", "✓ exported: download the file above")

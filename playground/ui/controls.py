@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from playground.providers.loading import looks_like_path
 from playground.providers.registry import Registry
 from playground.types import ChatMessage, GenerateParameters
 from playground.ui import snippets
+from playground.ui.downloads import Downloads
 from playground.ui.examples import PROCESSOR_PARAMS
 from playground.ui.handlers import error_message
 from playground.ui.state import (
@@ -195,14 +195,9 @@ def _templated(provider: Provider, model: str, inputs: list[ChatMessage], params
 # --- session -------------------------------------------------------------------------------------
 
 
-def export_file(form: Form, state: ChatState) -> str:
-    """Write the session JSON to a temporary file the browser downloads."""
-    handle = tempfile.NamedTemporaryFile(
-        "w", prefix="playground-session-", suffix=".json", delete=False, encoding="utf-8"
-    )
-    with handle:
-        handle.write(export_session(form, state))
-    return handle.name
+def export_file(form: Form, state: ChatState, downloads: Downloads) -> str:
+    """Write the session JSON to a file the browser downloads."""
+    return downloads.write({"playground-session.json": export_session(form, state)})[0]
 
 
 def import_file(path: str | None, current_mode: str = "constrained") -> tuple[Form, ChatState]:

@@ -3,7 +3,6 @@ tokens) and the chat tab's score panel (every answer the constraint allows for t
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from playground.types import GeneratedToken
 from playground.ui import stopped
 from playground.ui.components import Components, EvaluateView, ScoreView, html
 from playground.ui.debugger import BranchState
+from playground.ui.downloads import Downloads
 from playground.ui.handlers import error_message
 from playground.ui.state import ChatState, Form, chat_inputs, params_of
 from playground.wire import tools
@@ -105,15 +105,12 @@ def _update(rows: list[EvalRow], total: int) -> tuple[str, str, dict, list[dict]
     return progress_html(len(rows), total), charts, picker, dumped
 
 
-def export_files(dumped: list[dict]) -> list[str] | None:
+def export_files(dumped: list[dict], downloads: Downloads) -> list[str] | None:
     """The rows as JSONL and CSV files to download."""
     if not dumped:
         return None
     rows = [EvalRow.model_validate(r) for r in dumped]
-    folder = Path(tempfile.mkdtemp(prefix="evaluation-"))
-    (folder / "evaluation.jsonl").write_text(to_jsonl(rows))
-    (folder / "evaluation.csv").write_text(to_csv(rows))
-    return [str(folder / "evaluation.jsonl"), str(folder / "evaluation.csv")]
+    return downloads.write({"evaluation.jsonl": to_jsonl(rows), "evaluation.csv": to_csv(rows)})
 
 
 def row_label(index: int, prompt: str) -> str:
@@ -207,7 +204,9 @@ def _ranked(registry: Registry, state: ChatState, prefix: str) -> str:
     return render.score_html(result.model_dump())
 
 
-def setup_evaluate_events(registry: Registry, c: Components, view: EvaluateView, scored: ScoreView) -> None:
+def setup_evaluate_events(
+    registry: Registry, c: Components, view: EvaluateView, scored: ScoreView, downloads: Downloads
+) -> None:
     """Evaluate (stoppable), open a row, rank the last turn's answers."""
 
     def on_run(text: str, state: ChatState, *values: Any) -> Iterator[tuple]:
@@ -239,7 +238,7 @@ def setup_evaluate_events(registry: Registry, c: Components, view: EvaluateView,
         lambda: (gr.update(interactive=False), gr.update(interactive=True)), None, [view.run, view.stop]
     ).then(on_run, [view.prompts, c.state, *c.form_inputs()], outputs)
     running.then(lambda: (gr.update(interactive=True), gr.update(interactive=False)), None, [view.run, view.stop])
-    running.then(export_files, view.rows, view.export)
+    running.then(lambda dumped: export_files(dumped, downloads), view.rows, view.export)
     view.stop.click(
         lambda: (gr.update(interactive=True), gr.update(interactive=False)),
         None,

@@ -15,6 +15,7 @@ from playground.providers.registry import Registry
 from playground.render.chat import bubble_text
 from playground.types import TokenEvent
 from playground.ui import controls, handlers
+from playground.ui.downloads import Downloads
 from playground.ui.state import ChatState, Form, UISettings
 from tests.fakes import FakeProvider
 
@@ -186,7 +187,7 @@ def test_a_provider_that_loads_models_is_asked_to_load() -> None:
 def test_session_file_round_trip(tmp_path) -> None:
     f = form(kind="regex", constraint_text="[a-z]+", seed=3, min_p=0.05)
     state = ChatState(messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
-    loaded, fresh = controls.import_file(controls.export_file(f, state))
+    loaded, fresh = controls.import_file(controls.export_file(f, state, Downloads(tmp_path)))
     assert loaded == f and fresh.messages == state.messages
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
