@@ -133,13 +133,17 @@ class AdmissionGate:
         self.admission = admission
         self.paths = paths
         self.max_body_bytes = max_body_bytes
-        self.refused_anyway = refused_anyway  # e.g. no API key: answered at once, never queued
+        self.refused_anyway = refused_anyway  # e.g. no API key: answered at once, never queued or read
         self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gated = scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self.paths
-        if not gated or self.refused_anyway(scope):
+        if not gated:
             await self.app(scope, receive, send)
+            return
+        if self.refused_anyway(scope):  # its headers alone refuse it: the app answers without its body, unread, so
+            # a client without the key that trickles a body (or never ends it) is answered at once, not held
+            await self.app(scope, _replay([{"type": "http.request", "body": b"", "more_body": False}], receive), send)
             return
         try:
             body = await asyncio.wait_for(self._body(receive), self.body_timeout_s)

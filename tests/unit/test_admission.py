@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 
 from fastapi.testclient import TestClient
 
@@ -181,3 +182,44 @@ def test_the_engine_s_durations_add_the_wait_for_a_slot() -> None:
     )
     contextvars.copy_context().run(lambda: (ADMISSION_WAIT_S.set(2.0), stats.finish(result)))
     assert (stats.duration_s.total, stats.time_to_first_token_s.total) == (3.0, 2.25)
+
+
+def test_a_request_without_the_key_is_answered_401_with_its_body_unread() -> None:
+    """A keyless request that sends part of its body was held open forever: it skipped the body timeout (it never
+    takes a slot), and FastAPI read the whole body before the key check answered. Wrong keys still count as guesses,
+    a missing key never does."""
+    app = create_app(Registry([]), api_key="s3cret", ui=False)
+
+    async def call(path: str, extra: list[tuple[bytes, bytes]], whole: bool = False) -> tuple[int, dict, int]:
+        reads, answer = [], {}
+
+        async def receive():  # a part of the body, then nothing: the rest never comes
+            reads.append(1)
+            if whole:
+                return {"type": "http.request", "body": b'{"inputs": "x"}'}
+            if len(reads) == 1:
+                return {"type": "http.request", "body": b'{"inputs": ', "more_body": True}
+            return {"type": "http.disconnect"}
+
+        async def send(message) -> None:
+            answer.setdefault(message["type"], []).append(message)
+
+        headers = [(b"host", b"testserver"), (b"content-type", b"application/json"), (b"content-length", b"100")]
+        scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": path, "raw_path": path.encode(),
+                 "query_string": b"", "headers": headers + extra, "client": ("10.0.0.7", 5000),
+                 "server": ("testserver", 80), "scheme": "http", "root_path": ""}  # fmt: skip
+        await app(scope, receive, send)
+        start, body = answer["http.response.start"][0], answer["http.response.body"][-1]["body"]
+        return start["status"], json.loads(body), len(reads)
+
+    for extra in ([], [(b"authorization", b"Bearer wrong")]):
+        assert asyncio.run(call("/generate", extra))[::2] == (401, 0)
+        status, shape, reads = asyncio.run(call("/v1/chat/completions", extra))
+        assert (status, shape["error"]["type"], reads) == (401, "authentication_error", 0)
+    assert asyncio.run(call("/generate", []))[1]["error_type"] == "authentication"
+    for _ in range(20):  # no key at all guesses nothing
+        assert asyncio.run(call("/generate", []))[0] == 401
+    extra = [(b"authorization", b"Bearer wrong")]  # two wrong keys were counted above: eight more reach the limit
+    assert [asyncio.run(call("/generate", extra))[0] for _ in range(8)] == [401] * 8
+    extra = [(b"authorization", b"Bearer s3cret")]
+    assert asyncio.run(call("/generate", extra, whole=True))[0] == 429
