@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import zlib
+
 import gradio as gr
 import pytest
 
 from playground.errors import PlaygroundError
 from playground.types import GenerationResult, Sequence
-from playground.ui import sharing
+from playground.ui import controls, handlers, sharing
 from playground.ui.state import FIELDS, ChatState, Form, export_session
 
 
@@ -92,3 +95,18 @@ def test_a_session_naming_a_model_this_server_does_not_serve_opens_on_its_defaul
     )
     assert sharing.unserved(registry, closed, registry.default_model) is None
     assert sharing.unserved(registry, open_, "org/elsewhere") is None  # the picker loads it
+
+
+def test_a_session_nested_too_deeply_is_named_on_every_path_without_a_traceback(tmp_path, caplog) -> None:
+    """`[[[...]]]` past the recursion limit was "model failure (RecursionError)", logged with its traceback."""
+    deep = "[" * 200_000 + "]" * 200_000
+    file = tmp_path / "deep.json"
+    file.write_text(deep)
+    link = base64.urlsafe_b64encode(zlib.compress(deep.encode(), 9)).decode().rstrip("=")
+    readers = [lambda: controls.import_file(str(file)), lambda: sharing.read_query(link)]
+    for read in [*readers, lambda: sharing.restored(None, deep), lambda: sharing.restored(link, None)]:
+        with pytest.raises(PlaygroundError) as caught:
+            read()
+        message = "PlaygroundError: session file is nested too deeply to read: not a session file"
+        assert handlers.error_message(caught.value) == message
+    assert not caplog.records
