@@ -27,6 +27,8 @@ from playground.types import ChatMessage, GeneratedToken, GenerateParameters, Ge
 
 MAX_EVAL_ROWS = 256
 PARALLEL = 4  # rows in flight at once: on a local model they decode together in the batch
+# What a spreadsheet reads as the start of a formula (OWASP, CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 CSV_FIELDS = (
     "index",
     "prompt",
@@ -205,13 +207,19 @@ def to_jsonl(rows: list[EvalRow]) -> str:
 
 
 def to_csv(rows: list[EvalRow]) -> str:
-    """The rows as CSV, one per prompt."""
+    """The rows as CSV, one per prompt; a text cell a spreadsheet would run as a formula is written as text."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=CSV_FIELDS)
     writer.writeheader()
     for row in rows:
-        writer.writerow(_flat(row))
+        writer.writerow({name: _text_cell(value) for name, value in _flat(row).items()})
     return out.getvalue()
+
+
+def _text_cell(value: Any) -> Any:
+    """Prompts, expected values and model text are anyone's: `=HYPERLINK(...)` would run when the CSV is opened.
+    OWASP's defence: such a text cell starts with `'`; numbers stay numbers (and the JSONL keeps every text)."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
 
 
 def _flat(row: EvalRow) -> dict[str, Any]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import pytest
 
-from playground.debug.evaluation import EvalRow, read_prompts, to_csv, to_jsonl
+from playground.debug.evaluation import EvalRow, FirstRefusal, read_prompts, to_csv, to_jsonl
 from playground.errors import ParameterError
 
 
@@ -62,3 +64,20 @@ def test_pasted_json_looking_lines_are_prompts_and_files_are_read_as_excel_write
         read_prompts('{"prompt": "a"}\n{oops', "set.jsonl")
     with pytest.raises(ParameterError, match="the CSV needs a `prompt` column"):
         read_prompts("question\nx\n", "set.csv")
+
+
+def test_the_csv_writes_formula_looking_text_as_text_and_keeps_numbers_and_the_jsonl() -> None:
+    """Prompts, expected values and model text went into the CSV raw: `=HYPERLINK(...)` ran when it was opened."""
+    starts = ["=1+1", "+1", "-cmd", "@SUM(A1)", "\tx", "\ry"]
+    refusal = FirstRefusal(position=0, wanted="a", chosen="b", reason="=reason")
+    rows = [
+        EvalRow(index=i, prompt=p, text=p, expected=p, mass_kept_mean=-0.5, first_refusal=refusal)
+        for i, p in enumerate(starts)
+    ]
+    read = list(csv.DictReader(io.StringIO(to_csv(rows))))
+    for cells, text in zip(read, starts):
+        assert cells["prompt"] == cells["text"] == cells["expected"] == "'" + text
+        assert cells["first_refusal"] == "'=reason" and cells["mass_kept_mean"] == "-0.5"
+    safe = list(csv.DictReader(io.StringIO(to_csv([EvalRow(index=0, prompt="a=b", text="1-2")]))))[0]
+    assert (safe["prompt"], safe["text"]) == ("a=b", "1-2")
+    assert [json.loads(line)["prompt"] for line in to_jsonl(rows).splitlines()] == starts
