@@ -1,8 +1,9 @@
-"""Headers on the UI's answers (everything the mounted Gradio app serves; the API's routes are untouched)."""
+"""Headers on the UI's answers (everything the mounted Gradio app serves; the API's routes are untouched): who may
+frame the page, and which web origins may read it."""
 
 from __future__ import annotations
 
-from starlette.datastructures import MutableHeaders
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # A Space shows the app inside an iframe on its huggingface.co page (the app itself is served from *.hf.space).
@@ -33,3 +34,34 @@ class FrameAncestors:
             await send(message)
 
         await self.app(scope, receive, framed)
+
+
+class OwnOriginOnly:
+    """No CORS grant for another origin: Gradio answers a request from any localhost origin (when the Host is
+    loopback) or from any origin at all (otherwise) with that origin and `Allow-Credentials: true`, so another web
+    app could read /gradio_api/* with the visitor's login cookie. The UI's page calls only its own origin, and a
+    request whose Origin is this server's (the Host it was sent to) keeps Gradio's answer."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        origin = headers.get("origin")
+        if scope["type"] != "http" or origin is None or _netloc(origin) == headers.get("host", "").lower():
+            await self.app(scope, receive, send)
+            return
+
+        async def ungranted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                answer = MutableHeaders(scope=message)
+                for name in ("access-control-allow-origin", "access-control-allow-credentials"):
+                    del answer[name]
+            await send(message)
+
+        await self.app(scope, receive, ungranted)
+
+
+def _netloc(origin: str) -> str:
+    """An Origin's host and port, as a Host header names them (`http://127.0.0.1:7860` -> `127.0.0.1:7860`)."""
+    return origin.partition("://")[2].lower()

@@ -27,3 +27,18 @@ def test_only_this_server_and_on_a_space_the_hub_may_frame_the_ui(monkeypatch, e
         assert client.get(path).headers["content-security-policy"] == policy, path
     for path in ("/health", "/v1/models", "/info"):
         assert "content-security-policy" not in client.get(path).headers, path
+
+
+def test_gradio_grants_no_other_origin_a_read_with_the_login_cookie() -> None:
+    """Gradio answered any localhost Origin (the Host being loopback) with that origin and Allow-Credentials, so
+    another local web app could read /gradio_api/* with the visitor's login cookie."""
+    client = TestClient(create_app(Registry([]), api_key="s3cret", ui=True), base_url="http://127.0.0.1:7860")
+    assert client.post("/login", data={"username": "a", "password": "s3cret"}).status_code == 200
+    for origin in ("http://127.0.0.1:1234", "http://localhost:7860", "https://evil.example"):
+        answer = client.get("/gradio_api/info", headers={"Origin": origin})
+        assert answer.status_code == 200 and "access-control-allow-origin" not in answer.headers, origin
+        assert "access-control-allow-credentials" not in answer.headers, origin
+        preflight = {"Origin": origin, "Access-Control-Request-Method": "POST"}
+        assert "access-control-allow-origin" not in client.options("/gradio_api/queue/join", headers=preflight).headers
+    own = client.get("/gradio_api/info", headers={"Origin": "http://127.0.0.1:7860"})  # the UI's own page
+    assert own.headers["access-control-allow-origin"] == "http://127.0.0.1:7860"
