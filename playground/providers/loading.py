@@ -61,13 +61,23 @@ def check_room(policy: LoadingPolicy, loaded: int) -> None:
         )
 
 
-def load_key(name: str, *, allow_local_paths: bool) -> str:
-    """One key per model: every spelling of a folder or file is its resolved path; hub ids stay as they are."""
+def load_key(name: str) -> str:
+    """One key per model: every spelling of a folder or file is its resolved path; a name not written as a path is
+    a hub id, as it is, even where a folder of that name exists (a request cannot reach one by leaving out `./`)."""
     if name in ("", "embedded"):
         return "embedded"
-    if allow_local_paths and (looks_like_path(name) or os.path.exists(name)):
+    if looks_like_path(name):
         return str(Path(name).expanduser().resolve())
     return name
+
+
+def operator_key(name: str) -> str:
+    """The key of the operator's model (--model, the providers file): a name that is a folder here is that folder,
+    as transformers reads it; a request's name is one only by its spelling (load_key)."""
+    key = load_key(name)
+    if key == name != "embedded" and os.path.exists(name):
+        return str(Path(name).resolve())
+    return key
 
 
 def loading_problem(allowed: bool, host: str, api_key: str | None) -> str | None:

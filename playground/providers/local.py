@@ -35,6 +35,7 @@ from playground.providers.loading import (
     check_room,
     load_key,
     looks_like_path,
+    operator_key,
 )
 from playground.providers.startup import Startup
 from playground.space import gpu_decorator, leases_gpu
@@ -144,7 +145,7 @@ class LocalProvider:
         """
         if policy is not None:
             return self._load_for_request(name, policy)
-        return self._load(name, load_key(name, allow_local_paths=True), hub_only=False)
+        return self._load(name, operator_key(name), hub_only=False)
 
     def _load_for_request(self, name: str, policy: LoadingPolicy) -> str:
         """A request's load: the operator's policy first, one copy per model, hub ids only from the hub.
@@ -155,8 +156,8 @@ class LocalProvider:
         if known is not None:
             return known
         check_request(policy, name)
-        key = load_key(name, allow_local_paths=policy.allow_local_paths)
-        hub_only = key != "embedded" and (not policy.allow_local_paths or not looks_like_path(key))
+        key = load_key(name)
+        hub_only = key != "embedded" and not looks_like_path(name)
         try:
             return self._load(name, key, hub_only=hub_only, policy=policy)
         except LoadingRefused:
