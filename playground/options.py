@@ -101,7 +101,9 @@ class LocalOptions:
         type=positive,
         metavar="N",
     )
-    trust_remote_code: bool = option(False, "allow hub models that ship their own code (default: off)")
+    trust_remote_code: bool = option(
+        False, "let the operator's models run the code they ship, never one a request loads (default: off)"
+    )
     compile_timeout: float = seconds(
         10.0, "time limit for compiling one constraint; the compile is stopped past it (default: 10)"
     )

@@ -174,6 +174,8 @@ class LocalProvider:
             return self._aliases.get(name) or (name if name in self._engines else None)
 
     def _load(self, name: str, key: str, *, hub_only: bool, policy: LoadingPolicy | None = None) -> str:
+        """Load once per key; a request's load (a policy) never runs a folder's own code, whatever
+        --trust-remote-code says: that flag is the operator's trust in the operator's models."""
         with self._loading:
             known = self._known(key)
             if known is not None:
@@ -182,7 +184,8 @@ class LocalProvider:
                 return known
             if policy is not None:
                 check_room(policy, len(self.list_models()))
-            loaded = self._loader(hub_snapshot(key) if hub_only else key, **self.load_options)
+            options = self.load_options if policy is None else {**self.load_options, "trust_remote_code": False}
+            loaded = self._loader(hub_snapshot(key) if hub_only else key, **options)
             if hub_only:
                 loaded.model_id = loaded.source = key
             with self._lock:

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from playground.errors import ModelError
+from playground.options import LocalOptions
 from playground.providers import local as local_module
 from playground.providers.loading import LoadingPolicy
-from playground.providers.local import LocalProvider
+from playground.providers.local import LocalProvider, make_local
 
 ALLOWED = LoadingPolicy(allow_requests=True)
 
@@ -66,3 +67,18 @@ def test_the_operators_model_is_a_folder_where_one_of_that_name_exists(
     with pytest.raises(ModelError):
         LocalProvider(loader=loader).add_model("models/llama3b")
     assert hub == [] and [name for name, _ in loader.calls] == [str(tmp_path / "models" / "llama3b")]
+
+
+def test_trust_remote_code_is_for_the_operators_models_never_a_requests(tmp_path: Path, hub: list[str]) -> None:
+    """Before, with --trust-remote-code and --allow-model-loading any client's POST /v1/models of a folder ran
+    that folder's configuration_*.py."""
+    local = make_local(LocalOptions(trust_remote_code=True))
+    local._loader = loader = Refusing()
+    with pytest.raises(ModelError):
+        local.add_model(str(tmp_path), ALLOWED)
+    with pytest.raises(ModelError):
+        local.add_model(str(tmp_path / "operators"))
+    assert [(name, options["trust_remote_code"]) for name, options in loader.calls] == [
+        (str(tmp_path), False),
+        (str(tmp_path / "operators"), True),
+    ]
