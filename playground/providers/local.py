@@ -162,10 +162,9 @@ class LocalProvider:
             return self._load(name, key, hub_only=hub_only, policy=policy)
         except LoadingRefused:
             raise
-        except ModelError:
-            if hub_only:
+        except Exception as exc:  # a folder of garbage, a file that is no model: one answer for all, the log says why
+            if hub_only and isinstance(exc, ModelError):
                 raise
-        except Exception as exc:  # a folder of garbage, a file that is no model: one answer for all
             log.warning("loading %r for a request failed: %s", name, first_line(exc))
         raise ModelError(f"cannot load model {name!r}: not a model folder or .gguf file this server can load")
 

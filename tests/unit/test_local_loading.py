@@ -82,3 +82,16 @@ def test_trust_remote_code_is_for_the_operators_models_never_a_requests(tmp_path
         (str(tmp_path), False),
         (str(tmp_path / "operators"), True),
     ]
+
+
+def test_a_failed_load_tells_the_client_little_and_the_log_why(
+    tmp_path: Path, hub: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client's 404 is the same for every path; before, the server's log said nothing either."""
+    with pytest.raises(ModelError) as refused, caplog.at_level("WARNING", logger="playground.providers"):
+        LocalProvider(loader=Refusing()).add_model(str(tmp_path), ALLOWED)
+    assert "no config.json" not in refused.value.message
+    assert (
+        f"loading {str(tmp_path)!r} for a request failed: cannot load model {str(tmp_path)!r}: no config.json here"
+        in (caplog.messages)
+    )
