@@ -7,6 +7,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 import socket
 import time
 from dataclasses import dataclass
@@ -137,18 +138,21 @@ def _load_gguf(path: Path, dtype: Any) -> tuple[Any, Any, bool]:
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
     tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
-    if getattr(model.config, "tie_word_embeddings", False):
-        state.pop("lm_head.weight", None)
-    save_file(state, str(tmp / "model.safetensors"))
-    model.config.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "source.json").write_text(json.dumps({"gguf": str(path)}))
     try:
-        tmp.rename(cached)
-    except OSError:  # another process won the race; its copy is as good as ours
-        pass
+        tmp.mkdir(parents=True, exist_ok=True)
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        if getattr(model.config, "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)
+        save_file(state, str(tmp / "model.safetensors"))
+        model.config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "source.json").write_text(json.dumps({"gguf": str(path)}))
+        try:
+            tmp.rename(cached)
+        except OSError:  # another process won the race; its copy is as good as ours
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # (gone once renamed) ours, after a lost race or a failed write
     return model, tokenizer, False
 
 

@@ -142,3 +142,51 @@ def test_an_unreachable_hub_is_named_without_waiting_for_retries(monkeypatch: py
         assert models.hub_unreachable() is None
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     assert models.hub_unreachable() == "HF_HUB_OFFLINE is set"
+
+
+class TinyConversion:
+    """transformers' GGUF readers stood in for by a two-layer random model, and a tokenizer whose saving runs
+    `while_saving` (another process finishing first, a full disk)."""
+
+    def __init__(self, while_saving) -> None:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(
+            vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
+        )
+        self.model = LlamaForCausalLM(config)
+        self.while_saving = while_saving
+
+    def save_pretrained(self, folder: Path) -> None:
+        self.while_saving()
+
+
+@pytest.mark.parametrize("how", ["lost the race", "failed to write"])
+def test_a_conversion_leaves_no_temporary_folder_behind(
+    how: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two processes converting at once: the one whose rename lost kept its ~517 MB `.tmp<pid>` copy for good."""
+    import transformers
+
+    monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF weights")
+    cached = models._converted(gguf)
+
+    def other_process_won() -> None:
+        cached.mkdir(parents=True)
+        (cached / "model.safetensors").write_bytes(b"the winner's copy")
+
+    def disk_full() -> None:
+        raise OSError(28, "No space left on device")
+
+    tiny = TinyConversion(other_process_won if how == "lost the race" else disk_full)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tiny)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: tiny.model)
+    if how == "lost the race":
+        assert models._load_gguf(gguf, torch.float32)[2] is False
+        assert (cached / "model.safetensors").read_bytes() == b"the winner's copy"
+    else:
+        with pytest.raises(OSError, match="No space left"):
+            models._load_gguf(gguf, torch.float32)
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ([cached.name] if how == "lost the race" else [])
