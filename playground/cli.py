@@ -159,6 +159,15 @@ def device_problem(device: str | None) -> str | None:
     return None
 
 
+def adapters_problem(adapters: tuple[str, ...] | None) -> str | None:
+    """Why an --adapters entry cannot work: a path to no folder, found at start as vLLM finds a LoRA module's
+    (it was accepted, and each request naming it failed as a malformed hub id)."""
+    from playground.models.adapters import missing_folder
+
+    missing = next((adapter for adapter in adapters or () if missing_folder(adapter)), None)
+    return f"--adapters {missing!r}: no such adapter folder" if missing else None
+
+
 def reasoning_problem(setting: str) -> str | None:
     """Why --reasoning names no family (START,END and auto/none are read as they are)."""
     from playground.decoding.reasoning import BY_FAMILY
@@ -190,6 +199,7 @@ def main(argv: list[str] | None = None) -> None:
         loading_problem(args.allow_model_loading, args.host, args.api_key)
         or device_problem(args.device)
         or reasoning_problem(args.reasoning)
+        or adapters_problem(args.adapters)
     )
     if problem:
         _stop(problem, 2)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from playground.errors import ModelError, ParameterError, first_line
+from playground.models.hub import looks_like_path
 
 
 class Adapters:
@@ -140,12 +141,19 @@ def _rolled_back(model: Any, peft_model: Any, adapter_id: str) -> Iterator[None]
         raise
 
 
+def missing_folder(adapter_id: str) -> bool:
+    """An adapter written as a path (`/x/lora`, `./lora`, `lora/`) where no folder is: never a hub id to look up."""
+    return looks_like_path(adapter_id) and not os.path.isdir(os.path.expanduser(adapter_id))
+
+
 def _adapter_folder(adapter_id: str) -> str:
     """A local folder as it is; a hub id from the cache, or fetched once (fails fast offline)."""
     from playground.models.hub import hub_snapshot
 
-    if os.path.isdir(adapter_id):
-        return str(Path(adapter_id).resolve())
+    if missing_folder(adapter_id):
+        raise ParameterError(f"cannot load adapter {adapter_id!r}: no such folder on this server", field="adapter_id")
+    if os.path.isdir(os.path.expanduser(adapter_id)):
+        return str(Path(adapter_id).expanduser().resolve())
     try:
         return hub_snapshot(adapter_id)
     except ModelError as exc:

@@ -17,6 +17,17 @@ HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jin
 TRUE_VALUES = ("1", "true", "yes", "on")
 
 
+def looks_like_path(name: str) -> bool:
+    """A local path by its spelling alone: absolute, relative with a dot, home, a .gguf, or deeper than org/name."""
+    return (
+        name.startswith(("/", ".", "~"))
+        or name.endswith(".gguf")
+        or "\\" in name
+        or name.count("/") > 1
+        or name.endswith("/")
+    )
+
+
 def hub_snapshot(repo_id: str, *, timeout_s: float = 10.0) -> str:
     """A hub model's folder: from the local cache, else fetched once; never a folder of this machine's own.
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from playground.errors import PlaygroundError
+from playground.models.hub import looks_like_path
 from playground.options import SERVER
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
@@ -31,17 +32,6 @@ class LoadingPolicy:
     allow_requests: bool = False
     allow_local_paths: bool = True
     max_models: int = SERVER.max_models
-
-
-def looks_like_path(name: str) -> bool:
-    """A local path by its spelling alone: absolute, relative with a dot, home, a .gguf, or deeper than org/name."""
-    return (
-        name.startswith(("/", ".", "~"))
-        or name.endswith(".gguf")
-        or "\\" in name
-        or name.count("/") > 1
-        or name.endswith("/")
-    )
 
 
 def check_request(policy: LoadingPolicy, name: str) -> None:

@@ -69,3 +69,11 @@ def test_a_load_that_fails_after_injecting_changes_nothing(tmp_path: Path, monke
     with adapters.use(second):  # once it loads, it is itself
         assert not torch.allclose(_logits(model), adapted)
     assert torch.equal(_logits(model), base)
+
+
+def test_a_listed_folder_that_is_not_there_is_named_plainly(tmp_path: Path) -> None:
+    """It was "'/x/missing_lora' is not a hub id (org/name): Repo id must be in the form ..."."""
+    missing = str(tmp_path / "missing_lora")
+    with pytest.raises(ParameterError) as refused:
+        Adapters(_tiny(), [missing]).prepare(missing)
+    assert refused.value.message == f"cannot load adapter {missing!r}: no such folder on this server"
