@@ -100,6 +100,10 @@ class EngineLender(Provider, Protocol):
 
     def loaded_engines(self) -> list[Engine]: ...
 
+    def known(self, name: str) -> str | None:
+        """The id of the loaded model `name` names (its id, another name or spelling of it), else None."""
+        ...
+
 
 def local_engine(provider: Provider, model: str, what: str) -> Engine:
     """The engine behind `model`; a remote model has no masks to show, and the error says so by name."""

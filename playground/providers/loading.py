@@ -57,7 +57,10 @@ def load_key(name: str) -> str:
     if name in ("", "embedded"):
         return "embedded"
     if looks_like_path(name):
-        return str(Path(name).expanduser().resolve())
+        try:
+            return str(Path(name).expanduser().resolve())
+        except (ValueError, RuntimeError, OSError):  # a NUL byte, `~nobody/`, a symlink loop: no folder, as written
+            return name
     return name
 
 

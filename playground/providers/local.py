@@ -122,9 +122,9 @@ class LocalProvider:
     def engine(self, model: str) -> Engine:
         """The engine serving `model` (its id or the name it was loaded by); the model loading in the
         background is waited for (up to LOADING_WAIT_S)."""
+        known = self.known(model)
         with self._lock:
-            name = self._aliases.get(model, model)
-            engine = self._engines.get(name)
+            engine = self._engines.get(known or model)
         if engine is None and self.startup is not None and model == self.startup.name:
             self.startup.wait()
             return self.engine(model)
@@ -152,7 +152,7 @@ class LocalProvider:
 
         A failure says the same for every path, so a request cannot learn what exists on this machine.
         """
-        known = self._known(name)
+        known = self.known(name)
         if known is not None:
             return known
         check_request(policy, name)
@@ -168,18 +168,25 @@ class LocalProvider:
             log.warning("loading %r for a request failed: %s", name, first_line(exc))
         raise ModelError(f"cannot load model {name!r}: not a model folder or .gguf file this server can load")
 
-    def _known(self, name: str) -> str | None:
+    def known(self, name: str) -> str | None:
+        """The id of the loaded model `name` names: its id, the operator's name for it, or any spelling of its folder
+        or file (found by its key, not kept per spelling: a request's spellings are without number)."""
         with self._lock:
-            return self._aliases.get(name) or (name if name in self._engines else None)
+            found = self._aliases.get(name) or (name if name in self._engines else None)
+        if found is None and looks_like_path(name):
+            with self._lock:
+                found = self._aliases.get(load_key(name))
+        return found
 
     def _load(self, name: str, key: str, *, hub_only: bool, policy: LoadingPolicy | None = None) -> str:
         """Load once per key; a request's load (a policy) never runs a folder's own code, whatever
         --trust-remote-code says: that flag is the operator's trust in the operator's models."""
         with self._loading:
-            known = self._known(key)
+            known = self.known(key)
             if known is not None:
-                with self._lock:
-                    self._aliases[name] = known
+                if policy is None:  # the operator's name for a model: requests may use it too
+                    with self._lock:
+                        self._aliases[name] = known
                 return known
             if policy is not None:
                 check_room(policy, len(self.list_models()))
@@ -194,7 +201,9 @@ class LocalProvider:
             engine = Engine(loaded, **self.engine_options)
             with self._lock:
                 self._engines.setdefault(engine.model_id, engine)
-                self._aliases[name] = self._aliases[key] = engine.model_id
+                self._aliases[key] = engine.model_id
+                if policy is None:
+                    self._aliases[name] = engine.model_id
         return engine.model_id
 
     def info(self, model: str) -> ModelInfo:

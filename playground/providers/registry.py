@@ -61,6 +61,8 @@ class Registry:
         name = model or self.default_model
         with self._lock:
             provider_id = self._models.get(name) if name else None
+        if provider_id is None and name:
+            provider_id = self._loaded_as(name)
         if provider_id is None:
             known = ", ".join([*sorted(self._models), *(adapter for *_, adapter in self.adapters())]) or "none"
             asking = self._list_again()
@@ -71,6 +73,17 @@ class Registry:
             )
             raise ModelError(f"no provider serves model {name!r} (served: {known}){later}")
         return self.providers[provider_id], name
+
+    def _loaded_as(self, name: str) -> str | None:
+        """The local provider that loaded `name` under another (listed) name: a spelling of its folder."""
+        return next(
+            (
+                provider.provider_id
+                for provider in self.providers.values()
+                if provider.capabilities.local_engine and cast(EngineLender, provider).known(name) is not None
+            ),
+            None,
+        )
 
     def _list_again(self) -> str:
         """Ask the providers that could not list their models again (each at most every RELIST_S), on a thread of
@@ -99,8 +112,8 @@ class Registry:
         """The one rule for a request's load (the UI's model picker, POST /v1/models); returns the served name.
 
         A served model is answered as it is; otherwise the operator's policy decides, the provider loads it
-        (a local one) or checks its server has it (a remote one), and it is served by the name returned
-        and (a model loaded here, when that name is free) by the one asked for.
+        (a local one) or checks its server has it (a remote one), and it is listed by the name returned: a model
+        loaded here answers to every spelling of its folder too (`resolve`), each listed once, not per spelling.
         """
         provider = self.providers.get(provider_id)
         if provider is not None and (provider_id, model) in self.models():
@@ -115,8 +128,6 @@ class Registry:
         if owners.get(name, provider_id) != provider_id:
             raise ParameterError(f"model {name!r} is already served by provider {owners[name]!r}", field="model")
         self.register_model(name, provider_id)
-        if provider.capabilities.model_loading and owners.get(model, provider_id) == provider_id:
-            self.register_model(model, provider_id)  # a loaded model answers to the name it was asked by
         return name
 
     def adapter(self, name: str) -> tuple[Provider, str, str] | None:

@@ -22,7 +22,7 @@ def load(url: str, name: str) -> httpx.Response:
 
 def converted_folder() -> Path:
     """The embedded model converted to a transformers folder (the cache every start reads)."""
-    return next(p for p in cache_root().glob("gguf-*") if (p / "model.safetensors").is_file())
+    return next(p for p in cache_root().glob("gguf-*") if not p.suffix and (p / "model.safetensors").is_file())
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +87,27 @@ def test_an_unknown_hub_id_fails_at_once_when_offline(loading_server: LiveServer
 
 
 def test_every_spelling_of_a_folder_loads_one_copy_and_the_cap_holds(loading_server: LiveServer) -> None:
+    """Each spelling used to be listed as a model of its own, in /v1/models, /health and every 404, without bound."""
     folder = converted_folder()
-    spellings = [str(folder), f"{folder}/", f"{folder}/./", os.path.relpath(folder, REPO_ROOT)]
+    spellings = [
+        str(folder),
+        f"{folder}/",
+        f"{folder}/./",
+        f"{folder.parent}//{folder.name}",
+        os.path.relpath(folder, REPO_ROOT),
+    ]
+    before = httpx.get(f"{loading_server.url}/health", timeout=10).json()["models"]
     ids = {load(loading_server.url, spelling).json()["id"] for spelling in spellings}
     assert ids == {str(folder.resolve())}
-    local = [m for m in httpx.get(f"{loading_server.url}/v1/models", timeout=10).json()["data"]]
-    assert [m["id"] for m in local].count(str(folder.resolve())) == 1
+    listed = [m["id"] for m in httpx.get(f"{loading_server.url}/v1/models", timeout=10).json()["data"]]
+    assert listed.count(str(folder.resolve())) == 1 and not set(spellings[1:]) & set(listed)
+    assert httpx.get(f"{loading_server.url}/health", timeout=10).json()["models"] == before + 1
+    for spelling in spellings:  # each still names the model
+        body = {"model": spelling, "prompt": "The capital of France is", "max_tokens": 2}
+        answer = httpx.post(f"{loading_server.url}/v1/completions", json=body, timeout=60)
+        assert answer.status_code == 200, answer.text
+    missing = httpx.post(f"{loading_server.url}/v1/completions", json={"model": "org/nothing", "prompt": "x"})
+    assert not any(repr(spelling) in missing.json()["error"]["message"] for spelling in spellings[1:])
     refused = load(loading_server.url, str(embedded_gguf_path()))  # a third model: over --max-models 2
     assert refused.status_code == 403
     assert "already holds 2 models, its limit (--max-models 2)" in refused.json()["error"]["message"]
