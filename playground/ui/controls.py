@@ -96,8 +96,14 @@ def model_choices(registry: Registry, current: str | None = None) -> list[tuple[
     A model a local provider serves under two names (`embedded` and its id, a path and its id) is listed
     by one: `current` (the picker's), else the default model, else its id.
     """
+    served = registry.models()
+    if current and current not in {model for _, model in served}:
+        try:  # the name picked is another spelling of a loaded model (listed once): the picker keeps showing it
+            served = [*served, (registry.resolve(current)[0].provider_id, current)]
+        except ModelError:
+            pass
     names: dict[tuple[str, str], list[str]] = {}
-    for provider_id, model in registry.models():
+    for provider_id, model in served:
         names.setdefault((provider_id, _model_id(registry, model)), []).append(model)
     preferred = (current, registry.default_model)
     choices = []

@@ -116,8 +116,9 @@ def test_unknown_processor_is_a_clear_error(registry: Registry) -> None:
 def test_model_picker_serves_loads_and_explains_failures(registry: Registry, monkeypatch) -> None:
     monkeypatch.setattr(registry, "loading", LoadingPolicy(allow_requests=True))  # the operator allowed it
     settings = UISettings()
-    registry.load("embedded", "local")  # as app.py serves it: by its id and as `embedded`, one model
-    assert {name for _, name in registry.models()} == {registry.default_model, "embedded"}
+    registry.load("embedded", "local")  # a request's load: listed once, by its id, and named as asked too
+    assert {name for _, name in registry.models()} == {registry.default_model}
+    assert registry.resolve("embedded")[0].provider_id == "local"
     assert [model for _, model in controls.model_choices(registry)] == [registry.default_model]
     assert [model for _, model in controls.model_choices(registry, "embedded")] == ["embedded"]
     assert "provider local" in controls.choose_model(registry, registry.default_model, settings)
