@@ -20,6 +20,7 @@ class Adapters:
         self.model = model
         self.allowed = None if allowed is None else frozenset(allowed)
         self._folders: dict[str, str] = {}
+        self._fits: dict[str, int] = {}
         self._resolving = threading.Lock()
         self._peft: Any = None
 
@@ -35,6 +36,13 @@ class Adapters:
                 f"adapter_id {adapter_id!r} is not allowed on this server (allowed: {shown})", field="adapter_id"
             )
         return found
+
+    def fit(self, adapter_id: str) -> int:
+        """How well a listed adapter fits this model, from files already here (never fetched), read once: 2 made for
+        it (its `base_model_name_or_path`), 1 of its shapes, 0 neither or not here to read."""
+        if adapter_id not in self._fits:
+            self._fits[adapter_id] = _fit(self.model, adapter_id)
+        return self._fits[adapter_id]
 
     def prepare(self, adapter_id: str | None) -> str | None:
         """Before the decode lock: the allowlist, `peft`, and the adapter's files (a folder, the cache or the hub).
@@ -117,6 +125,37 @@ def _check_fits(model: Any, weights: dict[str, Any]) -> None:
                 f"it was made for another model: its {part} for {name!r} has {tensor.shape[axis]} {wanted}, "
                 f"this model's {expected}"
             )
+
+
+def _fit(model: Any, adapter_id: str) -> int:
+    import peft
+
+    folder = _folder_here(adapter_id)
+    if folder is None:
+        return 0
+    try:
+        _check_fits(model, peft.utils.load_peft_weights(folder, device="cpu"))
+        base = peft.PeftConfig.from_pretrained(folder).base_model_name_or_path or ""
+    except Exception:  # noqa: BLE001 - made for another model, or unreadable: not this model's
+        return 0
+    same = base and os.path.normpath(os.path.expanduser(base)) == os.path.normpath(
+        getattr(model, "name_or_path", "") or ""
+    )
+    return 2 if same else 1
+
+
+def _folder_here(adapter_id: str) -> str | None:
+    """The adapter's folder on this machine (a folder, or a hub id in the cache), without asking the hub."""
+    if os.path.isdir(os.path.expanduser(adapter_id)):
+        return os.path.expanduser(adapter_id)
+    if looks_like_path(adapter_id):
+        return None
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(adapter_id, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not in the cache, or not a hub id
+        return None
 
 
 @contextlib.contextmanager

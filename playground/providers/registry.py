@@ -132,28 +132,35 @@ class Registry:
 
     def adapter(self, name: str) -> tuple[Provider, str, str] | None:
         """A request's `model` that names an adapter a local model lists (`--adapters`), as vLLM serves a LoRA by its
-        name and TGI's chat reads `model` as `adapter_id`: (provider, that model's id, the adapter as listed)."""
-        for provider in self.providers.values():
-            if not provider.capabilities.local_engine:
+        name and TGI's chat reads `model` as `adapter_id`: (provider, the model it belongs to, the adapter as listed)."""
+        listing = []
+        for provider, engine in self._lent_engines():
+            try:
+                listed = engine.adapters.listed(name)
+            except ParameterError:
                 continue
-            for engine in cast(EngineLender, provider).loaded_engines():
-                if not engine.adapters.allowed:  # none listed (None: a library's engine, any adapter)
-                    continue
-                try:
-                    return provider, engine.model_id, engine.adapters.listed(name)
-                except ParameterError:
-                    continue
-        return None
+            listing.append((provider, engine))
+        if not listing:
+            return None
+        provider, engine = _owner(listing, listed)
+        return provider, engine.model_id, listed
 
     def adapters(self) -> list[tuple[str, str, str]]:
-        """(provider_id, model, adapter) for each adapter a loaded local model lists (`--adapters`)."""
-        found = []
-        for provider in self.providers.values():
-            if provider.capabilities.local_engine:
-                for engine in cast(EngineLender, provider).loaded_engines():
-                    listed = sorted(engine.adapters.allowed or ())
-                    found += [(provider.provider_id, engine.model_id, adapter) for adapter in listed]
-        return found
+        """(provider_id, model, adapter) for each adapter a loaded local model lists (`--adapters`), once, under the
+        model it belongs to (as vLLM lists a LoRA with its base model as parent)."""
+        listing: dict[str, list[tuple[Provider, Engine]]] = {}
+        for provider, engine in self._lent_engines():
+            for adapter in sorted(engine.adapters.allowed):
+                listing.setdefault(adapter, []).append((provider, engine))
+        owners = {adapter: _owner(lenders, adapter) for adapter, lenders in listing.items()}
+        return [(provider.provider_id, engine.model_id, adapter) for adapter, (provider, engine) in owners.items()]
+
+    def _lent_engines(self) -> list[tuple[Provider, Engine]]:
+        """The loaded local engines that list adapters (not a library's, which takes any), the default model's first."""
+        lenders = [cast(EngineLender, p) for p in self.providers.values() if p.capabilities.local_engine]
+        default = {lender.known(self.default_model) for lender in lenders} if self.default_model else set()
+        lent = [(lender, e) for lender in lenders for e in lender.loaded_engines() if e.adapters.allowed]
+        return sorted(lent, key=lambda pair: pair[1].model_id not in default)
 
     def local_engine(self, model: str | None, what: str) -> Engine:
         """The local engine serving `model` (for `what`: the debugger, /check, /inspect); remote ones refuse by name."""
@@ -164,3 +171,9 @@ class Registry:
         """(provider_id, model) pairs, grouped by provider."""
         with self._lock:
             return sorted((pid, model) for model, pid in self._models.items())
+
+
+def _owner(lenders: list[tuple[Provider, Engine]], adapter: str) -> tuple[Provider, Engine]:
+    """The model an adapter belongs to: the one it was made for, else one of its shapes, else the first (the
+    default model where it lists the adapter)."""
+    return max(lenders, key=lambda pair: pair[1].adapters.fit(adapter))

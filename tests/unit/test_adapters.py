@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import peft
 import pytest
@@ -11,6 +12,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from playground.errors import ParameterError
 from playground.models.adapters import Adapters
+from playground.providers.base import Capabilities
+from playground.providers.registry import Registry
 
 IDS = torch.tensor([[1, 2, 3, 4]])
 
@@ -77,3 +80,61 @@ def test_a_listed_folder_that_is_not_there_is_named_plainly(tmp_path: Path) -> N
     with pytest.raises(ParameterError) as refused:
         Adapters(_tiny(), [missing]).prepare(missing)
     assert refused.value.message == f"cannot load adapter {missing!r}: no such folder on this server"
+
+
+class Lender:
+    """A local provider lending engines that list the same adapters (`--adapters` reaches every local model)."""
+
+    provider_id, provider_type = "local", "local::transformers"
+    capabilities = Capabilities(local_engine=True, model_loading=True)
+
+    def __init__(self, models: dict[str, LlamaForCausalLM], adapters: list[str]) -> None:
+        self.engines = [SimpleNamespace(model_id=m, adapters=Adapters(model, adapters)) for m, model in models.items()]
+
+    def list_models(self) -> list[str]:
+        return [engine.model_id for engine in self.engines]
+
+    def loaded_engines(self) -> list[SimpleNamespace]:
+        return self.engines
+
+    def known(self, name: str) -> str | None:
+        return name if name in self.list_models() else None
+
+
+def _made_for(model: LlamaForCausalLM, folder: Path) -> str:
+    lora = peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft.get_peft_model(model, lora).save_pretrained(folder)
+    return str(folder)
+
+
+def _wide(name: str) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=100, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4
+    )
+    config._name_or_path = name
+    return LlamaForCausalLM(config).eval()
+
+
+def test_an_adapter_is_listed_once_under_the_model_it_was_made_for_and_requests_reach_that_model(
+    tmp_path: Path,
+) -> None:
+    """It was listed once per loaded model (ten models, ten copies) and `model: <adapter>` always went to the first,
+    which refused an adapter of another model's shapes."""
+    small, wide, twin = _tiny(), _wide("/models/wide"), _wide("/models/twin")
+    for_small, for_wide = _made_for(_tiny(), tmp_path / "small"), _made_for(_wide("/x"), tmp_path / "wide")
+    for_twin = _made_for(_wide("/models/twin"), tmp_path / "twin")  # shapes as `wide`'s, named for `twin`
+    gone = str(tmp_path / "gone")  # not readable here: the default model's
+    lender = Lender({"wide": wide, "small": small, "twin": twin}, [for_small, for_wide, for_twin, gone])
+    registry = Registry([lender], default_model="small")
+    assert sorted(registry.adapters()) == sorted(
+        [
+            ("local", "small", for_small),
+            ("local", "wide", for_wide),
+            ("local", "twin", for_twin),
+            ("local", "small", gone),
+        ]
+    )
+    assert registry.adapter(for_wide) == (lender, "wide", for_wide)
+    assert registry.adapter(f"{for_twin}/") == (lender, "twin", for_twin)
+    assert registry.adapter(for_small)[1] == registry.adapter(gone)[1] == "small"
+    assert registry.adapter(str(tmp_path / "unlisted")) is None
