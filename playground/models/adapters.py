@@ -128,12 +128,12 @@ def _check_fits(model: Any, weights: dict[str, Any]) -> None:
 
 
 def _fit(model: Any, adapter_id: str) -> int:
-    import peft
-
     folder = _folder_here(adapter_id)
     if folder is None:
         return 0
     try:
+        import peft  # (optional on a server: without it no adapter is used, and none fits better than another)
+
         _check_fits(model, peft.utils.load_peft_weights(folder, device="cpu"))
         base = peft.PeftConfig.from_pretrained(folder).base_model_name_or_path or ""
     except Exception:  # noqa: BLE001 - made for another model, or unreadable: not this model's

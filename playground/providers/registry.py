@@ -176,4 +176,6 @@ class Registry:
 def _owner(lenders: list[tuple[Provider, Engine]], adapter: str) -> tuple[Provider, Engine]:
     """The model an adapter belongs to: the one it was made for, else one of its shapes, else the first (the
     default model where it lists the adapter)."""
+    if len(lenders) == 1:  # the usual case, one model listing it: nothing to read
+        return lenders[0]
     return max(lenders, key=lambda pair: pair[1].adapters.fit(adapter))

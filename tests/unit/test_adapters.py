@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -138,3 +139,11 @@ def test_an_adapter_is_listed_once_under_the_model_it_was_made_for_and_requests_
     assert registry.adapter(f"{for_twin}/") == (lender, "twin", for_twin)
     assert registry.adapter(for_small)[1] == registry.adapter(gone)[1] == "small"
     assert registry.adapter(str(tmp_path / "unlisted")) is None
+
+
+def test_without_peft_an_adapter_fits_no_model_better_and_listing_does_not_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """peft is optional on a server: /v1/models (which asks each model how an adapter fits) must still answer."""
+    monkeypatch.setitem(sys.modules, "peft", None)  # `import peft` raises ImportError
+    assert Adapters(object(), [str(tmp_path)]).fit(str(tmp_path)) == 0
