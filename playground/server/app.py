@@ -43,7 +43,7 @@ from playground.server.guards import (
     api_methods,
     valid_unicode,
 )
-from playground.server.guesses import KeyGuesses
+from playground.server.guesses import KeyGuesses, client_of
 from playground.server.scope import ClientScope
 from playground.server.ui_headers import FrameAncestors, OwnOriginOnly, frame_ancestors
 from playground.server.uploads import MAX_UPLOAD_BYTES, FileInputGuard, UploadLimit
@@ -109,7 +109,8 @@ def create_app(
         admission=app.state.admission,
         paths=work,
         max_body_bytes=MAX_BODY_BYTES,
-        refused_anyway=lambda scope: not has_api_key(scope, api_key),
+        # no key, or a client waiting out its guesses: the guard answers from the headers, the body unread
+        refused_anyway=lambda scope: not has_api_key(scope, api_key) or bool(guesses.retry_after_s(client_of(scope))),
     )
     app.add_middleware(DeclaredBodyLimit, paths=set(methods), max_bytes=MAX_BODY_BYTES)
     app.add_middleware(ErrorShape)

@@ -187,7 +187,7 @@ def test_the_engine_s_durations_add_the_wait_for_a_slot() -> None:
 def test_a_request_without_the_key_is_answered_401_with_its_body_unread() -> None:
     """A keyless request that sends part of its body was held open forever: it skipped the body timeout (it never
     takes a slot), and FastAPI read the whole body before the key check answered. Wrong keys still count as guesses,
-    a missing key never does."""
+    a missing key never does; a client waiting out its guesses was read to its body's end before its 429."""
     app = create_app(Registry([]), api_key="s3cret", ui=False)
 
     async def call(path: str, extra: list[tuple[bytes, bytes]], whole: bool = False) -> tuple[int, dict, int]:
@@ -223,3 +223,5 @@ def test_a_request_without_the_key_is_answered_401_with_its_body_unread() -> Non
     assert [asyncio.run(call("/generate", extra))[0] for _ in range(8)] == [401] * 8
     extra = [(b"authorization", b"Bearer s3cret")]
     assert asyncio.run(call("/generate", extra, whole=True))[0] == 429
+    # while it waits, even the right key is refused from its headers: its body is not read either
+    assert asyncio.run(call("/generate", extra))[::2] == (429, 0)
