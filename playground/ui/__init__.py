@@ -14,7 +14,7 @@ from playground.ui import controls, debugger, drafts, evaluate, handlers, layout
 from playground.ui.compare_engines import setup_engine_compare_events
 from playground.ui.compare_reasoning import setup_reasoning_compare_events
 from playground.ui.components import Components
-from playground.ui.downloads import Downloads
+from playground.ui.downloads import Downloads, client_of
 from playground.ui.evaluate import setup_evaluate_events
 from playground.ui.handlers import Panels
 from playground.ui.inspect import setup_inspect_events, warm_engines
@@ -268,9 +268,9 @@ def _setup_tab_events(registry: Registry, settings: UISettings, c: Components, d
 def _setup_session_events(c: Components, downloads: Downloads) -> None:
     form, session, ed = c.form_inputs(), c.session, c.constraint
 
-    def on_export(state: ChatState, *values: Any) -> tuple:
+    def on_export(request: gr.Request, state: ChatState, *values: Any) -> tuple:
         try:
-            path = controls.export_file(_form(values), state, downloads)
+            path = controls.export_file(_form(values), state, downloads, client_of(request))
         except Exception as exc:  # noqa: BLE001
             return gr.update(visible=False), render.error_box(handlers.error_message(exc))
         return gr.update(value=path, visible=True), render.box("ok", "✓ exported: download the file above")

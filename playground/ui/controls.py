@@ -201,9 +201,9 @@ def _templated(provider: Provider, model: str, inputs: list[ChatMessage], params
 # --- session -------------------------------------------------------------------------------------
 
 
-def export_file(form: Form, state: ChatState, downloads: Downloads) -> str:
-    """Write the session JSON to a file the browser downloads."""
-    return downloads.write({"playground-session.json": export_session(form, state)})[0]
+def export_file(form: Form, state: ChatState, downloads: Downloads, client: str = "") -> str:
+    """Write the session JSON to a file the browser downloads (`client`: whose export, for its share of the bound)."""
+    return downloads.write({"playground-session.json": export_session(form, state)}, client)[0]
 
 
 def import_file(path: str | None, current_mode: str = "constrained") -> tuple[Form, ChatState]:

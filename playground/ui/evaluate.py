@@ -22,7 +22,7 @@ from playground.types import GeneratedToken
 from playground.ui import stopped
 from playground.ui.components import Components, EvaluateView, ScoreView, html
 from playground.ui.debugger import BranchState
-from playground.ui.downloads import Downloads
+from playground.ui.downloads import Downloads, client_of
 from playground.ui.handlers import error_message
 from playground.ui.state import ChatState, Form, chat_inputs, params_of
 from playground.wire import tools
@@ -105,12 +105,12 @@ def _update(rows: list[EvalRow], total: int) -> tuple[str, str, dict, list[dict]
     return progress_html(len(rows), total), charts, picker, dumped
 
 
-def export_files(dumped: list[dict], downloads: Downloads) -> list[str] | None:
-    """The rows as JSONL and CSV files to download."""
+def export_files(dumped: list[dict], downloads: Downloads, client: str = "") -> list[str] | None:
+    """The rows as JSONL and CSV files to download (`client`: whose export, for its share of the bound)."""
     if not dumped:
         return None
     rows = [EvalRow.model_validate(r) for r in dumped]
-    return downloads.write({"evaluation.jsonl": to_jsonl(rows), "evaluation.csv": to_csv(rows)})
+    return downloads.write({"evaluation.jsonl": to_jsonl(rows), "evaluation.csv": to_csv(rows)}, client)
 
 
 def row_label(index: int, prompt: str) -> str:
@@ -238,7 +238,11 @@ def setup_evaluate_events(
         lambda: (gr.update(interactive=False), gr.update(interactive=True)), None, [view.run, view.stop]
     ).then(on_run, [view.prompts, c.state, *c.form_inputs()], outputs)
     running.then(lambda: (gr.update(interactive=True), gr.update(interactive=False)), None, [view.run, view.stop])
-    running.then(lambda dumped: export_files(dumped, downloads), view.rows, view.export)
+
+    def on_rows(dumped: list[dict], request: gr.Request) -> list[str] | None:
+        return export_files(dumped, downloads, client_of(request))
+
+    running.then(on_rows, view.rows, view.export)
     view.stop.click(
         lambda: (gr.update(interactive=True), gr.update(interactive=False)),
         None,

@@ -19,7 +19,7 @@ def exports(cache: Path) -> list[Path]:
 
 
 def test_session_exports_past_the_count_delete_the_oldest(tmp_path) -> None:
-    downloads = Downloads(tmp_path, max_files=2)
+    downloads = Downloads(tmp_path, max_files=2, shares=1)
     paths = [controls.export_file(Form(model="m", seed=i), ChatState(), downloads) for i in range(5)]
     assert sorted(exports(tmp_path)) == sorted(Path(p).parent for p in paths[-2:])
     assert [Path(p).name for p in paths] == ["playground-session.json"] * 5
@@ -27,7 +27,7 @@ def test_session_exports_past_the_count_delete_the_oldest(tmp_path) -> None:
 
 
 def test_exports_past_the_bytes_or_the_age_are_deleted(tmp_path) -> None:
-    downloads = Downloads(tmp_path, max_bytes=3 << 20)
+    downloads = Downloads(tmp_path, max_bytes=3 << 20, shares=1)
     big = [downloads.write({"a.json": "x" * (1 << 20)})[0] for _ in range(5)]
     assert sum(Path(p).stat().st_size for p in big if Path(p).exists()) <= 3 << 20 and Path(big[-1]).exists()
     old = Path(big[-1]).parent
@@ -37,13 +37,26 @@ def test_exports_past_the_bytes_or_the_age_are_deleted(tmp_path) -> None:
 
 
 def test_evaluation_exports_share_the_bounds(tmp_path) -> None:
-    downloads = Downloads(tmp_path, max_files=1)
+    downloads = Downloads(tmp_path, max_files=1, shares=1)
     rows = [EvalRow(index=0, prompt="p", text="t").model_dump()]
     first = evaluate.export_files(rows, downloads)
     second = evaluate.export_files(rows, downloads)
     assert [Path(p).name for p in second] == ["evaluation.jsonl", "evaluation.csv"]
     assert not Path(first[0]).exists() and exports(tmp_path) == [Path(second[0]).parent]
     assert evaluate.export_files([], downloads) is None
+
+
+def test_one_client_s_flood_pushes_out_its_own_exports_not_others(tmp_path) -> None:
+    """Every client's exports shared one bound: one client writing in a loop deleted everyone else's before they were
+    downloaded. Each client now holds at most its share (1/4 here) of the files and of the bytes."""
+    downloads = Downloads(tmp_path, max_files=8, max_bytes=8 << 20, shares=4)
+    others = [downloads.write({"s.json": "{}"}, client=f"10.0.0.{n}")[0] for n in range(3)]
+    flood = [downloads.write({"s.json": "{}"}, client="10.0.0.9")[0] for _ in range(50)]
+    assert all(Path(p).exists() for p in others) and sum(Path(p).exists() for p in flood) == 2
+    big = [downloads.write({"a.json": "x" * (1 << 20)}, client="10.0.0.9")[0] for _ in range(5)]
+    assert all(Path(p).exists() for p in others) and [Path(p).exists() for p in big] == [False] * 3 + [True] * 2
+    several = [downloads.write({"s.json": "{}"}, client=f"10.1.0.{n}")[0] for n in range(5)]  # the whole bound still
+    assert len(exports(tmp_path)) == 8 and all(Path(p).exists() for p in several)
 
 
 def test_gradio_serves_an_export_from_its_cache_without_a_copy(tmp_path, monkeypatch) -> None:
