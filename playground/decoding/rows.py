@@ -348,7 +348,9 @@ class Decode:
         """
         r = self.runner
         row.ids.append(token_id)
-        before = len(row.text)
+        # a character still cut (U+FFFD at the end) becomes itself now without the text growing: what this token
+        # added starts where the whole characters end
+        before = len(row.text.rstrip("\ufffd"))
         piece = r.token_text(token_id)
         if token_id not in r.eos_ids:
             row.text = row.chooser.decode(row.ids)

@@ -406,6 +406,17 @@ def test_streamed_pieces_add_up_when_characters_span_tokens(engine):
     assert final.generated_text.startswith(text) and len(final.generated_text) - len(text) <= 1
 
 
+def test_a_stop_sequence_ending_in_a_character_split_across_tokens_stops(engine):
+    """The last byte of a split character turns the text's U+FFFD into the character without lengthening the text:
+    the stop check looked only past the old length, so a stop ending in that character (most emoji, much CJK) never
+    matched."""
+    for text, stop in (("abc 日本語 def", "語"), ("abc 日本語 def", "本語"), ("Hello 🌍 world", "🌍")):
+        params = GenerateParameters(max_new_tokens=20, grammar={"type": "regex", "value": text}, stop=[stop])
+        best = engine.generate("Say: ", params).best
+        assert (best.finish_reason, best.stop_sequence) == ("stop_sequence", stop)
+        assert best.generated_text == text[: text.index(stop) + len(stop)]
+
+
 def test_a_row_s_text_decoded_as_it_grows_is_the_whole_row_s_text(engine):
     """The embedded tokenizer's text joins (runner.RowText decodes a row's new tokens only): ids from across its
     vocabulary, half of them bytes of split characters, with special tokens and drafts undone, give the whole
