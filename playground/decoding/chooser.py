@@ -298,7 +298,18 @@ class TokenChooser:
         for k, token_id in enumerate(token_ids):
             walked()
             scores = torch.zeros(self.runner.vocab_size, device=self.runner.device)
-            if not torch.isfinite(self.mask(self.row_ids(ids), scores)[token_id]):
+            row = self.row_ids(ids)
+            if not torch.isfinite(self.mask(row, scores)[token_id]) and not self.accepts(row, token_id):
                 return k
             ids.append(token_id)
         return None
+
+    def accepts(self, ids: torch.Tensor, token_id: int) -> bool:
+        """Whether the row's processors take `token_id` after `ids` (1 x L) as text written elsewhere, which their
+        masks may not offer (BitmaskProcessor.accepts: an engine's mask may keep to one spelling of forced text).
+        Only engines' processors can say; a row with others keeps to the masks."""
+        processors = self.processors
+        bitmasks = [p for p in processors if isinstance(p, BitmaskProcessor)]
+        return (
+            bool(processors) and len(bitmasks) == len(processors) and all(p.accepts(ids[0], token_id) for p in bitmasks)
+        )

@@ -71,6 +71,14 @@ def masks(
             if gated:
                 allowed = allowed.clone()
                 allowed[eos] = False
+            # the walked token, spelled otherwise than the engine's mask offers forced text, may be the constraint's
+            if (
+                k < len(token_ids)
+                and not bool(allowed[token_ids[k]])
+                and chooser.accepts(chooser.row_ids(ids), token_ids[k])
+            ):
+                allowed = allowed.clone()
+                allowed[token_ids[k]] = True
         yield allowed, gated
         if k < len(token_ids):
             ids.append(token_ids[k])

@@ -99,6 +99,21 @@ def test_generate_continues_a_prefix_under_the_constraint(server_url: str) -> No
     assert "".join(t["text"] for t in data["details"]["tokens"] if not t["special"]) == data["generated_text"]
 
 
+def test_a_prefix_ending_inside_text_the_constraint_forces_continues(server_url: str) -> None:
+    """Where the constraint forces text, llguidance's mask offers only its canonical tokens (`Sure` for `Sure! ok`),
+    so a prefix ending inside a word (`Sur`, `{"ki`: other tokens) was refused as a 422 that blamed the constraint,
+    and /check named a token the regex takes."""
+    regex = {"type": "regex", "value": "Sure! ok"}
+    for grammar, prefix in ((regex, "Sur"), (regex, "S"), (JSON, '{"ki'), (JSON, '{"kind": "cat", "na')):
+        body = {"inputs": "Reply: ", "parameters": {"grammar": grammar, "continue_from": prefix, "max_new_tokens": 32}}
+        data = post(server_url, "/generate", body).json()
+        assert data["validation"]["valid"] is True, (prefix, data)
+        if grammar is regex:
+            assert prefix + data["generated_text"] == "Sure! ok"
+    check = post(server_url, "/check", {"grammar": regex, "text": "Sur"}).json()
+    assert check["accepted"] is False and check["first_refused"]["text"] != "r"  # the end of text, not a letter
+
+
 def test_generate_refuses_a_prefix_the_constraint_refuses(server_url: str) -> None:
     body = {"inputs": "A pet: ", "parameters": {"grammar": JSON, "continue_from": '{"kind": "cow"'}}
     response = post(server_url, "/generate", body)

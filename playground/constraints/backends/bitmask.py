@@ -119,6 +119,12 @@ class BitmaskProcessor:
         """Whether the last mask computed allows `token` (read off the bitmask: no device tensor touched)."""
         return self._bits is not None and bool((int(self._bits[token >> 5]) >> (token & 31)) & 1)
 
+    def accepts(self, ids: Sequence[int] | torch.Tensor, token: int) -> bool:
+        """Whether the engine takes `token` after `ids` as text written elsewhere (a prefix, an instance): its mask,
+        unless the engine knows better (LLGuidanceProcessor)."""
+        self.bits(ids)
+        return self.allows(token)
+
     def key(self) -> bytes | None:
         """A digest of the last mask computed (None before one): rows that meet the same mask again look it up."""
         return None if self._bits is None else hashlib.blake2b(self._bits.data, digest_size=16).digest()

@@ -12,7 +12,7 @@ import functools
 import json
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from playground.constraints import matching, segments
 from playground.constraints.backends.base import Backend, EngineRefusal, check_satisfiable, refusing
 from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.errors import first_line
+
+if TYPE_CHECKING:
+    import torch
 
 # Measured on MaskBench (README, "Benchmarks"): llguidance accepts `\\uXXXX` escapes of any printable
 # character (json.dumps writes them for all non-ASCII text). `oneOf` is read as `anyOf` (with a warning: two
@@ -180,6 +183,15 @@ class LLGuidanceProcessor(BitmaskProcessor):
 
     def _fill(self, out: np.ndarray) -> None:
         self.ll_matchers[0].unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
+
+    def accepts(self, ids: Sequence[int] | torch.Tensor, token: int) -> bool:
+        """Where the constraint forces text, llguidance's mask offers only that text's canonical tokens (`Sure` for the
+        regex `Sure! ok`), while its grammar takes any spelling of it (`S`, `Sur`): text a user wrote (a prefix
+        ending inside a word, `{"ki`) is spelled as the tokenizer splits it, and is the constraint's all the same."""
+        if super().accepts(ids, token):
+            return True
+        matcher = self.ll_matchers[0]
+        return not matcher.is_error() and matcher.validate_tokens([token]) == 1
 
     def stopped(self) -> str | None:
         """llguidance stops a matcher that hits one of its limits (lexer states, a row too long), or where no token
