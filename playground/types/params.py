@@ -68,7 +68,9 @@ class GenerateParameters(Sampling):
     decoder_input_details: bool = False
     details: bool = True
     do_sample: bool = False
-    frequency_penalty: float | None = Field(default=None, gt=-2.0, le=2.0)  # TGI's bound; OpenAI's takes -2.0
+    frequency_penalty: float | None = Field(
+        default=None, gt=-2.0, le=2.0
+    )  # TGI's bound; OpenAI's takes -2.0 (inbound.parameters)
     grammar: GrammarType | None = None
     max_new_tokens: int | None = Field(default=None, ge=0)
     return_full_text: bool | None = None

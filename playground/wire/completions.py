@@ -144,7 +144,7 @@ def parameters(req: CompletionRequest, seed: int) -> GenerateParameters:
         "watermark": req.watermark,
         "adapter_id": req.adapter_id,
     }
-    return inbound.parameters({k: v for k, v in values.items() if v is not None})
+    return inbound.parameters({k: v for k, v in values.items() if v is not None}, openai=True)
 
 
 # (the token's own text, logprob, the likeliest there, its share of the text: what text_offset counts)

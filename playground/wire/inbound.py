@@ -23,12 +23,19 @@ from playground.wire.errors import parameter_error
 from playground.wire.tool_formats import ToolFormat
 
 
-def parameters(values: Mapping[str, Any], *, prefix: Sequence[Any] = ()) -> GenerateParameters:
-    """GenerateParameters from mapped values; a range error names the caller's field, never a 500."""
+def parameters(values: Mapping[str, Any], *, prefix: Sequence[Any] = (), openai: bool = False) -> GenerateParameters:
+    """GenerateParameters from mapped values; a range error names the caller's field, never a 500.
+
+    `openai`: the values came in OpenAI's ranges, where frequency_penalty takes -2.0 (TGI's stops short of it)."""
+    data = dict(values)
+    floor = openai and data.get("frequency_penalty") == -2.0
+    if floor:
+        del data["frequency_penalty"]
     try:
-        return GenerateParameters.model_validate(dict(values))
+        params = GenerateParameters.model_validate(data)
     except ValidationError as exc:
         raise parameter_error(exc, prefix=prefix) from None
+    return params.model_copy(update={"frequency_penalty": -2.0}) if floor else params
 
 
 def grammar_for(kind: str, text: str, fmt: ToolFormat | None = None) -> GrammarType | None:
@@ -308,4 +315,4 @@ def chat_parameters(req: ChatCompletionRequest, seed: int, fmt: ToolFormat | Non
         else EFFORT_BUDGETS.get(req.reasoning_effort or ""),
         "think_first": req.think_first or None,
     }
-    return parameters({k: v for k, v in values.items() if v is not None})
+    return parameters({k: v for k, v in values.items() if v is not None}, openai=True)

@@ -7,6 +7,8 @@ import pytest
 from playground.errors import ParameterError
 from playground.server import convert
 from playground.types import (
+    ChatCompletionRequest,
+    ChatMessage,
     GeneratedToken,
     GenerateParameters,
     GenerationResult,
@@ -17,7 +19,8 @@ from playground.types import (
     TokenEvent,
     Validation,
 )
-from playground.wire import checks, inbound
+from playground.wire import checks, completions, inbound
+from playground.wire.completions import CompletionRequest
 from tests.spec import validate
 
 INFO = ModelInfo(
@@ -154,6 +157,14 @@ def test_tgi_rules_accept_a_sampled_best_of() -> None:
 def test_build_parameters_names_the_field() -> None:
     with pytest.raises(ParameterError, match=r"^frequency_penalty: Input should be greater than -2"):
         inbound.parameters({"frequency_penalty": -2.0})
+
+
+def test_openai_s_frequency_penalty_takes_its_floor() -> None:
+    """OpenAI's and vLLM's range is -2.0 to 2.0, TGI's stops short of -2.0: chat and completions refused -2.0."""
+    chat = ChatCompletionRequest(messages=[ChatMessage(role="user", content="x")], frequency_penalty=-2.0)
+    assert inbound.chat_parameters(chat, seed=1).frequency_penalty == -2.0
+    completion = CompletionRequest(prompt="x", frequency_penalty=-2.0)
+    assert completions.parameters(completion, seed=1).frequency_penalty == -2.0
 
 
 def test_next_token_request_needs_exactly_one_prompt() -> None:
