@@ -63,13 +63,15 @@ def _refusal(name: str, value: Any, req: ChatCompletionRequest) -> str | None:
         return None if value == 1 else "only beam search uses it, and it is not supported"
     if name == "ignore_eos" and value is True and not (req.max_tokens or req.max_completion_tokens):
         return "needs max_tokens (the answer then has exactly that many tokens)"
+    if name == "prompt_logprobs" and req.stream:
+        return "not available when stream is true (as vLLM)"
     return None
 
 
 REFUSABLE = (
     "functions function_call audio web_search_options documents chat_template verbosity modalities "
     "stop_token_ids bad_words allowed_token_ids echo include_stop_str_in_output use_beam_search add_special_tokens "
-    "return_tokens_as_token_ids skip_special_tokens length_penalty ignore_eos"
+    "return_tokens_as_token_ids skip_special_tokens length_penalty ignore_eos prompt_logprobs"
 ).split()
 
 

@@ -96,6 +96,12 @@ def test_new_sampling_fields_reach_the_parameters() -> None:
     assert inbound.chat_parameters(_request(ignore_eos=True, max_tokens=9), seed=1).min_tokens == 9
 
 
+def test_prompt_logprobs_in_a_stream_is_refused_as_vllm_refuses_it() -> None:
+    """No chunk carries prompt_logprobs: a stream dropped them without a word."""
+    with pytest.raises(ParameterError, match="prompt_logprobs: not available when stream is true"):
+        inbound.chat_parameters(_request(prompt_logprobs=1, stream=True), seed=1)
+
+
 def test_continue_final_message_keeps_the_generation_prompt_as_vllm_users_send_it() -> None:
     messages = [*USER, {"role": "assistant", "content": "Hel"}]
     req = _request(messages=messages, continue_final_message=True, add_generation_prompt=False)
