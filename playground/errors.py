@@ -34,6 +34,11 @@ class PromptTooLongError(ParameterError):
     error_type = "context_length_exceeded"
 
 
+def context_phrase(max_total_tokens: int) -> str:
+    """OpenAI's and vLLM's opening words for a request past the context, which clients (LiteLLM) match on."""
+    return f"This model's maximum context length is {max_total_tokens} tokens"
+
+
 class ConstraintError(PlaygroundError):
     """A constraint could not be parsed, checked or compiled."""
 

@@ -23,7 +23,13 @@ from playground.decoding.runner import ModelRunner
 from playground.decoding.scheduler import Job, Scheduler
 from playground.decoding.stats import EngineStats
 from playground.decoding.stopping import StopCriteria
-from playground.errors import InvalidConstraintError, ParameterError, PlaygroundError, PromptTooLongError
+from playground.errors import (
+    InvalidConstraintError,
+    ParameterError,
+    PlaygroundError,
+    PromptTooLongError,
+    context_phrase,
+)
 from playground.models import LoadedModel
 from playground.models.adapters import Adapters
 from playground.options import LOCAL
@@ -91,7 +97,7 @@ class Engine:
     @property
     def context_phrase(self) -> str:
         """OpenAI's and vLLM's opening words for a request past the context, which clients (LiteLLM) match on."""
-        return f"This model's maximum context length is {self.max_total_tokens} tokens"
+        return context_phrase(self.max_total_tokens)
 
     # --- prompts ---------------------------------------------------------------------------
 

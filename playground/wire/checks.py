@@ -6,7 +6,7 @@ stop sequences within the model's limits, max_new_tokens leaving room in the con
 
 from __future__ import annotations
 
-from playground.errors import ParameterError
+from playground.errors import ParameterError, PromptTooLongError, context_phrase
 from playground.types import GenerateParameters, ModelInfo
 from playground.wire.controls import SAMPLING
 
@@ -46,6 +46,14 @@ def check_lengths(params: GenerateParameters, info: ModelInfo, field: str = "par
         return
     if params.max_new_tokens < 1:
         raise ParameterError(f"{field}: must be at least 1", field=field)
+    if params.max_new_tokens >= info.max_total_tokens and not field.startswith("parameters."):
+        # OpenAI's fields: past the context, whatever the prompt, as OpenAI and vLLM word it for clients' fallbacks
+        raise PromptTooLongError(
+            f"{context_phrase(info.max_total_tokens)}. However, you requested more than {params.max_new_tokens} "
+            f"tokens ({params.max_new_tokens} in {field}, and the prompt's): prompt tokens + {field} must be <= "
+            f"{info.max_total_tokens}, and the prompt is too long for that many. Please reduce {field}.",
+            field=field,
+        )
     if params.max_new_tokens >= info.max_total_tokens:
         raise ParameterError(
             f"{field}: must be < {info.max_total_tokens} (max_total_tokens), got {params.max_new_tokens}", field=field

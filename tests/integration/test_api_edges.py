@@ -25,11 +25,36 @@ def assert_error(response: httpx.Response, status: int, message: str) -> None:
     assert message in error_of(path, response.json())[0]
 
 
-@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
-def test_chat_length_errors_name_the_field_that_was_sent(server_url: str, field: str) -> None:
-    response = post(server_url, "/v1/chat/completions", {"messages": CHAT, field: 10**9})
-    assert_error(response, 422, f"{field}: must be < ")
-    assert "parameters.max_new_tokens" not in response.text
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/v1/chat/completions", "max_tokens"),
+        ("/v1/chat/completions", "max_completion_tokens"),
+        ("/v1/completions", "max_tokens"),
+        ("/v1/responses", "max_output_tokens"),
+    ],
+)
+def test_a_max_tokens_past_the_context_is_context_length_exceeded_naming_the_field_sent(
+    server_url: str, path: str, field: str
+) -> None:
+    """A max_tokens at or past the context is what OpenAI and vLLM word as "maximum context length" with the code
+    clients (LiteLLM, LangChain) fall back on; it was a `validation` error, unlike a long prompt's."""
+    body = (
+        {"prompt": "Hi"}
+        if path == "/v1/completions"
+        else {"input": "Hi"}
+        if "responses" in path
+        else {"messages": CHAT}
+    )
+    response = post(server_url, path, {**body, field: 10**9})
+    message, code = error_of(path, response.json())
+    assert (
+        response.status_code == 400 and code == "context_length_exceeded" and response.json()["error"]["param"] == field
+    )
+    assert message.startswith("This model's maximum context length is ") and f"in {field}" in message
+    assert "max_new_tokens" not in message and "prompt is too long" in message
+    tgi = post(server_url, "/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 10**9}})
+    assert tgi.status_code == 422 and tgi.json()["error_type"] == "validation"  # TGI's route keeps TGI's words
 
 
 @pytest.mark.parametrize(
