@@ -27,6 +27,7 @@ API_ERRORS: dict[int | str, dict[str, Any]] = {
     403: _error("Not allowed on this server: loading models, an adapter the operator did not list."),
     404: _error("No provider serves the model, or no such provider."),
     413: _error("The request body is larger than the server takes."),
+    415: _error("The request body was not sent as JSON (`Content-Type: application/json`)."),
     422: _error("Invalid request: the message names the field or the problem (a bad constraint, a limit)."),
     424: _error("A remote provider answered with an error."),
     429: _error("Too many requests waiting (max_queue), or too many wrong API keys; see Retry-After."),

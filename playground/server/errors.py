@@ -106,6 +106,16 @@ async def _playground_error(request: Request, exc: Exception) -> JSONResponse:
 async def _request_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
+    sent = request.headers.get("content-type")
+    media = (sent or "").partition(";")[0].strip().lower()
+    body_sent = request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
+    at_body = any(tuple(e.get("loc", ())) == ("body",) for e in errors)
+    if body_sent and at_body and media != "application/json" and not media.endswith("+json"):
+        # FastAPI reads a body as JSON only under a JSON Content-Type (a browser's cross-site form or text/plain post
+        # is never taken for one): say so, as TGI does with its 415, rather than that the body is no object
+        got = f"got {shorten(sent, 100)!r}" if sent else "none was sent"
+        message = f"the request body must be sent with `Content-Type: application/json` ({got})"
+        return error_response(415, message, "unsupported_media_type", path=request.url.path)
     param = error_field(errors[0]) if errors else None
     return error_response(422, validation_message(errors), "validation", path=request.url.path, param=param or None)
 

@@ -87,6 +87,22 @@ def test_an_unparseable_body_is_422_saying_why(client: TestClient, body: bytes, 
     assert response.json() == {"error": message, "error_type": "validation"}
 
 
+@pytest.mark.parametrize("path", ["/generate", "/v1/chat/completions", "/v1/completions"])
+@pytest.mark.parametrize("sent", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_json_body_sent_under_another_content_type_is_415_naming_the_header(
+    client: TestClient, path: str, sent: str | None
+) -> None:
+    """`curl -d '{...}'` without `-H` sends a form's type, and FastAPI then reads no JSON: the answer said the body was
+    no object. TGI answers 415 naming the header; so do we (a browser's cross-site form post stays unread)."""
+    body = b'{"inputs": "hi", "prompt": "hi", "messages": [{"role": "user", "content": "hi"}]}'
+    response = client.post(path, content=body, headers={"content-type": sent} if sent else {})
+    message, kind = error_of(path, response.json())
+    assert response.status_code == 415 and kind == "unsupported_media_type"
+    assert message.startswith("the request body must be sent with `Content-Type: application/json` (")
+    assert (repr(sent) if sent else "none was sent") in message
+    assert client.post(path, headers={"content-type": "text/plain"}).status_code in (400, 422)  # no body: as before
+
+
 @pytest.mark.parametrize(
     ("path", "body", "field"),
     [
