@@ -29,7 +29,7 @@ from playground.decoding import sampling
 from playground.decoding.reasoning import ReasoningGate
 from playground.decoding.row_budget import RowBudget, walked
 from playground.decoding.runner import ModelRunner, RowIds, RowText
-from playground.errors import UnenforcedKeywordError
+from playground.errors import ParameterError, UnenforcedKeywordError
 from playground.types import GeneratedToken, GenerateParameters
 
 # The most drafts a row has appended and not yet verified (one forward's).
@@ -78,6 +78,7 @@ class TokenChooser:
         self.gate_stopped = False  # the EOS gate gave up on this row (a verdict past its step budget)
         self.warnings: list[str] = []  # this row's, for the result's warnings
         self.masks_only = all(isinstance(p, BitmaskProcessor) for p in processors)  # they only put tokens at -inf
+        self._length = prompt_length  # the row's length at its last step
         self.row_ids = RowIds(runner.device)  # the row's ids as a tensor, for its steps and probes
         self._text = RowText(self._whole_text, runner.text_joins)  # the row's text, decoded as its tokens arrive
 
@@ -94,6 +95,7 @@ class TokenChooser:
 
         `allowed` is a mask probed ahead (a forced token's position): it stands in for the row's processors.
         """
+        self._length = ids.shape[-1]  # (min_tokens' reading, should nothing be left to choose)
         scores = self.shared(ids, logits.unsqueeze(0).clone())[0] if len(self.shared) else logits
         if self.gate is not None and self.gate.reasoning and allowed is None:
             return self._reasoning_step(ids, logits, scores, warp)
@@ -204,7 +206,19 @@ class TokenChooser:
 
     def choose(self, step: sampling.StepScores) -> int:
         """Greedy argmax or a draw from the row's seeded generator."""
-        return sampling.choose(step, self.sampling, self.generator)
+        try:
+            return sampling.choose(step, self.sampling, self.generator)
+        except ParameterError:
+            # the constraint allows only the end here, and min_tokens holds the end off: name the field at fault
+            held = [p for p in self.shared if isinstance(p, sampling.MinTokens) and p.holds(self._length)]
+            if not held:
+                raise
+            raise ParameterError(
+                f"min_tokens: the constraint allows nothing but the end of the answer after "
+                f"{self._length - held[0].prompt_length} tokens, and min_tokens ({held[0].min_tokens}; ignore_eos sets it "
+                "to max_tokens) holds the end off: lower it, or loosen the constraint",
+                field="min_tokens",
+            ) from None
 
     def record(self, token_id: int, text: str, step: sampling.StepScores, *, forced: bool = False) -> GeneratedToken:
         """What the panels show for the chosen (or, with `forced`, fast-forwarded) token."""

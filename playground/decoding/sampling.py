@@ -91,8 +91,12 @@ class MinTokens:
         self.prompt_length = prompt_length
         self.eos_ids = sorted(eos_ids)
 
+    def holds(self, length: int) -> bool:
+        """Whether the end is held off for a row of `length` ids (prompt and answer)."""
+        return length - self.prompt_length < self.min_tokens
+
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if input_ids.shape[1] - self.prompt_length >= self.min_tokens:
+        if not self.holds(input_ids.shape[1]):
             return scores
         eos = [i for i in self.eos_ids if i < scores.shape[1]]
         return scores.index_fill(1, torch.tensor(eos, dtype=torch.long, device=scores.device), NEG_INF)

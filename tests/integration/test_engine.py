@@ -417,6 +417,18 @@ def test_a_stop_sequence_ending_in_a_character_split_across_tokens_stops(engine)
         assert best.generated_text == text[: text.index(stop) + len(stop)]
 
 
+def test_min_tokens_past_the_constraint_s_end_is_named(engine):
+    """A choice ends after its word; min_tokens (ignore_eos) held the end off and nothing was left: the error said only
+    that every token was masked out, naming neither field."""
+    params = GenerateParameters(max_new_tokens=8, min_tokens=4, grammar={"type": "choice", "value": ["yes", "no"]})
+    with pytest.raises(ParameterError, match=r"^min_tokens: the constraint allows nothing but the end") as caught:
+        engine.generate(ask("Yes or no?"), params)
+    assert caught.value.field == "min_tokens" and "min_tokens (4; ignore_eos sets it to max_tokens)" in str(
+        caught.value
+    )
+    assert engine.generate(ask("Yes or no?"), params.model_copy(update={"min_tokens": 1})).best.validation.valid
+
+
 def test_a_row_s_text_decoded_as_it_grows_is_the_whole_row_s_text(engine):
     """The embedded tokenizer's text joins (runner.RowText decodes a row's new tokens only): ids from across its
     vocabulary, half of them bytes of split characters, with special tokens and drafts undone, give the whole
