@@ -6,6 +6,7 @@ import json
 
 import pytest
 from fastapi.testclient import TestClient
+from openai.types.responses import ResponseUsage
 
 from playground.errors import ParameterError
 from playground.providers.base import Capabilities
@@ -288,8 +289,6 @@ def test_responses_include_takes_openai_s_values_only(client: TestClient) -> Non
 def test_responses_usage_is_openai_s_type_strictly() -> None:
     """openai 3.57's ResponseUsage requires `cache_write_tokens`: the SDK builds responses leniently, but anything
     validating them (a proxy, a recorder, `Response.model_validate`) refused every one."""
-    from openai.types.responses import ResponseUsage
-
     chat = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
     usage = ResponseUsage.model_validate(responses_wire.usage(chat))
     assert (usage.input_tokens, usage.output_tokens, usage.input_tokens_details.cache_write_tokens) == (7, 3, 0)
