@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from playground.server.convert import VERSION, debugger_extras
 from playground.types import ChatCompletion, ChatCompletionRequest, GeneratedToken, GenerationResult, Sequence
 from playground.types.pieces import piece_bytes
 from playground.wire import chat_fields, inbound, tools
+from playground.wire.errors import renamed
 from playground.wire.tool_formats import ToolFormat
 
 FINISH_REASONS = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
@@ -89,12 +91,23 @@ def choice_logprobs(tokens: list[GeneratedToken], req: ChatCompletionRequest) ->
     return {"content": [logprob_entry(t, req.top_logprobs or 0) for t in tokens if not t.special]}
 
 
-def choice_extras(result: GenerationResult, notes: list[str] | None = None) -> dict[str, Any]:
-    """Non-standard keys on each choice (SDKs keep unknown keys): the verdict, the seed and the warnings."""
+def length_field(req: ChatCompletionRequest) -> dict[str, str]:
+    """TGI's name for the token budget (in verdicts and warnings) as this chat request sent it."""
+    return {"max_new_tokens": "max_completion_tokens" if req.max_completion_tokens else "max_tokens"}
+
+
+def choice_extras(
+    result: GenerationResult, notes: list[str] | None = None, names: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Non-standard keys on each choice (SDKs keep unknown keys): the verdict, the seed and the warnings; `names`: the
+    engine's field names in them (`max_new_tokens`) as the route's client sent them."""
     seq = result.best
+    validation = (seq.trimmed_validation or seq.validation).model_dump()  # the verdict on the text returned
+    if names and isinstance(validation.get("message"), str):
+        validation["message"] = renamed(validation["message"], names)
     return {
-        "warnings": [*(notes or []), *result.warnings],
-        "validation": (seq.trimmed_validation or seq.validation).model_dump(),  # the verdict on the text returned
+        "warnings": [renamed(w, names) if names else w for w in [*(notes or []), *result.warnings]],
+        "validation": validation,
         "seed": seq.seed,
         "constraint_kind": result.constraint_kind,
         "constraint_engine": result.constraint_engine,
@@ -120,7 +133,7 @@ def completion_response(
                 "message": message,
                 "logprobs": choice_logprobs(seq.tokens, req),
                 "finish_reason": finish,
-                **choice_extras(result, [*notes, *cut_off]),
+                **choice_extras(result, [*notes, *cut_off], length_field(req)),
             }
         )
     body = {**envelope(model, "chat.completion"), "choices": choices, "usage": usage(results)}

@@ -22,6 +22,8 @@ from playground.types.sizes import nth_seed
 from playground.wire import checks, completions, inbound
 from playground.wire.completions import CompletionRequest
 
+# the engine's field names as this route's client sends them, in errors, verdicts and warnings
+NAMES = {"inputs": "prompt", "max_new_tokens": "max_tokens"}
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 
 
@@ -71,7 +73,7 @@ def _choice(index: int, prompt: str, result: GenerationResult, req: CompletionRe
         "text": (prompt if req.echo else "") + text,
         "logprobs": logprobs,
         "finish_reason": "length" if only else chat.FINISH_REASONS[seq.finish_reason],
-        **chat.choice_extras(result, completions.warnings(req)),
+        **chat.choice_extras(result, completions.warnings(req), NAMES),
     }
 
 
@@ -106,7 +108,7 @@ async def create_completion(request: Request, body: CompletionRequest) -> Any:
         choice_chunks=choice,
         usage=usage,
         respond=respond,
-        names={"inputs": "prompt", "max_new_tokens": "max_tokens", "grammar": inbound.constraint_field(body)},
+        names={**NAMES, "grammar": inbound.constraint_field(body)},
     )
 
 
@@ -129,7 +131,9 @@ async def _choice_chunks(
             if isinstance(event, GenerationResult):
                 scored = None if req.logprobs is None else completions.prompt_tokens(event, req.logprobs)
                 yield chunk(text=prompt, logprobs=None if scored is None else completions.logprobs(scored))
-                yield chunk(text="", finish_reason="length", **chat.choice_extras(event, completions.warnings(req)))
+                yield chunk(
+                    text="", finish_reason="length", **chat.choice_extras(event, completions.warnings(req), NAMES)
+                )
                 yield event
         return
     if req.echo:
@@ -158,7 +162,7 @@ async def _choice_chunks(
         if rest or tokens:
             yield chunk(text=rest, logprobs=logprobs(tokens))
         finish = chat.FINISH_REASONS[result.best.finish_reason]
-        yield chunk(text="", finish_reason=finish, **chat.choice_extras(result, completions.warnings(req)))
+        yield chunk(text="", finish_reason=finish, **chat.choice_extras(result, completions.warnings(req), NAMES))
         yield result
 
 

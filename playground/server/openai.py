@@ -104,7 +104,7 @@ async def chat_completions(request: Request, body: ChatRequest) -> Any:
         respond=lambda results: chat.completion_response(shown, results, body, fmt),
         names={
             "inputs": "messages",
-            "max_new_tokens": "max_completion_tokens" if body.max_completion_tokens else "max_tokens",
+            **chat.length_field(body),
             "grammar": inbound.constraint_field(body),
             # a budget that came by name: the error names reasoning_effort, the field the client sent
             "max_reasoning_tokens": "reasoning_effort" if body.max_reasoning_tokens is None else None,
@@ -132,7 +132,7 @@ async def choice_chunks(
         for k, delta in enumerate(deltas):  # the tokens' logprobs ride on the first delta they made
             yield chunk(delta=delta, logprobs=chat.choice_logprobs(tokens if k == 0 else [], req))
         if result is not None:
-            extras = chat.choice_extras(result, [*chat_fields.warnings(req), *notes])
+            extras = chat.choice_extras(result, [*chat_fields.warnings(req), *notes], chat.length_field(req))
             yield chunk(delta={}, finish_reason=finish, **extras)
             yield result
 

@@ -3,6 +3,7 @@ error shape that names the problem; the cases here once answered 500 or Gradio's
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -144,3 +145,31 @@ def test_odd_requests_answer_without_a_500(server_url: str, path: str, body: dic
         assert [token["text"] for token in response.json()][:3] == ["<", "script", ">"]
     else:
         assert "generated_text" in response.text or "choices" in response.text
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "stream"),
+    [
+        ("/v1/chat/completions", "max_tokens", False),
+        ("/v1/chat/completions", "max_completion_tokens", True),
+        ("/v1/completions", "max_tokens", False),
+        ("/v1/completions", "max_tokens", True),
+    ],
+)
+def test_a_verdict_names_the_token_budget_as_the_client_sent_it(
+    server_url: str, path: str, field: str, stream: bool
+) -> None:
+    """A cut answer's verdict said `max_new_tokens ended it` on the OpenAI routes, TGI's name for what the client
+    sent as max_tokens (Responses already said max_output_tokens)."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    body = {"prompt": "A person as JSON: "} if path == "/v1/completions" else {"messages": CHAT}
+    body |= {field: 3, "guided_json": schema, "stream": stream}
+    response = post(server_url, path, body)
+    assert response.status_code == 200, response.text
+    if stream:
+        chunks = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+        choice = next(c["choices"][0] for c in chunks if c["choices"] and c["choices"][0].get("validation"))
+    else:
+        choice = response.json()["choices"][0]
+    message = choice["validation"]["message"]
+    assert f"({field} ended it before the constraint was complete)" in message and "max_new_tokens" not in message
