@@ -187,6 +187,9 @@ def _stream_answer(registry: Registry, state: ChatState, request: LastRequest, a
             if state.stop_requested and not isinstance(event, GenerationResult):
                 state.stop_requested = False
                 _cut_to_screen(state)
+                # the answer as it stands: "" when none came (a thinking model stopped in its reasoning), never the
+                # placeholder, which the next turn would send as the assistant's words
+                answer["content"] = stopped.answer_text(state.tokens)
                 yield _stopped_panels(state, request)
                 return
             if isinstance(event, GenerationResult):
@@ -218,7 +221,7 @@ def _cut_to_screen(state: ChatState) -> bool:
     if state.stop_after is None or state.stop_after >= len(state.tokens):
         return False
     state.tokens = state.tokens[: state.stop_after]
-    state.messages[-1]["content"] = stopped.answer_text(state.tokens) or PENDING
+    state.messages[-1]["content"] = stopped.answer_text(state.tokens)
     return True
 
 

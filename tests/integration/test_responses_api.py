@@ -262,7 +262,10 @@ def test_a_forced_call_s_errors_name_the_tools_and_an_unused_format_is_still_che
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
         ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": 5}}}}, "not a valid JSON Schema"),
         ({"temperature": 3}, "temperature"),
-        ({"max_output_tokens": 10**7}, "tokens + max_output_tokens must be <="),  # the chat route's check, named as sent
+        (
+            {"max_output_tokens": 10**7},
+            "tokens + max_output_tokens must be <=",
+        ),  # the chat route's check, named as sent
     ],
 )
 def test_what_this_server_cannot_do_is_a_400_naming_it(client: openai.OpenAI, extra: dict, message: str) -> None:

@@ -232,6 +232,20 @@ def test_a_stop_during_the_stream_ends_the_answer_at_the_screens_tokens() -> Non
     assert state.messages[-1]["content"] == "abc" and not state.stop_requested
 
 
+def test_a_stop_before_any_answer_token_leaves_an_empty_answer_not_the_placeholder() -> None:
+    """Stopped before its answer's first token (a thinking model in its reasoning), the turn kept the "…" shown while
+    waiting as the assistant's message: the next turn, the session file and the Code tab sent it as its words."""
+    registry, fake = setup("abcdefgh")
+    state = ChatState()
+    turn = handlers.chat(registry, form(), state, "go")
+    [next(turn) for _ in range(3)]  # the empty panels, then two tokens
+    handlers.request_stop(state, 0)  # the screen showed none of them
+    assert "stopped by the user" in list(turn)[-1].verdict
+    assert state.tokens == [] and state.messages[-1]["content"] == ""
+    run_chat(registry, form(), state, "again")
+    assert fake.calls[-1].inputs[-2].content == ""  # what the next turn sends for it
+
+
 def test_a_stop_from_a_screen_behind_a_finished_turn_cuts_the_answer_to_that_screen() -> None:
     registry, _ = setup("abcdefgh")
     state = ChatState()
