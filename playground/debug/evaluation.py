@@ -91,10 +91,14 @@ def row_of(
     engine: LocalEngine | None,
     params: GenerateParameters,
 ) -> EvalRow:
-    """A finished generation as an evaluation row (the refusal reason asked of the local engine, if any)."""
+    """A finished generation as an evaluation row (the refusal reason asked of the local engine, if any).
+
+    A thinking model's row is judged on its answer, as its verdict is: the text, the agreement and the figures leave
+    the reasoning out (the constraint waits for the answer); its tokens keep it, for the token panel."""
     best = result.best
-    kept = [t.mass_kept for t in best.tokens if t.mass_kept is not None]
-    text = best.generated_text
+    answer = [t for t in best.tokens if t.segment != "reasoning"]
+    kept = [t.mass_kept for t in answer if t.mass_kept is not None]
+    text = best.answer
     return EvalRow(
         index=index,
         prompt=prompt_label(prompt),
@@ -104,9 +108,9 @@ def row_of(
         finish_reason=best.finish_reason,
         mass_kept_mean=fmean(kept) if kept else None,
         mass_kept_min=min(kept) if kept else None,
-        tokens_count=len(best.tokens),
-        forced=sum(t.forced for t in best.tokens),
-        overridden=sum(t.overridden for t in best.tokens),
+        tokens_count=len(answer),
+        forced=sum(t.forced for t in answer),
+        overridden=sum(t.overridden for t in answer),
         first_refusal=_first_refusal(best.tokens, engine, params),
         time_to_first_token_s=result.timings.time_to_first_token_s,
         tokens_per_s=result.timings.tokens_per_s or None,  # 0: one token (or none), no decode rate
@@ -158,12 +162,13 @@ def _first_refusal(
     tokens: list[GeneratedToken], engine: LocalEngine | None, params: GenerateParameters
 ) -> FirstRefusal | None:
     for k, token in enumerate(tokens):
-        if not token.overridden:
+        if not token.overridden or token.segment == "reasoning":  # (no constraint inside the reasoning)
             continue
         wanted = token.raw_top_tokens[0]
         reason = None
         if engine is not None and params.grammar is not None:
-            prefix = (params.continue_from or "") + "".join(t.text for t in tokens[:k] if not t.special)
+            before = (t.text for t in tokens[:k] if not t.special and t.segment != "reasoning")
+            prefix = (params.continue_from or "") + "".join(before)
             try:
                 reason = reasons_at(engine, params.grammar, prefix, [wanted.id], params.constraint_engine).reasons[0]
                 reason = reason.reason

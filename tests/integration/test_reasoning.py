@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+from playground.debug.evaluation import run_rows
 from playground.decoding import reasoning
 from playground.errors import ModelError, ParameterError
 from playground.types import ChatMessage, GenerateParameters
@@ -188,3 +189,15 @@ def test_the_next_token_view_follows_the_reasoning_then_the_constraint(thinking_
     answer = thinking_engine.next_token_distribution(CHAT, p, prefix=reasoning + "</think>")
     assert 0 < answer.allowed_count < 10  # the choice's first tokens
     assert all(c.text[:1] in "yn" for c in answer.candidates if c.allowed)
+
+
+def test_an_evaluation_row_judges_the_answer_alone(engine) -> None:
+    """The Evaluate tab's rows took a thinking turn's whole text: `agree` compared `<think>...</think>yes` with `yes`
+    (agreement 0% on right answers), and the figures and first refusal counted the reasoning's forced delimiters."""
+    turn = GenerateParameters(max_new_tokens=30, think_first=True, max_reasoning_tokens=6, grammar=YES_NO)
+    result = engine.generate(CHAT, turn)  # greedy: the rows below decode the same turn
+    (row,) = run_rows(engine.generate, [CHAT], [result.best.answer], turn, engine)
+    answer = [t for t in row.tokens if t.segment != "reasoning"]
+    assert row.text == result.best.answer in ("yes", "no") and row.agree is True
+    assert row.tokens_count == len(answer) < len(row.tokens) and row.forced == sum(t.forced for t in answer)
+    assert row.first_refusal is None or row.first_refusal.position >= result.best.reasoning.answer_token
