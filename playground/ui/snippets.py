@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import urllib.parse
 from typing import Any
 
 from playground.types import ChatMessage, GenerateParameters, GrammarType
@@ -75,7 +76,7 @@ def openai_snippet(base_url: str, body: dict[str, Any]) -> str:
     )
 
 
-def hf_snippet(base_url: str, prompt: str, params: GenerateParameters) -> str:
+def hf_snippet(base_url: str, prompt: str, params: GenerateParameters, model: str = "") -> str:
     data = outbound.playground_tgi_parameters(params)
     extensions = [name for name in outbound.unsupported("tgi") if data.pop(name, None) is not None]
     args = ",\n".join(f"    {k}={py(v, 4)}" for k, v in data.items())
@@ -86,7 +87,7 @@ def hf_snippet(base_url: str, prompt: str, params: GenerateParameters) -> str:
     )
     return (
         "from huggingface_hub import InferenceClient\n\n"
-        f"client = InferenceClient(base_url={py(base_url)})\n{note}"
+        f"client = InferenceClient(base_url={py(base_url + '/' + _model_query(model))})\n{note}"
         f"output = client.text_generation(\n    {py(prompt)},\n{args},\n)\n"
         "print(output.generated_text)\n"
         "print(output.details.finish_reason, [t.text for t in output.details.tokens])\n"
@@ -142,9 +143,14 @@ def snippets(
     if dropped:
         note += f"# {', '.join(dropped)}: not a /v1/chat/completions field; the curl /generate snippet carries them\n"
     return {
-        "curl_generate": curl(f"{base}/generate", tgi_body),
+        "curl_generate": curl(f"{base}/generate{_model_query(model)}", tgi_body),
         "curl_chat": note + curl(f"{base}/v1/chat/completions", body),
         "openai": note + openai_snippet(base, body),
-        "huggingface_hub": hf_snippet(base, prompt, params),
+        "huggingface_hub": hf_snippet(base, prompt, params, model),
         "outlines": note + outlines_snippet(base, body, params.grammar),
     }
+
+
+def _model_query(model: str) -> str:
+    """TGI's routes decode on the server's default model: the query that names the picked one (TGI's body has none)."""
+    return f"?model={urllib.parse.quote(model, safe='/:')}" if model else ""

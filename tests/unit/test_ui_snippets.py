@@ -27,7 +27,7 @@ def params(**kwargs) -> GenerateParameters:
 def test_generate_body_is_the_tgi_request() -> None:
     p = params(grammar=GrammarType(type="json", value=SCHEMA), seed=4, do_sample=True, top_n_tokens=3, stop=["\n\n"])
     url, body = curl_body(snippets.snippets(BASE, "m", INPUTS, "<prompt>", p)["curl_generate"])
-    assert url == f"{BASE}/generate"
+    assert url == f"{BASE}/generate?model=m"
     assert body == {
         "inputs": "<prompt>",
         "parameters": {
@@ -40,6 +40,14 @@ def test_generate_body_is_the_tgi_request() -> None:
             "top_n_tokens": 3,
         },
     }
+
+
+def test_tgi_snippets_name_the_picked_model() -> None:
+    """TGI's routes decode on the server's default model, and TGI's body names none: the /generate and
+    huggingface_hub snippets ran another model than the turn's when the user had picked one."""
+    code = snippets.snippets(BASE, "org/Model-1.5B", INPUTS, "<prompt>", params())
+    assert curl_body(code["curl_generate"])[0] == f"{BASE}/generate?model=org/Model-1.5B"
+    assert f"InferenceClient(base_url='{BASE}/?model=org/Model-1.5B')" in code["huggingface_hub"]
 
 
 def test_chat_body_uses_response_format_for_schemas() -> None:
@@ -92,7 +100,7 @@ def test_python_snippets_compile_and_name_the_constraint() -> None:
             ast.parse(code[name])
         assert outlines_type in code["outlines"] and "outlines.from_vllm" in code["outlines"]
         assert openai_arg in code["openai"] and f"base_url='{BASE}/v1'" in code["openai"]
-        assert f"InferenceClient(base_url='{BASE}')" in code["huggingface_hub"]
+        assert f"InferenceClient(base_url='{BASE}/?model=m')" in code["huggingface_hub"]
 
 
 def _create_kwargs(code: str) -> dict:
