@@ -133,7 +133,9 @@ async def choice_chunks(
             yield chunk(delta=delta, logprobs=chat.choice_logprobs(tokens if k == 0 else [], req))
         if result is not None:
             extras = chat.choice_extras(result, [*chat_fields.warnings(req), *notes], chat.length_field(req))
-            yield chunk(delta={}, finish_reason=finish, **extras)
+            # tokens held back that made no delta of their own (a call's closing `}`): on the last chunk
+            held = chat.choice_logprobs(tokens, req) if tokens and not deltas else None
+            yield chunk(delta={}, finish_reason=finish, **({"logprobs": held} if held else {}), **extras)
             yield result
 
 

@@ -126,6 +126,15 @@ def test_streamed_call_comes_head_first_then_adds_up_to_the_same_call(client: op
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
+def test_a_streamed_call_s_logprobs_are_the_whole_answer_s(client: openai.OpenAI) -> None:
+    """The call's last token (its closing `}`) made no delta of its own, and its logprobs entry was dropped."""
+    whole = create(client, tool_choice="required", temperature=0, logprobs=True).choices[0].logprobs.content
+    chunks = list(create(client, tool_choice="required", temperature=0, logprobs=True, stream=True))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [e.token for e in streamed] == [e.token for e in whole] and whole
+    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in whole], abs=1e-4)
+
+
 def test_a_past_call_and_its_result_go_back_to_the_model(client: openai.OpenAI) -> None:
     history = [
         *ASK,
