@@ -86,6 +86,10 @@ def reasons_html(registry: Registry, state: ChatState, index: int | None, top_k:
     try:
         if not 0 <= index < len(state.tokens):
             raise ParameterError(f"token index {index} is out of range (the answer has {len(state.tokens)} tokens)")
+        if state.tokens[index].segment == "reasoning":
+            return render.box(
+                "muted", f"token #{index} is in the reasoning, {_answer_starts(state)}: nothing is refused there"
+            )
         prefix = stopped.answer_text(state.tokens[:index])
         params = state.request.params
         if params.grammar is None:
@@ -131,6 +135,11 @@ def branch(registry: Registry, state: ChatState, branches: BranchState, text: st
         if state.request is None or branches.pinned is None or branches.turn != _turn_key(state):
             raise ParameterError("click a token of the answer first: the branch starts at that token")
         position = branches.pinned
+        if 0 <= position < len(state.tokens) and state.tokens[position].segment == "reasoning":
+            raise ParameterError(
+                f"token #{position} is in the reasoning, {_answer_starts(state)}: a branch starts at a token of the "
+                "answer (continue_from forces the answer's start, not the reasoning's)"
+            )
         prefix = stopped.answer_text(state.tokens[:position]) + text
         if not prefix:
             raise ParameterError("type the text to put at that position (or pick a later token)")
@@ -143,6 +152,13 @@ def branch(registry: Registry, state: ChatState, branches: BranchState, text: st
     branches.branches.append(Branch(position=position, text=text, result=result))
     labels = branch_labels(branches)
     return branches, gr.update(choices=labels, value=labels[-1], visible=True), branch_html(state, branches, labels[-1])
+
+
+def _answer_starts(state: ChatState) -> str:
+    """Where a thinking model's answer starts, in words: the constraint waits for it."""
+    first = next((k for k, t in enumerate(state.tokens) if t.segment == "answer"), None)
+    where = "the answer has not begun" if first is None else f"the answer starts at token #{first}"
+    return f"which the constraint does not judge ({where})"
 
 
 def branch_labels(branches: BranchState) -> list[str]:

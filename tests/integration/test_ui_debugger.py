@@ -95,3 +95,24 @@ def test_tools_kind_errors_are_named(registry: Registry) -> None:
         "tools",
         '{"tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": {"type": "function", "function": {"name": "x"}}}',
     )
+
+
+def test_a_reasoning_token_is_not_explained_or_branched_as_the_answer_s_start(registry: Registry) -> None:
+    """A thinking turn's reasoning tokens mapped to the answer's position 0: the panel explained the answer's first
+    token under a reasoning token's title, and a branch there dropped the reasoning (or refused `<think>`)."""
+    form = Form(
+        model=registry.default_model, kind="regex", constraint_text="(yes|no)", max_new_tokens=20, think_first=True,
+        max_reasoning_tokens=4,
+    )  # fmt: skip
+    state = ChatState()
+    for _ in handlers.chat(registry, form, state, "Is the sky blue?"):
+        pass
+    first = state.result.best.reasoning.answer_token
+    assert first > 1 and state.tokens[1].segment == "reasoning"
+    assert f"is in the reasoning, which the constraint does not judge (the answer starts at token #{first})" in (
+        debugger.reasons_html(registry, state, 1)
+    )
+    branches, _ = debugger.pin(state, debugger.BranchState(), 1)
+    branches, picker, panel = debugger.branch(registry, state, branches, "maybe")
+    assert "a branch starts at a token of the answer" in panel and not branches.branches
+    assert "is in the reasoning" not in debugger.reasons_html(registry, state, first)
