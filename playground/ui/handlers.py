@@ -340,8 +340,15 @@ def next_token(registry: Registry, state: ChatState, index: int | None = None, t
         return render.NEXT_TOKEN_EMPTY
     tokens = state.tokens
     try:
-        if index is None:
-            prefix, where = "", "at the end of the prompt (the answer's first token)"
+        first = next((k for k, t in enumerate(tokens) if t.segment == "answer"), None)
+        if index is None and first:  # a thinking model's turn: the answer starts after its reasoning
+            prefix, where = (
+                stopped.row_text(tokens[:first]),
+                f"at token #{first}, the answer's first (after the reasoning)",
+            )
+        elif index is None:
+            reasoning = bool(tokens) and tokens[0].segment == "reasoning"
+            prefix, where = "", f"at the end of the prompt (the {'reasoning' if reasoning else 'answer'}'s first token)"
         else:
             if not 0 <= index < len(tokens):
                 raise ParameterError(f"token index {index} is out of range (the answer has {len(tokens)} tokens)")

@@ -116,3 +116,19 @@ def test_a_reasoning_token_is_not_explained_or_branched_as_the_answer_s_start(re
     branches, picker, panel = debugger.branch(registry, state, branches, "maybe")
     assert "a branch starts at a token of the answer" in panel and not branches.branches
     assert "is in the reasoning" not in debugger.reasons_html(registry, state, first)
+
+
+def test_a_thinking_turn_s_chart_opens_at_the_answer(registry: Registry) -> None:
+    """The chart opened on the forced reasoning opener (`<think>` 100%, "constraint keeps 0.0%"), though the view starts
+    at the answer, where the constraint engages."""
+    form = Form(
+        model=registry.default_model, kind="regex", constraint_text="(yes|no)", max_new_tokens=20, think_first=True,
+        max_reasoning_tokens=4,
+    )  # fmt: skip
+    state = ChatState()
+    for _ in handlers.chat(registry, form, state, "Is the sky blue?"):
+        pass
+    first = state.result.best.reasoning.answer_token
+    chart = handlers.next_token(registry, state)
+    assert f"at token #{first}, the answer&#x27;s first (after the reasoning)" in chart  # (escaped)
+    assert "&lt;think&gt;" not in chart and "<think>" not in chart
