@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from typing import TYPE_CHECKING, cast
@@ -30,6 +31,7 @@ class Registry:
         # What requests may load at run time; off unless the operator says otherwise.
         self.loading = LoadingPolicy()
         self.startup: Startup | None = None  # the operator's model loading in the background (a Space's cold start)
+        self._pending: collections.Counter[str] = collections.Counter()  # names a request's load is loading now
         for provider in providers:
             self.add_provider(provider)
         self.default_model = default_model or next(iter(self._models), None)
@@ -63,6 +65,8 @@ class Registry:
             provider_id = self._models.get(name) if name else None
         if provider_id is None and name:
             provider_id = self._loaded_as(name)
+        if provider_id is None and self._pending[name]:
+            raise ModelError(f"model {name!r} is still loading: send again once it is served")
         if provider_id is None:
             known = ", ".join([*sorted(self._models), *(adapter for *_, adapter in self.adapters())]) or "none"
             asking = self._list_again()
@@ -123,7 +127,15 @@ class Registry:
         if provider is None:
             known = ", ".join(sorted(self.providers)) or "none"
             raise ModelError(f"unknown provider {provider_id!r} (configured: {known})")
-        name = provider.add_model(model, self.loading)
+        with self._lock:
+            self._pending[model] += 1
+        try:
+            name = provider.add_model(model, self.loading)
+        finally:
+            with self._lock:
+                self._pending[model] -= 1
+                if self._pending[model] <= 0:
+                    del self._pending[model]
         owners = {m: pid for pid, m in self.models()}
         if owners.get(name, provider_id) != provider_id:
             raise ParameterError(f"model {name!r} is already served by provider {owners[name]!r}", field="model")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -19,9 +20,11 @@ from playground.providers.config import (
     read_providers_file,
 )
 from playground.providers.loading import LoadingPolicy, LoadingRefused
+from playground.providers.registry import Registry
 from playground.providers.tgi import TGIProvider
 from playground.providers.vllm import VLLMProvider
 from playground.types import GenerateParameters
+from tests.fakes import FakeProvider
 from tests.stub_server import StubReply, models_list, serve, tgi_info  # noqa: F401 (fixture)
 from tests.support import REPO_ROOT, free_port
 
@@ -328,3 +331,28 @@ providers:
     registry, problems = build(tmp_path, text)
     assert ("down", "d/m1") in registry.models() and registry.default_model is None
     assert problems[0].endswith("the models the file declares for it are registered unchecked")
+
+
+def test_a_model_named_while_it_loads_is_said_to_be_loading() -> None:
+    """A turn sent while the picker's model was loading read "no provider serves model 'x' (served: ...)", as if it
+    did not exist; the load then succeeded."""
+    gate, entered = threading.Event(), threading.Event()
+
+    class Slow(FakeProvider):
+        def add_model(self, model: str, policy: LoadingPolicy | None = None) -> str:
+            entered.set()
+            gate.wait(30)
+            return super().add_model(model, policy)
+
+    registry = Registry([Slow(capabilities=Capabilities(model_loading=True), models=("a",), addable=("org/b",))])
+    registry.loading = LoadingPolicy(allow_requests=True)
+    loading = threading.Thread(target=registry.load, args=("org/b", "fake"))
+    loading.start()
+    entered.wait(30)
+    with pytest.raises(ModelError, match=r"^model 'org/b' is still loading: send again once it is served$"):
+        registry.resolve("org/b")
+    gate.set()
+    loading.join(30)
+    assert registry.resolve("org/b")[1] == "org/b"
+    with pytest.raises(ModelError, match="no provider serves model 'org/c'"):
+        registry.resolve("org/c")
