@@ -55,6 +55,14 @@ class CompletionRequest(OpenAISampling):
     adapter_id: Name | None = None
     details: bool | None = None
     decoder_input_details: bool | None = None
+    # vLLM's extras of this route, as its chat route takes them (chat_fields): implemented, ignored or refused by name
+    ignore_eos: bool | None = Field(default=None, description="vLLM's: the answer has exactly max_tokens tokens.")
+    truncate_prompt_tokens: int | None = Field(default=None, ge=1, description="vLLM's name for `truncate`.")
+    skip_special_tokens: bool | None = None
+    include_stop_str_in_output: bool | None = None
+    spaces_between_special_tokens: bool | None = None
+    guided_decoding_backend: str | None = Field(default=None, max_length=64)
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
 
     @field_validator("prompt", mode="wrap")
     @classmethod
@@ -106,6 +114,16 @@ def _check(req: CompletionRequest) -> None:
         raise ParameterError("best_of: cannot be streamed (OpenAI refuses it too)", field="best_of")
     if req.logprobs is not None and req.top_n_tokens is not None and req.logprobs != req.top_n_tokens:
         raise ParameterError("top_n_tokens: TGI's name for logprobs; give one of them", field="top_n_tokens")
+    if req.truncate is not None and req.truncate_prompt_tokens not in (None, req.truncate):
+        raise ParameterError("truncate_prompt_tokens: vLLM's name for truncate; give one of them", field="truncate")
+    refused = {
+        "skip_special_tokens": (req.skip_special_tokens is False, "special tokens are always left out of the text"),
+        "include_stop_str_in_output": (bool(req.include_stop_str_in_output), "not supported"),
+        "prompt_logprobs": (req.prompt_logprobs is not None, "use echo with logprobs: the prompt's tokens come first"),
+    }
+    for name, (refuse, why) in refused.items():
+        if refuse:
+            raise ParameterError(f"{name}: {why}", field=name)
 
 
 def warnings(req: CompletionRequest) -> list[str]:
@@ -116,6 +134,11 @@ def warnings(req: CompletionRequest) -> list[str]:
         for name in ("details", "decoder_input_details")
         if getattr(req, name)
     ]
+    ignored = {
+        "guided_decoding_backend": "use constraint_engine to choose the engine",
+        "spaces_between_special_tokens": "special tokens are left out of the text",
+    }
+    out += [f"{name}: accepted and ignored ({why})" for name, why in ignored.items() if getattr(req, name) is not None]
     return out
 
 
@@ -140,7 +163,8 @@ def parameters(req: CompletionRequest, seed: int) -> GenerateParameters:
         "decoder_input_details": (req.echo and req.logprobs is not None) or None,
         "grammar": inbound.constraint_of(req),  # type: ignore[arg-type]
         "typical_p": req.typical_p if sampling["do_sample"] else None,
-        "truncate": req.truncate,
+        "truncate": req.truncate or req.truncate_prompt_tokens,
+        "min_tokens": (req.max_tokens or 1) if req.ignore_eos else req.min_tokens,
         "watermark": req.watermark,
         "adapter_id": req.adapter_id,
     }

@@ -319,6 +319,29 @@ def test_each_control_the_chat_dialect_carries_reaches_chat_and_completions_alik
     assert getattr(chat, name) == getattr(completion, name) == value
 
 
+def test_completions_take_vllm_s_extras_as_chat_does() -> None:
+    """vLLM's completions take these; here they were "unknown field (not a parameter of this endpoint)"."""
+
+    def completion(**fields: Any) -> GenerateParameters:
+        return completions.parameters(completions.CompletionRequest(prompt="hi", **fields), seed=1)
+
+    assert completion(ignore_eos=True, max_tokens=9).min_tokens == 9
+    assert completion(min_tokens=3).min_tokens == 3 and completion(truncate_prompt_tokens=50).truncate == 50
+    assert completion(skip_special_tokens=True, include_stop_str_in_output=False).max_new_tokens == 16
+    request = completions.CompletionRequest(prompt="hi", guided_decoding_backend="xgrammar")
+    assert completions.warnings(request) == [
+        "guided_decoding_backend: accepted and ignored (use constraint_engine to choose the engine)"
+    ]
+    for fields, message in (
+        ({"skip_special_tokens": False}, "skip_special_tokens: special tokens are always left out"),
+        ({"include_stop_str_in_output": True}, "include_stop_str_in_output: not supported"),
+        ({"prompt_logprobs": 1}, "prompt_logprobs: use echo with logprobs"),
+        ({"truncate": 5, "truncate_prompt_tokens": 6}, "truncate_prompt_tokens: vLLM's name for truncate"),
+    ):
+        with pytest.raises(ParameterError, match=message):
+            completion(**fields)
+
+
 def test_a_past_calls_arguments_reach_the_template_as_an_object() -> None:
     """Templates write arguments with `tojson` (Llama 3.1): OpenAI's JSON text would come out as a quoted string."""
     from transformers.utils.chat_template_utils import render_jinja_template
