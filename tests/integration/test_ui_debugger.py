@@ -97,9 +97,8 @@ def test_tools_kind_errors_are_named(registry: Registry) -> None:
     )
 
 
-def test_a_reasoning_token_is_not_explained_or_branched_as_the_answer_s_start(registry: Registry) -> None:
-    """A thinking turn's reasoning tokens mapped to the answer's position 0: the panel explained the answer's first
-    token under a reasoning token's title, and a branch there dropped the reasoning (or refused `<think>`)."""
+def thinking_turn(registry: Registry) -> ChatState:
+    """A turn of the embedded model that reasons first (think_first, a budget of 4), then answers under a regex."""
     form = Form(
         model=registry.default_model, kind="regex", constraint_text="(yes|no)", max_new_tokens=20, think_first=True,
         max_reasoning_tokens=4,
@@ -107,6 +106,13 @@ def test_a_reasoning_token_is_not_explained_or_branched_as_the_answer_s_start(re
     state = ChatState()
     for _ in handlers.chat(registry, form, state, "Is the sky blue?"):
         pass
+    return state
+
+
+def test_a_reasoning_token_is_not_explained_or_branched_as_the_answer_s_start(registry: Registry) -> None:
+    """A thinking turn's reasoning tokens mapped to the answer's position 0: the panel explained the answer's first
+    token under a reasoning token's title, and a branch there dropped the reasoning (or refused `<think>`)."""
+    state = thinking_turn(registry)
     first = state.result.best.reasoning.answer_token
     assert first > 1 and state.tokens[1].segment == "reasoning"
     assert f"is in the reasoning, which the constraint does not judge (the answer starts at token #{first})" in (
@@ -121,13 +127,7 @@ def test_a_reasoning_token_is_not_explained_or_branched_as_the_answer_s_start(re
 def test_a_thinking_turn_s_chart_opens_at_the_answer(registry: Registry) -> None:
     """The chart opened on the forced reasoning opener (`<think>` 100%, "constraint keeps 0.0%"), though the view starts
     at the answer, where the constraint engages."""
-    form = Form(
-        model=registry.default_model, kind="regex", constraint_text="(yes|no)", max_new_tokens=20, think_first=True,
-        max_reasoning_tokens=4,
-    )  # fmt: skip
-    state = ChatState()
-    for _ in handlers.chat(registry, form, state, "Is the sky blue?"):
-        pass
+    state = thinking_turn(registry)
     first = state.result.best.reasoning.answer_token
     chart = handlers.next_token(registry, state)
     assert f"at token #{first}, the answer&#x27;s first (after the reasoning)" in chart  # (escaped)
