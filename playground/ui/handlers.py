@@ -155,6 +155,7 @@ def _turn(
         yield from _stream_answer(registry, state, request, answer)
     except UnenforcedKeywordError as exc:
         if state.tokens:  # the engine ended an answer that broke the schema: show it, judged
+            answer["content"] = stopped.answer_text(state.tokens)  # (not the placeholder, even with no answer yet)
             yield _unenforced_panels(state, request, exc)
             return
         state.messages, state.result, state.request, state.tokens = before

@@ -205,6 +205,21 @@ class EndedByTheGate(FakeProvider):
             yield event
 
 
+class ReasonedThenEnded(EndedByTheGate):
+    """Every token in the reasoning, then the engine's end: no answer token came."""
+
+    def stream(self, model, inputs, params):
+        for event in super().stream(model, inputs, params):
+            yield event.model_copy(update={"token": event.token.model_copy(update={"segment": "reasoning"})})
+
+
+def test_an_answer_ended_within_its_reasoning_is_empty_not_the_placeholder() -> None:
+    registry = Registry([ReasonedThenEnded("[1, 1]")])
+    state = ChatState()
+    run_chat(registry, form(kind="regex", constraint_text="x"), state, "Two numbers")
+    assert state.tokens and state.messages[-1]["content"] == ""
+
+
 def test_an_answer_the_engine_had_to_end_shows_its_text_tokens_and_a_red_verdict() -> None:
     registry = Registry([EndedByTheGate("[1, 1]")])
     state = ChatState()
