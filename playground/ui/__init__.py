@@ -147,20 +147,18 @@ def _setup_constraint_events(demo: gr.Blocks, c: Components) -> None:
 def _setup_model_events(demo: gr.Blocks, registry: Registry, settings: UISettings, c: Components) -> None:
     def on_model(name: str, picked: ModelPick, progress: gr.Progress = gr.Progress(track_tqdm=True)) -> tuple:
         if picked.reverting and name == picked.good:  # the picker going back after a failure: keep its message
-            return gr.skip(), gr.skip(), ModelPick(good=picked.good), gr.skip()
+            return gr.skip(), gr.skip(), ModelPick(good=picked.good)
         try:
             status = controls.choose_model(registry, name, settings, progress)
         except Exception as exc:  # noqa: BLE001
             message = handlers.error_message(exc)
             if not picked.good or picked.good == name:
-                return gr.skip(), render.error_box(message), picked, gr.skip()
+                return gr.skip(), render.error_box(message), picked
             box = render.error_box(f"{message}\nstill using {picked.good}")
-            return gr.update(value=picked.good), box, ModelPick(good=picked.good, reverting=True), gr.skip()
-        # the chat's error goes with the model it was about (a turn sent while this one was loading, say)
-        choices = gr.update(choices=controls.model_choices(registry, name), value=name)
-        return choices, status, ModelPick(good=name), ""
+            return gr.update(value=picked.good), box, ModelPick(good=picked.good, reverting=True)
+        return gr.update(choices=controls.model_choices(registry, name), value=name), status, ModelPick(good=name)
 
-    outputs = [c.model, c.model_status, c.model_pick, c.chat.error]
+    outputs = [c.model, c.model_status, c.model_pick]
     c.model.change(on_model, [c.model, c.model_pick], outputs, trigger_mode="always_last")
     demo.load(on_model, [c.model, c.model_pick], outputs)
 

@@ -102,7 +102,11 @@ ODD = [
     ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "logit_bias": {"99999999": 5}}, 400),
     ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "logit_bias": {"1": 5}, "stream": True}, 200),
     ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "chat_template_kwargs": {"x": {"y": [1]}}}, 200),
-    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "prompt_logprobs": 3, "stream": True}, 200),
+    (
+        "/v1/chat/completions",
+        {"messages": CHAT, "max_tokens": 2, "prompt_logprobs": 3, "stream": True},
+        400,
+    ),  # as vLLM: none streams
     ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "min_tokens": 5, "guided_choice": ["a"]}, 400),
     ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "tool_choice": None, "tools": None, "n": None}, 200),
     ("/v1/completions", {"prompt": "Hi", "max_tokens": 2, "echo": True, "logprobs": 1, "stream": True}, 200),
