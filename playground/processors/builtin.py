@@ -55,19 +55,46 @@ class TokenTable:
                 self._ids.popitem(last=False)
         return ids
 
-    def whitespace(self) -> tuple[torch.Tensor, ...]:
-        """Per token: leading and trailing whitespace chars, the longest run, and whether it keeps a run going."""
+    def whitespace(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per token, alone: its leading whitespace chars and its longest whitespace run."""
         with self._lock:
             if self._whitespace is None:
                 rows = [_whitespace_counts(p.decode("utf-8", errors="replace")) for p in self.pieces]
-                lead, trail, run, keeps = zip(*rows)
-                self._whitespace = (
-                    torch.tensor(lead, dtype=torch.long),
-                    torch.tensor(trail, dtype=torch.long),
-                    torch.tensor(run, dtype=torch.long),
-                    torch.tensor(keeps, dtype=torch.bool),
-                )
+                lead, run = zip(*rows)
+                self._whitespace = torch.tensor(lead, dtype=torch.long), torch.tensor(run, dtype=torch.long)
             return self._whitespace
+
+    def completing_whitespace(self, pending: bytes) -> torch.Tensor:
+        """After `pending`, the first bytes of a multi-byte whitespace char: the tokens that complete it, as
+        a [2, n] tensor of ids and of the leading whitespace chars that `pending` + the token makes."""
+        return self._cached(("ws-after", pending), lambda: self._completions(pending))
+
+    def _completions(self, pending: bytes) -> torch.Tensor:
+        ids = [
+            int(i)
+            for char in _MULTIBYTE_WHITESPACE
+            if len(char) > len(pending) and char.startswith(pending)
+            for i in self.starting_with(char[len(pending) :]).tolist()
+        ]
+        leads = [_whitespace_counts(_complete_text(pending + self.pieces[i])[0])[0] for i in ids]
+        return torch.tensor([ids, leads], dtype=torch.long).reshape(2, -1)
+
+
+# Whitespace chars (str.isspace, as the run is counted) of more than one UTF-8 byte: a token can end inside one.
+_MULTIBYTE_WHITESPACE = tuple(c.encode() for c in map(chr, range(0x80, 0x10000)) if c.isspace())
+_WHITESPACE_STARTS = frozenset(char[:k] for char in _MULTIBYTE_WHITESPACE for k in range(1, len(char)))
+
+
+def _complete_text(data: bytes) -> tuple[str, bytes]:
+    """`data` decoded as the output text shows it, and the first bytes of a char it ends inside (kept back)."""
+    for back in range(1, min(3, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # the last char's first byte: how long that char is
+            size = 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4 if byte >> 3 == 0b11110 else 1
+            if size > back:
+                return data[:-back].decode("utf-8", errors="replace"), data[-back:]
+            break
+    return data.decode("utf-8", errors="replace"), b""
 
 
 def _skipped_ids(tokenizer: Any) -> set[int]:
@@ -78,12 +105,10 @@ def _skipped_ids(tokenizer: Any) -> set[int]:
     }
 
 
-def _whitespace_counts(text: str) -> tuple[int, int, int, bool]:
-    """(leading, trailing, longest run, keeps the run going) for one token's text."""
+def _whitespace_counts(text: str) -> tuple[int, int]:
+    """(leading whitespace chars, longest whitespace run) of a text."""
     runs = [len(list(group)) for is_ws, group in itertools.groupby(text, str.isspace) if is_ws]
-    lead = len(text) - len(text.lstrip())
-    trail = len(text) - len(text.rstrip())
-    return lead, trail, max(runs, default=0), text == "" or text.isspace()
+    return len(text) - len(text.lstrip()), max(runs, default=0)
 
 
 _tables: weakref.WeakKeyDictionary[Any, TokenTable] = weakref.WeakKeyDictionary()
@@ -169,48 +194,62 @@ def ban_strings_factory(params: list[str], tokenizer: Any) -> BanStrings:
 
 
 class MaxWhitespace:
-    """Masks tokens that would make the trailing run of whitespace longer than `limit` characters.
+    """Masks tokens that would make a run of whitespace longer than `limit` characters.
 
     The run is counted across token boundaries in the generated text (not the prompt, whose length is
-    taken from the first call). A token split inside a multi-byte whitespace character counts as text.
+    taken from the first call), as that text decodes: a whitespace char split across byte tokens counts
+    once it is whole, and the tokens that would complete one past the limit are masked.
     """
 
     def __init__(self, limit: int, table: TokenTable) -> None:
         self.limit = limit
-        self.table = table.whitespace()
+        self.table = table
         self.prompt_len: int | None = None
         self.seen = 0
-        self.runs = torch.zeros(0, dtype=torch.long)
+        self.runs: list[int] = []  # per row: whitespace chars ending its text
+        self.pending: list[bytes] = []  # per row: the first bytes of a char its text ends inside
         self._fitted: tuple[int, torch.device] | None = None
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.prompt_len is None:
             self.prompt_len = input_ids.shape[1]
         self._fit(scores.shape[1], scores.device)
-        self._advance(input_ids.to(scores.device))
-        over = (self.runs[:, None] + self.lead[None, :] > self.limit) | self.always_over[None, :]
+        self._advance(input_ids)
+        runs = torch.tensor(self.runs, dtype=torch.long, device=scores.device)
+        over = (runs[:, None] + self.lead[None, :] > self.limit) | self.always_over[None, :]
+        for row, pending in enumerate(self.pending):
+            if pending:  # the run goes on only through a token that completes a whitespace char
+                over[row] = self.always_over
+                if pending in _WHITESPACE_STARTS:
+                    ids, leads = self.table.completing_whitespace(pending).to(scores.device)
+                    keep = ids < over.shape[1]
+                    over[row, ids[keep]] |= self.runs[row] + leads[keep] > self.limit
         return scores.masked_fill(over, float("-inf"))
 
     def _fit(self, width: int, device: torch.device) -> None:
         """Pad the tables to the scores' width and move them to their device, once."""
         if self._fitted != (width, device):
             self._fitted = (width, device)
-            lead, trail, longest, keeps = self.table
+            lead, longest = self.table.whitespace()
             self.lead = _pad(lead, width, 0).to(device)
-            self.trail = _pad(trail, width, 0).to(device)
-            self.keeps = _pad(keeps, width, True).to(device)
             self.always_over = (_pad(longest, width, 0) > self.limit).to(device)
-            self.runs = self.runs.to(device)
 
     def _advance(self, input_ids: torch.Tensor) -> None:
         """Update each row's trailing run with the tokens generated since the last call."""
         generated = input_ids.shape[1] - self.prompt_len
-        if self.runs.shape[0] != input_ids.shape[0] or generated < self.seen:
-            self.runs = torch.zeros(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+        if len(self.runs) != input_ids.shape[0] or generated < self.seen:
+            self.runs = [0] * input_ids.shape[0]
+            self.pending = [b""] * input_ids.shape[0]
             self.seen = 0
-        for pos in range(self.prompt_len + self.seen, input_ids.shape[1]):
-            token = input_ids[:, pos].clamp(max=self.trail.shape[0] - 1)
-            self.runs = self.trail[token] + self.runs * self.keeps[token]
+        pieces = self.table.pieces
+        for row, tokens in enumerate(input_ids[:, self.prompt_len + self.seen :].tolist()):
+            for token in tokens:
+                text, self.pending[row] = _complete_text(
+                    self.pending[row] + (pieces[token] if token < len(pieces) else b"")
+                )
+                if text:
+                    trail = len(text) - len(text.rstrip())
+                    self.runs[row] = self.runs[row] + trail if trail == len(text) else trail
         self.seen = generated
 
 

@@ -264,6 +264,36 @@ def test_max_whitespace_masks_exactly_the_tokens_that_overrun(
     assert tokenizer.eos_token_id not in _masked(out)
 
 
+def _byte_tokens(tokenizer, data: bytes) -> list[int]:
+    """`data` as one byte-level token per byte (as a model writes a char it has no whole token for)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return tokenizer.convert_tokens_to_ids([bytes_to_unicode()[b] for b in data])
+
+
+@pytest.mark.parametrize(
+    ("text", "tail", "limit"),
+    [
+        ("a ", "\u2009".encode()[:2], 1),  # a thin space's last byte would make a run of 2
+        ("a", "\u2009".encode()[:1], 0),  # after its first byte, every token that completes it
+        ("a ", "\u3000".encode()[:2], 1),  # an ideographic space
+        ("a ", "\u2009".encode(), 2),  # a whole one, in three tokens, lengthens the run
+        ("a", "\u00a0".encode(), 1),  # a no-break space, in two
+        ("a ", "\u00e9".encode()[:1], 1),  # the first byte of a letter: the run is over whatever follows
+    ],
+)
+def test_max_whitespace_counts_a_whitespace_char_split_across_byte_tokens(
+    tokenizer, vocab: int, text: str, tail: bytes, limit: int
+) -> None:
+    (proc,) = processors.build_processors([{"name": "max_whitespace", "params": [str(limit)]}], tokenizer)
+    prompt = tokenizer.encode("Go:")
+    generated = tokenizer.encode(text) + _byte_tokens(tokenizer, tail)
+    out = proc(torch.tensor([prompt]), torch.zeros(1, vocab))
+    for step in range(1, len(generated) + 1):
+        out = proc(torch.tensor([prompt + generated[:step]]), torch.zeros(1, vocab))
+    assert _masked(out) == _expected_ws(tokenizer, generated, limit, vocab)
+
+
 def test_max_whitespace_tracks_each_row_and_wider_scores(tokenizer, vocab: int) -> None:
     (proc,) = processors.build_processors([{"name": "max_whitespace", "params": ["2"]}], tokenizer)
     prompt = tokenizer.encode("Go:")
