@@ -112,6 +112,16 @@ class Engine:
             return chat_template.render(self.tokenizer, messages, header, params.chat_template_kwargs, params.tools)
         return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + ("assistant: " if header else "")
 
+    def generate_prompt(self, inputs: Inputs, params: GenerateParameters) -> tuple[str, int]:
+        """The text prompt that /generate decodes as this chat turn does: the templated prompt, with the start of a
+        thinking model's reasoning where the turn writes it first (a chat turn forces it as its first tokens, and
+        its reasoning budget counts them); and how many tokens that start is."""
+        prompt = self.render_prompt(inputs, params)
+        plan, prompt, _ = self.reasoning_plan(inputs, params, prompt, [])
+        if plan is None or not plan.opening:
+            return prompt, 0
+        return prompt + self.tokenizer.decode(plan.opening, skip_special_tokens=False), len(plan.opening)
+
     def encode_prompt(
         self, inputs: Inputs, truncate: int | None = None, params: GenerateParameters | None = None
     ) -> tuple[str, list[int]]:

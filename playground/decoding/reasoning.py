@@ -212,6 +212,8 @@ class ReasoningGate:
         self.answer_char: int | None = None if self.reasoning else 0
         self.ended_by = "prompt" if not self.reasoning else "length"
         self.shown = 0  # reasoning characters already streamed
+        if self.reasoning and not self.queue and plan.budget is not None and plan.budget <= 0:
+            self.closing, self.queue = True, list(plan.closing)  # a block the prompt opened, with no budget: shut
 
     def allowed(self, vocab_size: int, device: Any) -> torch.Tensor | None:
         """The one token the gate forces next (a delimiter's), as a mask; None when the row chooses freely."""

@@ -11,14 +11,13 @@ from playground.constraints import check_constraint
 from playground.constraints.examples import EXAMPLES, find_example
 from playground.errors import ModelError, PlaygroundError
 from playground.processors import list_factories
-from playground.providers.base import Provider, local_engine
+from playground.providers.base import local_engine
 from playground.providers.loading import looks_like_path
 from playground.providers.registry import Registry
-from playground.types import ChatMessage, GenerateParameters
 from playground.ui import snippets
 from playground.ui.downloads import Downloads
 from playground.ui.examples import PROCESSOR_PARAMS
-from playground.ui.handlers import error_message
+from playground.ui.handlers import error_message, tool_format
 from playground.ui.state import (
     ChatState,
     Form,
@@ -175,27 +174,28 @@ def _load_local(registry: Registry, name: str, settings: UISettings) -> None:
 
 def code_snippets(registry: Registry, form: Form, state: ChatState, settings: UISettings) -> dict[str, str]:
     """Snippets for the current settings and the last request's conversation (or an example turn)."""
-    params = params_of(form)
+    fmt = tool_format(registry, form)
+    params = params_of(form, fmt=fmt)
     provider, model = registry.resolve(form.model)
-    if state.request is not None and state.result is not None:
-        inputs, prompt = state.request.inputs, state.result.prompt
-    else:  # a stopped turn (no result) or none yet (the kind's example): /generate gets the templated prompt too
-        if state.request is not None:
-            inputs = state.request.inputs
-        else:
-            _, message = example_for(form.kind, None)
-            system = tools.ui_system(form.kind, form.constraint_text, form.system_prompt)
-            inputs = chat_inputs(system, state.messages, message or "Hello!")
-        prompt = _templated(provider, model, inputs, params)
-    return snippets.snippets(settings.base_url, model, inputs, prompt, params)
-
-
-def _templated(provider: Provider, model: str, inputs: list[ChatMessage], params: GenerateParameters) -> str:
-    """The prompt /generate takes for the conversation: the local model's chat template applied; a remote model's
-    template is its server's, so its snippet sends the last message as it was typed."""
-    if not provider.capabilities.local_engine:
-        return inputs[-1].content if isinstance(inputs[-1].content, str) else ""
-    return local_engine(provider, model, "the /generate snippet").render_prompt(inputs, params)
+    if state.request is not None:
+        inputs, typed = state.request.inputs, state.request.typed
+    else:  # none yet: the kind's example
+        _, message = example_for(form.kind, None)
+        system = tools.ui_system(form.kind, form.constraint_text, form.system_prompt, fmt)
+        inputs = chat_inputs(system, state.messages, message or "Hello!")
+        typed = chat_inputs(form.system_prompt, state.messages, message or "Hello!")
+    opened = 0  # tokens of a reasoning start the chat turn writes first: /generate's prompt ends with them
+    if provider.capabilities.local_engine:
+        prompt, opened = local_engine(provider, model, "the /generate snippet").generate_prompt(inputs, params)
+    elif state.result is not None and state.request is not None:
+        prompt = state.result.prompt
+    else:  # a remote model's template is its server's: /generate gets the last message as it was typed
+        prompt = inputs[-1].content if isinstance(inputs[-1].content, str) else ""
+    if form.kind != "tools":
+        return snippets.snippets(settings.base_url, model, inputs, prompt, params, opened=opened)
+    return snippets.snippets(
+        settings.base_url, model, inputs, prompt, params, tools.from_text(form.constraint_text), typed, opened
+    )
 
 
 # --- session -------------------------------------------------------------------------------------

@@ -124,17 +124,18 @@ def chat(
     try:
         if not user_text.strip():
             raise ParameterError("type a message first", field="chat-input")
-        fmt = _tool_format(registry, form)
+        fmt = tool_format(registry, form)
         system = tools.ui_system(form.kind, form.constraint_text, form.system_prompt, fmt)
         inputs = chat_inputs(system, history, user_text)
-        request = LastRequest(model=form.model, inputs=inputs, params=params_of(form, fmt=fmt))
+        typed = chat_inputs(form.system_prompt, history, user_text) if system != form.system_prompt else None
+        request = LastRequest(model=form.model, inputs=inputs, params=params_of(form, fmt=fmt), typed=typed)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the UI
         yield Panels.failed(state, exc)
         return
     yield from _turn(registry, state, request, user_text, history)
 
 
-def _tool_format(registry: Registry, form: Form) -> ToolFormat | None:
+def tool_format(registry: Registry, form: Form) -> ToolFormat | None:
     """The model's tool-call envelope, for the tools kind: its template then describes the tools and the calls."""
     provider, model_id = registry.resolve(form.model)
     return tool_formats.by_name(provider.info(model_id).tool_format) if form.kind == "tools" else None
@@ -386,7 +387,7 @@ def compare(registry: Registry, form: Form, state: ChatState, user_text: str) ->
         if form.kind == "none":
             raise ParameterError("pick a constraint (or a custom processor) to compare against")
         provider, model_id = registry.resolve(form.model)
-        fmt = _tool_format(registry, form)
+        fmt = tool_format(registry, form)
         system = tools.ui_system(form.kind, form.constraint_text, form.system_prompt, fmt)
         inputs = chat_inputs(system, _without_last_exchange(state.messages, user_text), text)
         free = provider.generate(model_id, inputs, params_of(form, constrained=False, fmt=fmt))

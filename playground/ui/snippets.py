@@ -10,6 +10,7 @@ from typing import Any
 from playground.types import ChatMessage, GenerateParameters, GrammarType
 from playground.wire import outbound
 from playground.wire.controls import carried_by
+from playground.wire.tools import ToolsConstraint
 
 LANGUAGES = {
     "curl_generate": "shell",
@@ -37,9 +38,19 @@ def chat_messages(inputs: list[ChatMessage]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.text()} for m in inputs]
 
 
-def chat_body(model: str, inputs: list[ChatMessage], params: GenerateParameters) -> dict[str, Any]:
-    """The /v1/chat/completions body equivalent to the request, as the wire layer writes it."""
-    return outbound.playground_chat_body(model, chat_messages(inputs), params)
+def chat_body(
+    model: str, inputs: list[ChatMessage], params: GenerateParameters, tools: ToolsConstraint | None = None
+) -> dict[str, Any]:
+    """The /v1/chat/completions body equivalent to the request, as the wire layer writes it. The tools kind's
+    travel as OpenAI's `tools` and `tool_choice`: the server describes them (or its template renders them) and
+    builds their constraint as the UI did, and answers with `tool_calls`."""
+    if tools is None:
+        return outbound.playground_chat_body(model, chat_messages(inputs), params)
+    plain = params.model_copy(update={"grammar": None, "tools": None})
+    return {
+        **outbound.playground_chat_body(model, chat_messages(inputs), plain),
+        **tools.model_dump(mode="json", exclude_none=True),
+    }
 
 
 # Chat body keys the openai SDK has no argument for: they travel in extra_body.
@@ -48,6 +59,7 @@ _EXTRA_BODY = {
     "logits_processors",
     "constraint_engine",
     "truncate_prompt_tokens",
+    "tool_prompt",
     *(set(carried_by("chat")) - set(carried_by("openai"))),
     *(set(outbound.CARRIED["chat"]) - set(outbound.CARRIED["openai"])),
 }
@@ -68,11 +80,15 @@ def openai_snippet(base_url: str, body: dict[str, Any]) -> str:
     args = ",\n".join(f"    {k}={py(v, 4)}" for k, v in standard.items())
     if extra:
         args += f",\n    extra_body={py(extra, 4)}"
+    answer = (
+        "message = completion.choices[0].message\nprint(message.tool_calls or message.content)\n"
+        if "tools" in body
+        else "print(completion.choices[0].message.content)\n"
+    )
     return (
         "from openai import OpenAI\n\n"
         f"client = OpenAI(base_url={py(base_url + '/v1')}, api_key='-')\n"
-        f"completion = client.chat.completions.create(\n{args},\n)\n"
-        "print(completion.choices[0].message.content)\n"
+        f"completion = client.chat.completions.create(\n{args},\n)\n{answer}"
     )
 
 
@@ -130,25 +146,58 @@ def outlines_snippet(base_url: str, body: dict[str, Any], grammar: GrammarType |
     )
 
 
+# The Outlines tab for the tools kind on a model whose template writes calls in its own envelope.
+OUTLINES_NO_TOOLS = (
+    "# Outlines' models answer with text and send no `tools`, which this model's chat template needs to write its\n"
+    "# calls: the openai snippet sends them and gets the calls back.\n"
+)
+
+
 def snippets(
-    base_url: str, model: str, inputs: list[ChatMessage], prompt: str, params: GenerateParameters
+    base_url: str,
+    model: str,
+    inputs: list[ChatMessage],
+    prompt: str,
+    params: GenerateParameters,
+    tools: ToolsConstraint | None = None,
+    typed: list[ChatMessage] | None = None,
+    opened: int = 0,
 ) -> dict[str, str]:
-    """Every snippet for one request; `prompt` is the templated text /generate takes."""
+    """Every snippet for one request; `prompt` is the templated text /generate takes, ending with the `opened`
+    tokens of a reasoning start that the chat turn writes first. The tools kind's `tools` go in the chat
+    snippets' bodies, beside `typed`: the conversation before the UI described the tools in it."""
     base = base_url.rstrip("/")
-    body = chat_body(model, inputs, params)
-    tgi_body = {"inputs": prompt, "parameters": outbound.playground_tgi_parameters(params)}
+    body = chat_body(model, typed or inputs, params, tools)
+    text_body = chat_body(model, inputs, params)  # what Outlines sends: the constraint, on the described messages
+    tgi_params, generate_note = _generate_parameters(params, opened)
+    tgi_body = {"inputs": prompt, "parameters": tgi_params}
     note = f"# {STOP_NOTE}\n" if params.stop else ""
     set_fields = params.model_dump(exclude_defaults=True, exclude_none=True)
     dropped = [name for name in outbound.unsupported("chat") if name in set_fields]
     if dropped:
         note += f"# {', '.join(dropped)}: not a /v1/chat/completions field; the curl /generate snippet carries them\n"
     return {
-        "curl_generate": curl(f"{base}/generate{_model_query(model)}", tgi_body),
+        "curl_generate": generate_note + curl(f"{base}/generate{_model_query(model)}", tgi_body),
         "curl_chat": note + curl(f"{base}/v1/chat/completions", body),
         "openai": note + openai_snippet(base, body),
         "huggingface_hub": hf_snippet(base, prompt, params, model),
-        "outlines": note + outlines_snippet(base, body, params.grammar),
+        "outlines": OUTLINES_NO_TOOLS
+        if tools is not None and params.tools
+        else note + outlines_snippet(base, text_body, params.grammar),
     }
+
+
+def _generate_parameters(params: GenerateParameters, opened: int) -> tuple[dict[str, Any], str]:
+    """/generate's parameters, and a note when its prompt holds a reasoning start the chat turn wrote (and
+    counted in its budget): the budget here is what is left of the turn's."""
+    data = outbound.playground_tgi_parameters(params)
+    if not opened:
+        return data, ""
+    note = "# the prompt ends with the reasoning's start, which a chat turn writes as its first token(s)"
+    if params.max_reasoning_tokens is None:
+        return data, note + "\n"
+    data["max_reasoning_tokens"] = max(0, params.max_reasoning_tokens - opened)
+    return data, f"{note}: its budget counts them, so max_reasoning_tokens is {opened} less here\n"
 
 
 def _model_query(model: str) -> str:

@@ -108,6 +108,7 @@ class LastRequest(BaseModel):
     model: str
     inputs: list[ChatMessage]
     params: GenerateParameters
+    typed: list[ChatMessage] | None = None  # the tools kind's conversation before its tools were described in it
 
 
 class ChatState(BaseModel):

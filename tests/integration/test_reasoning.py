@@ -121,6 +121,18 @@ def test_the_embedded_model_thinks_first_in_a_plain_text_block_then_answers_unde
     assert raw.best.answer in ("yes", "no")
 
 
+def test_a_budget_of_none_shuts_a_block_the_prompt_opened_before_any_thought(engine) -> None:
+    """A chat turn counts the start it writes, so budget 0 gives no thought; a block the prompt opened (think_first,
+    /generate's prompt) got one free token of thought first, as the budget was checked only after a token."""
+    raw = engine.generate(
+        "Is 17 prime?\n",
+        GenerateParameters(max_new_tokens=12, think_first=True, max_reasoning_tokens=0, grammar=YES_NO),
+    )
+    assert raw.best.reasoning.text.strip() == "" and raw.best.reasoning.ended_by == "budget"
+    assert all(token.forced for token in raw.best.tokens[: raw.best.reasoning.answer_token])
+    assert raw.best.answer in ("yes", "no")
+
+
 def test_a_budget_on_a_model_that_does_not_reason_is_refused_by_name(engine) -> None:
     with pytest.raises(
         ParameterError, match=r"max_reasoning_tokens \(or reasoning_effort\): this model writes no reasoning"

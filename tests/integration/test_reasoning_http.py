@@ -39,7 +39,7 @@ def test_the_answer_carries_the_reasoning_apart_and_usage_counts_it(client: open
     assert message.reasoning and message.reasoning == message.reasoning_content
     assert "<think>" not in message.reasoning and "</think>" not in message.reasoning
     assert answer.choices[0].validation["valid"] is True
-    assert answer.usage.completion_tokens_details.reasoning_tokens == 6  # <think>, five of thought, </think>
+    assert answer.usage.completion_tokens_details.reasoning_tokens == 6  # <think> (counted), four of thought, </think>
     effort = ask(client, reasoning_effort="minimal").choices[0].message  # a budget of 0: the end comes at once
     assert effort.reasoning == "" and effort.content in ("yes", "no")
 
