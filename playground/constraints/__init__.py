@@ -44,7 +44,7 @@ class Constraint:
         if isinstance(grammar, dict):
             grammar = GrammarType.model_validate(grammar)
         json_options = {
-            "layout": grammar.whitespace or jsonformat.DEFAULT_LAYOUT,
+            "layout": jsonformat.DEFAULT_LAYOUT if grammar.whitespace is None else grammar.whitespace,
             "closed": grammar.strict is not False,
         }
         if grammar.type == "json":

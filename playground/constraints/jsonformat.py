@@ -9,7 +9,7 @@ max_tokens (the anchors bound it: TGI's outlines-core `[ ]?`, vLLM's `disable_an
 - "compact": at most one space (TGI's `[ ]?`; xgrammar writes `, ` and `: `);
 - "free": any whitespace, as the engines do by default;
 - any other text: a regex for the whitespace (Outlines' `whitespace_pattern`; llguidance and
-  outlines_core take it, xgrammar refuses it by name).
+  outlines_core take it, xgrammar refuses it by name); the empty one, as in Outlines, allows none.
 The layout travels inside the schema the engines read, as llguidance's own `x-guidance` options; the other
 backends translate those options into theirs (see `layout_of`).
 
@@ -29,6 +29,7 @@ PRETTY_INDENT = 32
 COMPACT_PATTERN = "[ ]?"
 PRETTY_PATTERN = f"(?:[ ]|\\n[ ]{{0,{PRETTY_INDENT}}})?"
 FREE_PATTERN = "[ \\t\\n\\r]*"
+NO_WHITESPACE_PATTERN = "[ ]{0}"  # Outlines' empty whitespace_pattern, as a regex every engine's lexer takes
 LAYOUTS = ("pretty", "compact", "free")
 DEFAULT_LAYOUT = "pretty"
 MAX_PATTERN_CHARS = 256
@@ -49,7 +50,9 @@ def check_layout(layout: str) -> str:
     """A layout name, or a whitespace regex the engines can read; anything else is refused by name."""
     if layout in LAYOUTS:
         return layout
-    if not layout or len(layout) > MAX_PATTERN_CHARS:
+    if layout == "":
+        return NO_WHITESPACE_PATTERN
+    if len(layout) > MAX_PATTERN_CHARS:
         raise InvalidConstraintError(
             f"whitespace: one of {', '.join(LAYOUTS)}, or a regex of at most {MAX_PATTERN_CHARS} characters",
             field="whitespace_pattern",

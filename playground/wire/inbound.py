@@ -236,12 +236,12 @@ def _own_constraint_field(req: OpenAISampling) -> str | None:
 def _whitespace(req: ChatCompletionRequest) -> str | None:
     """vLLM's and Outlines' JSON whitespace options as our layout: a pattern, or compact for no free whitespace."""
     so = req.structured_outputs
-    if so is not None and so.whitespace_pattern:
+    if so is not None and so.whitespace_pattern is not None:  # "" too: no whitespace, as Outlines reads it
         return so.whitespace_pattern
     if so is not None and so.disable_any_whitespace:
         return "compact"
     pattern = req.guided_whitespace_pattern
-    return pattern if isinstance(pattern, str) and pattern else None
+    return pattern if isinstance(pattern, str) else None
 
 
 def base_seed(req: OpenAISampling) -> int:

@@ -7,6 +7,7 @@ import pytest
 
 from playground.constraints import Constraint
 from playground.decoding.walk import first_refusal
+from playground.types import GrammarType
 
 SCHEMA = {
     "type": "object",
@@ -16,6 +17,7 @@ SCHEMA = {
 TEXTS = {
     "indented": '{\n    "city": "Rome",\n    "n": 3\n}',
     "spaced": '{"city": "Rome", "n": 3}',
+    "tight": '{"city":"Rome","n":3}',
     "runaway": '{"city":' + "\t" * 40 + '"Rome", "n": 3}',
     "extra key": '{"city": "Rome", "n": 3, "x": 1}',
 }
@@ -47,3 +49,10 @@ def test_compact_refuses_newlines_and_free_takes_anything(engine, engine_name: s
 @pytest.mark.parametrize("engine_name", ENGINES)
 def test_a_closed_schema_never_writes_an_undeclared_key(engine, engine_name: str) -> None:
     assert "extra key" not in allowed(engine, Constraint.json_schema(SCHEMA, closed=True), engine_name)
+
+
+@pytest.mark.parametrize("engine_name", ["llguidance", "outlines_core"])  # xgrammar takes no whitespace regex
+def test_an_empty_whitespace_pattern_allows_no_whitespace_as_in_outlines(engine, engine_name: str) -> None:
+    """`whitespace: ""` (Outlines' and vLLM's empty whitespace_pattern) was read as unset: the pretty default."""
+    constraint = Constraint.from_grammar(GrammarType(type="json", value=SCHEMA, whitespace=""))
+    assert allowed(engine, constraint, engine_name) == {"tight"}

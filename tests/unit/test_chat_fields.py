@@ -267,6 +267,8 @@ def test_chat_template_kwargs_reach_the_template() -> None:
         ({"structured_outputs": {"json": {"type": "object"}, "whitespace_pattern": "[ ]?"}}, "[ ]?"),
         ({"structured_outputs": {"json": {"type": "object"}, "disable_any_whitespace": True}}, "compact"),
         ({"guided_json": {"type": "object"}, "guided_whitespace_pattern": "[ \\n]?"}, "[ \\n]?"),
+        ({"structured_outputs": {"json": {"type": "object"}, "whitespace_pattern": ""}}, ""),  # Outlines': none
+        ({"guided_json": {"type": "object"}, "guided_whitespace_pattern": ""}, ""),
         ({"guided_json": {"type": "object"}}, None),
     ],
 )
