@@ -343,6 +343,7 @@ class Engine:
             model_id=self.model_id,
             prompt=prompt,
             input_length=len(prompt_ids),
+            cached_tokens=decode.cached_tokens,
             prefill=prefill,
             prefill_top_tokens=decode.prefill_top,
             best=sequences[best],

@@ -105,12 +105,14 @@ class Decode:
         self.prefill_s = 0.0
         self.prefill_top: list[list[Token]] = []  # with prefill_details and top_n_tokens: each position's likeliest
         self._partial: tuple[int, Any] | None = None  # a chunked prefill so far: (tokens run, KV cache)
+        self.cached_tokens = 0  # of the prompt, what the prefix cache held at its prefill
 
     def cached_prefix(self) -> tuple[int, Any]:
         """How much of the prompt the prefix cache holds, and a KV cache of its own for it (or (0, None))."""
         if self.prefix_cache is None:
             return 0, None
-        return self.prefix_cache.lookup(self.prompt_ids)
+        self.cached_tokens, kv = self.prefix_cache.lookup(self.prompt_ids)
+        return self.cached_tokens, kv
 
     def prefill(self) -> tuple[Any, torch.Tensor, list[PrefillToken]]:
         """Run the prompt (what the prefix cache lacks): its KV cache, the last position's logits, prompt details."""

@@ -182,6 +182,8 @@ def usage(results: list[GenerationResult]) -> dict[str, Any]:
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
+    if results and results[0].cached_tokens is not None:  # OpenAI's and vLLM's: what the prefix cache held
+        body["prompt_tokens_details"] = {"cached_tokens": results[0].cached_tokens}
     if any(r.best.reasoning is not None for r in results):
         reasoning = sum(r.best.reasoning.tokens for r in results if r.best.reasoning is not None)
         body["completion_tokens_details"] = {"reasoning_tokens": reasoning}

@@ -89,7 +89,7 @@ async def create_completion(request: Request, body: CompletionRequest) -> Any:
     shown = echoed_model(model_id, jobs[0][1])
     base = _envelope(shown, completion_id)
 
-    def usage(results: list[GenerationResult]) -> dict[str, int]:
+    def usage(results: list[GenerationResult]) -> dict[str, Any]:
         return _usage(results, body.n, completions.echo_only(body))
 
     def respond(results: list[GenerationResult]) -> dict[str, Any]:
@@ -112,11 +112,19 @@ async def create_completion(request: Request, body: CompletionRequest) -> Any:
     )
 
 
-def _usage(results: list[GenerationResult], n: int, echo_only: bool = False) -> dict[str, int]:
+def _usage(results: list[GenerationResult], n: int, echo_only: bool = False) -> dict[str, Any]:
     """Each prompt counted once, every choice's tokens counted (none when only the prompt was echoed)."""
     prompt = sum(r.input_length for r in results[::n])
     completion = 0 if echo_only else sum(r.best.generated_tokens for r in results)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    body: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    cached = [r.cached_tokens for r in results[::n]]
+    if cached and None not in cached:
+        body["prompt_tokens_details"] = {"cached_tokens": sum(cached)}  # type: ignore[arg-type]
+    return body
 
 
 async def _choice_chunks(

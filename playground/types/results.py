@@ -171,6 +171,10 @@ class GenerationResult(BaseModel):
     provider_id: str = "local"
     prompt: str
     input_length: int
+    cached_tokens: int | None = Field(
+        default=None,
+        description="Of the prompt's tokens, those the prefix cache held (not run again); None where not known.",
+    )
     prefill: list[PrefillToken] = Field(default_factory=list)
     prefill_top_tokens: list[list[Token]] = Field(
         default_factory=list,

@@ -577,7 +577,11 @@ def usage(chat_usage: dict[str, Any]) -> dict[str, Any]:
     reasoning = (chat_usage.get("completion_tokens_details") or {}).get("reasoning_tokens", 0)
     return {
         "input_tokens": chat_usage["prompt_tokens"],
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},  # (both required by OpenAI's type)
+        # (both required by OpenAI's type; a server that did not say what its cache held: 0)
+        "input_tokens_details": {
+            "cached_tokens": (chat_usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
+            "cache_write_tokens": 0,
+        },
         "output_tokens": chat_usage["completion_tokens"],
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": chat_usage["total_tokens"],

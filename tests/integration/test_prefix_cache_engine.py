@@ -93,3 +93,25 @@ def test_a_client_never_reuses_another_clients_prompt(engine, monkeypatch):
     with client_scope.scoped("client:victim"):
         engine.generate(prompt, params)
     assert cache.usage()["hits"] == 2
+
+
+def test_usage_says_how_much_of_the_prompt_the_cache_held_on_every_openai_route(server_url):
+    """usage.prompt_tokens_details.cached_tokens (OpenAI's, vLLM's) and the Responses API's cached_tokens, which
+    was always 0: a request repeated by its client reuses the prompt its first run left in the cache."""
+    import uuid
+
+    import openai
+
+    client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=120, max_retries=0)
+    system = f"Session {uuid.uuid4().hex}. " + SYSTEM.content  # a prompt no earlier request wrote
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Name a colour."}]
+    first, again = (
+        client.chat.completions.create(model="tgi", messages=messages, max_tokens=1, temperature=0).usage
+        for _ in range(2)
+    )
+    assert first.prompt_tokens_details.cached_tokens < 20  # at most the template's first tokens, seen before
+    assert first.prompt_tokens - 8 <= again.prompt_tokens_details.cached_tokens < again.prompt_tokens
+    completions = [client.completions.create(model="tgi", prompt=system, max_tokens=1).usage for _ in range(2)]
+    assert completions[1].prompt_tokens_details.cached_tokens >= completions[0].prompt_tokens - 8
+    responses = client.responses.create(model="tgi", input=messages, max_output_tokens=1).usage
+    assert responses.input_tokens_details.cached_tokens == again.prompt_tokens_details.cached_tokens
