@@ -75,7 +75,7 @@ async def answer(
     *,
     base: dict[str, Any],
     choice_chunks: ChoiceChunks,
-    usage: Callable[[list[GenerationResult]], dict[str, int]],
+    usage: Callable[[list[GenerationResult]], dict[str, Any]],
     respond: Callable[[list[GenerationResult]], Any],
     names: Mapping[str, str | None],
 ) -> Any:
@@ -113,7 +113,7 @@ async def choice_stream(
     base: dict[str, Any],
     stream_options: Any,
     choice_chunks: ChoiceChunks,
-    usage: Callable[[list[GenerationResult]], dict[str, int]],
+    usage: Callable[[list[GenerationResult]], dict[str, Any]],
     names: Mapping[str, str | None],
 ) -> AsyncIterator[str]:
     """Every choice's chunks as they come, the choices decoding together (each ends with its result), the usage

@@ -415,6 +415,7 @@ class Usage(ResponseBody):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: dict[str, int] | None = None  # cached_tokens: what the prefix cache held
     completion_tokens_details: dict[str, int] | None = None
 
 
