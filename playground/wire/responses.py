@@ -203,7 +203,7 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
         "model": req.model,
         "messages": _messages(req),
         "max_completion_tokens": req.max_output_tokens,
-        "temperature": req.temperature,
+        "temperature": 1.0 if req.temperature is None else req.temperature,  # in effect, as OpenAI echoes it
         "top_k": req.top_k,
         "frequency_penalty": req.frequency_penalty,
         "seed": req.seed,
@@ -489,12 +489,12 @@ def response_body(
         "previous_response_id": None,
         "reasoning": _reasoning(req),
         "store": False,
-        "temperature": req.temperature,
+        "temperature": 1.0 if req.temperature is None else req.temperature,  # in effect, as OpenAI echoes it
         "text": {"format": _echoed(fmt)},
         "tool_choice": req.tool_choice or "auto",
         "tools": req.tools or [],
         "top_logprobs": req.top_logprobs,
-        "top_p": req.top_p,
+        "top_p": 1.0 if req.top_p is None else req.top_p,
         "truncation": "disabled",
         "usage": None,
         "user": req.user,

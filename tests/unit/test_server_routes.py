@@ -224,6 +224,9 @@ def test_responses_refuse_what_they_could_not_repeat_and_echo_one_call_when_para
     assert answer["parallel_tool_calls"] is False and answer["tools"] == [tool]
     answer = client.post("/v1/responses", json={"input": "hi", "tools": [tool], "parallel_tool_calls": True}).json()
     assert answer["parallel_tool_calls"] is True
+    assert (answer["temperature"], answer["top_p"]) == (1.0, 1.0)  # unset: echoed as in effect, as OpenAI does
+    answer = client.post("/v1/responses", json={"input": "hi", "temperature": 0, "top_p": 0.5}).json()
+    assert (answer["temperature"], answer["top_p"]) == (0, 0.5)
 
 
 def test_responses_name_what_they_accept_and_ignore(client: TestClient) -> None:
