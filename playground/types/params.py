@@ -7,7 +7,13 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_serializer
 
 from playground.types.base import EngineName, Name, ParamText, StopText, Strict
-from playground.types.sizes import MAX_PREFIX_CHARS, MAX_PROCESSOR_PARAMS, MAX_PROCESSORS, MAX_SEED
+from playground.types.sizes import (
+    MAX_PREFIX_CHARS,
+    MAX_PROCESSOR_PARAMS,
+    MAX_PROCESSORS,
+    MAX_SEED,
+    MAX_STOP_SEQUENCES,
+)
 
 
 class GrammarType(Strict):
@@ -75,7 +81,7 @@ class GenerateParameters(Sampling):
     max_new_tokens: int | None = Field(default=None, ge=0)
     return_full_text: bool | None = None
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
-    stop: list[StopText] = Field(default_factory=list, max_length=4)
+    stop: list[StopText] = Field(default_factory=list, max_length=MAX_STOP_SEQUENCES)
     temperature: float | None = Field(default=None, gt=0.0)
     top_k: int | None = Field(default=None, gt=0)
     top_n_tokens: int | None = Field(default=None, gt=0)

@@ -141,10 +141,10 @@ def _render_parameters(limits: Limits) -> Parameters:
                 lines=2,
                 elem_id="param-stop",
             )
+            # no minimum: Gradio would refuse a negative before the handler, unnamed ("Error" over every output)
             truncate = gr.Number(
                 value=0,
                 precision=0,
-                minimum=0,
                 label="truncate (keep the last N prompt tokens; 0 = off)",
                 elem_id="param-truncate",
             )

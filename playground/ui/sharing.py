@@ -19,6 +19,7 @@ from playground import render
 from playground.errors import PlaygroundError
 from playground.providers.registry import Registry
 from playground.render.chat import chatbot_value
+from playground.types.sizes import MAX_STOP_SEQUENCES
 from playground.ui import layout
 from playground.ui.components import Components
 from playground.ui.handlers import error_message
@@ -92,6 +93,10 @@ def fitted(form: Form, inputs: list[Any]) -> tuple[Form, list[str]]:
         if fixed != value:
             changes[name] = fixed
     notes = [_change_note(name, getattr(form, name), fixed) for name, fixed in changes.items()]
+    stops = form.stop.splitlines()
+    if len(stops) > MAX_STOP_SEQUENCES:  # every Send would fail on them
+        changes["stop"] = "\n".join(stops[:MAX_STOP_SEQUENCES])
+        notes.append(f"stop has {len(stops)} sequences, at most {MAX_STOP_SEQUENCES} here: kept the first ones")
     return (Form.model_validate({**form.model_dump(), **changes}) if changes else form), notes
 
 

@@ -174,6 +174,8 @@ def snippets(
     note = f"# {STOP_NOTE}\n" if params.stop else ""
     set_fields = params.model_dump(exclude_defaults=True, exclude_none=True)
     dropped = [name for name in outbound.unsupported("chat") if name in set_fields]
+    if (params.best_of or 1) > 1:  # the candidates and their ranking are TGI's: the chat routes have no best_of
+        dropped.append("best_of")
     if dropped:
         note += f"# {', '.join(dropped)}: not a /v1/chat/completions field; the curl /generate snippet carries them\n"
     return {

@@ -224,7 +224,7 @@ def import_session(text: str) -> tuple[Form, list[dict[str, str]]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise PlaygroundError(f"session file is not JSON: {exc.msg} at line {exc.lineno}") from None
+        raise PlaygroundError(f"session file is not JSON: {exc}") from None
     except RecursionError:  # `[[[[...]]]]` past Python's recursion limit: a file, a link or an autosave alike
         raise PlaygroundError("session file is nested too deeply to read: not a session file") from None
     if not isinstance(data, dict) or data.get("format") != SESSION_FORMAT:

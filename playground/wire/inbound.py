@@ -66,6 +66,8 @@ def from_controls(
     for name in ("best_of", "max_new_tokens"):
         if values.get(name) is not None and values[name] < 1:
             raise ParameterError(f"{name}: must be at least 1, got {values[name]}", field=name)
+    if (values.get("truncate") or 0) < 0:
+        raise ParameterError(f"truncate: must be 0 (off) or more, got {values['truncate']}", field="truncate")
     data: dict[str, Any] = {
         "max_new_tokens": values.get("max_new_tokens"),
         "do_sample": bool(values.get("do_sample")),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gradio as gr
+import pytest
 
 from playground.constraints.examples import EXAMPLES
 from playground.providers.registry import Registry
@@ -107,3 +108,15 @@ def test_a_text_change_is_kept_under_the_kind_the_editor_was_filled_for() -> Non
     saved, title = on_text.fn("regex", "regex", ipv4, saved)
     assert saved == {"json_schema": own, "regex": ipv4}
     assert title["value"] == "IPv4 address"
+
+
+def test_a_negative_truncate_reaches_the_handler_and_is_named() -> None:
+    """truncate's box had minimum=0: Gradio refused -1 before the handler, with "Error" over every output and a
+    toast naming no setting. The box takes any number; the form's check names it under the chat."""
+    from playground.errors import ParameterError
+    from playground.wire import inbound
+
+    demo = create_ui(Registry([]))
+    assert elem_ids(demo)["param-truncate"].minimum is None
+    with pytest.raises(ParameterError, match=r"truncate: must be 0 \(off\) or more, got -1"):
+        inbound.from_controls({"truncate": -1, "max_new_tokens": 5})

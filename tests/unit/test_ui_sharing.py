@@ -79,6 +79,9 @@ def test_a_session_from_another_server_is_fitted_to_this_page_and_each_change_is
         "temperature -1.0 is out of this server's range: set to 0.0",
     ]
     assert sharing.fitted(form, page) == (form, [])
+    many = Form(stop="a\nb\nc\nd\ne\nf")  # a file with six: every Send was refused ("at most 4 items")
+    form, notes = sharing.fitted(many, page)
+    assert form.stop == "a\nb\nc\nd" and notes == ["stop has 6 sequences, at most 4 here: kept the first ones"]
 
 
 def test_a_session_naming_a_model_this_server_does_not_serve_opens_on_its_default_and_says_so() -> None:

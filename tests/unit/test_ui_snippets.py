@@ -187,3 +187,13 @@ def test_every_setting_the_chat_route_takes_travels_and_the_rest_is_named() -> N
     assert "think_first" not in _create_kwargs(code["openai"])
     for name in ("curl_chat", "openai", "outlines"):
         assert "# watermark, typical_p: not a /v1/chat/completions field" in code[name]
+
+
+def test_best_of_is_named_where_the_chat_routes_cannot_carry_it() -> None:
+    """best_of went into the /generate body only: the chat snippets sampled one answer with the base seed, another
+    candidate than the one the chat showed, without a word."""
+    code = snippets.snippets(BASE, "m", INPUTS, "p", params(best_of=2, do_sample=True, seed=2))
+    assert curl_body(code["curl_generate"])[1]["parameters"]["best_of"] == 2
+    for name in ("curl_chat", "openai", "outlines"):
+        assert "# best_of: not a /v1/chat/completions field; the curl /generate snippet carries them" in code[name]
+    assert "best_of" not in snippets.snippets(BASE, "m", INPUTS, "p", params(best_of=1))["openai"]

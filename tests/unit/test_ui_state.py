@@ -174,6 +174,7 @@ def test_session_round_trips() -> None:
     ("text", "message"),
     [
         ("{oops", "session file is not JSON"),
+        ('{"format": "structured-playground-ses', "session file is not JSON: Unterminated string starting at: line 1"),
         ('{"format": "other"}', "not a session file"),
         ('{"format": "structured-playground-session", "settings": {"temprature": 1}}', "session settings: temprature"),
         (
