@@ -61,7 +61,9 @@ def mode(req: ToolRequest) -> str | None:
         return choice
     name = _choice_name(req)
     if name not in names:
-        raise ParameterError(f"tool_choice: no tool named {name!r} in `tools`", field="tool_choice")
+        # a bare string names a tool (TGI's shorthand) unless it is a mode: a misspelt mode lands here
+        words = " (a string is none, auto, required or a tool's name)" if isinstance(req.tool_choice, str) else ""
+        raise ParameterError(f"tool_choice: no tool named {name!r} in `tools`{words}", field="tool_choice")
     return "named"
 
 

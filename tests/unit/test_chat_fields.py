@@ -121,8 +121,8 @@ def test_tgi_bare_string_tool_choice_names_the_function() -> None:
     params = inbound.chat_parameters(req, seed=1)
     assert params.grammar is not None and params.grammar.value == {"type": "object"}
     assert "Call `get_time` now" in tools.with_tools(req, req.messages)[0].text()
-    with pytest.raises(ParameterError, match="tool_choice: no tool named 'nope'"):
-        tools.mode(_request(tools=TOOLS, tool_choice="nope"))
+    with pytest.raises(ParameterError, match=r"no tool named 'requierd' in `tools` \(a string is none, auto, required"):
+        tools.mode(_request(tools=TOOLS, tool_choice="requierd"))  # a misspelt mode is read as a tool's name
 
 
 def test_tgi_tool_prompt_replaces_our_words() -> None:
