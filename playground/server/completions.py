@@ -123,7 +123,7 @@ def _usage(results: list[GenerationResult], n: int, echo_only: bool = False) -> 
     }
     cached = [r.cached_tokens for r in results[::n]]
     if cached and None not in cached:
-        body["prompt_tokens_details"] = {"cached_tokens": sum(cached)}  # type: ignore[arg-type]
+        body["prompt_tokens_details"] = {"cached_tokens": sum(cached)}
     return body
 
 
