@@ -229,8 +229,13 @@ def import_session(text: str) -> tuple[Form, list[dict[str, str]]]:
         raise PlaygroundError("session file is nested too deeply to read: not a session file") from None
     if not isinstance(data, dict) or data.get("format") != SESSION_FORMAT:
         raise PlaygroundError(f'not a session file: expected "format": "{SESSION_FORMAT}"')
+    settings = data.get("settings", {})
+    if not isinstance(settings, dict):
+        raise PlaygroundError(
+            f"session settings must be an object of settings by name, got {json.dumps(settings)[:40]}"
+        )
     try:
-        form = Form.model_validate(data.get("settings", {}))
+        form = Form.model_validate(settings)
     except ValidationError as exc:
         error = parameter_error(exc)
         raise PlaygroundError(f"session settings: {error.message}") from None

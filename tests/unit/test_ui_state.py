@@ -176,6 +176,10 @@ def test_session_round_trips() -> None:
         ("{oops", "session file is not JSON"),
         ('{"format": "structured-playground-ses', "session file is not JSON: Unterminated string starting at: line 1"),
         ('{"format": "other"}', "not a session file"),
+        (
+            '{"format": "structured-playground-session", "settings": null}',
+            "settings must be an object of settings by name, got null",
+        ),
         ('{"format": "structured-playground-session", "settings": {"temprature": 1}}', "session settings: temprature"),
         (
             '{"format": "structured-playground-session", "messages": [{"role": "robot", "content": "x"}]}',
