@@ -101,7 +101,8 @@ def openai_sequence(
 ) -> Sequence:
     """One chat choice (whole, or assembled from a stream) as a Sequence with its own verdict."""
     reason, stop = openai_finish(choice.get("finish_reason"), choice.get("stop_reason"), params.stop, text)
-    count = len(tokens) if tokens else (usage_tokens or 0)
+    # the server's own count wins: its logprobs leave out the end-of-text token that its usage counts
+    count = usage_tokens if usage_tokens is not None else len(tokens)
     return Sequence(
         generated_text=text,
         finish_reason=reason,

@@ -105,7 +105,15 @@ class TGIProvider(RemoteProvider):
             prefill = mapping.prefill_tokens(details)
             length = int(reply.headers.get("x-prompt-tokens") or len(prefill))
             ranked = {"prefill": prefill, "server_ranked": True}
-            return self.result(model, inputs, [best, *others], constraint, input_length=length, total_s=total, **ranked)
+            result = self.result(
+                model, inputs, [best, *others], constraint, input_length=length, total_s=total, **ranked
+            )
+        if params.seed is not None and (params.best_of or 1) > 1:  # outbound.tgi_parameters left it out
+            result.warnings.append(
+                f"seed: {self.who} refuses a seed with best_of > 1, so it was not sent: each candidate drew its own "
+                "(each one's seed is in its details)"
+            )
+        return result
 
     def stream(self, model: str, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
         if not isinstance(inputs, str):

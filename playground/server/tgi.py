@@ -120,18 +120,26 @@ async def _stream_response(request: Request, body: GenerateRequest, model: str |
     return StreamingResponse(_tgi_events(items, body.parameters), media_type="text/event-stream")
 
 
-async def _generate(request: Request, body: GenerateRequest, model: str | None) -> dict[str, Any]:
+async def _generate(
+    request: Request, body: GenerateRequest, model: str | None, response: Response | None = None
+) -> dict[str, Any]:
     provider, model_id = await _prepared(request, model, body.parameters, streaming=False)
     result = await generate_while_connected(request, provider, model_id, body.inputs, body.parameters)
     if result is None:  # the client hung up; nobody reads this answer
         return Response(status_code=499)
+    if response is not None:  # TGI's headers, which its clients (and a TGI provider) read the counts from
+        response.headers["x-prompt-tokens"] = str(result.input_length)
+        response.headers["x-generated-tokens"] = str(result.best.generated_tokens)
+        response.headers["x-total-time"] = str(round(result.timings.total_s * 1000))
     return convert.generate_response(result, body.parameters)
 
 
 @router.post("/generate", summary="Generate tokens (TGI)")
-async def generate(request: Request, body: GenerateRequest, model: str | None = ModelQuery) -> dict[str, Any]:
+async def generate(
+    request: Request, body: GenerateRequest, response: Response, model: str | None = ModelQuery
+) -> dict[str, Any]:
     """TGI's /generate, with grammar kinds choice and grammar and per-token extras."""
-    return await _generate(request, body, model)
+    return await _generate(request, body, model, response)
 
 
 @router.post(
@@ -146,17 +154,21 @@ async def generate_stream(request: Request, body: GenerateRequest, model: str | 
 
 
 @router.post("/", summary="Generate, or stream when `stream` is true (TGI compat route)", responses=JSON_OR_STREAM)
-async def compat_generate(request: Request, body: GenerateRequest, model: str | None = ModelQuery) -> Any:
+async def compat_generate(
+    request: Request, body: GenerateRequest, response: Response, model: str | None = ModelQuery
+) -> Any:
     """TGI's compat route, which huggingface_hub's InferenceClient(base_url=...) posts to."""
-    answer = await generate_or_stream(request, body, model)
+    answer = await generate_or_stream(request, body, model, response)
     return answer if body.stream or isinstance(answer, Response) else [answer]  # (a Response: the client left)
 
 
-async def generate_or_stream(request: Request, body: GenerateRequest, model: str | None = None) -> Any:
+async def generate_or_stream(
+    request: Request, body: GenerateRequest, model: str | None = None, response: Response | None = None
+) -> Any:
     """TGI's generate answer, or its stream when the body's `stream` is true."""
     if body.stream:
         return await _stream_response(request, body, model)
-    return await _generate(request, body, model)
+    return await _generate(request, body, model, response)
 
 
 @router.get("/info", summary="Served model info and limits (TGI)")

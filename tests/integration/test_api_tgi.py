@@ -110,6 +110,18 @@ def test_generate_without_details_and_with_full_text(server_url: str) -> None:
     assert data["generated_text"].startswith("1, 2, 3,") and len(data["generated_text"]) > len("1, 2, 3,")
 
 
+def test_generate_sends_tgis_token_count_headers(server_url: str) -> None:
+    """x-prompt-tokens and x-generated-tokens, which TGI's clients (and this project's TGI provider, for usage) read:
+    a playground behind another playground's TGI provider reported 0 prompt tokens."""
+    body = {"inputs": "1, 2, 3,", "parameters": {"max_new_tokens": 3, "details": True, "decoder_input_details": True}}
+    for route in ("/generate", "/"):
+        reply = post(server_url, route, body)
+        data = reply.json() if route == "/generate" else reply.json()[0]
+        assert reply.headers["x-prompt-tokens"] == str(len(data["details"]["prefill"]))
+        assert reply.headers["x-generated-tokens"] == str(data["details"]["generated_tokens"])
+        assert reply.headers["x-total-time"].isdigit()
+
+
 def test_finish_reasons_length_and_stop_sequence(server_url: str) -> None:
     length = post(
         server_url, "/generate", {"inputs": "1, 2, 3, 4,", "parameters": {"max_new_tokens": 2, "details": True}}

@@ -214,9 +214,14 @@ def test_tgi_generate_sends_tgi_parameters_and_grammar(serve, grammar: dict, exp
 
 def test_tgi_best_of_sends_no_seed_as_tgi_requires(serve) -> None:
     stub = serve({"POST /generate": StubReply(json=tgi_generation("7"))})
-    tgi(stub.url).generate("model", "prompt", GenerateParameters(best_of=2, do_sample=True, seed=3, max_new_tokens=2))
+    params = GenerateParameters(best_of=2, do_sample=True, seed=3, max_new_tokens=2)
+    result = tgi(stub.url).generate("model", "prompt", params)
     parameters = stub.last("/generate").body["parameters"]
     assert parameters["best_of"] == 2 and "seed" not in parameters
+    assert result.warnings == [  # the seed left out was silent: a seeded run that could not be repeated
+        "seed: provider 'tg' (remote::tgi) refuses a seed with best_of > 1, so it was not sent: each candidate drew "
+        "its own (each one's seed is in its details)"
+    ]
 
 
 def test_tgi_refuses_a_lark_grammar_and_custom_processors(serve) -> None:
