@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import httpx
 import pytest
 
 from playground.errors import UnsupportedConstraintError
@@ -164,3 +165,16 @@ def test_vllm_n_and_stream(vllm) -> None:
         )
     )
     assert re.fullmatch("[0-9]{4}", items[-1].best.generated_text) and items[-1].best.validation.valid is True
+
+
+def test_a_stop_sequence_through_an_openai_style_server_is_a_stop_sequence(vllm, server_url: str) -> None:
+    """The server left vLLM's stop_reason out, and an OpenAI-style answer leaves the stop string out of its text:
+    a stop hit came back through a vLLM provider as eos_token."""
+    count = [ChatMessage(role="user", content="Count: one, two, three, four.")]
+    greedy = GenerateParameters(max_new_tokens=16)
+    stop = vllm.generate(MODEL, count, greedy).best.generated_text.split()[1]  # a word the greedy answer writes
+    body = {"messages": [m.model_dump() for m in count], "max_tokens": 16, "temperature": 0, "stop": [stop]}
+    choice = httpx.post(f"{server_url}/v1/chat/completions", json=body, timeout=120).json()["choices"][0]
+    assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", stop)
+    through = vllm.generate(MODEL, count, greedy.model_copy(update={"stop": [stop]}))
+    assert through.best.finish_reason == "stop_sequence"
