@@ -45,6 +45,7 @@ from playground.types import (
     TokenPrompt,
     Validation,
 )
+from playground.types.base import FIT_CONTEXT
 from playground.types.sizes import MAX_BEST_OF, MAX_PROMPT_CHARS, MAX_TOP_N_TOKENS, nth_seed
 from playground.wire import checks
 
@@ -135,6 +136,9 @@ class Engine:
             ids = list(inputs.ids)
         else:
             ids = self._encode(prompt, add_special_tokens=isinstance(inputs, str))
+        if truncate == FIT_CONTEXT:  # vLLM's -1: what the context leaves beside the answer's max_new_tokens
+            answer = params.max_new_tokens if params is not None and params.max_new_tokens is not None else 1
+            truncate = max(1, min(self.max_input_tokens, self.max_total_tokens - answer))
         if truncate:
             ids = ids[-truncate:]
         if not ids:

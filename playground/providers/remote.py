@@ -15,6 +15,7 @@ from playground.providers.base import Capabilities, Inputs
 from playground.providers.http import RemoteClient
 from playground.providers.loading import LoadingPolicy
 from playground.types import GenerateParameters, GenerationResult, ModelInfo, Sequence
+from playground.types.base import FIT_CONTEXT
 from playground.types.sizes import MAX_TOP_N_TOKENS
 from playground.wire import checks, outbound
 
@@ -136,6 +137,12 @@ class RemoteProvider:
                     f"{name} is not supported by {self.who}",
                     field=f"parameters.{name}",
                 )
+        if params.truncate == FIT_CONTEXT and self.dialect not in outbound.RENAMED:  # TGI's truncate is a count
+            raise ParameterError(
+                f"truncate -1 (as many of the prompt's last tokens as the context holds) is not supported by "
+                f"{self.who}: give a number of tokens",
+                field="parameters.truncate",
+            )
         checks.check_best_of(params)
 
     def result(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from playground.types.sizes import MAX_INPUT_CHARS, MAX_NAME_CHARS, MAX_PROCESSOR_PARAM_CHARS, MAX_STOP_CHARS
 
@@ -19,6 +19,17 @@ TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1, max_
 Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
 StopText = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
 ParamText = Annotated[str, Field(max_length=MAX_PROCESSOR_PARAM_CHARS)]
+FIT_CONTEXT = -1  # a truncation to as many of the prompt's last tokens as the context leaves room for (vLLM's -1)
+
+
+def _kept_tokens(value: int) -> int:
+    if value == 0:
+        raise ValueError("must be -1 (as many of the last tokens as the context holds) or 1 or more")
+    return value
+
+
+# vLLM's truncate_prompt_tokens: keep the prompt's last k tokens, or -1: as many as the context leaves room for.
+KeptTokens = Annotated[int, Field(ge=FIT_CONTEXT), AfterValidator(_kept_tokens)]
 
 
 class Strict(BaseModel):

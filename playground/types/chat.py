@@ -17,7 +17,7 @@ from pydantic import (
     model_validator,
 )
 
-from playground.types.base import EngineName, Name, ResponseBody, StopText, Strict
+from playground.types.base import EngineName, KeptTokens, Name, ResponseBody, StopText, Strict
 from playground.types.params import ProcessorSpec, Sampling
 from playground.types.sizes import MAX_INPUT_CHARS, MAX_MESSAGES, MAX_PROCESSORS, MAX_SEED
 
@@ -299,7 +299,9 @@ class ChatCompletionRequest(OpenAISampling):
         default=False,
         description="Open a reasoning block before the answer (plain-text <think> where the model has none).",
     )
-    truncate_prompt_tokens: int | None = Field(default=None, ge=1, description="vLLM's: keep the last k tokens.")
+    truncate_prompt_tokens: KeptTokens | None = Field(
+        default=None, description="vLLM's: keep the last k tokens; -1: as many as the context leaves room for."
+    )
     # Accepted and named in `warnings`, or refused by name: see playground.wire.chat_fields.
     metadata: Any = None
     store: Any = None

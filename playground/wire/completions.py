@@ -18,7 +18,7 @@ from playground.types import (
     TokenEvent,
     pieces,
 )
-from playground.types.base import InputText, Name, TokenIds
+from playground.types.base import InputText, KeptTokens, Name, TokenIds
 from playground.types.chat import OpenAISampling
 from playground.types.sizes import MAX_CHOICES, MAX_INPUT_CHARS
 from playground.wire import chat_fields, inbound
@@ -49,7 +49,9 @@ class CompletionRequest(OpenAISampling):
     do_sample: bool | None = Field(default=None, description="TGI's: false (with no warper set) is greedy.")
     top_n_tokens: int | None = Field(default=None, ge=0, le=20, description="TGI's name for `logprobs`.")
     typical_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    truncate: int | None = Field(default=None, ge=1, description="TGI's: keep the prompt's last k tokens.")
+    truncate: KeptTokens | None = Field(
+        default=None, description="TGI's: keep the prompt's last k tokens (-1: vLLM's)."
+    )
     watermark: bool | None = None
     return_full_text: bool | None = Field(default=None, description="TGI's name for `echo`.")
     adapter_id: Name | None = None
@@ -57,7 +59,7 @@ class CompletionRequest(OpenAISampling):
     decoder_input_details: bool | None = None
     # vLLM's extras of this route, as its chat route takes them (chat_fields): implemented, ignored or refused by name
     ignore_eos: bool | None = Field(default=None, description="vLLM's: the answer has exactly max_tokens tokens.")
-    truncate_prompt_tokens: int | None = Field(default=None, ge=1, description="vLLM's name for `truncate`.")
+    truncate_prompt_tokens: KeptTokens | None = Field(default=None, description="vLLM's name for `truncate`.")
     skip_special_tokens: bool | None = None
     include_stop_str_in_output: bool | None = None
     spaces_between_special_tokens: bool | None = None

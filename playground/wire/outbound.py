@@ -38,17 +38,21 @@ CARRIED: dict[Dialect, tuple[str, ...]] = {
         "fast_forward",
     ),
 }
+# Fields of ours that a dialect's chat body carries under its own name: vLLM's truncate_prompt_tokens (-1 too).
+RENAMED: dict[Dialect, dict[str, str]] = {
+    "vllm": {"truncate": "truncate_prompt_tokens"},
+    "chat": {"truncate": "truncate_prompt_tokens"},
+}
 # Non-sampling GenerateParameters fields each dialect has no field for.
 _NOT_CARRIED: dict[Dialect, tuple[str, ...]] = {
-    # our own chat route: truncate as vLLM's truncate_prompt_tokens, processors and the engine by name
-    # (playground_chat_body)
+    # our own chat route: processors and the engine by name (playground_chat_body)
     "chat": tuple(
         n
         for n in _NOT_OPENAI
-        if n not in CARRIED["chat"] and n not in ("truncate", "logits_processors", "constraint_engine")
+        if n not in (*CARRIED["chat"], *RENAMED["chat"]) and n not in ("logits_processors", "constraint_engine")
     ),
     "openai": tuple(n for n in _NOT_OPENAI if n not in CARRIED["openai"]),
-    "vllm": tuple(n for n in _NOT_OPENAI if n not in CARRIED["vllm"]),
+    "vllm": tuple(n for n in _NOT_OPENAI if n not in (*CARRIED["vllm"], *RENAMED["vllm"])),
     "tgi": EXTENSIONS,
 }
 
@@ -73,6 +77,9 @@ def sampling_fields(params: GenerateParameters, dialect: Dialect) -> dict[str, A
         value = getattr(params, name)
         if value is not None and value != GenerateParameters.model_fields[name].default:
             fields[name] = value
+    for name, theirs in RENAMED.get(dialect, {}).items():
+        if getattr(params, name):  # (truncate 0 is off)
+            fields[theirs] = getattr(params, name)
     if params.seed is not None:
         fields["seed"] = params.seed
     if params.stop:
@@ -159,8 +166,6 @@ def playground_chat_body(model: str, messages: list[dict[str, Any]], params: Gen
         body["logits_processors"] = [spec.model_dump() for spec in params.logits_processors]
     if params.constraint_engine != "auto":
         body["constraint_engine"] = params.constraint_engine
-    if params.truncate:
-        body["truncate_prompt_tokens"] = params.truncate
     return body
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StringConstraints, ValidationError, field_validator
 
 from playground.errors import ParameterError
-from playground.types.base import InputText, Name
+from playground.types.base import FIT_CONTEXT, InputText, Name
 from playground.types.chat import (
     MAX_ARGUMENT_NESTING,
     FunctionCall,
@@ -37,7 +37,6 @@ IGNORED = (
     "prompt_cache_key",
     "prompt_cache_retention",
     "safety_identifier",
-    "truncation",
     "max_tool_calls",
 )
 ROLES = ("user", "assistant", "system", "developer")
@@ -216,6 +215,8 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
         "tools": tools,
         "tool_choice": tool_choice,
         "parallel_tool_calls": req.parallel_tool_calls,
+        # "auto": the prompt's first tokens go where it outgrows the context (vLLM's reading: its last tokens kept)
+        "truncate_prompt_tokens": FIT_CONTEXT if req.truncation == "auto" else None,
         "stream": req.stream,
     }
     try:
@@ -495,7 +496,7 @@ def response_body(
         "tools": req.tools or [],
         "top_logprobs": req.top_logprobs,
         "top_p": 1.0 if req.top_p is None else req.top_p,
-        "truncation": "disabled",
+        "truncation": req.truncation or "disabled",
         "usage": None,
         "user": req.user,
         "metadata": req.metadata or {},

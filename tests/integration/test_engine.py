@@ -327,6 +327,21 @@ def test_truncate_keeps_the_last_tokens(engine):
     assert "".join(p.text for p in result.prefill).strip() == "five six"
 
 
+def test_truncate_minus_one_keeps_what_the_context_leaves_beside_the_answer(engine, monkeypatch):
+    """vLLM's truncate_prompt_tokens -1 (and the Responses API's truncation "auto"): the prompt's last tokens, as many
+    as the context holds beside max_new_tokens; unset, beside one token."""
+    prompt = "one two three four five six seven eight nine ten"
+    ids = engine.encode_prompt(prompt)[1]
+    length = len(ids)
+    monkeypatch.setattr(engine, "max_total_tokens", length - 2)
+    monkeypatch.setattr(engine, "max_input_tokens", length - 3)
+    params = GenerateParameters(max_new_tokens=3, truncate=-1, decoder_input_details=True)
+    result = engine.generate(prompt, params)
+    assert result.input_length == length - 5 and result.best.generated_tokens <= 3
+    assert "".join(p.text for p in result.prefill).endswith(" nine ten")
+    assert engine.encode_prompt(prompt, -1, GenerateParameters())[1] == ids[-(length - 3) :]
+
+
 def test_adapter_id_loads_a_peft_adapter(engine, tmp_path):
     import peft
     import torch

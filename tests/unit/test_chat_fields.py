@@ -8,6 +8,7 @@ from typing import Any
 import openai.types.chat.completion_create_params as openai_params
 import pytest
 import torch
+from pydantic import ValidationError
 from text_generation.types import ChatRequest as TGIChatRequest
 from text_generation.types import Message
 
@@ -15,7 +16,7 @@ from playground.constraints import Constraint
 from playground.decoding import chat_template, sampling
 from playground.errors import ParameterError
 from playground.types import ChatMessage, GenerateParameters
-from playground.wire import chat_fields, completions, inbound, tools
+from playground.wire import chat_fields, completions, inbound, responses, tools
 from playground.wire.controls import BY_NAME, carried_by
 
 USER = [{"role": "user", "content": "hi"}]
@@ -94,6 +95,13 @@ def test_new_sampling_fields_reach_the_parameters() -> None:
     assert params.decoder_input_details is True
     assert (params.add_generation_prompt, params.chat_template_kwargs) == (False, {"enable_thinking": False})
     assert inbound.chat_parameters(_request(ignore_eos=True, max_tokens=9), seed=1).min_tokens == 9
+    assert inbound.chat_parameters(_request(truncate_prompt_tokens=-1), seed=1).truncate == -1  # vLLM's: fit
+
+
+@pytest.mark.parametrize("value", [0, -2])
+def test_truncate_prompt_tokens_is_minus_one_or_a_count(value: int) -> None:
+    with pytest.raises(ValidationError, match="truncate_prompt_tokens"):
+        _request(truncate_prompt_tokens=value)
 
 
 def test_prompt_logprobs_in_a_stream_is_refused_as_vllm_refuses_it() -> None:
@@ -358,3 +366,14 @@ def test_a_past_calls_arguments_reach_the_template_as_an_object() -> None:
     llama = "{% for c in messages[0].tool_calls %}{{ c.function.arguments | tojson }}{% endfor %}"
     rendered = render_jinja_template(conversations=[[past]], chat_template=llama)[0][0]
     assert rendered.startswith('{"city": "Oslo"}')
+
+
+def test_responses_truncation_auto_is_vllms_minus_one_and_is_echoed() -> None:
+    """OpenAI's truncation "auto" drops what outgrows the context; vLLM reads it as truncate_prompt_tokens -1. It was
+    accepted, ignored and echoed as "disabled"."""
+    auto = responses.ResponsesRequest.model_validate({"input": "hi", "truncation": "auto"})
+    assert responses.chat_request(auto).truncate_prompt_tokens == -1 and auto.warnings() == []
+    assert responses.response_body(auto, responses.new_ids(), "m")["truncation"] == "auto"
+    plain = responses.ResponsesRequest.model_validate({"input": "hi", "truncation": "disabled"})
+    assert responses.chat_request(plain).truncate_prompt_tokens is None
+    assert responses.response_body(plain, responses.new_ids(), "m")["truncation"] == "disabled"

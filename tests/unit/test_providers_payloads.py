@@ -336,3 +336,21 @@ def test_penalties_bias_and_template_options_reach_the_servers_that_take_them(se
     assert {k: sent[k] for k in extras} == extras and sent["presence_penalty"] == 0.5
     with pytest.raises(ParameterError, match="presence_penalty is not supported by"):
         tgi(stub.url).generate("m", "count", GenerateParameters(presence_penalty=0.5))
+
+
+def test_truncate_reaches_vllm_as_truncate_prompt_tokens_and_tgi_refuses_minus_one(serve) -> None:
+    """vLLM names TGI's truncate truncate_prompt_tokens and takes -1 (fit the context); TGI's is a count."""
+    stub = serve({**CHAT, "POST /generate": StubReply(json=tgi_generation("x"))})
+    for value in (12, -1):
+        vllm(stub.url).generate("m", MESSAGES, GenerateParameters(truncate=value))
+        sent = stub.last("/v1/chat/completions").body
+        assert sent["truncate_prompt_tokens"] == value and "truncate" not in sent
+    tgi(stub.url).generate("m", "count", GenerateParameters(truncate=12))
+    assert stub.last("/generate").body["parameters"]["truncate"] == 12
+    with pytest.raises(
+        ParameterError,
+        match=r"truncate -1 \(as many of the prompt's last tokens .*\) is not supported "
+        r"by provider 'tg' \(remote::tgi\): give a number of tokens",
+    ) as caught:
+        tgi(stub.url).generate("m", "count", GenerateParameters(truncate=-1))
+    assert caught.value.field == "parameters.truncate"

@@ -110,7 +110,7 @@ def test_unknown_request_field_is_rejected_by_name() -> None:
         ("repetition_penalty", 0.0),
         ("frequency_penalty", -2.0),
         ("max_new_tokens", -1),
-        ("truncate", -1),
+        ("truncate", -2),
         ("stop", ["a", "b", "c", "d", "e"]),
     ],
 )
