@@ -34,13 +34,14 @@ class ModelRunner:
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
         # A tool-call envelope's special tokens (`<tool_call>`, `[TOOL_CALLS]`) are markup the answer's text keeps:
-        # the calls are read back from it. Every other special token stays out of the text.
+        # the calls are read back from it. Every other special token stays out of the text: the named ones (bos,
+        # eos, ...) and the added ones marked special (SmolLM2's `<file_sep>`, `<empty_output>`, ...), which
+        # all_special_ids leaves out.
         skipped = set(self.tokenizer.all_special_ids) | {
             i for i, t in (getattr(self.tokenizer, "added_tokens_decoder", {}) or {}).items() if t.special
         }
         self.markup_ids = {i for i in skipped if self.tokenizer.convert_ids_to_tokens(i) in tool_formats.MARKUP}
-        self.special_ids = set(self.tokenizer.all_special_ids) - self.markup_ids
-        self._hidden_ids = skipped - self.markup_ids
+        self.special_ids = skipped - self.markup_ids
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
         self._token_text: dict[int, str] = {}
@@ -125,7 +126,7 @@ class ModelRunner:
         """The answer's text of these tokens: special tokens left out, the envelope's markup kept."""
         if not self.markup_ids:
             return self.tokenizer.decode(token_ids, skip_special_tokens=True)
-        kept = [i for i in token_ids if i not in self._hidden_ids]
+        kept = [i for i in token_ids if i not in self.special_ids]
         return self.tokenizer.decode(kept, skip_special_tokens=False)
 
     def ids(self, token_ids: list[int]) -> torch.Tensor:

@@ -40,6 +40,8 @@ def named_as_sent(names: Mapping[str, str | None]) -> Iterator[None]:
         if exc.field is None and isinstance(exc, ConstraintError):
             exc.field = names.get("grammar")
             raise
+        if exc.field and exc.field.startswith("parameters."):  # a remote provider's refusal names TGI's body
+            exc.field = exc.field.removeprefix("parameters.")
         sent = names.get(exc.field or "")
         if sent:
             exc.message = re.sub(rf"\b{re.escape(exc.field or '')}\b", sent, exc.message)

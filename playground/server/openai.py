@@ -105,6 +105,7 @@ async def chat_completions(request: Request, body: ChatRequest) -> Any:
         names={
             "inputs": "messages",
             **chat.length_field(body),
+            "truncate": "truncate_prompt_tokens",
             "grammar": inbound.constraint_field(body),
             # a budget that came by name: the error names reasoning_effort, the field the client sent
             "max_reasoning_tokens": "reasoning_effort" if body.max_reasoning_tokens is None else None,

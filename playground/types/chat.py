@@ -251,7 +251,8 @@ class OpenAISampling(Request, Sampling):
     top_k: int | None = Field(default=None, ge=-1, description="vLLM's: 0 and -1 mean off.")
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     n: int = Field(default=1, ge=1)
-    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
+    # OpenAI's and vLLM's seed is any int64 (clients send -1): a negative one is read modulo 2**63 (base_seed)
+    seed: int | None = Field(default=None, ge=-(MAX_SEED + 1), le=MAX_SEED)
     stop: StopText | list[StopText] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None

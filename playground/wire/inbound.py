@@ -17,6 +17,7 @@ from playground.constraints.schema_check import check_schema
 from playground.errors import ConstraintError, ParameterError
 from playground.types import ChatCompletionRequest, ChatMessage, GenerateParameters, GrammarType, ProcessorSpec
 from playground.types.chat import OpenAISampling, Request
+from playground.types.sizes import MAX_SEED
 from playground.wire import chat_fields, checks, tools
 from playground.wire.controls import BY_NAME, carried_by, sampling_values
 from playground.wire.errors import parameter_error
@@ -247,8 +248,9 @@ def _whitespace(req: ChatCompletionRequest) -> str | None:
 
 
 def base_seed(req: OpenAISampling) -> int:
-    """Choice i is sampled with seed base+i, so each choice is reproducible on its own."""
-    return req.seed if req.seed is not None else random.randrange(2**31)
+    """Choice i is sampled with seed base+i, so each choice is reproducible on its own; a negative seed (OpenAI's is any
+    int64) is taken modulo 2**63, the range of TGI's seeds here."""
+    return req.seed % (MAX_SEED + 1) if req.seed is not None else random.randrange(2**31)
 
 
 def final_message(req: ChatCompletionRequest) -> str | None:

@@ -149,7 +149,7 @@ class ResponsesRequest(Request, Sampling):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_k: int | None = Field(default=None, ge=-1)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
+    seed: int | None = Field(default=None, ge=-(MAX_SEED + 1), le=MAX_SEED)  # any int64, as chat's
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     include: list[IncludeItem] | None = Field(default=None, max_length=16)
     reasoning: Reasoning | None = None

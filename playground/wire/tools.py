@@ -79,7 +79,9 @@ def grammar(req: ToolRequest, other: dict[str, Any] | None, fmt: ToolFormat | No
     how = mode(req)
     if how is None:
         return other
-    answer = _answer_schema(other) if how == "auto" and other is not None else None
+    answer = _answer_schema(other) if other is not None else None  # (checked under every mode: a regex is a 400)
+    if how != "auto":
+        answer = None
     tools = req.tools or []
     if fmt is not None:
         tool_schema.check(tools)

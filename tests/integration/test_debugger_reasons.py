@@ -42,6 +42,16 @@ def test_listed_keys_are_exactly_the_remaining_keys_the_constraint_accepts(engin
         assert refused.offset <= len(prefix) + 1 + len(key)
 
 
+def test_every_special_token_is_named_as_such_not_only_the_named_ones(engine) -> None:
+    """SmolLM2 marks 17 added tokens special (`<file_sep>`, `<empty_output>`, ...), all_special_ids lists three: the
+    others got a text token's reason ("a key starts with `\"`")."""
+    added = sorted(i for i, t in engine.tokenizer.added_tokens_decoder.items() if t.special)
+    assert len(added) > len(engine.tokenizer.all_special_ids)
+    added = [i for i in added if i not in engine.runner.eos_ids]  # (its reason is the end of text's)
+    for reason in reasons_at(engine, JSON, '{"name": "A", ', added).reasons:
+        assert not reason.allowed and reason.reason.startswith("the special token `"), reason
+
+
 def test_max_length_reached(engine) -> None:
     text = '{"name": "Adaxyz", "age": 3}'
     refused = check_text(engine, JSON, text).first_refused

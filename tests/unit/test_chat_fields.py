@@ -377,3 +377,14 @@ def test_responses_truncation_auto_is_vllms_minus_one_and_is_echoed() -> None:
     plain = responses.ResponsesRequest.model_validate({"input": "hi", "truncation": "disabled"})
     assert responses.chat_request(plain).truncate_prompt_tokens is None
     assert responses.response_body(plain, responses.new_ids(), "m")["truncation"] == "disabled"
+
+
+@pytest.mark.parametrize("seed", [-1, -5, -(2**63)])
+def test_a_negative_seed_is_taken_as_openai_and_vllm_take_any_int64(seed: int) -> None:
+    """A 400 before ("greater than or equal to 0"): clients send -1. It is read modulo 2**63, the engine's range."""
+    assert inbound.base_seed(_request(seed=seed)) == seed % 2**63
+    assert completions.CompletionRequest(prompt="hi", seed=seed).seed == seed
+    chat = responses.chat_request(responses.ResponsesRequest.model_validate({"input": "hi", "seed": seed}))
+    assert inbound.base_seed(chat) == seed % 2**63
+    with pytest.raises(ValidationError, match="seed"):
+        _request(seed=-(2**63) - 1)

@@ -106,6 +106,7 @@ def test_a_loopback_bind_answers_to_loopback_names_unless_told_otherwise() -> No
     ("argv", "message"),
     [
         (["--threads", "0"], "argument --threads: must be at least 1, got 0"),
+        (["--max-concurrent", "-1"], "argument --max-concurrent: must be at least 1, got -1"),  # was "0 or more"
         (["--port", "70000"], "argument --port: must be 0 to 65535, got 70000"),
         (["--stall-timeout", "-1"], "argument --stall-timeout: must be a number of seconds above 0"),
         (["--compile-timeout", "nan"], "argument --compile-timeout: must be a number of seconds above 0"),

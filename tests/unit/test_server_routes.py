@@ -262,6 +262,17 @@ def test_an_error_names_its_field_as_the_route_s_client_sent_it_in_param_and_mes
     with pytest.raises(ParameterError) as caught, named_as_sent({"top_p": "p"}):
         raise ParameterError("temperature: too hot", field="temperature")  # another field's: as it was
     assert caught.value.field == "temperature" and caught.value.message == "temperature: too hot"
+    # a remote provider refuses by TGI's body ("parameters.top_k"): the chat and completions routes have no `parameters`
+    with pytest.raises(ParameterError) as caught, named_as_sent({"truncate": "truncate_prompt_tokens"}):
+        raise ParameterError("top_k is not supported by provider 'oa' (remote::openai)", field="parameters.top_k")
+    assert (
+        caught.value.field == "top_k"
+        and caught.value.message == "top_k is not supported by provider 'oa' (remote::openai)"
+    )
+    with pytest.raises(ParameterError) as caught, named_as_sent({"truncate": "truncate_prompt_tokens"}):
+        raise ParameterError("truncate is not supported by provider 'oa' (remote::openai)", field="parameters.truncate")
+    assert caught.value.field == "truncate_prompt_tokens"
+    assert caught.value.message == "truncate_prompt_tokens is not supported by provider 'oa' (remote::openai)"
 
 
 def test_a_responses_error_names_the_field_its_client_sent() -> None:

@@ -261,5 +261,6 @@ def test_beside_a_response_format_an_answer_cut_off_is_content_and_a_call_is_a_c
 def test_beside_a_response_format_a_forced_call_ignores_it_and_other_formats_are_refused() -> None:
     required = inbound.chat_parameters(_with_format(FORMAT, tool_choice="required"), 1).grammar
     assert required is not None and required.type == "json" and "arguments" in required.value["properties"]
-    with pytest.raises(ParameterError, match="a response format must be a JSON schema .*, not regex"):
-        inbound.chat_parameters(_with_format({"type": "regex", "value": "a+"}), 1)
+    for choice in ("auto", "required", {"type": "function", "function": {"name": "get_weather"}}):  # forced too
+        with pytest.raises(ParameterError, match="a response format must be a JSON schema .*, not regex"):
+            inbound.chat_parameters(_with_format({"type": "regex", "value": "a+"}, tool_choice=choice), 1)
