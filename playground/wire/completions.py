@@ -86,6 +86,8 @@ class CompletionRequest(OpenAISampling):
         by `parameters`)."""
         if self.logprobs is None and self.top_n_tokens is not None:
             self.logprobs = self.top_n_tokens
+        if self.return_full_text is not None and "echo" in self.model_fields_set and self.echo != self.return_full_text:
+            raise ValueError("return_full_text: TGI's name for echo; give one of them")
         self.echo = self.echo or bool(self.return_full_text)
         return self
 

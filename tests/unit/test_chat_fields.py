@@ -336,6 +336,9 @@ def test_completions_take_vllm_s_extras_as_chat_does() -> None:
         return completions.parameters(completions.CompletionRequest(prompt="hi", **fields), seed=1)
 
     assert completion(ignore_eos=True, max_tokens=9).min_tokens == 9
+    with pytest.raises(ValidationError, match="return_full_text: TGI's name for echo; give one of them"):
+        completions.CompletionRequest(prompt="hi", return_full_text=True, echo=False)  # it echoed without a word
+    assert completions.CompletionRequest(prompt="hi", return_full_text=True, echo=True).echo
     assert completion(min_tokens=3).min_tokens == 3 and completion(truncate_prompt_tokens=50).truncate == 50
     assert completion(skip_special_tokens=True, include_stop_str_in_output=False).max_new_tokens == 16
     request = completions.CompletionRequest(prompt="hi", guided_decoding_backend="xgrammar")
