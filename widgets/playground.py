@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import threading
 from dataclasses import asdict
@@ -151,6 +152,17 @@ class Playground(_SamplingTraits):
         self.examples = _examples()
         self.processor_choices = _processor_choices()
         self.constraint_problem = self._problem()
+        self._settled = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A setting's name misspelt (`pg.max_new_tokns = 1`) is an error, as in the constructor: it would be a new
+        attribute nothing reads. Private names and what the widget and its bases define pass as ever."""
+        known = name.startswith("_") or hasattr(type(self), name) or name in self.__dict__
+        if not known and self.__dict__.get("_settled"):
+            close = difflib.get_close_matches(name, self.trait_names(sync=True), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise AttributeError(f"Playground has no setting {name!r}{hint}")
+        super().__setattr__(name, value)
 
     @staticmethod
     def _connect(

@@ -106,6 +106,12 @@ def test_the_widget_picks_the_constraint_engine_and_refuses_settings_it_does_not
     assert pg.run().constraint_engine == "xgrammar"  # (the setting was dropped: llguidance answered)
     with pytest.raises(TypeError, match="unknown settings: max_tokens"):
         Playground(model="embedded", max_tokens=4)
+    with pytest.raises(
+        AttributeError, match="Playground has no setting 'max_new_tokns' .did you mean 'max_new_tokens'"
+    ):
+        pg.max_new_tokns = 1  # (a new attribute nothing read: the run went on with 4)
+    pg.top_k, pg._scratch = 5, 1  # settings and private names as ever
+    assert pg.top_k == 5
     with pytest.raises(ParameterError, match="prompts: a list of prompts, not one string"):
         pg.evaluate("Color:")
 
