@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import sys
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -203,6 +204,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     if problem:
         _stop(problem, 2)
+    try:  # before the model loads: a port in use or a host this machine does not have is said at once
+        sock = bind(args.host, args.port)
+    except OSError as exc:
+        _stop(f"cannot bind {args.host}:{args.port}: {exc}", 1)
+    args.port = sock.getsockname()[1]  # (--port 0: the one the system chose)
     try:
         registry = build_registry(args)
     except PlaygroundError as exc:
@@ -229,10 +235,24 @@ def main(argv: list[str] | None = None) -> None:
     if registry.startup is not None:  # after the page is built: on 2 vCPU the load would slow its build
         registry.startup.start()
     log.info("ready in %.1f s: http://%s:%d (API docs at /docs)", time.perf_counter() - started, args.host, args.port)
-    uvicorn.run(app, **uvicorn_options(args))
+    uvicorn.Server(uvicorn.Config(app, **uvicorn_options(args))).run(sockets=[sock])
 
 
 SHUTDOWN_GRACE_S = 5
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The server's socket, bound as uvicorn binds one (IPv6 for an address with a colon); it listens once uvicorn
+    starts, so until then a client is refused, not kept waiting."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
 
 
 def allowed_hosts(args: argparse.Namespace) -> list[str] | None:

@@ -78,6 +78,15 @@ def non_negative(text: str) -> int:
     return value
 
 
+def key_text(text: str) -> str:
+    """A key without the whitespace around it (a secrets file's last newline): HTTP clients strip or refuse it in a
+    header, so a key that kept it could never be sent. Nothing but whitespace would leave the server open."""
+    key = text.strip()
+    if not key:
+        raise argparse.ArgumentTypeError("empty: leave the flag out for a server without a key")
+    return key
+
+
 def positive(text: str) -> int:
     value = _integer(text)
     if value < 1:
@@ -195,7 +204,8 @@ class ServerOptions:
         None,
         "require the key on the whole server except /health: API routes take `Authorization: Bearer KEY`, the UI "
         "asks for a login (any user name, KEY as the password) (default: $PLAYGROUND_API_KEY)",
-        flag_default=lambda: os.environ.get("PLAYGROUND_API_KEY"),
+        flag_default=lambda: os.environ.get("PLAYGROUND_API_KEY") or None,  # (set but empty: no key, as unset)
+        type=key_text,
         metavar="KEY",
     )
     max_concurrent: int = option(

@@ -179,6 +179,22 @@ class Registry:
         provider, model_id = self.resolve(model)
         return local_engine(provider, model_id, what)
 
+    def context_lengths(self) -> dict[str, int]:
+        """Each loaded local model's context (vLLM's max_model_len in /v1/models), by the names it is served as; a
+        model still loading or served remotely is left out (its provider would have to be asked)."""
+        engines = {
+            (lender.provider_id, engine.model_id): engine
+            for lender in (cast(EngineLender, p) for p in self.providers.values() if p.capabilities.local_engine)
+            for engine in lender.loaded_engines()
+        }
+        lengths = {}
+        for pid, model in self.models():
+            lender = cast(EngineLender, self.providers[pid])
+            engine = engines.get((pid, lender.known(model) or model)) if lender.capabilities.local_engine else None
+            if engine is not None:
+                lengths[model] = lengths[engine.model_id] = engine.max_total_tokens
+        return lengths
+
     def models(self) -> list[tuple[str, str]]:
         """(provider_id, model) pairs, grouped by provider."""
         with self._lock:

@@ -33,8 +33,10 @@ class RegisterModel(Strict):
     provider_id: Name
 
 
-def _model_card(model: str, provider_id: str) -> dict[str, Any]:
-    return {"id": model, "object": "model", "created": int(time.time()), "owned_by": provider_id}
+def _model_card(model: str, provider_id: str, max_model_len: int | None = None) -> dict[str, Any]:
+    """OpenAI's model object; vLLM's `max_model_len` where the model is loaded here (clients size prompts by it)."""
+    card = {"id": model, "object": "model", "created": int(time.time()), "owned_by": provider_id}
+    return card if max_model_len is None else {**card, "max_model_len": max_model_len}
 
 
 def _adapter_card(adapter: str, model: str, provider_id: str) -> dict[str, Any]:
@@ -45,7 +47,8 @@ def _adapter_card(adapter: str, model: str, provider_id: str) -> dict[str, Any]:
 @router.get("/models", summary="Served models, by provider, then the adapters they list")
 async def list_models(request: Request) -> dict[str, Any]:
     registry = registry_of(request)
-    models = [_model_card(m, pid) for pid, m in registry.models()]
+    lengths = registry.context_lengths()
+    models = [_model_card(m, pid, lengths.get(m)) for pid, m in registry.models()]
     return {"object": "list", "data": models + [_adapter_card(a, m, pid) for pid, m, a in registry.adapters()]}
 
 
@@ -55,7 +58,7 @@ async def retrieve_model(request: Request, model: str) -> dict[str, Any]:
         return await list_models(request)
     provider, name, adapter = resolve_with_adapter(request, model)  # 404 in OpenAI's shape: a model nobody serves
     return (
-        _model_card(name, provider.provider_id)
+        _model_card(name, provider.provider_id, registry_of(request).context_lengths().get(name))
         if adapter is None
         else _adapter_card(adapter, name, provider.provider_id)
     )

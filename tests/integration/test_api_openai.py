@@ -198,6 +198,9 @@ def test_models_retrieve_names_a_served_model_and_404s_another(client: openai.Op
     for model_id in served:
         card = client.models.retrieve(model_id)
         assert (card.id, card.owned_by) == (model_id, "local")
+        # vLLM's field, which a remote::vllm or remote::openai provider reads (it fell back to 4096 for 8192)
+        assert card.model_extra["max_model_len"] == 8192
+    assert all(m.model_extra["max_model_len"] == 8192 for m in client.models.list())
     with pytest.raises(openai.NotFoundError, match="no provider serves model 'org/missing'"):
         client.models.retrieve("org/missing")
     listed = httpx.get(f"{client.base_url}models/", timeout=60).json()["data"]  # with the slash: the list

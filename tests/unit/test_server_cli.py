@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from dataclasses import fields
@@ -54,12 +55,40 @@ def test_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLAYGROUND_API_KEY", "from-env")
     assert cli.parse_args([]).api_key == "from-env"
     assert cli.parse_args(["--api-key", "flag"]).api_key == "flag"
+    # a secrets file's newline: a header cannot carry it, so every request was a 401 and a guess against the limiter
+    monkeypatch.setenv("PLAYGROUND_API_KEY", "from-file\n")
+    assert cli.parse_args([]).api_key == "from-file"
+    monkeypatch.setenv("PLAYGROUND_API_KEY", "")
+    assert cli.parse_args([]).api_key is None  # set but empty: no key, as unset
+
+
+@pytest.mark.parametrize("key", ["", "  ", "\n"])
+def test_a_blank_api_key_flag_is_refused_not_an_open_server(key: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.parse_args(["--api-key", key])
+    assert exited.value.code == 2
+    assert "argument --api-key: empty: leave the flag out for a server without a key" in capsys.readouterr().err
 
 
 def test_a_custom_module_that_fails_stops_start_up_with_exit_2() -> None:
     out = run_app("--no-ui", "--custom-modules", "no_such_plugin_module")
     assert out.returncode == 2
     assert "cannot import custom module 'no_such_plugin_module'" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_a_port_in_use_or_a_host_not_here_stops_start_up_before_the_model_loads() -> None:
+    """Both were found by uvicorn after the ~20 s load and a "ready" line; the model named here cannot load at all,
+    so an error about it would mean the load came first."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = run_app("--no-ui", "--port", str(port), "--model", "/no/such/model/folder")
+    assert out.returncode == 1 and f"error: cannot bind 127.0.0.1:{port}: " in out.stderr, out.stderr
+    assert "Address already in use" in out.stderr and "cannot load the model" not in out.stderr
+    out = run_app("--no-ui", "--host", "bogus.invalid", "--port", "0", "--model", "/no/such/model/folder")
+    assert out.returncode == 1 and "error: cannot bind bogus.invalid:0: " in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
 
 
