@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -80,6 +81,7 @@ def _validator(cls: type, schema: Any) -> Any:
 
 def check_schema(schema: dict) -> None:
     """A valid schema whose references all resolve inside it; otherwise a ConstraintError saying where."""
+    _check_finite(schema)
     cls = validator_class(schema)
     meta = _validator(jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls), cls.META_SCHEMA)
     _check_against(meta, schema, "not a valid JSON Schema")
@@ -95,6 +97,23 @@ def check_schema(schema: dict) -> None:
         raise InvalidConstraintError("the JSON schema is nested too deeply to check") from None
     except (ValueError, TypeError, LookupError, AttributeError) as exc:
         raise InvalidConstraintError(f"the JSON schema's $id or references are malformed: {first_line(exc)}") from None
+
+
+def _check_finite(schema: dict) -> None:
+    """No number past float's range (`"minimum": 1e400` reads as infinity): every engine refused it with its own
+    parser's words ("Failed to parse JSON ... near: Infinity") about a value the user never wrote."""
+    stack: list[tuple[str, Any]] = [("", schema)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidConstraintError(
+                f"the JSON schema's {where or 'value'} is not a finite number: past what JSON numbers hold here "
+                "(about 1.8e308)"
+            )
+        if isinstance(value, dict):
+            stack.extend((f"{where}.{key}" if where else str(key), item) for key, item in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
 
 
 @contextmanager

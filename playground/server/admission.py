@@ -178,10 +178,8 @@ class AdmissionGate:
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.admission.refused += 1
         limits = self.admission.limits
-        message = (
-            f"the server is busy: {limits.max_running} requests running and {limits.max_queue} waiting "
-            f"(max_queue); retry later"
-        )
+        running = f"{limits.max_running} request{'' if limits.max_running == 1 else 's'} running"
+        message = f"the server is busy: {running} and {limits.max_queue} waiting (max_queue); retry later"
         headers = {"Retry-After": str(self.admission.retry_after_s())}
         await JSONResponse(error_body(message, "overloaded"), status_code=429, headers=headers)(scope, receive, send)
 

@@ -282,7 +282,8 @@ def _setup_session_events(c: Components, downloads: Downloads) -> None:
             return (*[gr.skip()] * (len(form) + 3), render.error_box(handlers.error_message(exc)))
         fresh.markdown = state.markdown
         loaded, changed = sharing.fitted(loaded, form)
-        imported = f"✓ imported {len(fresh.messages)} messages and the settings"
+        count = len(fresh.messages)
+        imported = f"✓ imported {count} message{'' if count == 1 else 's'} and the settings"
         note = render.box("ok", " · ".join([imported, *changed]))
         return (*loaded.values(), loaded.kind, fresh, chatbot_value(fresh.messages, state.markdown), note)
 

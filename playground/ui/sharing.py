@@ -19,7 +19,7 @@ from playground import render
 from playground.errors import PlaygroundError
 from playground.providers.registry import Registry
 from playground.render.chat import chatbot_value
-from playground.types.sizes import MAX_STOP_SEQUENCES
+from playground.types.sizes import MAX_SEED, MAX_STOP_SEQUENCES
 from playground.ui import layout
 from playground.ui.components import Components
 from playground.ui.handlers import error_message
@@ -92,6 +92,12 @@ def fitted(form: Form, inputs: list[Any]) -> tuple[Form, list[str]]:
         fixed = _fit(component, value, default)
         if fixed != value:
             changes[name] = fixed
+    if form.truncate < 0:  # (its box has no minimum: a -1 typed there reaches the handler and is named)
+        changes["truncate"] = 0
+    for name in ("seed", "max_reasoning_tokens"):  # text boxes: blank is a random seed, no budget
+        value = getattr(form, name)
+        if value is not None and not 0 <= value <= MAX_SEED:
+            changes[name] = None
     notes = [_change_note(name, getattr(form, name), fixed) for name, fixed in changes.items()]
     stops = form.stop.splitlines()
     if len(stops) > MAX_STOP_SEQUENCES:  # every Send would fail on them
@@ -115,6 +121,8 @@ def _fit(component: Any, value: Any, default: Any) -> Any:
 
 
 def _change_note(name: str, value: Any, fixed: Any) -> str:
+    if fixed is None:
+        return f"{name} {value} is out of this server's range: left blank"
     if isinstance(value, int | float) and not isinstance(value, bool):
         return f"{name} {value} is out of this server's range: set to {fixed}"
     return f"{name} {reprlib.repr(value)} is not offered here: set to {fixed!r}"

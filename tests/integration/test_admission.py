@@ -89,7 +89,7 @@ def test_past_the_queue_requests_get_429_with_retry_after(server: LiveServer, po
     refused = post(server.url, gated(gate))
     assert refused.status_code == 429
     assert refused.json()["error_type"] == "overloaded"
-    assert f"1 requests running and {MAX_QUEUE} waiting (max_queue)" in refused.json()["error"]
+    assert f"1 request running and {MAX_QUEUE} waiting (max_queue)" in refused.json()["error"]
     assert int(refused.headers["retry-after"]) >= 1
     gate.touch()
     assert [f.result().status_code for f in futures] == [200] * (MAX_QUEUE + 1)

@@ -112,3 +112,17 @@ def test_the_tools_kind_s_chat_snippets_send_the_conversation_before_the_ui_desc
     body = json.loads(shlex.split(code["curl_chat"].replace("\\\n", " "))[-1])
     assert [m["content"] for m in body["messages"]] == ["Be brief.", "Weather in Oslo?"] and body["tools"] == TOOLS
     assert _calls_answered(post_like_curl(code["curl_chat"])) == [json.loads(state.result.best.answer)]
+
+
+def test_a_sampled_turn_with_a_blank_seed_box_gets_the_seed_it_drew(engine) -> None:
+    """top_k samples even with do_sample off (TGI's rule); the snippets sent no seed, so each run drew anew."""
+    registry = Registry([LocalProvider([engine])])
+    form = Form(model=registry.default_model, top_k=5, max_new_tokens=6)
+    state = _turn(registry, form, "Name a city.")
+    drawn = state.result.best.seed
+    assert drawn is not None
+    code = controls.code_snippets(registry, form, state, UISettings())
+    assert _generate_body(code["curl_generate"])["parameters"]["seed"] == drawn
+    assert json.loads(shlex.split(code["curl_chat"].replace("\\\n", " "))[-1])["seed"] == drawn
+    greedy = controls.code_snippets(registry, form.model_copy(update={"top_k": 0}), state, UISettings())
+    assert "seed" not in _generate_body(greedy["curl_generate"])["parameters"]

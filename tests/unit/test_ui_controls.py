@@ -6,6 +6,7 @@ import pytest
 
 from playground.constraints import Constraint
 from playground.constraints.examples import EXAMPLES
+from playground.errors import InvalidConstraintError
 from playground.ui import controls
 from playground.ui.examples import KINDS, PROCESSOR_PARAMS
 
@@ -23,6 +24,15 @@ def test_the_live_check_refuses_a_schema_no_value_satisfies() -> None:
     assert "pg-constraint-bad" in status and "constraint is valid" not in status
     assert "no value satisfies the schema" in status and "minimum (5) is greater than maximum (1)" in status
     assert "constraint is valid" in controls.constraint_status("json_schema", '{"type": "integer", "minimum": 1}')
+
+
+def test_a_number_past_float_s_range_is_named_not_passed_to_the_engines() -> None:
+    """1e400 reads as infinity: the editor said valid, then every engine refused it in its parser's words."""
+    status = controls.constraint_status("json_schema", '{"type": "integer", "minimum": 1e400}')
+    assert "pg-constraint-bad" in status and "the JSON schema&#x27;s minimum is not a finite number" in status
+    with pytest.raises(InvalidConstraintError, match=r"schema's properties.a.enum\[1\] is not a finite number"):
+        Constraint.json_schema({"properties": {"a": {"enum": [1, float("-inf")]}}})
+    assert Constraint.json_schema({"type": "number", "maximum": 1e308}).kind == "json_schema"
 
 
 def test_every_example_passes_the_live_check() -> None:

@@ -52,7 +52,7 @@ def test_a_session_from_another_server_is_fitted_to_this_page_and_each_change_is
         best_of=gr.Slider(1, 4),
         max_new_tokens=gr.Slider(1, 512),
         temperature=gr.Slider(0.0, 2.0),
-        truncate=gr.Number(minimum=0),
+        truncate=gr.Number(precision=0),  # as the page has it: no minimum
         kind=gr.Radio(choices=[("None", "none"), ("Regex", "regex")]),
         constraint_engine=gr.Dropdown(choices=["auto", "llguidance"]),
         model=gr.Dropdown(choices=["embedded"], allow_custom_value=True),
@@ -66,6 +66,8 @@ def test_a_session_from_another_server_is_fitted_to_this_page_and_each_change_is
         truncate=-3,
         constraint_engine="xgrammar",
         do_sample=True,
+        seed=-5,
+        max_reasoning_tokens=-1,
     )
     form, notes = sharing.fitted(sent, page)
     assert (form.best_of, form.max_new_tokens, form.temperature, form.truncate) == (4, 512, 0.0, 0)
@@ -74,10 +76,13 @@ def test_a_session_from_another_server_is_fitted_to_this_page_and_each_change_is
         "kind '<b>lark</b>' is not offered here: set to 'none'",
         "max_new_tokens 1000000000 is out of this server's range: set to 512",
         "best_of 9 is out of this server's range: set to 4",
-        "truncate -3 is out of this server's range: set to 0",
         "constraint_engine 'xgrammar' is not offered here: set to 'auto'",
         "temperature -1.0 is out of this server's range: set to 0.0",
+        "truncate -3 is out of this server's range: set to 0",  # (each was kept, and every Send refused)
+        "seed -5 is out of this server's range: left blank",
+        "max_reasoning_tokens -1 is out of this server's range: left blank",
     ]
+    assert (form.seed, form.max_reasoning_tokens) == (None, None)
     assert sharing.fitted(form, page) == (form, [])
     many = Form(stop="a\nb\nc\nd\ne\nf")  # a file with six: every Send was refused ("at most 4 items")
     form, notes = sharing.fitted(many, page)
