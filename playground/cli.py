@@ -12,6 +12,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from playground import options
 from playground.options import LocalOptions, ServerOptions, add_flags
 
 if TYPE_CHECKING:
@@ -144,20 +145,8 @@ def _stop(message: str, code: int) -> NoReturn:
 
 def device_problem(device: str | None) -> str | None:
     """Why --device cannot work here (a name torch does not know, no CUDA or MPS in this build or machine)."""
-    if device is None:
-        return None
-    import torch
-
-    try:
-        kind = torch.device(device).type
-    except (RuntimeError, ValueError):
-        return f"--device {device!r}: not a device (cuda, cuda:N, mps or cpu)"
-    available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
-    if kind not in available:
-        return f"--device {device!r}: cuda, cuda:N, mps or cpu"
-    if not available[kind]:
-        return f"--device {device!r}: this torch build or machine has no {kind.upper()} device"
-    return None
+    problem = options.device_problem(device)
+    return f"--device {device!r}: {problem}" if problem else None
 
 
 def adapters_problem(adapters: tuple[str, ...] | None) -> str | None:
@@ -171,11 +160,10 @@ def adapters_problem(adapters: tuple[str, ...] | None) -> str | None:
 
 def reasoning_problem(setting: str) -> str | None:
     """Why --reasoning names no family (START,END and auto/none are read as they are)."""
-    from playground.decoding.reasoning import BY_FAMILY
+    from playground.decoding.reasoning import setting_problem
 
-    if "," in setting or setting in ("auto", "none", *BY_FAMILY):
-        return None
-    return f"--reasoning {setting!r}: not auto, none, a family ({', '.join(BY_FAMILY)}) or START,END"
+    problem = setting_problem(setting)
+    return f"--reasoning {setting!r}: {problem}" if problem else None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -257,12 +245,16 @@ def bind(host: str, port: int) -> socket.socket:
 
 def allowed_hosts(args: argparse.Namespace) -> list[str] | None:
     """The Host names the server answers to (None: any): --allowed-hosts, else its loopback names where it binds one."""
-    from playground.server.guards import LOOPBACK_NAMES, host_name
+    from playground.providers.loading import LOOPBACK_NAMES, is_loopback
+    from playground.server.guards import host_name
 
     if args.allowed_hosts:
         names = [n for n in args.allowed_hosts.split(",") if n.strip()]
         return None if "*" in (n.strip() for n in names) else names
-    return list(LOOPBACK_NAMES) if host_name(args.host) in LOOPBACK_NAMES else None
+    if not is_loopback(args.host):
+        return None
+    bound = host_name(args.host)  # (127.0.0.2: its own address besides the usual names)
+    return [*LOOPBACK_NAMES, *([bound] if bound not in LOOPBACK_NAMES else [])]
 
 
 def uvicorn_options(args: argparse.Namespace) -> dict[str, Any]:

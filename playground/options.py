@@ -78,6 +78,25 @@ def non_negative(text: str) -> int:
     return value
 
 
+def device_problem(device: str | None) -> str | None:
+    """Why a device cannot work here (a name torch does not know, no CUDA or MPS in this build or machine), in the
+    words after the flag's or the providers file field's name."""
+    if device is None:
+        return None
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError):
+        return "not a device (cuda, cuda:N, mps or cpu)"
+    available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    if kind not in available:
+        return "cuda, cuda:N, mps or cpu"
+    if not available[kind]:
+        return f"this torch build or machine has no {kind.upper()} device"
+    return None
+
+
 def key_text(text: str) -> str:
     """A key without the whitespace around it (a secrets file's last newline): HTTP clients strip or refuse it in a
     header, so a key that kept it could never be sent. Nothing but whitespace would leave the server open."""

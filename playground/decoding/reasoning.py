@@ -290,3 +290,11 @@ class ReasoningGate:
         )
         answer_tokens = tokens[self.answer_token :] if self.answer_token is not None else []
         return text[start:], answer_tokens, span
+
+
+def setting_problem(setting: str) -> str | None:
+    """Why a reasoning setting (--reasoning, a providers file's `reasoning`) names no family (START,END and auto/none
+    are read as they are), in the words after its name."""
+    if "," in setting or setting in ("auto", "none", *BY_FAMILY):
+        return None
+    return f"not auto, none, a family ({', '.join(BY_FAMILY)}) or START,END"

@@ -14,8 +14,10 @@ from typing import Any, Literal
 
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from playground import options
+from playground.decoding.reasoning import setting_problem
 from playground.errors import PlaygroundError, ProviderError
 from playground.providers.base import Provider
 from playground.providers.hf_inference import HFInferenceProvider
@@ -55,6 +57,22 @@ class LocalConfig(_Strict):
     reasoning: str | None = Field(
         default=None, description="Reasoning delimiters: auto, none, a known family or START,END (as --reasoning)."
     )
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str | None) -> str | None:  # as --device checks it: torch's error came after the load
+        problem = options.device_problem(value)
+        if problem:
+            raise ValueError(f"{value!r}: {problem}")
+        return value
+
+    @field_validator("reasoning")
+    @classmethod
+    def _reasoning(cls, value: str | None) -> str | None:  # as --reasoning checks it, with the file's field named
+        problem = setting_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(f"{value!r}: {problem}")
+        return value
 
 
 class ProviderEntry(_Strict):

@@ -6,6 +6,7 @@ refusal reads the same whether or not a path exists.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,19 @@ from playground.errors import PlaygroundError
 from playground.models.hub import looks_like_path
 from playground.options import SERVER
 
-LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    """`localhost` or a loopback address: all of 127.0.0.0/8 (127.0.0.2 is this machine too) and ::1."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 DISABLED = "loading models at run time is disabled on this server (the operator enables it with --allow-model-loading)"
 
 
@@ -75,7 +88,7 @@ def operator_key(name: str) -> str:
 
 def loading_problem(allowed: bool, host: str, api_key: str | None) -> str | None:
     """Why loading may not be switched on here: never for visitors without a key on a public interface."""
-    if allowed and host not in LOOPBACK_HOSTS and not api_key:
+    if allowed and not is_loopback(host) and not api_key:
         return (
             f"--allow-model-loading on {host} (not a loopback address) needs --api-key: "
             "without a key any visitor could load models"

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from playground.constraints import Constraint
-from playground.errors import ParameterError, UnsupportedConstraintError
+from playground.errors import ParameterError, ProviderError, UnsupportedConstraintError
 from playground.providers import mapping
 from playground.providers.base import Capabilities, Inputs, SimpleToken
 from playground.providers.remote import RemoteConfig, RemoteProvider
@@ -66,7 +66,13 @@ class OpenAICompatProvider(RemoteProvider):
     # --- Provider protocol ------------------------------------------------------------------------
 
     def served_models(self) -> list[str]:
-        reply = self.client.get(self.models_path)
+        try:
+            reply = self.client.get(self.models_path)
+        except ProviderError as exc:
+            if " answered HTTP 404" in exc.message and not self.config.base_url.rstrip("/").endswith("/v1"):
+                exc.message += " (an OpenAI-compatible base_url ends in /v1, as `vllm serve` prints it)"
+                exc.args = (exc.message,)
+            raise
         with self.client.malformed("model list"):
             return [str(entry["id"]) for entry in reply.data["data"]]
 

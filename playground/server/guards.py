@@ -124,9 +124,6 @@ class DeclaredBodyLimit:
         await self.app(scope, receive, send)
 
 
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
-
-
 def host_name(host: str) -> str:
     """A Host header's name: without its port, IPv6 brackets off, lower case."""
     host = host.strip().lower()

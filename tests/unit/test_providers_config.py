@@ -85,6 +85,14 @@ def build(tmp_path: Path, text: str):
             "providers:\n  - {provider_id: l, provider_type: local::transformers, config: {modle: x}}\n",
             "providers[0].config.modle: unknown field (allowed: model, device, dtype, trust_remote_code, reasoning)",
         ),
+        (  # as --device and --reasoning are checked: torch's error came after the load, the other without the file
+            "providers:\n  - {provider_id: l, provider_type: local::transformers, config: {device: foo}}\n",
+            "providers[0].config.device: 'foo': not a device (cuda, cuda:N, mps or cpu)",
+        ),
+        (
+            "providers:\n  - {provider_id: l, provider_type: local::transformers, config: {reasoning: bogus}}\n",
+            "providers[0].config.reasoning: 'bogus': not auto, none, a family (",
+        ),
         ("provider:\n  - {provider_id: l, provider_type: local::transformers}\n", "provider: unknown field"),
         ("providers: []\n", "providers: List should have at least 1 item"),
         (

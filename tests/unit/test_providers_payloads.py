@@ -354,3 +354,16 @@ def test_truncate_reaches_vllm_as_truncate_prompt_tokens_and_tgi_refuses_minus_o
     ) as caught:
         tgi(stub.url).generate("m", "count", GenerateParameters(truncate=-1))
     assert caught.value.field == "parameters.truncate"
+
+
+def test_a_vllm_base_url_without_v1_is_named_in_the_404(serve) -> None:
+    """Every request failed with "answered HTTP 404" and no word of the /v1 `vllm serve` prints."""
+    stub = serve(CHAT)
+    with pytest.raises(ProviderError, match=r"answered HTTP 404.* \(an OpenAI-compatible base_url ends in /v1, as"):
+        VLLMProvider("vl", VLLMConfig(base_url=stub.url)).list_models()
+    with pytest.raises(ProviderError) as caught:
+        VLLMProvider("vl", VLLMConfig(base_url=stub.url + "/v2")).list_models()
+    assert "ends in /v1" in caught.value.message
+    with pytest.raises(ProviderError) as caught:  # (the stub serves no model list: a 404 there too, no hint)
+        VLLMProvider("vl", VLLMConfig(base_url=stub.url + "/v1")).list_models()
+    assert "answered HTTP 404" in caught.value.message and "ends in /v1" not in caught.value.message

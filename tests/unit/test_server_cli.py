@@ -129,6 +129,12 @@ def test_a_loopback_bind_answers_to_loopback_names_unless_told_otherwise() -> No
     assert cli.allowed_hosts(cli.parse_args(["--host", "0.0.0.0"])) is None  # a Space, a LAN: any name
     assert cli.allowed_hosts(cli.parse_args(["--allowed-hosts", "box.lan,127.0.0.1"])) == ["box.lan", "127.0.0.1"]
     assert cli.allowed_hosts(cli.parse_args(["--allowed-hosts", "*"])) is None
+    # all of 127.0.0.0/8 is this machine: it lost the rebinding check, and loading models needed a key there
+    assert cli.allowed_hosts(cli.parse_args(["--host", "127.0.0.2"])) == ["127.0.0.1", "localhost", "::1", "127.0.0.2"]
+    assert cli.allowed_hosts(cli.parse_args(["--host", "::1"])) == ["127.0.0.1", "localhost", "::1"]
+    from playground.providers.loading import loading_problem
+
+    assert loading_problem(True, "127.0.0.2", None) is None and loading_problem(True, "10.0.0.2", None)
 
 
 @pytest.mark.parametrize(
