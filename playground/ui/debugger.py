@@ -229,12 +229,13 @@ def setup(registry: Registry, c: Components) -> None:
 
     def on_turn(state: ChatState) -> tuple:
         fresh = BranchState(turn=_turn_key(state))
-        return fields_html(state), fresh, gr.update(choices=[ORIGINAL], value=ORIGINAL, visible=False), "", ""
+        picker = gr.update(choices=[ORIGINAL], value=ORIGINAL, visible=False)
+        return fields_html(state), fresh, picker, "", "", ""  # (the text offered at the last turn's token too)
 
     chat.verdict.change(
         on_turn,
         c.state,
-        [d.field_panel, d.branches, d.branch_picker, d.branch_panel, d.reason_panel],
+        [d.field_panel, d.branches, d.branch_picker, d.branch_panel, d.reason_panel, d.branch_text],
         show_progress="hidden",
     )
 

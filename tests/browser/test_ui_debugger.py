@@ -60,6 +60,9 @@ def test_fields_reasons_and_a_branch(page: Page, server_url: str) -> None:
     expect(picker).to_contain_text("branch 1 at #1")
     picker.get_by_label("original answer").check()
     expect(panel.locator("mark.forced")).to_have_count(0)
+    send(page, "Another pet as JSON.")  # a new turn: the last one's reasons and offered text go with it
+    expect(reasons).not_to_contain_text("before token #1", timeout=SLOW)
+    expect(box).to_have_value("")
 
 
 def test_check_an_instance_names_the_refused_token(page: Page, server_url: str) -> None:
