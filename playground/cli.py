@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     if registry.startup is not None:  # after the page is built: on 2 vCPU the load would slow its build
         registry.startup.start()
-    log.info("ready in %.1f s: http://%s:%d (API docs at /docs)", time.perf_counter() - started, args.host, args.port)
+    shown = f"[{args.host}]" if ":" in args.host else args.host  # (an IPv6 address, as a URL writes it)
+    log.info("ready in %.1f s: http://%s:%d (API docs at /docs)", time.perf_counter() - started, shown, args.port)
     uvicorn.Server(uvicorn.Config(app, **uvicorn_options(args))).run(sockets=[sock])
 
 

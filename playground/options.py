@@ -102,7 +102,9 @@ def key_text(text: str) -> str:
     header, so a key that kept it could never be sent. Nothing but whitespace would leave the server open."""
     key = text.strip()
     if not key:
-        raise argparse.ArgumentTypeError("empty: leave the flag out for a server without a key")
+        raise argparse.ArgumentTypeError(
+            "empty: leave it out (and $PLAYGROUND_API_KEY unset) for a server without a key"
+        )
     return key
 
 

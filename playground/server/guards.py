@@ -152,7 +152,12 @@ class HostCheck:
                     f"Host {host!r} is not a name of this server ({', '.join(sorted(self.names))}); "
                     "its operator can add names with --allowed-hosts"
                 )
-                await JSONResponse(error_body(message, "forbidden_host"), status_code=400)(scope, receive, send)
+                shaped = (  # (this layer sits outside ErrorShape: it shapes its own answer as the route's)
+                    openai_error_body(400, message, "forbidden_host")
+                    if openai_route(scope["path"])
+                    else error_body(message, "forbidden_host")
+                )
+                await JSONResponse(shaped, status_code=400)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 

@@ -248,9 +248,12 @@ def _whitespace(req: ChatCompletionRequest) -> str | None:
 
 
 def base_seed(req: OpenAISampling) -> int:
-    """Choice i is sampled with seed base+i, so each choice is reproducible on its own; a negative seed (OpenAI's is any
-    int64) is taken modulo 2**63, the range of TGI's seeds here."""
-    return req.seed % (MAX_SEED + 1) if req.seed is not None else random.randrange(2**31)
+    """Choice i is sampled with seed base+i, so each choice is reproducible on its own; -1 is no seed (vLLM's reading:
+    clients send it for "random"), another negative seed (OpenAI's is any int64) is taken modulo 2**63, the range of
+    TGI's seeds here."""
+    if req.seed is None or req.seed == -1:
+        return random.randrange(2**31)
+    return req.seed % (MAX_SEED + 1)
 
 
 def final_message(req: ChatCompletionRequest) -> str | None:

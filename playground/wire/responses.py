@@ -59,6 +59,8 @@ NAMES = {
     "max_completion_tokens": "max_output_tokens",
     "response_format": "text.format",
     "reasoning_effort": "reasoning.effort",
+    "truncate": "truncation",  # ("auto": a remote TGI refuses it by name)
+    "truncate_prompt_tokens": "truncation",
 }
 # A function tool's keys OpenAI's SDKs may send that change nothing here at these values (left out), and why
 # another value is refused.

@@ -175,3 +175,7 @@ def test_a_loopback_server_answers_only_to_its_loopback_names(server_url: str) -
         assert response.json()["error_type"] == "forbidden_host" and "--allowed-hosts" in response.json()["error"]
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LOCALHOST"):
         assert httpx.get(f"{server_url}/info", headers={"Host": host}, timeout=30).status_code == 200, host
+    # on /v1/* in OpenAI's shape: the SDK showed a bare "Error code: 400" for TGI's
+    refused = httpx.post(f"{server_url}/v1/chat/completions", json={}, headers={"Host": "attacker.example"}, timeout=30)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "forbidden_host"
+    assert "--allowed-hosts" in refused.json()["error"]["message"]

@@ -67,7 +67,10 @@ def test_a_blank_api_key_flag_is_refused_not_an_open_server(key: str, capsys: py
     with pytest.raises(SystemExit) as exited:
         cli.parse_args(["--api-key", key])
     assert exited.value.code == 2
-    assert "argument --api-key: empty: leave the flag out for a server without a key" in capsys.readouterr().err
+    assert (
+        "argument --api-key: empty: leave it out (and $PLAYGROUND_API_KEY unset) for a server"
+        in capsys.readouterr().err
+    )
 
 
 def test_a_custom_module_that_fails_stops_start_up_with_exit_2() -> None:

@@ -292,6 +292,10 @@ def test_a_responses_error_names_the_field_its_client_sent() -> None:
     with pytest.raises(ParameterError) as caught, named_as_sent(responses_wire.names(effort)):
         raise ParameterError("max_reasoning_tokens (or reasoning_effort): no reasoning", field="max_reasoning_tokens")
     assert (caught.value.field, caught.value.message) == ("reasoning.effort", "reasoning.effort: no reasoning")
+    auto = ResponsesRequest.model_validate({"input": "Hi", "truncation": "auto"})  # a remote TGI refuses -1 by name
+    with pytest.raises(ParameterError) as caught, named_as_sent(responses_wire.names(auto)):
+        raise ParameterError("truncate -1 (as many ...) is not supported by provider 't'", field="parameters.truncate")
+    assert caught.value.field == "truncation" and caught.value.message.startswith("truncation -1")
 
 
 def test_responses_include_takes_openai_s_values_only(client: TestClient) -> None:
