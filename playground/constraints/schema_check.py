@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -105,7 +106,8 @@ def _check_finite(schema: dict) -> None:
     stack: list[tuple[str, Any]] = [("", schema)]
     while stack:
         where, value = stack.pop()
-        if isinstance(value, float) and not math.isfinite(value):
+        too_large = isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max
+        if too_large or (isinstance(value, float) and not math.isfinite(value)):  # (a 310-digit integer too)
             raise InvalidConstraintError(
                 f"the JSON schema's {where or 'value'} is not a finite number: past what JSON numbers hold here "
                 "(about 1.8e308)"

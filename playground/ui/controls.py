@@ -23,6 +23,7 @@ from playground.ui.state import (
     Form,
     UISettings,
     chat_inputs,
+    drawn_seed,
     empty_constraint,
     export_session,
     import_session,
@@ -176,8 +177,8 @@ def code_snippets(registry: Registry, form: Form, state: ChatState, settings: UI
     """Snippets for the current settings and the last request's conversation (or an example turn)."""
     fmt = tool_format(registry, form)
     params = params_of(form, fmt=fmt)
-    used = state.result.best.seed if state.result is not None else None
-    if params.seed is None and params.sampling and (params.best_of or 1) == 1 and used is not None:
+    used = drawn_seed(state.result)
+    if params.seed is None and params.sampling and used is not None:
         params = params.model_copy(update={"seed": used})  # the seed the sampled turn drew, as the Share link pins it
     provider, model = registry.resolve(form.model)
     if state.request is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import reprlib
 import zlib
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from playground.types.sizes import MAX_SEED, MAX_STOP_SEQUENCES
 from playground.ui import layout
 from playground.ui.components import Components
 from playground.ui.handlers import error_message
-from playground.ui.state import FIELDS, ChatState, Form, UISettings, export_session, import_session
+from playground.ui.state import FIELDS, ChatState, Form, UISettings, drawn_seed, export_session, import_session
 
 QUERY_KEY = "session"
 STORAGE_KEY = "structured-playground-session"
@@ -46,8 +47,8 @@ DROP_QUERY_JS = f"""() => {{
 
 def share_query(form: Form, state: ChatState) -> str:
     """`?session=...` for the current setup; a blank seed becomes the seed the last turn actually used."""
-    if form.seed is None and state.result is not None and state.result.best.seed is not None:
-        form = form.model_copy(update={"seed": state.result.best.seed})
+    if form.seed is None and drawn_seed(state.result) is not None:
+        form = form.model_copy(update={"seed": drawn_seed(state.result)})
     packed = zlib.compress(export_session(form, state).encode("utf-8"), 9)
     return f"?{QUERY_KEY}=" + base64.urlsafe_b64encode(packed).decode("ascii").rstrip("=")
 
@@ -92,8 +93,8 @@ def fitted(form: Form, inputs: list[Any]) -> tuple[Form, list[str]]:
         fixed = _fit(component, value, default)
         if fixed != value:
             changes[name] = fixed
-    if form.truncate < 0:  # (its box has no minimum: a -1 typed there reaches the handler and is named)
-        changes["truncate"] = 0
+    if not 0 <= form.truncate <= MAX_SEED:  # (no minimum: a -1 typed there is named on Send; past 64 bits the page
+        changes["truncate"] = 0  # cannot even be sent the value); more tokens than any prompt has is no truncation
     for name in ("seed", "max_reasoning_tokens"):  # text boxes: blank is a random seed, no budget
         value = getattr(form, name)
         if value is not None and not 0 <= value <= MAX_SEED:
@@ -107,6 +108,8 @@ def fitted(form: Form, inputs: list[Any]) -> tuple[Form, list[str]]:
 
 
 def _fit(component: Any, value: Any, default: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):  # (a file's NaN: below and above nothing, and every Send failed)
+        return default
     if isinstance(component, gr.Slider | gr.Number) and isinstance(value, int | float):
         low, high = component.minimum, component.maximum
         if low is not None and value < low:

@@ -15,6 +15,7 @@ from playground.errors import InvalidConstraintError, ParameterError, Playground
 from playground.processors import params_from_text
 from playground.render.chat import CONSTRAINT_KEY
 from playground.types import ChatMessage, GeneratedToken, GenerateParameters, GenerationResult, ProcessorSpec
+from playground.types.sizes import nth_seed
 from playground.ui.examples import SYSTEM_PROMPT
 from playground.wire import inbound, tools
 from playground.wire.controls import SAMPLING
@@ -255,3 +256,15 @@ def _message(item: dict[str, Any]) -> dict[str, str]:
 
 def _is_message(item: Any) -> bool:
     return isinstance(item, dict) and item.get("role") in ("user", "assistant") and isinstance(item.get("content"), str)
+
+
+def drawn_seed(result: GenerationResult | None) -> int | None:
+    """The seed a turn's request drew (its seed box blank): with best_of, candidate k ran seed base+k, so the base is
+    the candidates' first seed in that order (wrapping past the largest), not the winner's."""
+    if result is None:
+        return None
+    seeds = {s.seed for s in (result.best, *result.best_of_sequences) if s.seed is not None}
+    for base in sorted(seeds):
+        if {nth_seed(base, k) for k in range(len(seeds))} == seeds:
+            return base
+    return result.best.seed

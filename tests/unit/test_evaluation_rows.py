@@ -31,6 +31,8 @@ def test_charts_escape_every_text_from_models_and_users() -> None:
     rows = [EvalRow(index=0, prompt=bad, text=bad, valid=False, mass_kept_mean=0.5, first_refusal=refusal)]
     page = evaluation_html(summary(rows, 1), [r.model_dump() for r in rows])
     assert "<script>" not in page and "&lt;script&gt;" in page and "masked" in page  # the invalid row in red
+    free = [EvalRow(index=0, prompt="a", text="x", valid=None)]  # no constraint: unchecked, not failed (it was red)
+    assert "masked" not in evaluation_html(summary(free, 1), [r.model_dump() for r in free])
     alternative = {"text": bad, "raw_logprob": -1.0, "probability": 1.0, "method": "canonical"}
     chart = score_html({"alternatives": [alternative], "source": bad})
     assert "<script>" not in chart and "100.0%" in chart

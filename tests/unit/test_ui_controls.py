@@ -33,6 +33,8 @@ def test_a_number_past_float_s_range_is_named_not_passed_to_the_engines() -> Non
     with pytest.raises(InvalidConstraintError, match=r"schema's properties.a.enum\[1\] is not a finite number"):
         Constraint.json_schema({"properties": {"a": {"enum": [1, float("-inf")]}}})
     assert Constraint.json_schema({"type": "number", "maximum": 1e308}).kind == "json_schema"
+    with pytest.raises(InvalidConstraintError, match="schema's maximum is not a finite number"):
+        Constraint.json_schema({"type": "integer", "maximum": 10**400})  # an integer past float's range too
 
 
 def test_every_example_passes_the_live_check() -> None:

@@ -10,8 +10,9 @@ import pytest
 
 from playground.errors import PlaygroundError
 from playground.types import GenerationResult, Sequence
+from playground.types.sizes import MAX_SEED
 from playground.ui import controls, handlers, sharing
-from playground.ui.state import FIELDS, ChatState, Form, export_session
+from playground.ui.state import FIELDS, ChatState, Form, drawn_seed, export_session
 
 
 def test_a_share_link_carries_settings_messages_and_the_seed_the_turn_used() -> None:
@@ -23,6 +24,22 @@ def test_a_share_link_carries_settings_messages_and_the_seed_the_turn_used() -> 
     assert query.startswith("?session=")
     loaded, restored = sharing.read_query(query.removeprefix("?session="))
     assert loaded == form.model_copy(update={"seed": 4242}) and restored == messages
+
+
+def test_a_best_of_turn_s_drawn_seed_is_its_base_not_the_winner_s() -> None:
+    """Candidate k ran seed base+k: the link and the Code tab pinned the winner's seed, which draws other candidates
+    unless candidate 0 won."""
+
+    def turn(*seeds: int) -> GenerationResult:
+        best, *others = (
+            Sequence(generated_text=str(s), finish_reason="length", generated_tokens=1, seed=s) for s in seeds
+        )
+        return GenerationResult(model_id="m", prompt="p", input_length=1, best=best, best_of_sequences=others)
+
+    assert drawn_seed(turn(12, 11, 13)) == 11 and drawn_seed(turn(7)) == 7 and drawn_seed(None) is None
+    assert drawn_seed(turn(0, MAX_SEED)) == MAX_SEED  # base MAX_SEED: the next candidate's wraps to 0
+    query = sharing.share_query(Form(best_of=3, do_sample=True), ChatState(result=turn(12, 11, 13)))
+    assert sharing.read_query(query.split("=", 1)[1])[0].seed == 11
 
 
 def test_damaged_links_are_named_and_the_autosave_is_the_fallback() -> None:
@@ -83,6 +100,11 @@ def test_a_session_from_another_server_is_fitted_to_this_page_and_each_change_is
         "max_reasoning_tokens -1 is out of this server's range: left blank",
     ]
     assert (form.seed, form.max_reasoning_tokens) == (None, None)
+    # past 64 bits the page could not be sent the value (it hung); a file's NaN failed every Send
+    form, notes = sharing.fitted(Form(truncate=10**30, temperature=float("nan")), page)
+    assert (form.truncate, form.temperature) == (0, 1.0)
+    assert notes == ["temperature nan is out of this server's range: set to 1.0",
+                     "truncate 1000000000000000000000000000000 is out of this server's range: set to 0"]  # fmt: skip
     assert sharing.fitted(form, page) == (form, [])
     many = Form(stop="a\nb\nc\nd\ne\nf")  # a file with six: every Send was refused ("at most 4 items")
     form, notes = sharing.fitted(many, page)
