@@ -41,7 +41,7 @@ def test_llguidance_refuses_a_keyword_that_the_others_ignore(server_url: str) ->
     assert '"uniqueItems"' in reports["llguidance"]["error"]
     assert reports["llguidance"]["compiled_form"] is None
     for engine in ("xgrammar", "outlines_core"):
-        assert reports[engine]["compiled"] is True
+        assert reports[engine]["compiled"] is True, reports[engine]  # (one CI on a slow host saw False: say why)
         assert reports[engine]["warnings"] == [f"{engine} ignores `uniqueItems` (only the final check enforces it)"]
 
 
