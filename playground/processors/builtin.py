@@ -204,6 +204,9 @@ class MaxWhitespace:
     def __init__(self, limit: int, table: TokenTable) -> None:
         self.limit = limit
         self.table = table
+        # each token's whitespace, built here (once per tokenizer): inside the first step it took that step's budget
+        # (0.72 s of CPU on a slow host, past the 0.25 s a row may take)
+        table.whitespace()
         self.prompt_len: int | None = None
         self.seen = 0
         self.runs: list[int] = []  # per row: whitespace chars ending its text

@@ -415,3 +415,18 @@ def test_a_broken_entry_point_names_itself(
         PluginLoadError, match=re.escape(f"entry point 'broken' ({value}) of {processors.ENTRY_POINT_GROUP} {message}")
     ):
         processors.load_entry_points()
+
+
+def test_max_whitespace_builds_its_table_before_the_first_step(engine, monkeypatch) -> None:
+    """The per-token whitespace table (49k tokens decoded) was built inside the first decoding step and took that
+    step's budget on a slow host (WorkBudgetError); the factory, outside any step, builds it now."""
+    from playground.processors import builtin
+
+    built = []
+    monkeypatch.setattr(builtin, "_tables", {})  # a fresh table: nothing built yet
+    real = builtin.TokenTable.whitespace
+    monkeypatch.setattr(builtin.TokenTable, "whitespace", lambda self: built.append(1) or real(self))
+    processor = builtin.max_whitespace_factory(["1"], engine.tokenizer)
+    assert built == [1]
+    processor(torch.tensor([[1, 2]]), torch.zeros(1, engine.runner.vocab_size))  # the first step only reads it
+    assert processor.table._whitespace is not None
