@@ -136,11 +136,8 @@ class Engine:
             ids = list(inputs.ids)
         else:
             ids = self._encode(prompt, add_special_tokens=isinstance(inputs, str))
-        if truncate == FIT_CONTEXT:  # vLLM's -1: what the context leaves beside the answer's max_new_tokens
-            answer = params.max_new_tokens if params is not None and params.max_new_tokens is not None else 1
-            truncate = max(1, min(self.max_input_tokens, self.max_total_tokens - answer))
-        if truncate:
-            ids = ids[-truncate:]
+        kept = self.kept_tokens(truncate, params)
+        ids = ids[-kept:] if kept else ids
         if not ids:
             raise ParameterError("the prompt is empty", field="inputs")
         if len(ids) > self.max_input_tokens:
@@ -176,6 +173,20 @@ class Engine:
             )
         return TokenPrompt(self.tokenizer.decode(ids, skip_special_tokens=False), ids)
 
+    def kept_tokens(self, truncate: int | None, params: GenerateParameters | None = None) -> int | None:
+        """How many of the prompt's last tokens a truncation keeps (None: all). TGI and vLLM refuse one past
+        the model's input, rather than read it as no truncation."""
+        if truncate == FIT_CONTEXT:  # vLLM's -1: what the context leaves beside the answer's max_new_tokens
+            answer = params.max_new_tokens if params is not None and params.max_new_tokens is not None else 1
+            return max(1, min(self.max_input_tokens, self.max_total_tokens - answer))
+        if truncate is not None and truncate > self.max_input_tokens:
+            raise ParameterError(
+                f"truncate: {truncate} is more than the {self.max_input_tokens} tokens this model takes as input "
+                "(max_input_tokens): keep at most that many, or -1 for as many as the context holds",
+                field="truncate",
+            )
+        return truncate
+
     def _encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
         _check_unicode(text)
         return self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
@@ -191,21 +202,22 @@ class Engine:
         """A token's text in isolation, for alternatives lists."""
         return self.runner.token_text(token_id)
 
-    def tokenize(self, text: str, *, special: bool = True) -> list[dict]:
+    def tokenize(self, text: str, *, special: bool = True, params: GenerateParameters | None = None) -> list[dict]:
         """TGI's /tokenize: ids with their character offsets; `special`: with the tokenizer's own special tokens
-        (a chat template writes its own, so a templated prompt is tokenized without)."""
+        (a chat template writes its own, so a templated prompt is tokenized without). As TGI's, it keeps the
+        last tokens that `params.truncate` keeps: those the model would read."""
         _check_unicode(text)
         enc = self.tokenizer(text, return_offsets_mapping=True, add_special_tokens=special)
-        if len(enc["input_ids"]) > self.max_input_tokens:  # ~150 bytes of answer a token: keep it bounded
+        pairs = list(zip(enc["input_ids"], enc["offset_mapping"]))
+        kept = self.kept_tokens(params.truncate, params) if params is not None else None
+        pairs = pairs[-kept:] if kept else pairs
+        if len(pairs) > self.max_input_tokens:  # ~150 bytes of answer a token: keep it bounded
             raise PromptTooLongError(
-                f"the text has {len(enc['input_ids'])} tokens; /tokenize answers at most {self.max_input_tokens} "
+                f"the text has {len(pairs)} tokens; /tokenize answers at most {self.max_input_tokens} "
                 "(the model's max_input_tokens)",
                 field="inputs",
             )
-        return [
-            {"id": i, "text": text[a:b], "start": a, "stop": b}
-            for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"])
-        ]
+        return [{"id": i, "text": text[a:b], "start": a, "stop": b} for i, (a, b) in pairs]
 
     # --- checks ----------------------------------------------------------------------------
 

@@ -84,7 +84,9 @@ class Provider(Protocol):
         self, model: str, inputs: Inputs, params: GenerateParameters, *, prefix: str = "", top_k: int = 20
     ) -> NextTokenDistribution: ...
 
-    def tokenize(self, model: str, text: str) -> list[SimpleToken]: ...
+    def tokenize(self, model: str, text: str, params: GenerateParameters | None = None) -> list[SimpleToken]:
+        """TGI's /tokenize: the text's tokens, the last `params.truncate` of them when set."""
+        ...
 
 
 class EngineLender(Provider, Protocol):

@@ -295,8 +295,8 @@ class LocalProvider:
         except Exception as exc:  # noqa: BLE001 - re-raised by _unwrap on the caller's side of the lease
             return Failed(exc)
 
-    def tokenize(self, model: str, text: str) -> list[SimpleToken]:
-        return [SimpleToken(**t) for t in self.engine(model).tokenize(text)]
+    def tokenize(self, model: str, text: str, params: GenerateParameters | None = None) -> list[SimpleToken]:
+        return [SimpleToken(**t) for t in self.engine(model).tokenize(text, params=params)]
 
 
 @contextmanager

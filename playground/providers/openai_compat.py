@@ -141,7 +141,7 @@ class OpenAICompatProvider(RemoteProvider):
             alternatives = chosen.top_tokens or [chosen]
             return mapping.distribution(prefix, alternatives)
 
-    def tokenize(self, model: str, text: str) -> list[SimpleToken]:
+    def tokenize(self, model: str, text: str, params: GenerateParameters | None = None) -> list[SimpleToken]:
         raise ParameterError(
             f"tokenize is not available on {self.who}: OpenAI-compatible chat servers expose no tokenizer",
             field="model",

@@ -156,8 +156,9 @@ class TGIProvider(RemoteProvider):
             alternatives = [Token.model_validate(t) for t in tops[0]] or [Token.model_validate(details["tokens"][0])]
             return mapping.distribution(prefix, alternatives)
 
-    def tokenize(self, model: str, text: str) -> list[SimpleToken]:
-        reply = self.client.post("tokenize", {"inputs": text})
+    def tokenize(self, model: str, text: str, params: GenerateParameters | None = None) -> list[SimpleToken]:
+        truncate = {"parameters": {"truncate": params.truncate}} if params is not None and params.truncate else {}
+        reply = self.client.post("tokenize", {"inputs": text, **truncate})
         with self.client.malformed("/tokenize answer"):
             return [SimpleToken.model_validate(t) for t in reply.data]
 

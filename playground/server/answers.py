@@ -14,8 +14,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from playground.errors import ConstraintError, PlaygroundError
 from playground.server.errors import exception_event
-from playground.server.streaming import generate_while_connected, iterate_in_thread, started
-from playground.server.tgi import sse
+from playground.server.streaming import generate_while_connected, iterate_in_thread, sse, started
 from playground.types import GenerationResult
 from playground.wire.errors import renamed
 

@@ -26,8 +26,8 @@ from playground.providers import base
 from playground.providers.base import Provider
 from playground.server.admission import Admission
 from playground.server.docs import STREAM_RESPONSES
-from playground.server.streaming import iterate_in_thread
-from playground.server.tgi import ModelQuery, resolve, sse
+from playground.server.streaming import iterate_in_thread, sse
+from playground.server.tgi import ModelQuery, resolve
 from playground.types import ChatMessage, GenerateParameters, GenerationResult, Strict
 from playground.types.base import InputText, Name
 from playground.types.chat import check_messages_size

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
@@ -132,3 +133,8 @@ async def decoded(
         if out:
             yield out, pending, None
             pending = []
+
+
+def sse(body: dict[str, Any]) -> str:
+    """One server-sent event of JSON."""
+    return f"data: {json.dumps(body)}\n\n"

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,9 +16,10 @@ from playground.processors import list_factories
 from playground.providers.base import Provider, local_engine, stalled_s
 from playground.providers.registry import Registry
 from playground.server import convert
+from playground.server.answers import named_as_sent
 from playground.server.docs import HEALTH_RESPONSES, JSON_OR_STREAM, STREAM_RESPONSES
 from playground.server.errors import error_body, exception_event
-from playground.server.streaming import generate_while_connected, iterate_in_thread, started
+from playground.server.streaming import generate_while_connected, iterate_in_thread, sse, started
 from playground.types import GenerateParameters, GenerateRequest, GenerationResult, NextTokenDistribution, TokenEvent
 from playground.types.sizes import limits_info
 from playground.wire import checks, inbound, tool_formats
@@ -82,17 +82,14 @@ async def _prepared(
     return provider, model_id
 
 
-def sse(body: dict[str, Any]) -> str:
-    return f"data: {json.dumps(body)}\n\n"
-
-
 async def _tgi_events(
     items: AsyncIterator[TokenEvent | GenerationResult], params: GenerateParameters
 ) -> AsyncIterator[str]:
     """TGI's stream: one event per token as it comes; the last token's event also carries generated_text and details,
-    so that token waits for the result (a source that cannot tell its last token: each waits for the next item)."""
+    so that token waits for the result (a source that cannot tell its last token: each waits for the next item).
+    As TGI's, the first token's index is 1."""
     pending: TokenEvent | None = None
-    index = 0
+    index = 1
     try:
         async for item in items:
             if isinstance(item, TokenEvent):
@@ -226,7 +223,7 @@ async def health(request: Request) -> Any:
 @router.post("/tokenize", summary="Tokenize inputs (TGI)")
 async def tokenize(request: Request, body: GenerateRequest, model: str | None = ModelQuery) -> list[dict[str, Any]]:
     provider, model_id = resolve(request, model)
-    tokens = await run_in_threadpool(provider.tokenize, model_id, body.inputs)
+    tokens = await run_in_threadpool(provider.tokenize, model_id, body.inputs, body.parameters)
     return [token.model_dump() for token in tokens]
 
 
@@ -235,15 +232,18 @@ async def chat_tokenize(request: Request, body: ChatRequest) -> dict[str, Any]:
     """TGI's /chat_tokenize: the messages (with the tools and template options) through the model's chat template,
     as /v1/chat/completions would send them, and that text's tokens with their offsets. A continued final
     message (continue_final_message) is not in the template: the answer starts with it; nor is the opening of a
-    thinking model's reasoning that think_first or a reasoning budget adds after the template."""
+    thinking model's reasoning that think_first or a reasoning budget adds after the template. With truncate_prompt_tokens,
+    the tokens are the last ones the model would read."""
     provider, model_id = resolve(request, body.model)
     engine = local_engine(provider, model_id, "/chat_tokenize")
     fmt = tool_formats.by_name(engine.tool_format)
     messages, params = inbound.prompt_messages(body, fmt), inbound.chat_parameters(body, 0, fmt)
 
     def templated() -> tuple[str, list[dict]]:
-        prompt, _ = engine.encode_prompt(messages, params=params)  # the same checks as a chat request's prompt
-        return prompt, engine.tokenize(prompt, special=False)
+        # the same checks as a chat request's prompt; the tokens it keeps (truncate_prompt_tokens)
+        with named_as_sent({"inputs": "messages", "truncate": "truncate_prompt_tokens"}):
+            prompt, _ = engine.encode_prompt(messages, params.truncate, params)
+            return prompt, engine.tokenize(prompt, special=False, params=params)
 
     text, tokens = await run_in_threadpool(templated)
     return {"tokenize_response": tokens, "templated_text": text}

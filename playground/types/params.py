@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer
 
-from playground.types.base import FIT_CONTEXT, EngineName, Name, ParamText, StopText, Strict
+from playground.types.base import EngineName, KeptTokens, Name, ParamText, StopText, Strict
 from playground.types.sizes import (
     MAX_PREFIX_CHARS,
     MAX_PROCESSOR_PARAMS,
@@ -85,7 +85,7 @@ class GenerateParameters(Sampling):
     temperature: float | None = Field(default=None, gt=0.0)
     top_k: int | None = Field(default=None, gt=0)
     top_n_tokens: int | None = Field(default=None, gt=0)
-    truncate: int | None = Field(default=None, ge=FIT_CONTEXT)  # 0: off; -1: as many as the context holds
+    truncate: KeptTokens | None = None  # the prompt's last k tokens; -1: as many as the context holds
     typical_p: float | None = Field(default=None, gt=0.0, le=1.0)
     watermark: bool = False
     # Extensions, ignored by TGI clients that don't send them.

@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints, ValidationError, field_validator
+from pydantic import Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from playground.errors import ParameterError
 from playground.types.base import FIT_CONTEXT, InputText, Name
@@ -120,6 +120,15 @@ class TextFormat(Request):
 
     _echoable = field_validator("schema_")(_shallow)
 
+    @model_validator(mode="after")
+    def _only_json_schema_has_a_schema(self) -> TextFormat:
+        """As OpenAI's: `text` and `json_object` take no schema fields (a schema sent there would be dropped)."""
+        sent = sorted(self.model_fields_set & {"name", "description", "schema_", "strict"})
+        if self.type != "json_schema" and sent:
+            fields = ", ".join(name.rstrip("_") for name in sent)
+            raise ValueError(f'{fields}: only a "json_schema" format takes it; this one is "{self.type}"')
+        return self
+
 
 class TextOptions(Request):
     format: TextFormat = Field(default_factory=TextFormat)
@@ -186,6 +195,11 @@ class ResponsesRequest(Request, Sampling):
             notes.append("text.verbosity: accepted and ignored (the model has no verbosity setting)")
         if self.reasoning and (self.reasoning.summary or self.reasoning.generate_summary):
             notes.append("reasoning.summary: accepted and ignored (the reasoning comes whole, as a reasoning item)")
+        if "reasoning.encrypted_content" in (self.include or []):
+            notes.append(
+                "include reasoning.encrypted_content: nothing to add (no reasoning is kept here; a reasoning item "
+                "carries its text, and one sent back in `input` is skipped)"
+            )
         if self.reasoning and self.reasoning.mode not in (None, "standard"):
             notes.append("reasoning.mode: accepted and ignored (one execution mode here: standard)")
         return notes
@@ -532,9 +546,9 @@ def response_body(
 
 
 def message_item(item_id: str, text: str, logprobs: list[dict[str, Any]] | None, status: str) -> dict[str, Any]:
-    part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
-    if logprobs is not None:
-        part["logprobs"] = logprobs
+    """The answer's message item; its text part lists `logprobs` always, empty where none were asked (as OpenAI's,
+    and as the stream's content_part.added announced it)."""
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
     return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": [part]}
 
 

@@ -165,7 +165,7 @@ def test_stream_events_follow_the_spec_and_match_generate(server_url: str) -> No
     for event in events:
         validate(event, "StreamResponse")
         assert len(event["top_tokens"]) == 2
-    assert [e["index"] for e in events] == list(range(len(events)))
+    assert [e["index"] for e in events] == list(range(1, len(events) + 1))  # as TGI counts: from 1
     assert all(e["generated_text"] is None and e["details"] is None for e in events[:-1])
     final = events[-1]
     text = "".join(e["token"]["text"] for e in events if not e["token"]["special"])
@@ -207,6 +207,23 @@ def test_tokenize(server_url: str) -> None:
     tokens = post(server_url, "/tokenize", {"inputs": "Hello world"}).json()
     validate(tokens, "TokenizeResponse")
     assert "".join(t["text"] for t in tokens) == "Hello world"
+
+
+def test_tokenize_keeps_the_tokens_truncate_keeps(server_url: str) -> None:
+    """As TGI's /tokenize: the prompt's last `truncate` tokens, those /generate reads. 0, and more than the model takes
+    as input, are refused by name (TGI: "`truncate` must be strictly positive and less than ...")."""
+    text = "one two three four five"
+    kept = post(server_url, "/tokenize", {"inputs": text, "parameters": {"truncate": 2}}).json()
+    assert [t["text"] for t in kept] == [" four", " five"] and kept[0]["start"] == text.index(" four")
+    for bad in (0, 10**6, 10**30):
+        for path in ("/tokenize", "/generate"):
+            reply = post(server_url, path, {"inputs": text, "parameters": {"truncate": bad, "max_new_tokens": 1}})
+            assert reply.status_code == 422 and "truncate" in reply.json()["error"], (path, bad, reply.text)
+    chat = {"messages": CHAT, "truncate_prompt_tokens": 3}
+    tokens = post(server_url, "/chat_tokenize", chat).json()["tokenize_response"]
+    assert [t["text"] for t in tokens] == ["ass", "istant", "\n"]
+    refused = post(server_url, "/chat_tokenize", {**chat, "truncate_prompt_tokens": 10**6})
+    assert refused.status_code == 422 and refused.json()["error"].startswith("truncate_prompt_tokens: 1000000 is more")
 
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi <b>there</b> 😀"}]

@@ -94,6 +94,10 @@ def test_a_raw_stream_numbers_its_events_and_ends_incomplete_when_cut(client: op
     final = events[-1].response
     assert final.status == "incomplete" and final.incomplete_details.reason == "max_output_tokens"
     assert final.usage.output_tokens == 4 and final.output[0].status == "incomplete"
+    parts = [e.part for e in events if e.type.startswith("response.content_part")] + [
+        e.item.content[0] for e in events if e.type == "response.output_item.done"
+    ]
+    assert [part.logprobs for part in [*parts, final.output[0].content[0]]] == [[]] * 4  # as OpenAI's: [], never absent
     whole = client.responses.create(model="embedded", input="Count to fifty.", max_output_tokens=4, temperature=0)
     assert whole.status == "incomplete" and whole.output_text == final.output_text
 

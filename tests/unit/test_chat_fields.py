@@ -382,6 +382,21 @@ def test_responses_truncation_auto_is_vllms_minus_one_and_is_echoed() -> None:
     assert responses.response_body(plain, responses.new_ids(), "m")["truncation"] == "disabled"
 
 
+@pytest.mark.parametrize("fmt", [{"type": "text", "schema": {}}, {"type": "json_object", "name": "x", "strict": True}])
+def test_responses_text_format_without_json_schema_takes_no_schema_fields(fmt: dict[str, Any]) -> None:
+    """OpenAI refuses them ("Unknown parameter"); they were dropped without a word."""
+    with pytest.raises(ValidationError, match=f'only a "json_schema" format takes it; this one is "{fmt["type"]}"'):
+        responses.ResponsesRequest.model_validate({"input": "hi", "text": {"format": fmt}})
+
+
+def test_responses_include_of_encrypted_reasoning_is_answered_with_a_warning() -> None:
+    asked = responses.ResponsesRequest.model_validate({"input": "hi", "include": ["reasoning.encrypted_content"]})
+    assert asked.warnings() == [
+        "include reasoning.encrypted_content: nothing to add (no reasoning is kept here; a reasoning item carries its "
+        "text, and one sent back in `input` is skipped)"
+    ]
+
+
 @pytest.mark.parametrize("seed", [-5, -(2**63)])
 def test_a_negative_seed_is_taken_as_openai_and_vllm_take_any_int64(seed: int) -> None:
     """A 400 before ("greater than or equal to 0"). It is read modulo 2**63, the engine's range; -1 is no seed."""

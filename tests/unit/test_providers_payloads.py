@@ -354,6 +354,11 @@ def test_truncate_reaches_vllm_as_truncate_prompt_tokens_and_tgi_refuses_minus_o
     ) as caught:
         tgi(stub.url).generate("m", "count", GenerateParameters(truncate=-1))
     assert caught.value.field == "parameters.truncate"
+    stub = serve({"POST /tokenize": StubReply(json=[{"id": 5, "text": " five", "start": 18, "stop": 23}])})
+    tgi(stub.url).tokenize("m", "one two three four five", GenerateParameters(truncate=1))
+    assert stub.last("/tokenize").body == {"inputs": "one two three four five", "parameters": {"truncate": 1}}
+    tgi(stub.url).tokenize("m", "one")
+    assert stub.last("/tokenize").body == {"inputs": "one"}
 
 
 def test_a_vllm_base_url_without_v1_is_named_in_the_404(serve) -> None:
