@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import logging
 import threading
 from dataclasses import asdict
@@ -24,6 +23,7 @@ from playground.wire import inbound
 from playground.wire.controls import SAMPLING, spec
 from playground.wire.errors import validation_message
 from widgets import debugger, evaluation
+from widgets.settings import StrictSettings
 from widgets.token_view import STATIC, esm, result_payload
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def regenerating(prompt: str, messages: list[dict[str, Any]]) -> bool:
 # One synced trait per sampling control of the wire layer's table, at its neutral value ("off").
 _SamplingTraits = type(
     "_SamplingTraits",
-    (anywidget.AnyWidget,),
+    (StrictSettings, anywidget.AnyWidget),
     {
         c.name: (traitlets.Int(int(c.neutral)) if c.integer else traitlets.Float(c.neutral)).tag(sync=True)
         for c in SAMPLING
@@ -144,25 +144,13 @@ class Playground(_SamplingTraits):
         self._last_params: GenerateParameters | None = None
         self._moving = False
         self._shown: tuple[int, int] | None = None  # (candidate, position) of the distribution shown
-        unknown = sorted(set(traits) - set(self.trait_names(sync=True)))
-        if unknown:  # (traitlets would drop them with a warning only: a misspelt setting did nothing)
-            raise TypeError(f"Playground got unknown settings: {', '.join(unknown)}")
+        self._refuse_unknown(traits)
         super().__init__(models=models, model=model_id, **traits)
         self.engines = ["auto", *backends.names()]
         self.examples = _examples()
         self.processor_choices = _processor_choices()
         self.constraint_problem = self._problem()
         self._settled = True
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        """A setting's name misspelt (`pg.max_new_tokns = 1`) is an error, as in the constructor: it would be a new
-        attribute nothing reads. Private names and what the widget and its bases define pass as ever."""
-        known = name.startswith("_") or hasattr(type(self), name) or name in self.__dict__
-        if not known and self.__dict__.get("_settled"):
-            close = difflib.get_close_matches(name, self.trait_names(sync=True), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise AttributeError(f"Playground has no setting {name!r}{hint}")
-        super().__setattr__(name, value)
 
     @staticmethod
     def _connect(

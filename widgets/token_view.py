@@ -13,6 +13,7 @@ import traitlets
 from playground import render
 from playground.providers import mapping
 from playground.types import GenerationResult
+from widgets.settings import StrictSettings
 
 STATIC = Path(__file__).resolve().parent / "static"
 _HELPERS_IMPORT = re.compile(r'^import \{[^}]*\} from "\./helpers\.js";\n', re.MULTILINE)
@@ -44,7 +45,7 @@ def result_payload(result: GenerationResult | dict[str, Any] | list[Any] | None)
     return payload
 
 
-class TokenView(anywidget.AnyWidget):
+class TokenView(StrictSettings, anywidget.AnyWidget):
     """Shows tokens coloured by probability; hover or click one for its alternatives raw and constrained."""
 
     _esm = esm("token_view.js")
@@ -55,7 +56,9 @@ class TokenView(anywidget.AnyWidget):
     selected = traitlets.Int(-1).tag(sync=True)
 
     def __init__(self, result: GenerationResult | dict[str, Any] | list[Any] | None = None, **kwargs: Any) -> None:
+        self._refuse_unknown(kwargs)
         super().__init__(result=result_payload(result), **kwargs)
+        self._settled = True
 
     def update(self, result: GenerationResult | dict[str, Any] | list[Any] | None) -> None:
         """Show another result (None clears the view)."""

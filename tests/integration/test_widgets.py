@@ -104,7 +104,7 @@ def test_the_widget_picks_the_constraint_engine_and_refuses_settings_it_does_not
     assert pg.engines[0] == "auto" and {"llguidance", "xgrammar", "outlines_core"} <= set(pg.engines)
     pg.constraint_kind, pg.constraint_text = "regex", "[0-9]{3}"
     assert pg.run().constraint_engine == "xgrammar"  # (the setting was dropped: llguidance answered)
-    with pytest.raises(TypeError, match="unknown settings: max_tokens"):
+    with pytest.raises(TypeError, match="unknown settings: 'max_tokens' .did you mean 'max_new_tokens'"):
         Playground(model="embedded", max_tokens=4)
     with pytest.raises(
         AttributeError, match="Playground has no setting 'max_new_tokns' .did you mean 'max_new_tokens'"

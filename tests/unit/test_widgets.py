@@ -135,6 +135,17 @@ def test_colour_by_is_checked() -> None:
         TokenView(sample_result(), colour_by="rainbow")
 
 
+def test_token_view_refuses_a_misspelt_setting() -> None:
+    """traitlets dropped an unknown argument with a warning, and `view.colr_by = ...` made an attribute nothing read."""
+    with pytest.raises(TypeError, match="TokenView got unknown settings: 'colr_by' .did you mean 'colour_by'"):
+        TokenView(sample_result(), colr_by="raw")
+    view = TokenView(sample_result())
+    with pytest.raises(AttributeError, match="TokenView has no setting 'colourby' .did you mean 'colour_by'"):
+        view.colourby = "raw"
+    view.colour_by, view._note = "raw", 1  # settings and private names as ever
+    assert view.colour_by == "raw"
+
+
 def test_static_html_escapes_every_token_text() -> None:
     page = TokenView(sample_result())._repr_html_()
     assert "<script" not in page and "<img" not in page
