@@ -71,12 +71,18 @@ class Admission:
     def queue_full(self) -> bool:
         return self.waiting >= self.limits.max_queue
 
+    def enqueue(self, client: str = "") -> asyncio.Future[None]:
+        """A place in the queue, taken at once: requests that arrive together count each other against max_queue.
+        The future resolves when a slot is handed over; cancelling it gives the place up."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((waiter, client))
+        return waiter
+
     async def acquire(self, client: str = "") -> None:
         """Wait for a slot; cancelling the wait gives up the place (or the slot, if it was just handed over)."""
         if self.try_acquire(client):
             return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((waiter, client))
+        waiter = self.enqueue(client)
         try:
             await waiter
         except asyncio.CancelledError:
@@ -198,8 +204,9 @@ class AdmissionGate:
         return messages
 
     async def _queued(self, receive: Receive, client: str) -> list[Message] | None:
-        """Wait for a slot while reading the body, so a disconnect is seen; None when the client left."""
-        slot = asyncio.ensure_future(self.admission.acquire(client))
+        """Wait for a slot while reading the body, so a disconnect is seen; None when the client left. The place in
+        the queue is taken before the first await (a burst of requests was all let in: none saw the others wait)."""
+        slot = self.admission.enqueue(client)
         try:
             messages = await self._read_until(slot, receive)
         except BaseException:

@@ -136,6 +136,38 @@ def test_a_body_that_never_ends_holds_no_slot_and_times_out_with_408() -> None:
     assert statuses == [200, 408] and seen == [b'{"inputs": "x"}']
 
 
+def test_a_burst_of_requests_past_the_queue_is_answered_429() -> None:
+    """Requests arriving together each saw nobody waiting (a waiter joined the queue only once a task ran it): with
+    one slot and a queue of one, seven of eight ran."""
+
+    async def scenario() -> list[int]:
+        admission = Admission(AdmissionLimits(max_running=1, max_queue=1))
+        release = asyncio.Event()
+
+        async def app(scope, receive, send) -> None:
+            await release.wait()
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+        gate = AdmissionGate(app, admission=admission, paths={"/generate"}, max_body_bytes=1024)
+        scope = {"type": "http", "method": "POST", "path": "/generate", "headers": []}
+        statuses: list[int] = []
+
+        async def send(message) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+                release.set()  # the first refusal lets the running request finish
+
+        async def receive():
+            return {"type": "http.request", "body": b'{"inputs": "x"}', "more_body": False}
+
+        await asyncio.wait_for(asyncio.gather(*(gate(dict(scope), receive, send) for _ in range(8))), 5)
+        return statuses
+
+    statuses = asyncio.run(scenario())
+    assert sorted(statuses) == [200, 200, *[429] * 6], statuses
+
+
 def test_a_request_s_wait_for_a_slot_counts_in_its_durations_and_a_full_queue_s_429s_are_counted() -> None:
     """TGI's durations run from the request's arrival; ours began when the engine got it, after the wait for an
     admission slot (under --max-concurrent, a request that waited 2.8 s reported 1.6). 429s were not counted."""
