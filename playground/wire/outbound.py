@@ -109,12 +109,17 @@ def refuse(who: str, constraint: Constraint, why: str) -> UnsupportedConstraintE
     return UnsupportedConstraintError(f"{who} cannot enforce a {constraint.kind} constraint: {why}", field="grammar")
 
 
+ANY_OBJECT = {"type": "object"}  # the schema json_object means
+
+
 def openai_response_format(constraint: Constraint, who: str, *, name: str = "output", strict: bool = True) -> dict:
     """OpenAI's response_format: JSON schemas only (a choice would need an object at the root)."""
     if constraint.kind == "none":
         return {}
     if constraint.kind != "json_schema":
         raise refuse(who, constraint, "only json_schema (response_format) is enforced by the OpenAI API")
+    if constraint.schema == ANY_OBJECT:  # json_object: OpenAI's strict mode would refuse an object without keys
+        return {"response_format": {"type": "json_object"}}
     schema = {"name": name, "schema": constraint.schema, "strict": strict}
     return {"response_format": {"type": "json_schema", "json_schema": schema}}
 

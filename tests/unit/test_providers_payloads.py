@@ -58,6 +58,15 @@ def test_openai_sends_response_format_json_schema_and_openai_names(serve) -> Non
     }
 
 
+def test_openai_gets_json_object_as_json_object(serve) -> None:
+    """It went as a strict json_schema `{"type": "object"}`, which OpenAI's strict mode refuses (no keys declared)."""
+    stub = serve(CHAT)
+    openai(stub.url).generate(
+        "gpt-x", MESSAGES, GenerateParameters(grammar={"type": "json", "value": {"type": "object"}})
+    )
+    assert stub.last("/v1/chat/completions").body["response_format"] == {"type": "json_object"}
+
+
 def test_openai_greedy_is_temperature_zero_and_best_of_is_n(serve) -> None:
     stub = serve(CHAT)
     provider = openai(stub.url, strict=False)
