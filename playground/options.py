@@ -7,6 +7,7 @@ take their defaults from them, so a default is written in one place only.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import math
 import os
 from collections.abc import Callable
@@ -108,6 +109,28 @@ def key_text(text: str) -> str:
     return key
 
 
+def some_names(text: str) -> str:
+    """A comma-separated list with at least one entry (`,,` would answer no Host, /health included)."""
+    if not any(part.strip() for part in text.split(",")):
+        raise argparse.ArgumentTypeError(f"no names in {text!r}: comma-separated names, or *")
+    return text
+
+
+def addresses(text: str) -> str:
+    """Proxy addresses or networks (comma-separated), or *: a name is never matched (uvicorn compares addresses)."""
+    for part in some_names(text).split(","):
+        entry = part.strip()
+        if not entry or entry == "*":
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{entry!r} is not an IP address or network (e.g. 10.0.0.1, 10.0.0.0/8, or *)"
+            ) from None
+    return text
+
+
 def positive(text: str) -> int:
     value = _integer(text)
     if value < 1:
@@ -179,7 +202,10 @@ class LocalOptions:
         choices=("auto", "off"),
     )
     max_new_tokens: int = option(
-        256, "max_new_tokens when a request leaves it unset (default: 256)", type=positive, metavar="N"
+        256,
+        "max_new_tokens when a request leaves it unset, on local and remote models (default: 256)",
+        type=positive,
+        metavar="N",
     )
     reasoning: str = option(
         "auto",
@@ -257,6 +283,7 @@ class ServerOptions:
         "proxies (comma-separated addresses, or *) whose X-Forwarded-For names the client; by default nobody's, "
         "so clients are told apart by their own address",
         metavar="IPS",
+        type=addresses,
     )
     allowed_hosts: str | None = option(
         None,
@@ -264,6 +291,7 @@ class ServerOptions:
         "(127.0.0.1, localhost, ::1) when --host is one of them, so no web page can call it through DNS "
         "rebinding, and any name otherwise",
         metavar="NAMES",
+        type=some_names,
     )
     cors_allow_origin: str | None = option(
         None,

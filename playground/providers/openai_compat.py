@@ -85,6 +85,7 @@ class OpenAICompatProvider(RemoteProvider):
         return self._info[model]
 
     def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
+        params = self.defaulted(params)
         body, constraint = self.payload(model, inputs, params, stream=False)
         start = time.perf_counter()
         reply = self.client.post(self.chat_path, body)
@@ -108,6 +109,7 @@ class OpenAICompatProvider(RemoteProvider):
             return self.result(model, inputs, sequences, constraint, input_length=input_length, total_s=total)
 
     def stream(self, model: str, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
+        params = self.defaulted(params)
         body, constraint = self.payload(model, inputs, params, stream=True)
         state = _StreamState(time.perf_counter())
         for event in self.client.events(self.chat_path, body):

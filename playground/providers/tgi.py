@@ -85,6 +85,7 @@ class TGIProvider(RemoteProvider):
         return self._info[model]
 
     def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
+        params = self.defaulted(params)
         if not isinstance(inputs, str):
             return self.chat.generate(model, inputs, params)
         body, constraint = self.payload(inputs, params)
@@ -116,6 +117,7 @@ class TGIProvider(RemoteProvider):
         return result
 
     def stream(self, model: str, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
+        params = self.defaulted(params)
         if not isinstance(inputs, str):
             yield from self.chat.stream(model, inputs, params)
             return

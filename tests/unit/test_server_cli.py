@@ -150,6 +150,9 @@ def test_a_loopback_bind_answers_to_loopback_names_unless_told_otherwise() -> No
         (["--compile-timeout", "nan"], "argument --compile-timeout: must be a number of seconds above 0"),
         (["--max-new-tokens", "0"], "argument --max-new-tokens: must be at least 1"),
         (["--reasoning", "a,b,c"], "argument --reasoning: 'a,b,c' is not auto, none, a family name or START,END"),
+        # every request a 400 forbidden_host, /health included; a proxy never matched
+        (["--allowed-hosts", ",,"], "argument --allowed-hosts: no names in ',,': comma-separated names, or *"),
+        (["--forwarded-allow-ips", "not an ip"], "argument --forwarded-allow-ips: 'not an ip' is not an IP address"),
     ],
 )
 def test_a_flag_no_server_can_work_with_is_refused_by_name(
