@@ -157,8 +157,9 @@ class Playground(_SamplingTraits):
         model: str | None, provider: Provider | None, registry: Registry | None
     ) -> tuple[Provider, str, list[str]]:
         """Resolve where generations come from: a registry, one provider, or a local model by name."""
-        if registry is not None:
-            chosen, model_id = registry.resolve(model)
+        if registry is not None:  # no model named, and no default (a file without a local model): the first one
+            served = [name for _, name in registry.models()]
+            chosen, model_id = registry.resolve(model or registry.default_model or (served[0] if served else None))
             return chosen, model_id, [name for _, name in registry.models()]
         if provider is not None:
             served = provider.list_models()

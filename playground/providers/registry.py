@@ -69,6 +69,8 @@ class Registry:
             raise ModelError(f"model {name!r} is still loading: send again once it is served")
         if provider_id is None:
             known = ", ".join([*sorted(self._models), *(adapter for *_, adapter in self.adapters())]) or "none"
+            if not name:
+                raise ModelError(f"no model named, and no default model: name one of {known}")
             asking = self._list_again()
             later = (
                 f"; the models of {asking} are not listed yet (down at start), asked again: retry shortly"

@@ -368,3 +368,17 @@ def test_a_model_the_registry_does_not_serve_is_refused_here_not_sent_to_the_las
     with pytest.raises(ModelError, match="no provider serves model 'nosuch'"):
         pg.run()
     assert fake.calls == []
+
+
+def test_a_registry_without_a_default_model_opens_on_its_first_model() -> None:
+    """A providers file without a local model has no default: `Playground(registry=r)` failed with "no provider serves
+    model None"."""
+    from playground.errors import ModelError
+    from playground.providers.registry import Registry
+
+    registry = Registry([FakeProvider("yes")])
+    registry.default_model = None  # (as load_registry leaves it for a file without a local model)
+    pg = Playground(registry=registry)
+    assert pg.model == registry.models()[0][1] and pg.error == ""
+    with pytest.raises(ModelError, match="no model named, and no default model: name one of "):
+        registry.resolve(None)
