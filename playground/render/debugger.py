@@ -113,9 +113,13 @@ def branch_html(result: GenerationResult, mode: str, kept: str = "", forced: str
     if forced is not None:
         mark = f'<mark class="forced" title="forced through the constraint">{esc(forced)}</mark>'
         body = f'<pre class="answer">{esc(kept)}{mark}{esc(seq.generated_text)}</pre>' + body
-    return _branch_view(body, seq, result.constraint_kind)
+    return _branch_view(body, seq, result.constraint_kind, branched=forced is not None)
 
 
-def _branch_view(body: str, seq: Sequence, kind: str) -> str:
-    total = f'<div class="legend">total logprob {seq.total_logprob:.3f} · {seq.generated_tokens} tokens</div>'
+def _branch_view(body: str, seq: Sequence, kind: str, *, branched: bool = False) -> str:
+    """`branched`: the figures are the continuation's only (beside the whole original's, it would look likelier)."""
+    figures = f"total logprob {seq.total_logprob:.3f} · {seq.generated_tokens} tokens"
+    if branched:
+        figures = f"continuation's {figures} (the kept and forced text not counted)"
+    total = f'<div class="legend">{figures}</div>'
     return f'<div class="pg-branch">{body}{validation_html(seq, kind)}{total}</div>'

@@ -275,21 +275,29 @@ def _setup_session_events(c: Components, downloads: Downloads) -> None:
             return gr.update(visible=False), render.error_box(handlers.error_message(exc))
         return gr.update(value=path, visible=True), render.box("ok", "✓ exported: download the file above")
 
+    ch = c.chat
+    # the last turn's panels and share link: an imported session starts without them, as an opened link does
+    turn_panels = [ch.tokens, ch.finish, ch.verdict, ch.bestof, ch.error, ch.next_token, c.score.panel]
+
     def on_import(path: str | None, state: ChatState) -> tuple:
         try:
             loaded, fresh = controls.import_file(path, state.mode)
         except Exception as exc:  # noqa: BLE001
-            return (*[gr.skip()] * (len(form) + 3), render.error_box(handlers.error_message(exc)))
+            skipped = [gr.skip()] * (len(form) + 3 + len(turn_panels) + 1)
+            return (*skipped, render.error_box(handlers.error_message(exc)))
         fresh.markdown = state.markdown
         loaded, changed = sharing.fitted(loaded, form)
         count = len(fresh.messages)
         imported = f"✓ imported {count} message{'' if count == 1 else 's'} and the settings"
         note = render.box("ok", " · ".join([imported, *changed]))
-        return (*loaded.values(), loaded.kind, fresh, chatbot_value(fresh.messages, state.markdown), note)
+        answered = any(message.get("role") == "assistant" for message in fresh.messages)
+        hint = render.box("muted", sharing.RETRY_HINT, elem_class="pg-shared") if answered else ""
+        cleared = (render.tokens_html([]), "", "", "", hint, render.NEXT_TOKEN_EMPTY, render.SCORE_EMPTY)
+        chat = chatbot_value(fresh.messages, state.markdown)
+        return (*loaded.values(), loaded.kind, fresh, chat, *cleared, gr.update(value="", visible=False), note)
 
     session.export.click(on_export, [c.state, *form], [session.file, session.status])
-    session.upload.upload(
-        on_import, [session.upload, c.state], [*form, ed.text_kind, c.state, c.chat.chatbot, session.status]
-    ).then(layout.kind_view, [ed.kind, ed.text], ed.view).then(
-        controls.constraint_status, [ed.kind, ed.text], ed.status
-    )
+    imported = [*form, ed.text_kind, c.state, ch.chatbot, *turn_panels, session.share_link, session.status]
+    session.upload.upload(on_import, [session.upload, c.state], imported).then(
+        layout.kind_view, [ed.kind, ed.text], ed.view
+    ).then(controls.constraint_status, [ed.kind, ed.text], ed.status)

@@ -51,7 +51,7 @@ def test_own_text_survives_switching_kinds_and_the_title_never_goes_stale(
     expect(example).to_have_value("")
 
 
-def test_the_grammar_example_finishes_with_the_right_answer(page: Page, server_url: str) -> None:
+def test_the_grammar_example_finishes_with_the_right_answer(page: Page, server_url: str, tmp_path) -> None:
     open_app(page, server_url)
     pick_kind(page, "grammar (Lark or GBNF)")
     page.locator("#constraint-example input").click()
@@ -62,3 +62,25 @@ def test_the_grammar_example_finishes_with_the_right_answer(page: Page, server_u
     answer = page.locator("#chatbot [data-testid=bot] .message-content")
     poll_equal(page, lambda: answer.inner_text().strip(), "7 * 6 = 42")  # the chatbot renders after the verdict
     expect(page.locator("#finish-reason")).to_contain_text("eos_token")
+
+    # an imported session starts without the last turn's panels and share link (they stayed, describing another chat)
+    open_accordion(page, "session")
+    page.locator("#session-share").click()
+    expect(page.locator("#share-link textarea")).not_to_have_value("")
+    session = {
+        "format": "structured-playground-session",
+        "version": 1,
+        "settings": {"kind": "regex", "constraint_text": "[a-z]{3}"},
+        "messages": [{"role": "user", "content": "Three letters?"}, {"role": "assistant", "content": "abc"}],
+    }
+    path = tmp_path / "session.json"
+    path.write_text(json.dumps(session), encoding="utf-8")
+    with page.expect_file_chooser() as chooser:
+        page.locator("#session-import").click()
+    chooser.value.set_files(str(path))
+    expect(page.locator("#session-status")).to_contain_text("imported 2 messages")
+    expect(page.locator("#finish-reason")).to_have_text("")
+    expect(page.locator("#validation-status")).to_have_text("")
+    expect(page.locator("#token-panel")).not_to_contain_text("42")
+    expect(page.locator("#chat-error")).to_contain_text("Retry to see the tokens of the last answer")
+    expect(page.locator("#share-link")).to_be_hidden()

@@ -64,8 +64,10 @@ def test_turn_fields_reasons_and_a_branch(registry: Registry) -> None:
     full = made.result.best.continued_from + made.result.best.generated_text
     assert json.loads(full)["name"].startswith("Zed") and made.result.best.validation.valid
     assert picker["value"] == f"branch 1 at #{index}: 'Zed'"
-    assert '<mark class="forced"' in panel and "total logprob" in panel
-    assert "✓ valid" in debugger.branch_html(state, branches, debugger.ORIGINAL)
+    assert '<mark class="forced"' in panel
+    assert "continuation's total logprob" in panel and "(the kept and forced text not counted)" in panel
+    original = debugger.branch_html(state, branches, debugger.ORIGINAL)
+    assert "✓ valid" in original and "continuation's" not in original  # the whole answer's figures
 
 
 def test_branch_before_a_click_asks_for_one(registry: Registry) -> None:
