@@ -186,6 +186,14 @@ class Playground(_SamplingTraits):
             self._provider, _ = self._registry.resolve(self.model)
         return self._provider
 
+    @traitlets.validate("constraint_engine")
+    def _known_engine(self, proposal: dict[str, Any]) -> str:
+        """An engine this machine lacks is refused when set, not only at the next constrained run."""
+        engines = ["auto", *backends.names()]
+        if proposal["value"] not in engines:
+            raise traitlets.TraitError(f"constraint_engine {proposal['value']!r} is not one of {', '.join(engines)}")
+        return proposal["value"]
+
     @traitlets.observe("constraint_kind", "constraint_text")
     def _check_constraint(self, _change: dict[str, Any]) -> None:
         """Check the constraint as it is typed, so a bad one is flagged before anything runs; a tested instance's

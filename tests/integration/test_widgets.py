@@ -8,6 +8,7 @@ import re
 import httpx
 import jsonschema
 import pytest
+import traitlets
 
 from playground.errors import ParameterError
 from playground.providers.registry import Registry
@@ -110,6 +111,8 @@ def test_the_widget_picks_the_constraint_engine_and_refuses_settings_it_does_not
         AttributeError, match="Playground has no setting 'max_new_tokns' .did you mean 'max_new_tokens'"
     ):
         pg.max_new_tokns = 1  # (a new attribute nothing read: the run went on with 4)
+    with pytest.raises(traitlets.TraitError, match="constraint_engine 'bogus' is not one of auto, "):
+        pg.constraint_engine = "bogus"  # (taken, and ignored by every run without a constraint)
     pg.top_k, pg._scratch = 5, 1  # settings and private names as ever
     assert pg.top_k == 5
     with pytest.raises(ParameterError, match="prompts: a list of prompts, not one string"):
