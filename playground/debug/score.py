@@ -126,8 +126,23 @@ def _score(engine: Engine, inputs: Inputs, params: GenerateParameters) -> ScoreR
         constraint_engine=compiled.engine,
         model_id=engine.model_id,
         forwards=forwards,
-        warnings=list(compiled.warnings) + warnings,
+        warnings=list(compiled.warnings) + warnings + _prefix_warnings([a.text for a in ranked]),
     )
+
+
+def _prefix_warnings(texts: list[str]) -> list[str]:
+    """An alternative that starts another: with the end of text not counted, its probability holds every answer that
+    goes on past it (`y` holds `yes`), which constrained decoding, choosing between ending and going on, does not."""
+    notes = []
+    for short in texts:
+        longer = [text for text in texts if len(text) > len(short) and text.startswith(short)]
+        if longer:
+            notes.append(
+                f"{short!r} is the start of {longer[0]!r}{' and others' if len(longer) > 1 else ''}: its "
+                "probability counts every answer that goes on past it (the end of text is not counted), so the "
+                "two do not compare as decoding chooses between them"
+            )
+    return notes
 
 
 @contextlib.contextmanager

@@ -75,7 +75,10 @@ def check_lines(result: CheckResult) -> list[tuple[str, str]]:
     """(state, text) of each line of an instance check: the masks' walk, the final verdict, any disagreement."""
     if result.first_refused is None:
         count = len(result.tokens)
-        walk = ("ok", f"✓ accepted by the masks of {result.constraint_engine} ({count} token{'' if count == 1 else 's'})")
+        walk = (
+            "ok",
+            f"✓ accepted by the masks of {result.constraint_engine} ({count} token{'' if count == 1 else 's'})",
+        )
     else:
         walk = ("bad", refusal_text(result.first_refused, len(result.tokens)))
     valid = result.validation.valid

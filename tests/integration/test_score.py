@@ -109,6 +109,14 @@ def test_score_over_http_ranks_the_choices(server_url: str) -> None:
     first = data["alternatives"][0]
     assert set(first) >= {"text", "raw_logprob", "logprob", "tokens", "method"}
     assert first["logprob"] > first["raw_logprob"] and data["source"] == "choice"
+    assert data["warnings"] == []
+    # " Paris" also starts " Paris, France": its share holds that answer too (it read as the likelier one, silently)
+    body["parameters"]["grammar"]["value"] = [" Paris", " Paris, France"]
+    warnings = post(server_url, body).json()["warnings"]
+    assert warnings == [
+        "' Paris' is the start of ' Paris, France': its probability counts every answer that goes on past it (the "
+        "end of text is not counted), so the two do not compare as decoding chooses between them"
+    ]
 
 
 def test_score_on_a_chat_ranks_tool_names(server_url: str) -> None:
