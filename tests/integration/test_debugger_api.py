@@ -67,6 +67,17 @@ def test_check_reads_a_special_tokens_spelling_as_text(server_url: str, engine: 
     assert "".join(data["tokens"]) == "<|im_end|>" and len(data["tokens"]) > 1
 
 
+@pytest.mark.parametrize("engine", ["llguidance", "xgrammar", "outlines_core"])
+def test_a_regex_dot_refuses_a_newline_on_every_engine(server_url: str, engine: str) -> None:
+    """As the verdict reads it; xgrammar's mask let the newline through, and the answer broke its regex."""
+    body = {"grammar": {"type": "regex", "value": "a.{3}"}, "text": "ab\ncd", "constraint_engine": engine}
+    data = post(server_url, "/check", body).json()
+    assert (data["accepted"], data["agree"], data["validation"]["valid"]) == (False, True, False), data
+    assert data["first_refused"]["offset"] == 2
+    kept = {"grammar": {"type": "regex", "value": "[.]x.(\\.)"}, "text": ".xy.", "constraint_engine": engine}
+    assert post(server_url, "/check", kept).json()["accepted"] is True  # a class's dot and an escaped one are dots
+
+
 def test_check_limits_and_bad_input(server_url: str) -> None:
     too_long = post(server_url, "/check", {"grammar": JSON, "text": "x" * 20_001})
     assert too_long.status_code == 422 and "text" in too_long.json()["error"]

@@ -10,6 +10,7 @@ back, over 1 GB while writing), against 1.8 s to compile it.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -89,9 +90,40 @@ def _template(backend: Any, kind: str, text: str) -> Any:
         return XGrammarProcessor(
             backend.grammar_compiler.compile_structural_tag(segments.to_xgrammar(json.loads(text)))
         )
+    if kind == "regex":
+        text = dot_without_newline(text)
     if kind in ("regex", "choice"):
         return XGrammarProcessor(backend.get_regex_logits_processor(text).compiled_grammar)
     return XGrammarProcessor(backend.get_cfg_logits_processor(text).compiled_grammar)
+
+
+def dot_without_newline(pattern: str) -> str:
+    r"""The regex with each `.` outside a class as `[^\n]`: the verdict's regex (and llguidance's and outlines_core's
+    masks) read `.` so, xgrammar's lets a newline through (output then broke its constraint). A pattern that sets
+    flags inline is left as it is (`(?s)` is the one that means a newline)."""
+    if "(?" in pattern and re.search(r"\(\?[a-zA-Z]", pattern):
+        return pattern
+    out, in_class, i = [], False, 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]" or pattern[i - 1] in "[^" and _class_start(pattern, i)
+        elif char == "[":
+            in_class = True
+        elif char == ".":
+            char = "[^\\n]"
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def _class_start(pattern: str, i: int) -> bool:
+    """Whether the `]` at `i` opens its class (`[]a]`, `[^]a]`): it is a member there, not the end."""
+    return pattern[i - 1] == "[" or (pattern[i - 1] == "^" and i >= 2 and pattern[i - 2] == "[")
 
 
 class XGrammarProcessor(BitmaskProcessor):
