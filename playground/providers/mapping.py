@@ -55,7 +55,9 @@ def judge(constraint: Constraint, text: str, finish_reason: str) -> Validation:
     verdict = constraint.validate(text)
     if constraint.kind == "none" or verdict.valid is not False:
         return verdict
-    cut = ", or cut short by max_new_tokens" if finish_reason == "length" else ""
+    cut = {"length": ", or cut short by max_new_tokens", "stop_sequence": ", or cut short by a stop sequence"}.get(
+        finish_reason, ""
+    )
     return Validation(valid=False, enforced=False, message=f"not enforced by the provider{cut}: {verdict.message}")
 
 
@@ -101,6 +103,8 @@ def openai_sequence(
 ) -> Sequence:
     """One chat choice (whole, or assembled from a stream) as a Sequence with its own verdict."""
     reason, stop = openai_finish(choice.get("finish_reason"), choice.get("stop_reason"), params.stop, text)
+    if stop and not text.endswith(stop):  # vLLM's text leaves the stop string out, its tokens keep it; ours keeps it
+        text += stop  # (as TGI's /generate does; the chat routes leave it out again)
     # the server's own count wins: its logprobs leave out the end-of-text token that its usage counts
     count = usage_tokens if usage_tokens is not None else len(tokens)
     return Sequence(

@@ -71,6 +71,18 @@ def test_openai_finish_reasons(serve) -> None:
         stub = serve({"POST /v1/chat/completions": StubReply(json=answer)})
         best = vllm(stub.url).generate("m", "p", GenerateParameters(stop=["END"])).best
         assert (best.finish_reason, best.stop_sequence) == (reason, stop), name
+        # vLLM's text leaves the stop string out (its tokens keep it); the result keeps it, as TGI's /generate does
+        assert best.generated_text == ("abcEND" if stop else "abc"), name
+
+
+def test_a_remote_answer_cut_by_a_stop_sequence_is_not_said_to_be_unenforced(serve) -> None:
+    """The verdict said "not enforced by the provider" outright for a regex answer a stop string had cut short."""
+    answer = chat_completion(" Pari")
+    answer["choices"][0].update(finish_reason="stop", stop_reason="s")
+    stub = serve({"POST /v1/chat/completions": StubReply(json=answer)})
+    params = GenerateParameters(stop=["s"], grammar={"type": "regex", "value": " [A-Z][a-z]+[.]"})
+    verdict = vllm(stub.url).generate("m", "p", params).best.validation
+    assert verdict.message.startswith("not enforced by the provider, or cut short by a stop sequence:")
 
 
 def test_tgi_details_best_of_and_prefill(serve) -> None:
