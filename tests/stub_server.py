@@ -155,6 +155,26 @@ def chat_completion(
     }
 
 
+def completion(text: str, *, finish_reason: str = "stop", logprobs: list[tuple[str, float]] | None = None) -> dict:
+    """An OpenAI (vLLM) text completion, with the completions API's parallel logprob lists."""
+    lists = None
+    if logprobs is not None:
+        lists = {
+            "tokens": [t for t, _ in logprobs],
+            "token_logprobs": [lp for _, lp in logprobs],
+            "top_logprobs": [{t: lp, "zz": lp - 2.0} for t, lp in logprobs],
+            "text_offset": [sum(len(t) for t, _ in logprobs[:i]) for i in range(len(logprobs))],
+        }
+    return {
+        "id": "cmpl-stub",
+        "object": "text_completion",
+        "created": 0,
+        "model": "stub-model",
+        "choices": [{"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": lists}],
+        "usage": {"prompt_tokens": 4, "completion_tokens": len(logprobs or []) or 3, "total_tokens": 7},
+    }
+
+
 def chat_chunks(pieces: list[str]) -> list[Any]:
     """An OpenAI chat stream of `pieces`, a usage chunk and [DONE]."""
     base = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": "stub-model"}

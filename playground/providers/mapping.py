@@ -79,7 +79,21 @@ def openai_token(entry: dict[str, Any]) -> GeneratedToken:
 
 
 def openai_tokens(logprobs: dict[str, Any] | None) -> list[GeneratedToken]:
+    """A choice's tokens from its logprobs: chat's `content` entries, or the completions API's parallel lists."""
+    if logprobs and "content" not in logprobs and "tokens" in logprobs:
+        return completion_tokens(logprobs)
     return [openai_token(entry) for entry in (logprobs or {}).get("content") or []]
+
+
+def completion_tokens(logprobs: dict[str, Any]) -> list[GeneratedToken]:
+    """The completions API's `tokens`, `token_logprobs` and `top_logprobs` (a {text: logprob} per token)."""
+    tops = logprobs.get("top_logprobs") or []
+    out = []
+    for i, (text, value) in enumerate(zip(logprobs["tokens"], logprobs["token_logprobs"], strict=True)):
+        ranked = sorted(((tops[i] if i < len(tops) else None) or {}).items(), key=lambda item: -item[1])
+        top = [Token(id=text_id(t), text=t, logprob=_finite(v)) for t, v in ranked]
+        out.append(GeneratedToken(id=text_id(text), text=text, logprob=_finite(value), top_tokens=top))
+    return out
 
 
 def openai_finish(reason: str | None, stop_reason: Any, stops: list[str], text: str) -> tuple[FinishReason, str | None]:
@@ -120,7 +134,8 @@ def openai_sequence(
 
 
 def message_text(choice: dict[str, Any]) -> str:
-    content = choice["message"].get("content")
+    """A chat choice's message content, or a completion choice's text."""
+    content = choice["text"] if "message" not in choice and "text" in choice else choice["message"].get("content")
     if content is None:
         return ""
     if not isinstance(content, str):

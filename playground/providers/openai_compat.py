@@ -46,6 +46,9 @@ class OpenAICompatProvider(RemoteProvider):
     capabilities: ClassVar[Capabilities] = Capabilities(constraint_kinds=frozenset({"json_schema"}))
     chat_path: ClassVar[str] = "chat/completions"
     models_path: ClassVar[str] = "models"
+    # Where a plain prompt goes to be read as it is (TGI's /generate reads it so); None: there is no such route (OpenAI's
+    # completions serve only legacy models), and it goes to the chat route as one user message.
+    completions_path: ClassVar[str | None] = None
 
     # --- what differs between servers -------------------------------------------------------------
 
@@ -84,13 +87,17 @@ class OpenAICompatProvider(RemoteProvider):
                 self._info[model] = self.model_info(model, max_total_tokens=entry.get("max_model_len"))
         return self._info[model]
 
+    def route(self, inputs: Inputs) -> str:
+        """The path a request for these inputs goes to: completions for a plain prompt where the server has them."""
+        return self.completions_path if isinstance(inputs, str) and self.completions_path else self.chat_path
+
     def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
         params = self.defaulted(params)
         body, constraint = self.payload(model, inputs, params, stream=False)
         start = time.perf_counter()
-        reply = self.client.post(self.chat_path, body)
+        reply = self.client.post(self.route(inputs), body)
         total = time.perf_counter() - start
-        with self.client.malformed("chat completion"):
+        with self.client.malformed("chat completion" if self.route(inputs) == self.chat_path else "completion"):
             choices = sorted(reply.data["choices"], key=lambda c: int(c.get("index", 0)))
             usage = reply.data.get("usage") or {}
             single = usage.get("completion_tokens") if len(choices) == 1 else None
@@ -112,7 +119,7 @@ class OpenAICompatProvider(RemoteProvider):
         params = self.defaulted(params)
         body, constraint = self.payload(model, inputs, params, stream=True)
         state = _StreamState(time.perf_counter())
-        for event in self.client.events(self.chat_path, body):
+        for event in self.client.events(self.route(inputs), body):
             with self.client.malformed("stream chunk"):
                 fresh = state.take(event)
             yield from fresh
@@ -128,18 +135,15 @@ class OpenAICompatProvider(RemoteProvider):
     ) -> NextTokenDistribution:
         """From a greedy 1-token request's top_logprobs: the raw distribution, so no constraint allowed."""
         refuse_constrained_view(self, params)
-        body = {
-            "model": self.upstream(model),
-            "max_tokens": 1,
-            "temperature": 0.0,
-            "logprobs": True,
-            "top_logprobs": self.top_n(top_k, clamp=True),
-            **self.continuation(inputs, prefix),
-        }
-        reply = self.client.post(self.chat_path, body)
-        with self.client.malformed("chat completion with logprobs"):
-            entry = reply.data["choices"][0]["logprobs"]["content"][0]
-            chosen = mapping.openai_token(entry)
+        wanted = self.top_n(top_k, clamp=True)
+        body: dict[str, Any] = {"model": self.upstream(model), "max_tokens": 1, "temperature": 0.0}
+        if self.route(inputs) == self.completions_path:  # the prompt as it is, the answer's start after it
+            body.update(prompt=inputs + prefix, logprobs=wanted)
+        else:
+            body.update(logprobs=True, top_logprobs=wanted, **self.continuation(inputs, prefix))
+        reply = self.client.post(self.route(inputs), body)
+        with self.client.malformed("completion with logprobs"):
+            chosen = mapping.openai_tokens(reply.data["choices"][0]["logprobs"])[0]
             alternatives = chosen.top_tokens or [chosen]
             return mapping.distribution(prefix, alternatives)
 
@@ -154,15 +158,17 @@ class OpenAICompatProvider(RemoteProvider):
     def payload(
         self, model: str, inputs: Inputs, params: GenerateParameters, *, stream: bool
     ) -> tuple[dict[str, Any], Constraint]:
-        """The chat request for these parameters, with the constraint written in this server's field."""
+        """The request for these parameters (a completion for a plain prompt where `completions_path` is set, else a
+        chat), with the constraint written in this server's field."""
         self.check_parameters(params)
         constraint = Constraint.from_grammar(params.grammar)
         top_n = self.top_n(params.top_n_tokens) if params.top_n_tokens else None
+        plain = self.route(inputs) == self.completions_path
         body: dict[str, Any] = {
             "model": self.upstream(model),
-            "messages": mapping.messages_json(inputs),
+            **({"prompt": inputs} if plain else {"messages": mapping.messages_json(inputs)}),
             **outbound.sampling_fields(params, self.dialect),
-            **outbound.logprob_fields(params, top_n),
+            **(outbound.completion_logprob_fields if plain else outbound.logprob_fields)(params, top_n),
         }
         if (params.best_of or 1) > 1:
             body["n"] = params.best_of
@@ -202,7 +208,7 @@ class _StreamState:
         events: list[TokenEvent] = []
         for choice in chunk.get("choices") or []:
             index = int(choice.get("index", 0))
-            content = (choice.get("delta") or {}).get("content") or ""
+            content = (choice.get("delta") or {}).get("content") or choice.get("text") or ""  # (chat, completions)
             self.texts.setdefault(index, []).append(content)
             fresh = mapping.openai_tokens(choice.get("logprobs"))
             if not fresh and content:

@@ -36,6 +36,7 @@ class VLLMProvider(OpenAICompatProvider):
     config_class: ClassVar[type[RemoteConfig]] = VLLMConfig
     dialect: ClassVar[str] = "vllm"
     capabilities: ClassVar[Capabilities] = Capabilities()
+    completions_path: ClassVar[str | None] = "completions"
 
     def constraint_fields(self, constraint: Constraint) -> dict[str, Any]:
         """The grammar kind is sent as text; vLLM's backend (xgrammar or guidance) must accept its syntax."""

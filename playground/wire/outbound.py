@@ -98,6 +98,13 @@ def logprob_fields(params: GenerateParameters, top_n: int | None = None) -> dict
     return fields
 
 
+def completion_logprob_fields(params: GenerateParameters, top_n: int | None = None) -> dict[str, Any]:
+    """logprob_fields as the completions API takes them: `logprobs` is the number of alternatives (0: the chosen
+    token's alone)."""
+    fields = logprob_fields(params, top_n)
+    return {"logprobs": fields.get("top_logprobs", 0)} if fields else {}
+
+
 # --- constraints ------------------------------------------------------------------------------------
 
 _STRUCTURED = {"json_schema": "json", "regex": "regex", "choice": "choice", "grammar": "grammar"}

@@ -25,7 +25,7 @@ from playground.providers.tgi import TGIProvider
 from playground.providers.vllm import VLLMProvider
 from playground.types import GenerateParameters
 from tests.fakes import FakeProvider
-from tests.stub_server import StubReply, chat_completion, models_list, serve, tgi_generation, tgi_info  # noqa: F401 (fixture)
+from tests.stub_server import StubReply, completion, models_list, serve, tgi_generation, tgi_info  # noqa: F401 (fixture)
 from tests.support import REPO_ROOT, free_port
 
 
@@ -234,7 +234,7 @@ def test_max_new_tokens_flag_reaches_remote_servers_where_a_request_leaves_it_un
     stub = serve(
         {
             "GET /v1/models": StubReply(json=models_list("m")),
-            "POST /v1/chat/completions": StubReply(json=chat_completion("hi")),
+            "POST /v1/completions": StubReply(json=completion("hi")),
             "GET /info": StubReply(json=tgi_info("t")),
             "POST /generate": StubReply(json=tgi_generation("hi")),
         }
@@ -251,9 +251,9 @@ providers:
     registry = cli.build_registry(cli.parse_args(["--providers", str(path), "--max-new-tokens", "7"]))
     vllm, tgi = registry.providers["v"], registry.providers["t"]
     vllm.generate("m", "hello", GenerateParameters())
-    assert stub.last("/v1/chat/completions").body["max_tokens"] == 7
+    assert stub.last("/v1/completions").body["max_tokens"] == 7
     vllm.generate("m", "hello", GenerateParameters(max_new_tokens=3))
-    assert stub.last("/v1/chat/completions").body["max_tokens"] == 3  # the request's own wins
+    assert stub.last("/v1/completions").body["max_tokens"] == 3  # the request's own wins
     tgi.generate("t/t", "hello", GenerateParameters())
     assert stub.last("/generate").body["parameters"]["max_new_tokens"] == 7
 

@@ -10,12 +10,14 @@ from playground.errors import ProviderError
 from playground.providers.openai_compat import OpenAICompatProvider, OpenAIConfig
 from playground.providers.tgi import TGIConfig, TGIProvider
 from playground.providers.vllm import VLLMConfig, VLLMProvider
-from playground.types import GenerateParameters
-from tests.stub_server import StubReply, chat_chunks, chat_completion, serve, tgi_generation  # noqa: F401 (fixture)
+from playground.types import ChatMessage, GenerateParameters
+from tests.stub_server import StubReply, chat_chunks, chat_completion, completion, serve, tgi_generation  # noqa: F401 (fixture)
 from tests.support import free_port
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 JSON = GenerateParameters(grammar={"type": "json", "value": SCHEMA}, max_new_tokens=8)
+
+ASKED = [ChatMessage(role="user", content="p")]  # a chat (a plain prompt goes to vLLM's completions)
 
 
 def vllm(url: str, **config) -> VLLMProvider:
@@ -34,7 +36,7 @@ def failure(call) -> ProviderError:
 
 def test_connection_refused_is_502_naming_provider_and_url() -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    error = failure(lambda: vllm(url).generate("m", "p", GenerateParameters()))
+    error = failure(lambda: vllm(url).generate("m", ASKED, GenerateParameters()))
     assert error.status == 502
     assert error.error_type == "provider"
     assert error.message.startswith(f"provider 'remote-a' failed: cannot connect to {url}/v1/chat/completions:")
@@ -49,7 +51,7 @@ def test_timeout_is_502_saying_so(serve) -> None:
         return StubReply(json=chat_completion("late"))
 
     stub = serve({"POST /v1/chat/completions": slow})
-    error = failure(lambda: vllm(stub.url, timeout_s=0.3).generate("m", "p", GenerateParameters()))
+    error = failure(lambda: vllm(stub.url, timeout_s=0.3).generate("m", ASKED, GenerateParameters()))
     assert error.status == 502
     assert (
         error.message
@@ -81,7 +83,7 @@ def test_timeout_is_502_saying_so(serve) -> None:
 def test_remote_error_answers_are_424_with_the_remote_message(serve, status: int, body: dict, shown: str) -> None:
     stub = serve({"POST /v1/chat/completions": StubReply(status, body), "POST /generate": StubReply(status, body)})
     for call in (
-        lambda: vllm(stub.url).generate("m", "p", GenerateParameters()),
+        lambda: vllm(stub.url).generate("m", ASKED, GenerateParameters()),
         lambda: tgi(stub.url).generate("m", "p", GenerateParameters()),
     ):
         error = failure(call)
@@ -101,7 +103,7 @@ def test_remote_error_answers_are_424_with_the_remote_message(serve, status: int
 )
 def test_garbage_is_502_not_a_traceback(serve, reply: StubReply) -> None:
     stub = serve({"POST /v1/chat/completions": reply})
-    error = failure(lambda: vllm(stub.url).generate("m", "p", GenerateParameters()))
+    error = failure(lambda: vllm(stub.url).generate("m", ASKED, GenerateParameters()))
     assert error.status == 502
     assert error.message.startswith("provider 'remote-a' failed: ")
     assert "not JSON" in error.message or "malformed chat completion" in error.message
@@ -125,12 +127,12 @@ def test_stream_errors(serve) -> None:
             ),
         }
     )
-    mid = failure(lambda: list(vllm(stub.url).stream("m", "p", GenerateParameters())))
+    mid = failure(lambda: list(vllm(stub.url).stream("m", ASKED, GenerateParameters())))
     assert mid.status == 424 and "reported an error mid-stream: overloaded" in mid.message
     stub.routes["POST /v1/chat/completions"] = StubReply(
         events=[{"object": "error", "message": "bad seed", "code": 400}]
     )
-    old_vllm = failure(lambda: list(vllm(stub.url).stream("m", "p", GenerateParameters())))
+    old_vllm = failure(lambda: list(vllm(stub.url).stream("m", ASKED, GenerateParameters())))
     assert old_vllm.status == 424 and "reported an error mid-stream: bad seed" in old_vllm.message
     cut = failure(lambda: list(tgi(stub.url).stream("m", "p", GenerateParameters())))
     assert cut.status == 502 and "the stream ended without its final details" in cut.message
@@ -140,10 +142,10 @@ def test_stream_of_non_json_events_and_unfinished_choices(serve) -> None:
     chunks = chat_chunks(["a", "b"])
     chunks[2]["choices"][0]["finish_reason"] = None
     stub = serve({"POST /v1/chat/completions": StubReply(events=chunks)})
-    error = failure(lambda: list(vllm(stub.url).stream("m", "p", GenerateParameters())))
+    error = failure(lambda: list(vllm(stub.url).stream("m", ASKED, GenerateParameters())))
     assert error.status == 502 and "the stream ended before choice 0 finished" in error.message
     stub.routes["POST /v1/chat/completions"] = StubReply(events=["<html>"])
-    error = failure(lambda: list(vllm(stub.url).stream("m", "p", GenerateParameters())))
+    error = failure(lambda: list(vllm(stub.url).stream("m", ASKED, GenerateParameters())))
     assert "streamed an event that is not JSON: '<html>'" in error.message
 
 
@@ -151,6 +153,7 @@ def test_a_provider_that_ignores_the_constraint_is_caught_by_the_verdict(serve) 
     stub = serve(
         {
             "POST /v1/chat/completions": StubReply(json=chat_completion("Sure! Here is a number: 7")),
+            "POST /v1/completions": StubReply(json=completion("Sure! 7")),
             "POST /generate": StubReply(json=tgi_generation("seven")),
         }
     )
@@ -165,20 +168,20 @@ def test_a_provider_that_ignores_the_constraint_is_caught_by_the_verdict(serve) 
         assert verdict.message.startswith("not enforced by the provider: not JSON")
         assert result.constraint_kind == "json_schema"
     regex = GenerateParameters(grammar={"type": "regex", "value": "[0-9]+"})
-    verdict = vllm(stub.url).generate("m", "p", regex).best.validation
+    verdict = vllm(stub.url).generate("m", ASKED, regex).best.validation
     assert verdict.message.startswith("not enforced by the provider: does not fully match /[0-9]+/")
 
 
 def test_a_truncated_answer_says_it_may_have_been_cut_short(serve) -> None:
     stub = serve({"POST /v1/chat/completions": StubReply(json=chat_completion('{"n": ', finish_reason="length"))})
-    verdict = vllm(stub.url).generate("m", "p", JSON).best.validation
+    verdict = vllm(stub.url).generate("m", ASKED, JSON).best.validation
     assert verdict.enforced is False
     assert verdict.message.startswith("not enforced by the provider, or cut short by max_new_tokens: not JSON")
 
 
 def test_a_valid_remote_answer_is_valid_and_enforced(serve) -> None:
     stub = serve({"POST /v1/chat/completions": StubReply(json=chat_completion('{"n": 3}'))})
-    verdict = vllm(stub.url).generate("m", "p", JSON).best.validation
+    verdict = vllm(stub.url).generate("m", ASKED, JSON).best.validation
     assert (verdict.valid, verdict.enforced, verdict.message) == (True, True, "valid against the schema")
 
 

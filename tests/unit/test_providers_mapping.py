@@ -8,8 +8,10 @@ from playground.providers.mapping import answer_result, text_id
 from playground.providers.openai_compat import OpenAICompatProvider, OpenAIConfig
 from playground.providers.tgi import TGIConfig, TGIProvider
 from playground.providers.vllm import VLLMConfig, VLLMProvider
-from playground.types import GenerateParameters, GenerationResult, TokenEvent
+from playground.types import ChatMessage, GenerateParameters, GenerationResult, TokenEvent
 from tests.stub_server import StubReply, chat_chunks, chat_completion, serve, tgi_generation  # noqa: F401 (fixture)
+
+ASKED = [ChatMessage(role="user", content="p")]  # a chat (a plain prompt goes to vLLM's completions)
 
 
 def vllm(url: str) -> VLLMProvider:
@@ -33,7 +35,7 @@ def test_openai_logprobs_and_top_alternatives_become_tokens(serve) -> None:
         ]
     }
     stub = serve({"POST /v1/chat/completions": StubReply(json=answer)})
-    result = vllm(stub.url).generate("m", "p", GenerateParameters(top_n_tokens=2))
+    result = vllm(stub.url).generate("m", ASKED, GenerateParameters(top_n_tokens=2))
     tokens = result.best.tokens
     assert [(t.text, t.logprob) for t in tokens] == [("Hi", -0.1), ("!", -0.3)]
     assert [[(a.text, a.logprob) for a in t.top_tokens] for t in tokens] == [
@@ -53,7 +55,7 @@ def test_n_choices_best_by_total_logprob_others_listed(serve) -> None:
         choice["message"]["content"] = text
         choice["logprobs"] = {"content": [_logprob_entry(text, lp, [])]}
     stub = serve({"POST /v1/chat/completions": StubReply(json=answer)})
-    result = vllm(stub.url).generate("m", "p", GenerateParameters(best_of=3, do_sample=True, seed=11))
+    result = vllm(stub.url).generate("m", ASKED, GenerateParameters(best_of=3, do_sample=True, seed=11))
     assert result.best.generated_text == "high"
     assert [s.generated_text for s in result.best_of_sequences] == ["low", "mid"]
     assert all(s.seed == 11 for s in [result.best, *result.best_of_sequences])
@@ -69,7 +71,7 @@ def test_openai_finish_reasons(serve) -> None:
         answer = chat_completion("abc")
         answer["choices"][0].update(fields)
         stub = serve({"POST /v1/chat/completions": StubReply(json=answer)})
-        best = vllm(stub.url).generate("m", "p", GenerateParameters(stop=["END"])).best
+        best = vllm(stub.url).generate("m", ASKED, GenerateParameters(stop=["END"])).best
         assert (best.finish_reason, best.stop_sequence) == (reason, stop), name
         # vLLM's text leaves the stop string out (its tokens keep it); the result keeps it, as TGI's /generate does
         assert best.generated_text == ("abcEND" if stop else "abc"), name
@@ -81,7 +83,7 @@ def test_a_remote_answer_cut_by_a_stop_sequence_is_not_said_to_be_unenforced(ser
     answer["choices"][0].update(finish_reason="stop", stop_reason="s")
     stub = serve({"POST /v1/chat/completions": StubReply(json=answer)})
     params = GenerateParameters(stop=["s"], grammar={"type": "regex", "value": " [A-Z][a-z]+[.]"})
-    verdict = vllm(stub.url).generate("m", "p", params).best.validation
+    verdict = vllm(stub.url).generate("m", ASKED, params).best.validation
     assert verdict.message.startswith("not enforced by the provider, or cut short by a stop sequence:")
 
 
@@ -137,14 +139,14 @@ def test_an_openai_style_playground_remote_keeps_its_raw_fields(serve) -> None:
     entry = _logprob_entry("a", -0.2, [("a", -0.2)]) | {"raw_logprob": -1.5, "mass_kept": 0.4, "forced": True}
     answer["choices"][0]["logprobs"] = {"content": [entry]}
     stub = serve({"POST /v1/chat/completions": StubReply(json=answer)})
-    token = vllm(stub.url).generate("m", "p", GenerateParameters(top_n_tokens=1)).best.tokens[0]
+    token = vllm(stub.url).generate("m", ASKED, GenerateParameters(top_n_tokens=1)).best.tokens[0]
     assert (token.raw_logprob, token.mass_kept, token.forced) == (-1.5, 0.4, True)
 
 
 def test_openai_stream_becomes_token_events_then_the_result(serve) -> None:
     stub = serve({"POST /v1/chat/completions": StubReply(events=chat_chunks(["{", '"n"', ": 1}"]))})
     params = GenerateParameters(grammar={"type": "json", "value": {"type": "object"}})
-    items = list(vllm(stub.url).stream("m", "p", params))
+    items = list(vllm(stub.url).stream("m", ASKED, params))
     assert stub.last("/v1/chat/completions").body["stream_options"] == {"include_usage": True}
     events, final = items[:-1], items[-1]
     assert all(isinstance(e, TokenEvent) and e.index == 0 for e in events)

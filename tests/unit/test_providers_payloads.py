@@ -10,12 +10,14 @@ from playground.providers.openai_compat import OpenAICompatProvider, OpenAIConfi
 from playground.providers.tgi import TGIConfig, TGIProvider
 from playground.providers.vllm import VLLMConfig, VLLMProvider
 from playground.types import ChatMessage, GenerateParameters
-from tests.stub_server import StubReply, chat_completion, serve, tgi_generation  # noqa: F401 (fixture)
+from tests.stub_server import StubReply, chat_completion, completion, serve, tgi_generation  # noqa: F401 (fixture)
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 CLOSED = {**SCHEMA, "additionalProperties": False}  # what a schema becomes unless `strict: false`: what is sent on
 CHAT = {"POST /v1/chat/completions": StubReply(json=chat_completion('{"n": 1}', logprobs=[('{"n": 1}', -0.1)]))}
 MESSAGES = [ChatMessage(role="system", content="be brief"), ChatMessage(role="user", content="count")]
+
+ASKED = [ChatMessage(role="user", content="p")]  # a chat (a plain prompt goes to vLLM's completions)
 
 
 def openai(url: str, **config) -> OpenAICompatProvider:
@@ -131,20 +133,22 @@ def test_openai_refuses_parameters_it_would_ignore(serve, name: str, value: obje
     ],
 )
 def test_vllm_sends_structured_outputs_for_every_kind(serve, grammar: dict, field: str, value: object) -> None:
-    stub = serve(CHAT)
-    vllm(stub.url).generate(
-        "qwen", "p", GenerateParameters(grammar=grammar, top_k=20, min_p=0.05, repetition_penalty=1.1, details=False)
-    )
-    body = stub.last("/v1/chat/completions").body
-    assert body["structured_outputs"] == {field: value}
-    assert (body["top_k"], body["min_p"], body["repetition_penalty"]) == (20, 0.05, 1.1)
-    assert not any(key.startswith("guided_") for key in body)
+    stub = serve({**CHAT, "POST /v1/completions": StubReply(json=completion("x"))})
+    params = GenerateParameters(grammar=grammar, top_k=20, min_p=0.05, repetition_penalty=1.1, details=False)
+    vllm(stub.url).generate("qwen", ASKED, params)
+    vllm(stub.url).generate("qwen", "p", params)  # a plain prompt: the completions route, read as it is
+    for path in ("/v1/chat/completions", "/v1/completions"):
+        body = stub.last(path).body
+        assert body["structured_outputs"] == {field: value}
+        assert (body["top_k"], body["min_p"], body["repetition_penalty"]) == (20, 0.05, 1.1)
+        assert not any(key.startswith("guided_") for key in body)
+    assert stub.last("/v1/completions").body["prompt"] == "p" and "messages" not in stub.last("/v1/completions").body
 
 
 def test_vllm_legacy_guided_fields(serve) -> None:
     stub = serve(CHAT)
     vllm(stub.url, constraint_field="guided").generate(
-        "q", "p", GenerateParameters(grammar={"type": "choice", "value": ["x"]})
+        "q", ASKED, GenerateParameters(grammar={"type": "choice", "value": ["x"]})
     )
     body = stub.last("/v1/chat/completions").body
     assert body["guided_choice"] == ["x"]
@@ -155,20 +159,21 @@ def test_vllm_takes_a_structural_tag_as_its_response_format(serve) -> None:
     """vLLM's structural_tag is a response_format (xgrammar's form); its guided_* fields have none: refused by name."""
     tag = {"structures": [{"begin": "<a>", "schema": SCHEMA, "end": "</a>"}], "triggers": ["<a>"]}
     stub = serve(CHAT)
-    vllm(stub.url).generate("q", "p", GenerateParameters(grammar={"type": "structural_tag", "value": tag}))
+    vllm(stub.url).generate("q", ASKED, GenerateParameters(grammar={"type": "structural_tag", "value": tag}))
     body = stub.last("/v1/chat/completions").body
     assert body["response_format"]["type"] == "structural_tag" and "structured_outputs" not in body
     assert body["response_format"]["format"]["tags"][0]["content"]["json_schema"] == SCHEMA
     with pytest.raises(UnsupportedConstraintError, match="guided_\\* fields have no structural tag"):
         vllm(stub.url, constraint_field="guided").generate(
-            "q", "p", GenerateParameters(grammar={"type": "structural_tag", "value": tag})
+            "q", ASKED, GenerateParameters(grammar={"type": "structural_tag", "value": tag})
         )
 
 
 def test_vllm_next_token_at_a_prefix_continues_the_answer(serve) -> None:
     reply = chat_completion("a", logprobs=[("a", -0.1)])
     stub = serve({"POST /v1/chat/completions": StubReply(json=reply)})
-    vllm(stub.url).next_token("q", "say a", GenerateParameters(), prefix='{"n": ', top_k=50)
+    asked = [ChatMessage(role="user", content="say a")]
+    vllm(stub.url).next_token("q", asked, GenerateParameters(), prefix='{"n": ', top_k=50)
     assert stub.last("/v1/chat/completions").body == {
         "model": "q",
         "max_tokens": 1,
@@ -179,6 +184,38 @@ def test_vllm_next_token_at_a_prefix_continues_the_answer(serve) -> None:
         "continue_final_message": True,
         "add_generation_prompt": False,
     }
+
+
+def test_vllm_reads_a_plain_prompt_whole_at_its_completions_route(serve) -> None:
+    """/generate on a vLLM model sent the prompt as a chat's user message, templated: not the text asked for. Its
+    completions route reads it as it is (as TGI's /generate), with the completions API's logprobs."""
+    reply = completion(" Paris", logprobs=[(" Par", -0.5), ("is", -0.25)])
+    chunk = {"choices": [{"index": 0, "text": " Par", "logprobs": {"tokens": [" Par"], "token_logprobs": [-0.5]}}]}
+    last = {"choices": [{"index": 0, "text": "is", "finish_reason": "stop", "logprobs": None}]}
+    usage = {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}}
+    stub = serve(
+        {
+            "POST /v1/completions": lambda body: (
+                StubReply(events=[chunk, last, usage, "[DONE]"]) if body.get("stream") else StubReply(json=reply)
+            )
+        }
+    )
+    provider = vllm(stub.url)
+    result = provider.generate("q", "The capital of France is", GenerateParameters(top_n_tokens=2, max_new_tokens=5))
+    sent = stub.last("/v1/completions").body
+    assert (sent["prompt"], sent["logprobs"], sent["max_tokens"]) == ("The capital of France is", 2, 5)
+    assert "messages" not in sent and "top_logprobs" not in sent
+    best = result.best
+    assert (best.generated_text, best.generated_tokens, result.input_length) == (" Paris", 2, 4)
+    assert [(t.text, t.logprob) for t in best.tokens] == [(" Par", -0.5), ("is", -0.25)]
+    assert [(t.text, t.logprob) for t in best.tokens[0].top_tokens] == [(" Par", -0.5), ("zz", -2.5)]
+    items = list(provider.stream("q", "The capital of France is", GenerateParameters()))
+    assert stub.last("/v1/completions").body["stream"] is True
+    assert [i.token.text for i in items[:-1]] == [" Par", "is"] and items[-1].best.generated_text == " Paris"
+    provider.next_token("q", "The capital of France is", GenerateParameters(), prefix=" Par", top_k=3)
+    assert stub.last("/v1/completions").body == {
+        "model": "q", "max_tokens": 1, "temperature": 0.0, "prompt": "The capital of France is Par", "logprobs": 3
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -322,7 +359,7 @@ def test_the_api_key_never_appears_in_errors_or_reprs(serve, monkeypatch) -> Non
     stub = serve({"POST /v1/chat/completions": StubReply(401, {"error": {"message": "bad key"}})})
     provider = vllm(stub.url, api_key_env="VLLM_KEY_FOR_TEST")
     with pytest.raises(ProviderError) as caught:
-        provider.generate("m", "p", GenerateParameters())
+        provider.generate("m", ASKED, GenerateParameters())
     assert stub.last("/v1/chat/completions").headers["Authorization"] == "Bearer sk-very-secret"
     assert caught.value.status == 424
     assert "bad key" in caught.value.message
