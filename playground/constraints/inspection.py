@@ -5,6 +5,7 @@ The engines disagree (a keyword one ignores, another refuses); /inspect and the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel
@@ -61,18 +62,40 @@ def _report(compiler: ConstraintCompiler, constraint: Constraint, engine: str) -
     )
 
 
+# What each engine's mask does with keys an object takes beyond its listed ones (the final check reads the schema).
+_OPEN_OBJECTS = {
+    "outlines_core": "outlines_core writes only an object's listed keys: the other keys `additionalProperties` "
+    "allows are refused by its mask (only the final check allows them)",
+}
+_LISTED_FIRST = "{engine} writes an object's listed keys first, in the schema's order: an instance with another key "
+_LISTED_FIRST += "before them is refused by its mask (the final check reads the schema as written)"
+
+
 def _ignored(constraint: Constraint, engine: str) -> list[str]:
     if constraint.kind != "json_schema":
         return []
     ignored = sorted(schema_keywords(constraint.schema) & backends.get(engine).ignored_keywords)
-    return [f"{engine} ignores `{keyword}` (only the final check enforces it)" for keyword in ignored]
+    notes = [f"{engine} ignores `{keyword}` (only the final check enforces it)" for keyword in ignored]
+    if any(_open_object(node) for node in subschemas(constraint.schema)):
+        notes.append(_OPEN_OBJECTS.get(engine, _LISTED_FIRST.format(engine=engine)))
+    return notes
 
 
-def schema_keywords(schema: Any, depth: int = 0) -> set[str]:
+def _open_object(node: dict[str, Any]) -> bool:
+    """An object that lists keys and takes others too (additionalProperties true or a schema)."""
+    return bool(node.get("properties")) and node.get("additionalProperties", True) not in (False, {"not": {}})
+
+
+def schema_keywords(schema: Any) -> set[str]:
     """The keywords used anywhere in a schema (property names are not keywords)."""
+    return {keyword for node in subschemas(schema) for keyword in node}
+
+
+def subschemas(schema: Any, depth: int = 0) -> Iterator[dict[str, Any]]:
+    """The schema and every schema inside it (not the values of const, enum, default or examples)."""
     if not isinstance(schema, dict) or depth > 64:
-        return set()
-    found = set(schema)
+        return
+    yield schema
     for key, value in schema.items():
         if key in _SCHEMA_MAPS and isinstance(value, dict):
             children = list(value.values())
@@ -83,8 +106,7 @@ def schema_keywords(schema: Any, depth: int = 0) -> set[str]:
                 [value] if isinstance(value, dict) and key not in ("const", "enum", "default", "examples") else []
             )
         for child in children:
-            found |= schema_keywords(child, depth + 1)
-    return found
+            yield from subschemas(child, depth + 1)
 
 
 def compiled_form(compiled: CompiledConstraint) -> str:

@@ -45,6 +45,22 @@ def test_llguidance_refuses_a_keyword_that_the_others_ignore(server_url: str) ->
         assert reports[engine]["warnings"] == [f"{engine} ignores `uniqueItems` (only the final check enforces it)"]
 
 
+def test_an_object_open_to_other_keys_says_what_each_mask_makes_of_them(server_url: str) -> None:
+    """outlines_core's mask refuses every unlisted key, the others' an unlisted key before the listed ones; /inspect
+    said nothing, and valid instances were refused without a word."""
+    schema = {"type": "object", "properties": {"on": {"type": "boolean"}}, "additionalProperties": True}
+    reports = _by_engine(_inspect(server_url, {"grammar": {"type": "json", "value": schema}}))
+    assert reports["outlines_core"]["warnings"] == [
+        "outlines_core writes only an object's listed keys: the other keys `additionalProperties` allows are refused "
+        "by its mask (only the final check allows them)"
+    ]
+    for engine in ("llguidance", "xgrammar"):
+        assert reports[engine]["warnings"] == [
+            f"{engine} writes an object's listed keys first, in the schema's order: an instance with another key "
+            "before them is refused by its mask (the final check reads the schema as written)"
+        ]
+
+
 @pytest.mark.parametrize(
     ("grammar", "forms"),
     [
