@@ -83,7 +83,7 @@ def build_registry(args: argparse.Namespace) -> Registry:
         locals_made.append((local, config.model))
         return local
 
-    registry = load_registry(args.providers, local_factory=local_factory, max_new_tokens=args.max_new_tokens)
+    registry = load_registry(args.providers, local_factory=local_factory)
     if not locals_made:
         local = make_local(args, args.model)
         served = {model: provider_id for provider_id, model in registry.models()}

@@ -203,7 +203,8 @@ class LocalOptions:
     )
     max_new_tokens: int = option(
         256,
-        "max_new_tokens when a request leaves it unset, on local and remote models (default: 256)",
+        "max_new_tokens when a request leaves it unset, on local models; a remote server applies its own "
+        "(default: 256)",
         type=positive,
         metavar="N",
     )

@@ -104,8 +104,9 @@ class FakeProvider:
         ]
         return NextTokenDistribution(prefix=prefix, candidates=candidates, mass_kept=0.6, allowed_count=1, vocab_size=2)
 
-    def tokenize(self, model: str, text: str) -> list[SimpleToken]:
-        return [SimpleToken(id=ord(c), text=c, start=i, stop=i + 1) for i, c in enumerate(text)]
+    def tokenize(self, model: str, text: str, params: GenerateParameters | None = None) -> list[SimpleToken]:
+        kept = params.truncate if params is not None and params.truncate else len(text)
+        return [SimpleToken(id=ord(c), text=c, start=i, stop=i + 1) for i, c in enumerate(text)][-kept:]
 
     # --- helpers ------------------------------------------------------------------------------------
 

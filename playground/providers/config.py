@@ -119,11 +119,8 @@ def read_providers_file(path: str | Path) -> tuple[ProvidersFile, list[BaseModel
     return parsed, configs
 
 
-def build_registry(
-    path: str | Path, *, local_factory: LocalFactory, max_new_tokens: int | None = None
-) -> tuple[Registry, list[str]]:
-    """The registry and the problems found at start (unreachable providers, missing API keys); `max_new_tokens`:
-    the remote providers' answer length where a request leaves it unset (the operator's --max-new-tokens)."""
+def build_registry(path: str | Path, *, local_factory: LocalFactory) -> tuple[Registry, list[str]]:
+    """The registry and the problems found at start (unreachable providers, missing API keys)."""
     parsed, configs = read_providers_file(path)
     declared: dict[str, list[str]] = {}
     for entry in parsed.models:
@@ -135,7 +132,6 @@ def build_registry(
     for entry, config in zip(parsed.providers, configs):
         provider, remote = _make_provider(entry, config, declared.get(entry.provider_id, []), local_factory)
         if remote is not None:
-            remote.default_max_new_tokens = max_new_tokens
             remotes[entry.provider_id] = remote
             if remote.key_problem:
                 problems.append(f"provider {entry.provider_id!r}: {remote.key_problem}")
@@ -151,9 +147,9 @@ def build_registry(
     return registry, problems
 
 
-def load_registry(path: str | Path, *, local_factory: LocalFactory, max_new_tokens: int | None = None) -> Registry:
+def load_registry(path: str | Path, *, local_factory: LocalFactory) -> Registry:
     """build_registry, with each start-up problem logged as a warning (the app keeps serving)."""
-    registry, problems = build_registry(path, local_factory=local_factory, max_new_tokens=max_new_tokens)
+    registry, problems = build_registry(path, local_factory=local_factory)
     for problem in problems:
         log.warning("providers: %s", problem)
     return registry

@@ -78,22 +78,12 @@ def openai_token(entry: dict[str, Any]) -> GeneratedToken:
     return GeneratedToken(id=text_id(text), text=text, logprob=_finite(entry.get("logprob")), top_tokens=top, **ours)
 
 
-def openai_tokens(logprobs: dict[str, Any] | None) -> list[GeneratedToken]:
-    """A choice's tokens from its logprobs: chat's `content` entries, or the completions API's parallel lists."""
+def openai_tokens(logprobs: dict[str, Any] | None, top_n: int | None = None) -> list[GeneratedToken]:
+    """A choice's tokens from its logprobs: chat's `content` entries, or the completions API's columns (`top_n`:
+    the alternatives asked for; chat's come as many)."""
     if logprobs and "content" not in logprobs and "tokens" in logprobs:
-        return completion_tokens(logprobs)
+        return completion_tokens(logprobs, top_n)
     return [openai_token(entry) for entry in (logprobs or {}).get("content") or []]
-
-
-def completion_tokens(logprobs: dict[str, Any]) -> list[GeneratedToken]:
-    """The completions API's `tokens`, `token_logprobs` and `top_logprobs` (a {text: logprob} per token)."""
-    tops = logprobs.get("top_logprobs") or []
-    out = []
-    for i, (text, value) in enumerate(zip(logprobs["tokens"], logprobs["token_logprobs"], strict=True)):
-        ranked = sorted(((tops[i] if i < len(tops) else None) or {}).items(), key=lambda item: -item[1])
-        top = [Token(id=text_id(t), text=t, logprob=_finite(v)) for t, v in ranked]
-        out.append(GeneratedToken(id=text_id(text), text=text, logprob=_finite(value), top_tokens=top))
-    return out
 
 
 def openai_finish(reason: str | None, stop_reason: Any, stops: list[str], text: str) -> tuple[FinishReason, str | None]:
@@ -117,8 +107,10 @@ def openai_sequence(
 ) -> Sequence:
     """One chat choice (whole, or assembled from a stream) as a Sequence with its own verdict."""
     reason, stop = openai_finish(choice.get("finish_reason"), choice.get("stop_reason"), params.stop, text)
-    if stop and not text.endswith(stop):  # vLLM's text leaves the stop string out, its tokens keep it; ours keeps it
-        text += stop  # (as TGI's /generate does; the chat routes leave it out again)
+    trimmed = None
+    if stop in params.stop and not text.endswith(stop):  # vLLM's text leaves the stop string out, its tokens keep it
+        trimmed = judge(constraint, text, reason)  # the verdict on the text the chat routes show (without it)
+        text += stop  # ours keeps it, as TGI's /generate does
     # the server's own count wins: its logprobs leave out the end-of-text token that its usage counts
     count = usage_tokens if usage_tokens is not None else len(tokens)
     return Sequence(
@@ -130,6 +122,7 @@ def openai_sequence(
         stop_sequence=stop,
         total_logprob=total_logprob(tokens),
         validation=judge(constraint, text, reason),
+        trimmed_validation=trimmed,
     )
 
 
@@ -240,29 +233,26 @@ def _openai_answer(body: dict[str, Any]) -> GenerationResult:
         if "message" in choice:
             text, tokens = message_text(choice), openai_tokens(choice.get("logprobs"))
         else:
-            text, tokens = str(choice.get("text") or ""), _completion_tokens(choice.get("logprobs"))
+            text, tokens = str(choice.get("text") or ""), completion_tokens(choice.get("logprobs"))
         sequence = openai_sequence(choice, text, tokens, usage_tokens=single, params=params, constraint=none)
         sequences.append(_with_verdict(sequence, choice))
     return _answer(body, sequences, input_length=int(usage.get("prompt_tokens") or 0))
 
 
-def _completion_tokens(logprobs: dict[str, Any] | None) -> list[GeneratedToken]:
-    """The completions API's columns (`tokens`, `token_logprobs`, `top_logprobs` as {text: logprob})."""
+def completion_tokens(logprobs: dict[str, Any] | None, top_n: int | None = None) -> list[GeneratedToken]:
+    """The completions API's columns (`tokens`, `token_logprobs`, `top_logprobs` as {text: logprob}); the
+    alternatives likeliest first, `top_n` of them where given (vLLM's also hold the chosen token: k + 1)."""
     logprobs = logprobs or {}
     texts, values = logprobs.get("tokens") or [], logprobs.get("token_logprobs") or []
     tops = logprobs.get("top_logprobs") or []
-    return [
-        GeneratedToken(
-            id=text_id(text),
-            text=text,
-            logprob=_finite(values[i] if i < len(values) else None),
-            top_tokens=[
-                Token(id=text_id(t), text=t, logprob=_finite(lp))
-                for t, lp in ((tops[i] if i < len(tops) else None) or {}).items()
-            ],
-        )
-        for i, text in enumerate(texts)
-    ]
+    out = []
+    for i, text in enumerate(texts):
+        found = (tops[i] if i < len(tops) else None) or {}
+        ranked = sorted(found.items(), key=lambda item: -(_finite(item[1]) or -math.inf))[:top_n]
+        top = [Token(id=text_id(t), text=t, logprob=_finite(v)) for t, v in ranked]
+        value = _finite(values[i] if i < len(values) else None)
+        out.append(GeneratedToken(id=text_id(text), text=text, logprob=value, top_tokens=top))
+    return out
 
 
 def _with_verdict(sequence: Sequence, source: dict[str, Any]) -> Sequence:

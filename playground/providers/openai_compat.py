@@ -39,7 +39,8 @@ class OpenAIConfig(RemoteConfig):
 
 
 class OpenAICompatProvider(RemoteProvider):
-    """A provider behind POST {base_url}/chat/completions and GET {base_url}/models."""
+    """A provider behind POST {base_url}/chat/completions (and {base_url}/completions for a plain prompt, where the
+    server has it: `completions_path`) and GET {base_url}/models."""
 
     provider_type: ClassVar[str] = "remote::openai"
     config_class: ClassVar[type[RemoteConfig]] = OpenAIConfig
@@ -92,7 +93,6 @@ class OpenAICompatProvider(RemoteProvider):
         return self.completions_path if isinstance(inputs, str) and self.completions_path else self.chat_path
 
     def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
-        params = self.defaulted(params)
         body, constraint = self.payload(model, inputs, params, stream=False)
         start = time.perf_counter()
         reply = self.client.post(self.route(inputs), body)
@@ -105,7 +105,7 @@ class OpenAICompatProvider(RemoteProvider):
                 mapping.openai_sequence(
                     c,
                     mapping.message_text(c),
-                    mapping.openai_tokens(c.get("logprobs")),
+                    mapping.openai_tokens(c.get("logprobs"), params.top_n_tokens or 0),
                     usage_tokens=single,
                     params=params,
                     constraint=constraint,
@@ -116,9 +116,8 @@ class OpenAICompatProvider(RemoteProvider):
             return self.result(model, inputs, sequences, constraint, input_length=input_length, total_s=total)
 
     def stream(self, model: str, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
-        params = self.defaulted(params)
         body, constraint = self.payload(model, inputs, params, stream=True)
-        state = _StreamState(time.perf_counter())
+        state = _StreamState(time.perf_counter(), params.top_n_tokens or 0)
         for event in self.client.events(self.route(inputs), body):
             with self.client.malformed("stream chunk"):
                 fresh = state.take(event)
@@ -137,13 +136,14 @@ class OpenAICompatProvider(RemoteProvider):
         refuse_constrained_view(self, params)
         wanted = self.top_n(top_k, clamp=True)
         body: dict[str, Any] = {"model": self.upstream(model), "max_tokens": 1, "temperature": 0.0}
-        if self.route(inputs) == self.completions_path:  # the prompt as it is, the answer's start after it
+        plain = self.route(inputs) == self.completions_path
+        if plain:  # the prompt as it is, the answer's start after it
             body.update(prompt=inputs + prefix, logprobs=wanted)
         else:
             body.update(logprobs=True, top_logprobs=wanted, **self.continuation(inputs, prefix))
         reply = self.client.post(self.route(inputs), body)
-        with self.client.malformed("completion with logprobs"):
-            chosen = mapping.openai_tokens(reply.data["choices"][0]["logprobs"])[0]
+        with self.client.malformed("completion with logprobs" if plain else "chat completion with logprobs"):
+            chosen = mapping.openai_tokens(reply.data["choices"][0]["logprobs"], wanted)[0]
             alternatives = chosen.top_tokens or [chosen]
             return mapping.distribution(prefix, alternatives)
 
@@ -194,8 +194,9 @@ def refuse_constrained_view(provider: RemoteProvider, params: GenerateParameters
 class _StreamState:
     """Chat-completion chunks accumulated per choice index, turned into token events as they come."""
 
-    def __init__(self, start: float) -> None:
+    def __init__(self, start: float, top_n: int = 0) -> None:
         self.start = start
+        self.top_n = top_n  # the alternatives asked for (the completions API's may hold one more: the chosen)
         self.first_token_s = 0.0
         self.texts: dict[int, list[str]] = {}
         self.tokens: dict[int, list[GeneratedToken]] = {}
@@ -210,7 +211,7 @@ class _StreamState:
             index = int(choice.get("index", 0))
             content = (choice.get("delta") or {}).get("content") or choice.get("text") or ""  # (chat, completions)
             self.texts.setdefault(index, []).append(content)
-            fresh = mapping.openai_tokens(choice.get("logprobs"))
+            fresh = mapping.openai_tokens(choice.get("logprobs"), self.top_n)
             if not fresh and content:
                 fresh = [GeneratedToken(id=mapping.text_id(content), text=content)]
             self.tokens.setdefault(index, []).extend(fresh)

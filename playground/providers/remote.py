@@ -61,9 +61,6 @@ class RemoteProvider:
     # The wire dialect of the server's body: fields it cannot carry are refused, never dropped.
     dialect: ClassVar[str] = "openai"
     capabilities: ClassVar[Capabilities] = Capabilities()
-    # The operator's --max-new-tokens: an answer's length where a request leaves it unset, as on a local model (None:
-    # the server's own default, which on vLLM and OpenAI is whatever the context leaves).
-    default_max_new_tokens: int | None = None
 
     def __init__(self, provider_id: str, config: RemoteConfig, *, declared: list[str] | None = None) -> None:
         self.provider_id = provider_id
@@ -130,12 +127,6 @@ class RemoteProvider:
         return self.name(served)
 
     # --- requests ---------------------------------------------------------------------------------
-
-    def defaulted(self, params: GenerateParameters) -> GenerateParameters:
-        """The request's parameters with the operator's max_new_tokens where it left it unset."""
-        if params.max_new_tokens is not None or self.default_max_new_tokens is None:
-            return params
-        return params.model_copy(update={"max_new_tokens": self.default_max_new_tokens})
 
     def check_parameters(self, params: GenerateParameters) -> None:
         """Refuse, by name, any parameter this server would silently ignore."""

@@ -20,6 +20,7 @@ from playground.providers.base import Capabilities, Inputs, SimpleToken
 from playground.providers.openai_compat import OpenAICompatProvider, refuse_constrained_view
 from playground.providers.remote import RemoteConfig, RemoteProvider
 from playground.types import GenerateParameters, GenerationResult, ModelInfo, NextTokenDistribution, Token, TokenEvent
+from playground.types.base import FIT_CONTEXT
 from playground.wire import outbound
 
 
@@ -85,7 +86,6 @@ class TGIProvider(RemoteProvider):
         return self._info[model]
 
     def generate(self, model: str, inputs: Inputs, params: GenerateParameters) -> GenerationResult:
-        params = self.defaulted(params)
         if not isinstance(inputs, str):
             return self.chat.generate(model, inputs, params)
         body, constraint = self.payload(inputs, params)
@@ -117,7 +117,6 @@ class TGIProvider(RemoteProvider):
         return result
 
     def stream(self, model: str, inputs: Inputs, params: GenerateParameters) -> Iterator[TokenEvent | GenerationResult]:
-        params = self.defaulted(params)
         if not isinstance(inputs, str):
             yield from self.chat.stream(model, inputs, params)
             return
@@ -159,6 +158,10 @@ class TGIProvider(RemoteProvider):
             return mapping.distribution(prefix, alternatives)
 
     def tokenize(self, model: str, text: str, params: GenerateParameters | None = None) -> list[SimpleToken]:
+        if params is not None and params.truncate == FIT_CONTEXT:  # (as generate refuses it: TGI's is a count)
+            raise ParameterError(
+                f"truncate -1 is not supported by {self.who}: give a number of tokens", field="truncate"
+            )
         truncate = {"parameters": {"truncate": params.truncate}} if params is not None and params.truncate else {}
         reply = self.client.post("tokenize", {"inputs": text, **truncate})
         with self.client.malformed("/tokenize answer"):

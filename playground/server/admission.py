@@ -215,7 +215,11 @@ class AdmissionGate:
         if messages is None:
             _give_up(slot, self.admission, client)
             return None
-        await slot
+        try:  # (a body past the limit arrived before the slot: cancelled now, the slot must not be lost)
+            await slot
+        except BaseException:
+            _give_up(slot, self.admission, client)
+            raise
         return messages
 
     async def _read_until(self, slot: asyncio.Future[None], receive: Receive) -> list[Message] | None:

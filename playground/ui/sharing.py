@@ -94,7 +94,7 @@ def fitted(form: Form, inputs: list[Any]) -> tuple[Form, list[str]]:
         if fixed != value:
             changes[name] = fixed
     if not 0 <= form.truncate <= MAX_SEED:  # (no minimum: a -1 typed there is named on Send; past 64 bits the page
-        changes["truncate"] = 0  # cannot even be sent the value); more tokens than any prompt has is no truncation
+        changes["truncate"] = 0  # cannot even be sent the value); more than the model's input is named on Send
     for name in ("seed", "max_reasoning_tokens"):  # text boxes: blank is a random seed, no budget
         value = getattr(form, name)
         if value is not None and not 0 <= value <= MAX_SEED:

@@ -61,6 +61,16 @@ def test_an_object_open_to_other_keys_says_what_each_mask_makes_of_them(server_u
         ]
 
 
+def test_class_escapes_an_engine_reads_as_ascii_are_named(server_url: str) -> None:
+    """xgrammar's and outlines_core's masks refused `١٢٣` for `\\d+`, which the final check (and llguidance) accepts."""
+    reports = _by_engine(_inspect(server_url, {"grammar": {"type": "regex", "value": r"\d+ \s\w"}}))
+    assert reports["llguidance"]["warnings"] == []
+    assert reports["xgrammar"]["warnings"][0].startswith("xgrammar reads `\\d`, `\\w` as ASCII only")
+    assert reports["outlines_core"]["warnings"][0].startswith("outlines_core reads `\\d`, `\\s`, `\\w` as ASCII only")
+    plain = _by_engine(_inspect(server_url, {"grammar": {"type": "regex", "value": r"[0-9]+ \\d"}}))
+    assert all(r["warnings"] == [] for r in plain.values())  # a class, and an escaped backslash before a d
+
+
 @pytest.mark.parametrize(
     ("grammar", "forms"),
     [

@@ -25,7 +25,7 @@ from playground.providers.tgi import TGIProvider
 from playground.providers.vllm import VLLMProvider
 from playground.types import GenerateParameters
 from tests.fakes import FakeProvider
-from tests.stub_server import StubReply, completion, models_list, serve, tgi_generation, tgi_info  # noqa: F401 (fixture)
+from tests.stub_server import StubReply, models_list, serve, tgi_info  # noqa: F401 (fixture)
 from tests.support import REPO_ROOT, free_port
 
 
@@ -223,39 +223,6 @@ def test_the_flag_s_local_model_named_like_a_remote_one_stops_start_up(serve, tm
     monkeypatch.setattr(cli, "make_local", lambda args, model, **load: FakeLocal(LocalConfig(model=model)))
     with pytest.raises(ProvidersFileError, match="model 'SmolLM2-embedded' is served by both 'v' and the local model"):
         cli.build_registry(cli.parse_args(["--providers", str(path)]))
-
-
-def test_max_new_tokens_flag_reaches_remote_servers_where_a_request_leaves_it_unset(
-    serve, tmp_path: Path, monkeypatch
-) -> None:
-    """--max-new-tokens capped local models only: a remote vLLM got no max_tokens and wrote up to its context."""
-    from playground import cli
-
-    stub = serve(
-        {
-            "GET /v1/models": StubReply(json=models_list("m")),
-            "POST /v1/completions": StubReply(json=completion("hi")),
-            "GET /info": StubReply(json=tgi_info("t")),
-            "POST /generate": StubReply(json=tgi_generation("hi")),
-        }
-    )
-    path = write(
-        tmp_path,
-        f"""
-providers:
-  - {{provider_id: v, provider_type: remote::vllm, config: {{base_url: "{stub.url}/v1"}}}}
-  - {{provider_id: t, provider_type: remote::tgi, config: {{base_url: "{stub.url}", model_prefix: "t/"}}}}
-""",
-    )
-    monkeypatch.setattr(cli, "make_local", lambda args, model, **load: FakeLocal(LocalConfig(model=model)))
-    registry = cli.build_registry(cli.parse_args(["--providers", str(path), "--max-new-tokens", "7"]))
-    vllm, tgi = registry.providers["v"], registry.providers["t"]
-    vllm.generate("m", "hello", GenerateParameters())
-    assert stub.last("/v1/completions").body["max_tokens"] == 7
-    vllm.generate("m", "hello", GenerateParameters(max_new_tokens=3))
-    assert stub.last("/v1/completions").body["max_tokens"] == 3  # the request's own wins
-    tgi.generate("t/t", "hello", GenerateParameters())
-    assert stub.last("/generate").body["parameters"]["max_new_tokens"] == 7
 
 
 def test_every_remote_provider_implements_the_protocol(serve) -> None:

@@ -83,8 +83,16 @@ def test_a_remote_answer_cut_by_a_stop_sequence_is_not_said_to_be_unenforced(ser
     answer["choices"][0].update(finish_reason="stop", stop_reason="s")
     stub = serve({"POST /v1/chat/completions": StubReply(json=answer)})
     params = GenerateParameters(stop=["s"], grammar={"type": "regex", "value": " [A-Z][a-z]+[.]"})
-    verdict = vllm(stub.url).generate("m", ASKED, params).best.validation
-    assert verdict.message.startswith("not enforced by the provider, or cut short by a stop sequence:")
+    best = vllm(stub.url).generate("m", ASKED, params).best
+    assert best.validation.message.startswith("not enforced by the provider, or cut short by a stop sequence:")
+    # the chat routes show the text without the stop string: their verdict is on that text
+    answer["choices"][0].update(message={"role": "assistant", "content": "ye"}, stop_reason="s")
+    choice = GenerateParameters(stop=["s"], grammar={"type": "choice", "value": ["yes", "ye"]})
+    best = vllm(serve({"POST /v1/chat/completions": StubReply(json=answer)}).url).generate("m", ASKED, choice).best
+    assert best.generated_text == "yes" and best.trimmed_validation.valid is True
+    answer["choices"][0].update(stop_reason="not-a-stop")  # a stop_reason the request did not give: nothing added
+    best = vllm(serve({"POST /v1/chat/completions": StubReply(json=answer)}).url).generate("m", ASKED, choice).best
+    assert best.generated_text == "ye"
 
 
 def test_tgi_details_best_of_and_prefill(serve) -> None:

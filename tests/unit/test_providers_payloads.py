@@ -201,14 +201,15 @@ def test_vllm_reads_a_plain_prompt_whole_at_its_completions_route(serve) -> None
         }
     )
     provider = vllm(stub.url)
-    result = provider.generate("q", "The capital of France is", GenerateParameters(top_n_tokens=2, max_new_tokens=5))
+    result = provider.generate("q", "The capital of France is", GenerateParameters(top_n_tokens=1, max_new_tokens=5))
     sent = stub.last("/v1/completions").body
-    assert (sent["prompt"], sent["logprobs"], sent["max_tokens"]) == ("The capital of France is", 2, 5)
+    assert (sent["prompt"], sent["logprobs"], sent["max_tokens"]) == ("The capital of France is", 1, 5)
     assert "messages" not in sent and "top_logprobs" not in sent
     best = result.best
     assert (best.generated_text, best.generated_tokens, result.input_length) == (" Paris", 2, 4)
     assert [(t.text, t.logprob) for t in best.tokens] == [(" Par", -0.5), ("is", -0.25)]
-    assert [(t.text, t.logprob) for t in best.tokens[0].top_tokens] == [(" Par", -0.5), ("zz", -2.5)]
+    # vLLM's top_logprobs also hold the chosen token (k + 1 entries): the k likeliest are kept, as chat gives them
+    assert [(t.text, t.logprob) for t in best.tokens[0].top_tokens] == [(" Par", -0.5)]
     items = list(provider.stream("q", "The capital of France is", GenerateParameters()))
     assert stub.last("/v1/completions").body["stream"] is True
     assert [i.token.text for i in items[:-1]] == [" Par", "is"] and items[-1].best.generated_text == " Paris"
@@ -405,6 +406,8 @@ def test_truncate_reaches_vllm_as_truncate_prompt_tokens_and_tgi_refuses_minus_o
     assert stub.last("/tokenize").body == {"inputs": "one two three four five", "parameters": {"truncate": 1}}
     tgi(stub.url).tokenize("m", "one")
     assert stub.last("/tokenize").body == {"inputs": "one"}
+    with pytest.raises(ParameterError, match="truncate -1 is not supported by provider 'tg'"):
+        tgi(stub.url).tokenize("m", "one", GenerateParameters(truncate=-1))
 
 
 def test_a_vllm_base_url_without_v1_is_named_in_the_404(serve) -> None:

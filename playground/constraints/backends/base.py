@@ -63,6 +63,25 @@ class Backend:
         return constraint.engine_input()
 
 
+_CLASS_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\([dDwWsSpP])")  # \d, \w, \s, \p{..} and their negations
+
+
+def narrow_classes(engine: str, kind: str, pattern: str, narrow: str) -> list[str]:
+    """A warning for the class escapes (`narrow`: their letters) an engine's mask reads as ASCII where the final check
+    reads them as Unicode (`١` is a digit there): the mask then refuses, or its negation lets through, what is
+    valid (measured: /check on Arabic digits, Greek letters, no-break spaces)."""
+    if kind != "regex":
+        return []
+    used = sorted({m.group(1).lower() for m in _CLASS_ESCAPE.finditer(pattern)} & set(narrow))
+    if not used:
+        return []
+    names = ", ".join(f"`\\{letter}`" for letter in used)
+    return [
+        f"{engine} reads {names} as ASCII only (the final check reads them as Unicode, as llguidance does): write "
+        "the characters meant as a class, e.g. [0-9], or use llguidance"
+    ]
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]

@@ -17,6 +17,7 @@ from playground.constraints.backends.base import (
     EngineRefusal,
     check_satisfiable,
     first_line,
+    narrow_classes,
     outlines_backend,
     refusing,
 )
@@ -46,7 +47,7 @@ class OutlinesCore(Backend):
             check_satisfiable(text)
         pattern = check_bounds(kind, text)
         template = refusing(self.name, kind, lambda: backend.get_regex_logits_processor(pattern))
-        return template.index, []
+        return template.index, narrow_classes(self.name, kind, text, "dwsp")
 
     def rebuild_template(self, backend: Any, kind: str, text: str, payload: Any) -> Any:
         from outlines.backends.outlines_core import OutlinesCoreLogitsProcessor

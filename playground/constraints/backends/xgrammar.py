@@ -10,7 +10,6 @@ back, over 1 GB while writing), against 1.8 s to compile it.
 from __future__ import annotations
 
 import json
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -22,6 +21,7 @@ from playground.constraints.backends.base import (
     Backend,
     EngineRefusal,
     check_satisfiable,
+    narrow_classes,
     outlines_backend,
     refusing,
 )
@@ -67,7 +67,7 @@ class XGrammar(Backend):
         if kind == "json_schema":
             check_satisfiable(text)
         refusing(self.name, kind, lambda: _template(backend, kind, text))
-        return None, []  # the server compiles it again (module docstring)
+        return None, narrow_classes(self.name, kind, text, "dw")  # the server compiles it again (module docstring)
 
     def server_backend(self, tokenizer: Any) -> Any:
         return _InServer(self.warmed(tokenizer))
@@ -99,10 +99,8 @@ def _template(backend: Any, kind: str, text: str) -> Any:
 
 def dot_without_newline(pattern: str) -> str:
     r"""The regex with each `.` outside a class as `[^\n]`: the verdict's regex (and llguidance's and outlines_core's
-    masks) read `.` so, xgrammar's lets a newline through (output then broke its constraint). A pattern that sets
-    flags inline is left as it is (`(?s)` is the one that means a newline)."""
-    if "(?" in pattern and re.search(r"\(\?[a-zA-Z]", pattern):
-        return pattern
+    masks) read `.` so, xgrammar's lets a newline through (output then broke its constraint). Classes are read as
+    xgrammar reads them: an unescaped `]` ends one (and xgrammar refuses inline flags such as `(?s)`)."""
     out, in_class, i = [], False, 0
     while i < len(pattern):
         char = pattern[i]
@@ -111,7 +109,7 @@ def dot_without_newline(pattern: str) -> str:
             i += 2
             continue
         if in_class:
-            in_class = char != "]" or pattern[i - 1] in "[^" and _class_start(pattern, i)
+            in_class = char != "]"
         elif char == "[":
             in_class = True
         elif char == ".":
@@ -119,11 +117,6 @@ def dot_without_newline(pattern: str) -> str:
         out.append(char)
         i += 1
     return "".join(out)
-
-
-def _class_start(pattern: str, i: int) -> bool:
-    """Whether the `]` at `i` opens its class (`[]a]`, `[^]a]`): it is a member there, not the end."""
-    return pattern[i - 1] == "[" or (pattern[i - 1] == "^" and i >= 2 and pattern[i - 2] == "[")
 
 
 class XGrammarProcessor(BitmaskProcessor):
