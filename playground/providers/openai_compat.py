@@ -170,6 +170,9 @@ class OpenAICompatProvider(RemoteProvider):
             **outbound.sampling_fields(params, self.dialect),
             **(outbound.completion_logprob_fields if plain else outbound.logprob_fields)(params, top_n),
         }
+        if plain:  # no chat template reads a plain prompt: its options mean nothing there, as on a local model
+            for name in ("chat_template_kwargs", "add_generation_prompt"):
+                body.pop(name, None)
         if (params.best_of or 1) > 1:
             body["n"] = params.best_of
         if stream:

@@ -201,10 +201,12 @@ def test_vllm_reads_a_plain_prompt_whole_at_its_completions_route(serve) -> None
         }
     )
     provider = vllm(stub.url)
-    result = provider.generate("q", "The capital of France is", GenerateParameters(top_n_tokens=1, max_new_tokens=5))
+    template = {"chat_template_kwargs": {"enable_thinking": False}, "add_generation_prompt": False}
+    params = GenerateParameters(top_n_tokens=1, max_new_tokens=5, **template)
+    result = provider.generate("q", "The capital of France is", params)
     sent = stub.last("/v1/completions").body
     assert (sent["prompt"], sent["logprobs"], sent["max_tokens"]) == ("The capital of France is", 1, 5)
-    assert "messages" not in sent and "top_logprobs" not in sent
+    assert not {"messages", "top_logprobs", *template} & set(sent)  # (no template reads a plain prompt)
     best = result.best
     assert (best.generated_text, best.generated_tokens, result.input_length) == (" Paris", 2, 4)
     assert [(t.text, t.logprob) for t in best.tokens] == [(" Par", -0.5), ("is", -0.25)]
