@@ -75,6 +75,11 @@ def regenerating(prompt: str, messages: list[dict[str, Any]]) -> bool:
     return not prompt.strip() and bool(messages) and messages[-1].get("role") == "assistant"
 
 
+def _engine_choices() -> list[str]:
+    """The constraint engines a run may name: auto, or one this machine has."""
+    return ["auto", *backends.names()]
+
+
 # One synced trait per sampling control of the wire layer's table, at its neutral value ("off").
 _SamplingTraits = type(
     "_SamplingTraits",
@@ -146,7 +151,7 @@ class Playground(_SamplingTraits):
         self._shown: tuple[int, int] | None = None  # (candidate, position) of the distribution shown
         self._refuse_unknown(traits)
         super().__init__(models=models, model=model_id, **traits)
-        self.engines = ["auto", *backends.names()]
+        self.engines = _engine_choices()
         self.examples = _examples()
         self.processor_choices = _processor_choices()
         self.constraint_problem = self._problem()
@@ -189,7 +194,7 @@ class Playground(_SamplingTraits):
     @traitlets.validate("constraint_engine")
     def _known_engine(self, proposal: dict[str, Any]) -> str:
         """An engine this machine lacks is refused when set, not only at the next constrained run."""
-        engines = ["auto", *backends.names()]
+        engines = _engine_choices()
         if proposal["value"] not in engines:
             raise traitlets.TraitError(f"constraint_engine {proposal['value']!r} is not one of {', '.join(engines)}")
         return proposal["value"]
