@@ -335,15 +335,15 @@ def result(
 def distribution(prefix: str, alternatives: list[Token]) -> NextTokenDistribution:
     """The unconstrained next-token view from a 1-token request's top alternatives.
 
-    Without a constraint every token is allowed, so raw and constrained agree; the vocabulary size is
-    not reported by remote servers and is given as 0 (unknown).
+    Without a constraint every token is allowed, so raw and constrained agree; remote servers report neither
+    their vocabulary's size nor how many tokens are allowed: both are None (unknown).
     """
     ranked = sorted((t for t in alternatives if t.logprob is not None), key=lambda t: -(t.logprob or 0.0))
     candidates = [
         NextTokenCandidate(id=t.id, text=t.text, raw_logprob=t.logprob, logprob=t.logprob, allowed=True) for t in ranked
     ]
     return NextTokenDistribution(
-        prefix=prefix, candidates=candidates, mass_kept=1.0, allowed_count=len(candidates), vocab_size=0
+        prefix=prefix, candidates=candidates, mass_kept=1.0, allowed_count=None, vocab_size=None
     )
 
 

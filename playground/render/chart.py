@@ -32,10 +32,12 @@ def chart_rows(dist: NextTokenDistribution, limit: int = 12) -> list[Bar]:
 
 def chart_summary(dist: NextTokenDistribution, where: str) -> str:
     """The chart's heading line (plain text: the caller escapes it)."""
-    return (
-        f"{where} · constraint keeps {pct(dist.mass_kept)} of the model's probability mass · "
+    counted = (
         f"{dist.allowed_count} of {dist.vocab_size} tokens allowed"
+        if dist.allowed_count is not None and dist.vocab_size is not None
+        else "the server does not say how many tokens are allowed"
     )
+    return f"{where} · constraint keeps {pct(dist.mass_kept)} of the model's probability mass · {counted}"
 
 
 def next_token_html(dist: NextTokenDistribution, where: str) -> str:

@@ -230,5 +230,7 @@ class NextTokenDistribution(BaseModel):
     prefix: str
     candidates: list[NextTokenCandidate]
     mass_kept: float
-    allowed_count: int
-    vocab_size: int
+    allowed_count: int | None = Field(
+        description="Tokens the constraint allows here; None where a remote server does not say."
+    )
+    vocab_size: int | None = Field(description="The model's vocabulary size; None where a remote server does not say.")

@@ -66,6 +66,12 @@ def test_next_token_chart_rows_match(page, harness_url: str) -> None:  # noqa: F
     rows, summary = _js(page, harness_url, body, dist.model_dump(mode="json"))
     expected = [[b.text, render.pct(b.raw), render.pct(b.constrained), b.allowed] for b in render.chart_rows(dist)]
     assert rows == expected and summary == chart_summary(dist, "here")
+    assert summary.endswith("2 of 100 tokens allowed")
+    remote = dist.model_copy(update={"allowed_count": None, "vocab_size": None})  # a remote server's view
+    _, summary = _js(page, harness_url, body, remote.model_dump(mode="json"))
+    assert summary == chart_summary(remote, "here") and summary.endswith(
+        "the server does not say how many tokens are allowed"
+    )
 
 
 def test_static_html_keeps_its_sheet_inside_and_shows_popovers_on_hover(page, harness_url: str) -> None:  # noqa: F811

@@ -65,6 +65,8 @@ export function chartRows(dist, limit = 12) {
 
 /** The chart's heading line, as the Python renderer words it. */
 export function chartSummary(dist, where) {
-  return `${where} \u00b7 constraint keeps ${percent(dist.mass_kept)} of the model's probability mass \u00b7 ` +
-    `${dist.allowed_count} of ${dist.vocab_size} tokens allowed`;
+  const counted = dist.allowed_count != null && dist.vocab_size != null
+    ? `${dist.allowed_count} of ${dist.vocab_size} tokens allowed`
+    : "the server does not say how many tokens are allowed";
+  return `${where} \u00b7 constraint keeps ${percent(dist.mass_kept)} of the model's probability mass \u00b7 ${counted}`;
 }
