@@ -148,9 +148,16 @@ class BatchCache:
 
     def row_cache(self, row: int) -> Any:
         """Row `row`'s own KV cache (its columns only), as a one-row cache for the prefix cache: a copy of its
-        keys and values (the batch's are never shared with it)."""
-        columns = self.mask[row].nonzero().squeeze(1)
+        keys and values (the batch's are never shared with it). A cache that cannot be batched (a sliding
+        window's layers keep their last positions only, not the mask's columns) decodes one row alone: all of
+        it is the row's, and its layers replace their tensors rather than write into them."""
         out = copy.copy(self.kv)
+        if not can_batch(self.kv):
+            if self.rows != 1:
+                raise ValueError(f"a cache that cannot be batched holds one row, not {self.rows}")
+            out.layers = [copy.copy(layer) for layer in self.kv.layers]
+            return out
+        columns = self.mask[row].nonzero().squeeze(1)
         out.layers = []
         for layer in self.kv.layers:
             mine = copy.copy(layer)

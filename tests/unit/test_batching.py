@@ -402,6 +402,36 @@ def test_a_model_whose_cache_cannot_be_padded_decodes_one_request_at_a_time(runn
     assert scheduler.peak_rows == 1 and scheduler.batchable is False
 
 
+def test_a_sliding_window_request_longer_than_its_window_finishes():
+    """A window's layer keeps its last positions only: the finished row's cache is the whole one (it decoded
+    alone), not the batch's columns of it (an IndexError past the window: every Mistral or Gemma 2 answer). The
+    prefix cache then declines it (a window cannot give back a shorter prefix)."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from playground.decoding.prefix_cache import PrefixCache
+
+    torch.manual_seed(0)
+    config = MistralConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        sliding_window=4,
+        max_position_embeddings=512,
+    )
+    loaded = LoadedModel("tiny-mistral", MistralForCausalLM(config).eval(), TinyTokenizer(EOS), "cpu", "float32", 0.0)
+    mistral = ModelRunner(loaded)
+    cache = PrefixCache(10_000)
+    decode = decode_of(mistral, [5, 6, 7], tokens=12)
+    decode.prefix_cache = cache.scoped()
+    job = Job(decode)
+    Scheduler(mistral, threading.Lock(), max_rows=32).submit(job)
+    assert len(tokens_of(job)) == 12
+    assert cache.usage()["entries"] == 0
+
+
 def test_forced_tokens_alone_in_one_forward_and_batched_one_per_step_are_the_same(runner, scheduler):
     def make() -> Decode:
         return decode_of(runner, [5, 6, 7], tokens=14, processors=[ForcesAfter(30, [31, 32, 33])], fast_forward=True)
