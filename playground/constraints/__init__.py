@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from playground.constraints import jsonformat, matching, schema_check, segments
@@ -31,6 +31,9 @@ class Constraint:
     kind: ConstraintKind
     value: Any = None
     layout: str = jsonformat.DEFAULT_LAYOUT  # JSON whitespace (playground.constraints.jsonformat)
+    # a JSON schema's name as the client gave it (OpenAI's json_schema.name), passed on to servers that read it;
+    # it does not change what the constraint allows
+    name: str | None = field(default=None, compare=False)
 
     @classmethod
     def none(cls) -> Constraint:
@@ -57,7 +60,8 @@ class Constraint:
                 raise InvalidConstraintError(
                     "grammar of type json_schema needs a value {name?, schema}", field="parameters.grammar.value"
                 )
-            return cls.json_schema(value["schema"], **json_options)
+            name = value.get("name")
+            return cls.json_schema(value["schema"], **json_options, name=name if isinstance(name, str) else None)
         if grammar.type == "regex":
             return cls.regex(grammar.value)
         if grammar.type == "choice":
@@ -89,8 +93,11 @@ class Constraint:
         )
 
     @classmethod
-    def json_schema(cls, schema: Any, *, layout: str = jsonformat.DEFAULT_LAYOUT, closed: bool = False) -> Constraint:
-        """Accepts a dict, JSON text, or a pydantic model class; `closed`: no keys the schema does not declare."""
+    def json_schema(
+        cls, schema: Any, *, layout: str = jsonformat.DEFAULT_LAYOUT, closed: bool = False, name: str | None = None
+    ) -> Constraint:
+        """Accepts a dict, JSON text, or a pydantic model class; `closed`: no keys the schema does not declare;
+        `name`: the schema's name, for servers that take one."""
         if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
             schema = schema.model_json_schema()
         if isinstance(schema, str):
@@ -102,7 +109,7 @@ class Constraint:
         schema_check.check_schema(schema)
         if closed:
             schema = jsonformat.closed(schema)
-        return cls("json_schema", _Frozen(schema), jsonformat.check_layout(layout))
+        return cls("json_schema", _Frozen(schema), jsonformat.check_layout(layout), name)
 
     @classmethod
     def regex(cls, pattern: Any) -> Constraint:

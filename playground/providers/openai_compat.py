@@ -55,7 +55,8 @@ class OpenAICompatProvider(RemoteProvider):
 
     def constraint_fields(self, constraint: Constraint) -> dict[str, Any]:
         """OpenAI's response_format; subclasses write their own server's field."""
-        return outbound.openai_response_format(constraint, self.who, strict=getattr(self.config, "strict", True))
+        strict = getattr(self.config, "strict", True)
+        return outbound.openai_response_format(constraint, self.who, name=constraint.name or "output", strict=strict)
 
     def continuation(self, inputs: Inputs, prefix: str) -> dict[str, Any]:
         """Messages that end where the next token is wanted; plain chat APIs can't resume an answer."""

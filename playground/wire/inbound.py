@@ -143,10 +143,10 @@ def _response_format_grammar(fmt: ChatResponseFormat) -> dict[str, Any] | None:
         return {"type": "regex", "value": fmt.value}
     if fmt.type == "json_schema":
         if fmt.json_schema and "schema" in fmt.json_schema:  # only strict: false lets objects take undeclared keys
-            strict = fmt.json_schema.get("strict")
+            strict, name = fmt.json_schema.get("strict"), fmt.json_schema.get("name")
             return {
-                "type": "json",
-                "value": fmt.json_schema["schema"],
+                "type": "json_schema",  # TGI's {name, schema} form: the name goes on to servers that read it
+                "value": {"schema": fmt.json_schema["schema"], **({"name": name} if isinstance(name, str) else {})},
                 "strict": strict if isinstance(strict, bool) else None,
             }
         return {"type": "json_schema", "value": fmt.value}

@@ -60,6 +60,14 @@ def test_openai_sends_response_format_json_schema_and_openai_names(serve) -> Non
     }
 
 
+def test_openai_gets_the_schema_name_the_client_gave(serve) -> None:
+    """OpenAI shows the model a json_schema's name; it went as "output" whatever the client named it."""
+    stub = serve(CHAT)
+    named = {"type": "json_schema", "value": {"name": "weather_report", "schema": SCHEMA}}
+    openai(stub.url).generate("gpt-x", MESSAGES, GenerateParameters(grammar=named))
+    assert stub.last("/v1/chat/completions").body["response_format"]["json_schema"]["name"] == "weather_report"
+
+
 def test_openai_gets_json_object_as_json_object(serve) -> None:
     """It went as a strict json_schema `{"type": "object"}`, which OpenAI's strict mode refuses (no keys declared)."""
     stub = serve(CHAT)

@@ -32,7 +32,7 @@ def _request(**fields: Any) -> inbound.ChatRequest:
                     "json_schema": {"name": "x", "schema": SCHEMA, "strict": True},
                 }
             },
-            {"type": "json", "value": SCHEMA, "strict": True},
+            {"type": "json_schema", "value": {"schema": SCHEMA, "name": "x"}, "strict": True},  # the name goes on
         ),
         ({"response_format": {"type": "json_object"}}, {"type": "json", "value": {"type": "object"}}),
         ({"response_format": {"type": "json_object", "value": SCHEMA}}, {"type": "json", "value": SCHEMA}),
