@@ -228,13 +228,13 @@ async def tokenize(request: Request, body: GenerateRequest, model: str | None = 
 
 
 @router.post("/chat_tokenize", summary="A chat request's prompt as the model reads it, templated and tokenized (TGI)")
-async def chat_tokenize(request: Request, body: ChatRequest) -> dict[str, Any]:
+async def chat_tokenize(request: Request, body: ChatRequest, model: str | None = ModelQuery) -> dict[str, Any]:
     """TGI's /chat_tokenize: the messages (with the tools and template options) through the model's chat template,
     as /v1/chat/completions would send them, and that text's tokens with their offsets. A continued final
     message (continue_final_message) is not in the template: the answer starts with it; nor is the opening of a
     thinking model's reasoning that think_first or a reasoning budget adds after the template. With truncate_prompt_tokens,
-    the tokens are the last ones the model would read."""
-    provider, model_id = resolve(request, body.model)
+    the tokens are the last ones the model would read. The body's `model` wins over `?model=`."""
+    provider, model_id = resolve(request, body.model or model)
     engine = local_engine(provider, model_id, "/chat_tokenize")
     fmt = tool_formats.by_name(engine.tool_format)
     messages, params = inbound.prompt_messages(body, fmt), inbound.chat_parameters(body, 0, fmt)

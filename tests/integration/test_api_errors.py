@@ -73,6 +73,33 @@ def test_unknown_model_is_named(server_url: str) -> None:
     assert "no provider serves model 'gpt-9'" in response.json()["error"]
 
 
+CHOICE = {"type": "choice", "value": ["yes", "no"]}
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/generate", {"inputs": "x"}),
+        ("/generate_stream", {"inputs": "x"}),
+        ("/tokenize", {"inputs": "x"}),
+        ("/chat_tokenize", {"messages": [{"role": "user", "content": "x"}]}),
+        ("/next_token", {"inputs": "x"}),
+        ("/check", {"grammar": CHOICE, "text": "yes"}),
+        ("/reason", {"grammar": CHOICE, "tokens": [1]}),
+        ("/inspect", {"grammar": CHOICE}),
+        ("/score", {"inputs": "x", "parameters": {"grammar": CHOICE}}),
+        ("/evaluate", {"prompts": ["x"], "parameters": {"grammar": CHOICE}}),
+        ("/invocations", {"inputs": "x"}),
+    ],
+)
+def test_every_route_that_takes_a_model_reads_the_query(server_url: str, path: str, body: dict) -> None:
+    """`?model=` picks the model on every TGI-style route (the README's promise): /chat_tokenize answered with the
+    default model whatever it named."""
+    response = httpx.post(f"{server_url}{path}?model=gpt-9", json=body, timeout=60)
+    assert response.status_code == 404, (path, response.text)
+    assert "no provider serves model 'gpt-9'" in response.json()["error"]
+
+
 def test_stream_errors_before_the_first_token_are_plain_422(server_url: str) -> None:
     body = _params(grammar={"type": "regex", "value": "(ab"})
     response = httpx.post(f"{server_url}/generate_stream", json=body, timeout=60)
