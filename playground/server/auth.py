@@ -6,7 +6,7 @@ import secrets
 from collections.abc import Callable
 
 from fastapi import FastAPI, HTTPException, Request
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 from starlette.routing import Mount
@@ -19,6 +19,9 @@ LOGIN_MESSAGE = "This server needs its API key: log in with any user name and th
 # Gradio's routes that run handlers, upload, stream or cancel all live under this prefix.
 GRADIO_API_PREFIX = "/gradio_api/"
 LOGIN_PATH = "/login"
+# Gradio's page carries the UI's whole API description (every endpoint, its parameters and choices: the served
+# models, the processors, the default prompt), login or not
+API_INFO = b"window.gradio_api_info = "
 
 
 def key_matches(given: str, api_key: str) -> bool:
@@ -75,10 +78,12 @@ def mounted_gradio(app: FastAPI) -> ASGIApp:
 
 
 class GradioLoginGate:
-    """Refuse every /gradio_api/* request without Gradio's login cookie.
+    """Refuse every /gradio_api/* request without Gradio's login cookie, and serve the login page without the UI's
+    API description.
 
     Gradio guards its handler routes itself, but not all of them (cancel, heartbeat, stream, reset);
-    this closes the rest, so nothing of the UI's backend answers before a login.
+    this closes the rest, so nothing of the UI's backend answers before a login. Its page embeds the API
+    description (the served models, processors and defaults among the endpoints' choices) login or not.
     """
 
     def __init__(self, app: ASGIApp, *, gradio_app: ASGIApp, guesses: KeyGuesses | None = None) -> None:
@@ -99,9 +104,11 @@ class GradioLoginGate:
         if login:
             await self._login(scope, receive, send)
             return
-        guarded = scope["type"] in ("http", "websocket") and scope["path"].startswith(GRADIO_API_PREFIX)
-        if not guarded or self.logged_in(scope):
+        if scope["type"] not in ("http", "websocket") or self.logged_in(scope):  # (lifespan has no cookies)
             await self.app(scope, receive, send)
+            return
+        if not scope["path"].startswith(GRADIO_API_PREFIX):
+            await self.app(scope, receive, _without_api_info(send) if scope["type"] == "http" else send)
             return
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
@@ -126,3 +133,42 @@ class GradioLoginGate:
             await send(message)
 
         await self.app(scope, receive, counted)
+
+
+def _without_api_info(send: Send) -> Send:
+    """`send` for a page served before a login: an HTML page goes out with an empty API description (the login
+    form needs none); every other answer as it is."""
+    start: Message | None = None
+    chunks: list[bytes] = []
+
+    async def held(message: Message) -> None:
+        nonlocal start
+        if message["type"] == "http.response.start":
+            if not Headers(raw=message["headers"]).get("content-type", "").startswith("text/html"):
+                await send(message)
+                return
+            start = message
+            return
+        if start is None or message["type"] != "http.response.body":
+            await send(message)
+            return
+        chunks.append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        body = blank_api_info(b"".join(chunks))
+        headers = MutableHeaders(raw=list(start["headers"]))
+        headers["content-length"] = str(len(body))
+        await send({**start, "headers": headers.raw})
+        await send({"type": "http.response.body", "body": body})
+
+    return held
+
+
+def blank_api_info(page: bytes) -> bytes:
+    """`page` with its `window.gradio_api_info` object replaced by `{}`: the object runs to the end of its script
+    (Gradio writes it as JSON with `<` escaped, so no `</script>` inside)."""
+    at = page.find(API_INFO)
+    end = page.find(b"</script>", at)
+    if at < 0 or end < 0:
+        return page
+    return page[: at + len(API_INFO)] + b"{};" + page[end:]

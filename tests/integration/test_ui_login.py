@@ -17,6 +17,9 @@ def test_api_key_locks_the_ui_until_login(start_server: Any) -> None:
     assert httpx.get(f"{url}/health", timeout=30).json()["status"] == "ok"
     page = httpx.get(f"{url}/", timeout=30)
     assert page.status_code == 200 and "auth_required" in page.text and "chat-input" not in page.text
+    # nor the UI's API description (every endpoint with its choices: the served models, the processors)
+    assert "window.gradio_api_info = {};</script>" in page.text and "named_endpoints" not in page.text
+    assert int(page.headers["content-length"]) == len(page.content)
     assert httpx.get(f"{url}/config", timeout=30).status_code == 401
     refused = httpx.post(f"{url}/gradio_api/call/constraint_status", json={"data": ["regex", "a+"]}, timeout=30)
     assert refused.status_code == 401 and refused.json()["error_type"] == "authentication"
@@ -33,6 +36,7 @@ def test_api_key_locks_the_ui_until_login(start_server: Any) -> None:
         assert browser.post("/login", data={"username": "me", "password": KEY}).json() == {"success": True}
         config = browser.get("/config")
         assert config.status_code == 200
+        assert "named_endpoints" in browser.get("/").text  # logged in, the page is Gradio's own
         assert "chat-input" in {c.get("props", {}).get("elem_id") for c in config.json()["components"]}
     client = Client(f"{url}/", auth=("anyone", KEY), verbose=False)
     status = client.predict("regex", "[a-z", api_name="/constraint_status")
