@@ -27,6 +27,12 @@ from playground.ui.handlers import error_message
 from playground.ui.state import FIELDS, ChatState, Form, UISettings, drawn_seed, export_session, import_session
 
 QUERY_KEY = "session"
+# A link's session, unpacked, at most: a chat's messages (sizes.MAX_INPUT_CHARS) with its settings, escaped as JSON
+# escapes them. Unbounded, a 20 KB link unpacked into a 16 MB message (zlib packs a repeated text ~1,000 times).
+MAX_SESSION_BYTES = 4 << 20
+# A link's query, at most: Gradio reads the page's address into each event, and one past httpx's 65,536 characters
+# left the page's opening event waiting for ever. A longer session is saved as a file.
+MAX_QUERY_CHARS = 60_000
 STORAGE_KEY = "structured-playground-session"
 # The browser's copy is the user's own settings and chat, not a secret; a fixed key keeps it readable after
 # the server restarts.
@@ -50,16 +56,31 @@ def share_query(form: Form, state: ChatState) -> str:
     if form.seed is None and drawn_seed(state.result) is not None:
         form = form.model_copy(update={"seed": drawn_seed(state.result)})
     packed = zlib.compress(export_session(form, state).encode("utf-8"), 9)
-    return f"?{QUERY_KEY}=" + base64.urlsafe_b64encode(packed).decode("ascii").rstrip("=")
+    query = f"?{QUERY_KEY}=" + base64.urlsafe_b64encode(packed).decode("ascii").rstrip("=")
+    if len(query) > MAX_QUERY_CHARS:
+        raise PlaygroundError(
+            f"this session is too long for a link ({len(query)} characters, at most {MAX_QUERY_CHARS}): "
+            "export it as a file instead"
+        )
+    return query
 
 
 def read_query(value: str) -> tuple[Form, list[dict[str, str]]]:
-    """The setup a share link carries; a damaged link is named as such."""
+    """The setup a share link carries; a damaged link is named as such, and so is one that unpacks past a chat's
+    size."""
+    if len(value) > MAX_QUERY_CHARS:
+        raise PlaygroundError(f"the share link is longer than a link can be here ({MAX_QUERY_CHARS} characters)")
+    unpack = zlib.decompressobj()
     try:
         packed = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
-        text = zlib.decompress(packed).decode("utf-8")
+        data = unpack.decompress(packed, MAX_SESSION_BYTES + 1)
+        text = data.decode("utf-8") if unpack.eof and len(data) <= MAX_SESSION_BYTES else None
     except (binascii.Error, zlib.error, UnicodeDecodeError, ValueError):
         raise PlaygroundError("the share link is damaged (cut off when copied?)") from None
+    if text is None:
+        if len(data) > MAX_SESSION_BYTES:
+            raise PlaygroundError(f"the share link unpacks to more than {MAX_SESSION_BYTES} bytes: not a session")
+        raise PlaygroundError("the share link is damaged (cut off when copied?)")
     return import_session(text)
 
 

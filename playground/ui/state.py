@@ -15,7 +15,7 @@ from playground.errors import InvalidConstraintError, ParameterError, Playground
 from playground.processors import params_from_text
 from playground.render.chat import CONSTRAINT_KEY
 from playground.types import ChatMessage, GeneratedToken, GenerateParameters, GenerationResult, ProcessorSpec
-from playground.types.sizes import nth_seed
+from playground.types.sizes import MAX_INPUT_CHARS, MAX_MESSAGES, nth_seed
 from playground.ui.examples import SYSTEM_PROMPT
 from playground.wire import inbound, tools
 from playground.wire.controls import SAMPLING
@@ -243,6 +243,12 @@ def import_session(text: str) -> tuple[Form, list[dict[str, str]]]:
     messages = data.get("messages", [])
     if not isinstance(messages, list) or not all(_is_message(m) for m in messages):
         raise PlaygroundError('session messages must be a list of {"role": "user"|"assistant", "content": str}')
+    # a chat's limits (every Send would be refused past them), before the page is sent any of it
+    if len(messages) > MAX_MESSAGES:
+        raise PlaygroundError(f"session has {len(messages)} messages; a chat takes at most {MAX_MESSAGES}")
+    total = sum(len(m["content"]) for m in messages)
+    if total > MAX_INPUT_CHARS:
+        raise PlaygroundError(f"session messages hold {total} characters; a chat takes at most {MAX_INPUT_CHARS}")
     return form, [_message(m) for m in messages]
 
 

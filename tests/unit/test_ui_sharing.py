@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import random
 import zlib
 
 import gradio as gr
@@ -10,7 +11,7 @@ import pytest
 
 from playground.errors import PlaygroundError
 from playground.types import GenerationResult, Sequence
-from playground.types.sizes import MAX_SEED
+from playground.types.sizes import MAX_INPUT_CHARS, MAX_MESSAGES, MAX_SEED
 from playground.ui import controls, handlers, sharing
 from playground.ui.state import FIELDS, ChatState, Form, drawn_seed, export_session
 
@@ -140,3 +141,38 @@ def test_a_session_nested_too_deeply_is_named_on_every_path_without_a_traceback(
         message = "PlaygroundError: session file is nested too deeply to read: not a session file"
         assert handlers.error_message(caught.value) == message
     assert not caplog.records
+
+
+def _link(text: str) -> str:
+    return base64.urlsafe_b64encode(zlib.compress(text.encode(), 9)).decode().rstrip("=")
+
+
+def test_a_link_that_unpacks_past_a_session_s_size_is_refused_unread() -> None:
+    """A 20 KB link held a 16 MB message: unpacked without a bound, then sent to the page and autosaved."""
+    huge = export_session(Form(), ChatState(messages=[{"role": "user", "content": "a" * 16_000_000}]))
+    link = _link(huge)
+    assert len(link) < sharing.MAX_QUERY_CHARS
+    with pytest.raises(PlaygroundError, match=f"unpacks to more than {sharing.MAX_SESSION_BYTES} bytes"):
+        sharing.read_query(link)
+
+
+def test_a_session_past_a_chat_s_limits_is_refused_by_link_and_file_alike(tmp_path) -> None:
+    many = [{"role": "user", "content": "x"}] * (MAX_MESSAGES + 1)
+    long = [{"role": "user", "content": "é" * (MAX_INPUT_CHARS + 1)}]
+    for messages, words in ((many, f"at most {MAX_MESSAGES}"), (long, f"at most {MAX_INPUT_CHARS}")):
+        text = export_session(Form(), ChatState(messages=messages))
+        file = tmp_path / "s.json"
+        file.write_text(text)
+        with pytest.raises(PlaygroundError, match=words):
+            sharing.read_query(_link(text))
+        with pytest.raises(PlaygroundError, match=words):
+            controls.import_file(str(file))
+
+
+def test_a_session_too_long_for_a_link_says_to_export_it() -> None:
+    """Past httpx's URL length, Gradio failed the page's opening event and the page waited for ever."""
+    noise = base64.b64encode(random.Random(0).randbytes(60_000)).decode()  # packs badly: ~80 KB of link
+    with pytest.raises(PlaygroundError, match="too long for a link .* export it as a file"):
+        sharing.share_query(Form(), ChatState(messages=[{"role": "user", "content": noise}]))
+    with pytest.raises(PlaygroundError, match="longer than a link can be"):
+        sharing.read_query("A" * (sharing.MAX_QUERY_CHARS + 1))
