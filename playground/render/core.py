@@ -77,16 +77,11 @@ def error_box(message: str) -> str:
 
 
 def error_text(exc: BaseException) -> str:
-    """A failure in the one wording every surface shows: a PlaygroundError by its type and own message,
-    anything else as a model failure."""
+    """A failure in the one wording every surface shows: a PlaygroundError by its own message, as the API's
+    `error` says it (no class name), anything else as a model failure."""
     if isinstance(exc, PlaygroundError):
-        return f"{type(exc).__name__}: {exc.message}"
+        return exc.message
     return f"model failure ({type(exc).__name__}): {exc}"
-
-
-def error_reason(exc: BaseException) -> str:
-    """A failure inside a sentence that already says what failed: a PlaygroundError's own message alone."""
-    return exc.message if isinstance(exc, PlaygroundError) else error_text(exc)
 
 
 def code_spans(escaped: str) -> str:

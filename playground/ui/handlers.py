@@ -73,12 +73,6 @@ def error_message(exc: BaseException) -> str:
     return render.error_text(exc)
 
 
-def error_reason(exc: BaseException) -> str:
-    """The failure inside a note that says what failed (render.error_reason); an unexpected one is logged."""
-    _log_unexpected(exc)
-    return render.error_reason(exc)
-
-
 def _log_unexpected(exc: BaseException) -> None:
     if not isinstance(exc, PlaygroundError):
         log.exception("unexpected error in a UI handler", exc_info=exc)

@@ -14,7 +14,7 @@ from playground.constraints.inspection import InspectResponse, inspect_constrain
 from playground.providers.registry import Registry
 from playground.render.inspection import inspect_html
 from playground.ui.components import Components
-from playground.ui.handlers import error_reason
+from playground.ui.handlers import error_message
 from playground.wire import tools
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def inspect_panel(registry: Registry, kind: str, text: str | None, model: str | 
             return ""
         report = inspect_report(registry, model, constraint)
     except Exception as exc:  # noqa: BLE001 - the constraint's own status box explains a bad constraint
-        return render.box("muted", f"engines not compared: {error_reason(exc)}")
+        return render.box("muted", f"engines not compared: {error_message(exc)}")
     return inspect_html(report)
 
 

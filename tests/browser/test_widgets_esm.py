@@ -190,9 +190,9 @@ def test_playground_controls_set_traits(page, harness_url: str) -> None:
 def test_playground_shows_errors_answers_and_next_token_chart(page, harness_url: str) -> None:
     _mount(page, harness_url, "playground", _playground_state())
     assert page.locator("#mount .sp-error").is_hidden()
-    page.evaluate("s => window.model.set('error', s)", f"InvalidConstraintError: {SCRIPT}")
+    page.evaluate("s => window.model.set('error', s)", f"invalid regex: {SCRIPT}")
     error = page.locator("#mount .sp-error")
-    assert error.is_visible() and error.inner_text() == f"InvalidConstraintError: {SCRIPT}"
+    assert error.is_visible() and error.inner_text() == f"invalid regex: {SCRIPT}"
     assert error.evaluate("n => getComputedStyle(n).color") == "rgb(198, 40, 40)"
     page.evaluate("s => window.model.set('result_json', s)", result_payload(sample_result()))
     assert page.locator("#mount .sp-answer .sp-token").count() == 3

@@ -168,7 +168,7 @@ def test_one_wording_for_an_error() -> None:
     widget = Playground(provider=FakeProvider(error=failure), prompt="hi")
     assert widget.run(raise_errors=False) is None
     ui = Panels.failed(ChatState(), failure).error
-    assert widget.error == render.error_text(failure) == f"ParameterError: bad {HOSTILE}"
+    assert widget.error == render.error_text(failure) == f"bad {HOSTILE}"
     assert ui == render.error_box(widget.error) and "<img" not in ui
     assert render.error_text(RuntimeError("boom")) == "model failure (RuntimeError): boom"
 

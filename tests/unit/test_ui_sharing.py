@@ -138,7 +138,7 @@ def test_a_session_nested_too_deeply_is_named_on_every_path_without_a_traceback(
     for read in [*readers, lambda: sharing.restored(None, deep), lambda: sharing.restored(link, None)]:
         with pytest.raises(PlaygroundError) as caught:
             read()
-        message = "PlaygroundError: session file is nested too deeply to read: not a session file"
+        message = "session file is nested too deeply to read: not a session file"
         assert handlers.error_message(caught.value) == message
     assert not caplog.records
 

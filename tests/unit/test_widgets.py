@@ -261,7 +261,9 @@ def test_build_inputs_prompt_and_chat() -> None:
 
 
 def test_describe_errors() -> None:
-    assert render.error_text(InvalidConstraintError("bad regex")) == "InvalidConstraintError: bad regex"
+    assert (
+        render.error_text(InvalidConstraintError("bad regex")) == "bad regex"
+    )  # the message alone, as the API says it
     assert render.error_text(RuntimeError("CUDA out of memory")) == "model failure (RuntimeError): CUDA out of memory"
 
 
@@ -312,13 +314,13 @@ def test_invalid_schema_is_shown_in_the_error_trait() -> None:
     pg.constraint_text = '{"type": "objekt"}'
     assert pg.constraint_problem.startswith("not a valid JSON Schema")
     pg.run_requested += 1
-    assert pg.error.startswith("InvalidConstraintError: not a valid JSON Schema")
+    assert pg.error.startswith("not a valid JSON Schema")
     assert pg.result is None and pg.running is False
     pg.constraint_text = '{"type": '
     assert "JSON" in pg.constraint_problem
     with pytest.raises(InvalidConstraintError):
         pg.run()
-    assert pg.error.startswith("InvalidConstraintError:") and pg.running is False
+    assert "JSON" in pg.error and "Error" not in pg.error and pg.running is False
     assert "Playground" not in pg._repr_html_() and "pg-error" in pg._repr_html_()
     assert fake.calls == []  # nothing was sent
 
@@ -328,12 +330,12 @@ def test_bad_parameters_and_empty_prompt_are_shown_before_anything_is_sent() -> 
     pg = Playground(provider=fake, prompt="Hi", best_of=2, max_new_tokens=3)
     with pytest.raises(ParameterError, match="best_of > 1 needs sampling"):
         pg.run()
-    assert pg.error.startswith("ParameterError: parameters.best_of: best_of > 1 needs sampling: set do_sample")
+    assert pg.error.startswith("parameters.best_of: best_of > 1 needs sampling: set do_sample")
     pg.best_of, pg.do_sample, pg.temperature = 1, True, 0.0
-    assert pg.run(raise_errors=False) is None and pg.error.startswith("ParameterError: temperature:")
+    assert pg.run(raise_errors=False) is None and pg.error.startswith("temperature:")
     pg.temperature, pg.prompt = 0.7, "  "
     assert pg.run(raise_errors=False) is None
-    assert pg.error == "ParameterError: the prompt is empty: type something to send"
+    assert pg.error == "the prompt is empty: type something to send"
     assert fake.calls == []
 
 
@@ -345,7 +347,7 @@ def test_unreachable_provider_fails_inside_the_widget() -> None:
     assert pg.model == "remote-model"
     with pytest.raises(ProviderError):
         pg.run()
-    assert pg.error.startswith("ProviderError: provider 'down' failed:")
+    assert pg.error.startswith("provider 'down' failed:")
     assert pg.result is None and pg.running is False
 
 
@@ -364,7 +366,7 @@ def test_a_model_the_registry_does_not_serve_is_refused_here_not_sent_to_the_las
     fake = FakeProvider("yes")
     pg = Playground(registry=Registry([fake]), prompt="Hi", max_new_tokens=3)
     pg.model = "nosuch"
-    assert pg.error.startswith("ModelError:")
+    assert pg.error.startswith("no provider serves model 'nosuch'")
     with pytest.raises(ModelError, match="no provider serves model 'nosuch'"):
         pg.run()
     assert fake.calls == []
