@@ -176,8 +176,9 @@ class ResponseFormat(Request):
 
 
 class StructuredOutputs(Request):
-    """vLLM's structured_outputs: exactly one of json, regex, choice, grammar, structural_tag, json_object; and its
-    options."""
+    """vLLM's structured_outputs: at most one of json, regex, choice, grammar, structural_tag, json_object, and its
+    options. Options alone apply to the constraint the request gives elsewhere (response_format, guided_json), as
+    vLLM merges a response_format into them."""
 
     json_: dict[str, Any] | str | None = Field(default=None, alias="json")
     regex: str | None = None
@@ -185,21 +186,24 @@ class StructuredOutputs(Request):
     grammar: str | None = None
     structural_tag: dict[str, Any] | str | None = None
     json_object: bool | None = None
-    # Options of how the engine compiles: accepted, each named in `warnings` (our engines pick their own).
+    # The JSON layout (inbound._whitespace); disable_fallback is accepted and named in `warnings`.
     whitespace_pattern: str | None = None
     disable_any_whitespace: bool | None = None
     disable_fallback: bool | None = None
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    @model_validator(mode="after")
-    def _exactly_one(self) -> StructuredOutputs:
+    @property
+    def constraints(self) -> list[str]:
+        """The constraint fields set."""
         given = [k for k in ("json_", "regex", "choice", "grammar", "structural_tag") if getattr(self, k) is not None]
-        if self.json_object:
-            given.append("json_object")
-        if len(given) != 1:
+        return [*given, "json_object"] if self.json_object else given
+
+    @model_validator(mode="after")
+    def _at_most_one(self) -> StructuredOutputs:
+        if len(self.constraints) > 1:
             raise ValueError(
-                "structured_outputs needs exactly one of json, regex, choice, grammar, structural_tag, json_object"
+                "structured_outputs takes one of json, regex, choice, grammar, structural_tag, json_object, not several"
             )
         return self
 

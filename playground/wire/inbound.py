@@ -176,7 +176,7 @@ def constraint_of(req: ChatCompletionRequest) -> dict[str, Any] | None:
     so = req.structured_outputs
     if so is not None and so.json_object:
         found.append(("structured_outputs", {"type": "json", "value": {"type": "object"}}))
-    elif so is not None:
+    elif so is not None and so.constraints:
         kind, value = next((k, getattr(so, a)) for k, a in _SO_FIELDS if getattr(so, a) is not None)
         found.append(("structured_outputs", {"type": kind, "value": value}))
     for field, kind in _GUIDED_FIELDS:
@@ -189,6 +189,12 @@ def constraint_of(req: ChatCompletionRequest) -> dict[str, Any] | None:
     if len(found) > 1:
         names = ", ".join(name for name, _ in found)
         raise ParameterError(f"{names}: give one constraint, not several", field=found[1][0])
+    if so is not None and not so.constraints and not found:
+        raise ParameterError(
+            "structured_outputs: its options apply to a constraint: give one of json, regex, choice, grammar, "
+            "structural_tag, json_object (here or as response_format)",
+            field="structured_outputs",
+        )
     grammar = found[0][1] if found else None
     whitespace = _whitespace(req)
     if grammar is not None and whitespace is not None and grammar["type"] in ("json", "json_schema"):

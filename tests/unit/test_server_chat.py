@@ -117,10 +117,32 @@ def test_refused_parameters_name_the_field(fields: dict[str, Any], message: str)
 def test_bad_response_format_is_a_validation_error() -> None:
     with pytest.raises(ValidationError, match="type 'json_schema' needs json_schema"):
         _request(response_format={"type": "json_schema"})
-    with pytest.raises(
-        ValidationError, match="exactly one of json, regex, choice, grammar, structural_tag, json_object"
-    ):
-        _request(structured_outputs={"whitespace_pattern": " "})
+    with pytest.raises(ValidationError, match="structured_outputs takes one of json, regex, .* not several"):
+        _request(structured_outputs={"regex": "a", "choice": ["a"]})
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA}}},
+        {"response_format": {"type": "json_object"}},
+        {"guided_json": SCHEMA},
+    ],
+)
+@pytest.mark.parametrize(
+    ("options", "layout"), [({"disable_any_whitespace": True}, "compact"), ({"whitespace_pattern": ""}, "")]
+)
+def test_structured_outputs_options_apply_to_a_constraint_given_elsewhere(
+    fields: dict[str, Any], options: dict[str, Any], layout: str
+) -> None:
+    """vLLM merges a response_format into structured_outputs: `parse()` with compact JSON was a 400."""
+    grammar = inbound.constraint_of(_request(**fields, structured_outputs=options))
+    assert grammar is not None and grammar["whitespace"] == layout
+
+
+def test_structured_outputs_options_alone_are_refused_by_name() -> None:
+    with pytest.raises(ParameterError, match="structured_outputs: its options apply to a constraint"):
+        inbound.constraint_of(_request(structured_outputs={"disable_any_whitespace": True}))
 
 
 @pytest.mark.parametrize(
