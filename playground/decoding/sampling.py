@@ -263,10 +263,13 @@ def token_record(
         top = top_tokens(step.logprobs, top_n, text_of, special)
     raw_top = top if step.logprobs is step.raw_logprobs else top_tokens(step.raw_logprobs, top_n, text_of, special)
     own = text_of(token_id)
+    # its own text where its share is not: part of a character, or whole characters after bytes that never made
+    # one (their U+FFFD lands in this token's share)
+    apart = is_byte_piece(own) or ("\ufffd" in text and "\ufffd" not in own)
     return GeneratedToken(
         id=token_id,
         text=text,
-        **({"piece": own} if is_byte_piece(own) else {}),  # (unset otherwise: no `piece: null` on TGI's routes)
+        **({"piece": own} if apart else {}),  # (unset otherwise: no `piece: null` on TGI's routes)
         special=token_id in special,
         logprob=logprob if logprob != NEG_INF else None,
         raw_logprob=logprob if step.logprobs is step.raw_logprobs else float(step.raw_logprobs[token_id]),

@@ -25,8 +25,9 @@ class GeneratedToken(Token):
     )
     piece: str | None = Field(
         default=None,
-        description="The token's own text where its bytes are part of a character (`bytes:\\xe4\\xbd`, as OpenAI "
-        "writes it; `text` is then its share of the answer, '' or the whole character); None otherwise.",
+        description="The token's own text where its share of the answer (`text`) is not: bytes that are part of a "
+        "character (`bytes:\\xe4\\xbd`, as OpenAI writes it; `text` is then '' or the whole character), or whole "
+        "characters after bytes that never made one (`text` then starts with U+FFFD); None otherwise.",
     )
 
     @property

@@ -200,3 +200,20 @@ def test_completion_response_is_openai_shaped() -> None:
     assert len(parsed.choices[0].logprobs.content) == 1  # the EOS token is not content
     assert body["choices"][0]["validation"]["valid"] is None
     assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}
+
+
+def test_a_token_after_bytes_that_never_made_a_character_keeps_its_own_text_and_bytes() -> None:
+    """A lone continuation byte (0x80) then " alone": the byte's U+FFFD lands in the second token's share of the
+    answer, and its logprob entry read "\ufffd alone" with U+FFFD's bytes; OpenAI gives each token its own."""
+    import torch
+
+    from playground.decoding.sampling import StepScores, token_record
+    from playground.server.chat import logprob_entry
+
+    own = {5: "bytes:\\x80", 6: " alone"}
+    logprobs = torch.log_softmax(torch.tensor([0.0] * 5 + [2.0, 1.0]), -1)
+    step = StepScores(raw_logprobs=logprobs, logprobs=logprobs, final_scores=logprobs, mass_kept=1.0)
+    tokens = [token_record(5, "", step, 2, own.get, set()), token_record(6, "\ufffd alone", step, 2, own.get, set())]
+    entries = [logprob_entry(token, 2) for token in tokens]
+    assert [(e["token"], e["bytes"]) for e in entries] == [("bytes:\\x80", [0x80]), (" alone", list(b" alone"))]
+    assert "".join(t.text for t in tokens) == "\ufffd alone"  # the answer's text is unchanged
