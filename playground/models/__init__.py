@@ -198,6 +198,21 @@ def _load_pretrained(name: str, dtype: Any, trust_remote_code: bool) -> tuple[An
     return model, tokenizer
 
 
+def _gguf_folder(name: str) -> Path | None:
+    """The one .gguf file of a local folder without a transformers config (a GGUF repository's layout), or None;
+    a folder of several is refused by name, as one without either is."""
+    folder = Path(name).expanduser()
+    if not folder.is_dir() or (folder / "config.json").is_file():
+        return None
+    found = sorted(folder.glob("*.gguf"))
+    if len(found) > 1:
+        names = ", ".join(path.name for path in found[:5])
+        raise ModelError(f"folder {name} holds {len(found)} GGUF files ({names}): give the path of one")
+    if not found:
+        raise ModelError(f"folder {name} holds neither a transformers model (config.json) nor a .gguf file")
+    return found[0]
+
+
 def load_model(
     name: str = EMBEDDED,
     *,
@@ -224,18 +239,19 @@ def load_model(
     torch_dtype = pick_dtype(target, dtype)
     from_cache = False
     gguf: Path | None = None
+    in_folder = None if name in (EMBEDDED, "", None) or name.endswith(".gguf") else _gguf_folder(name)
     if name in (EMBEDDED, "", None):
         gguf = embedded_gguf_path()
         model, tokenizer, from_cache = _load_gguf(gguf, torch_dtype)
         model_id, source = EMBEDDED_NAME, str(gguf)
-    elif name.endswith(".gguf"):
-        gguf = Path(name).expanduser()
+    elif name.endswith(".gguf") or in_folder:
+        gguf = in_folder or Path(name).expanduser()
         if not gguf.is_file():
             raise ModelError(f"GGUF file not found: {name}")
         try:
             model, tokenizer, from_cache = _load_gguf(gguf, torch_dtype)
         except ValueError as exc:  # not a GGUF file, a quantization transformers cannot read
-            raise ModelError(f"cannot load GGUF file {name}: {first_line(exc)}") from exc
+            raise ModelError(f"cannot load GGUF file {gguf}: {first_line(exc)}") from exc
         model_id, source = gguf.name, str(gguf)
     else:
         if name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():

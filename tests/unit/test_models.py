@@ -94,6 +94,26 @@ def test_local_folder_without_a_model_names_the_folder(tmp_path: Path) -> None:
     with pytest.raises(ModelError) as info:
         models.load_model(str(tmp_path), threads=1)
     assert str(tmp_path) in info.value.message
+    assert "neither a transformers model (config.json) nor a .gguf file" in info.value.message
+
+
+def test_a_folder_holding_one_gguf_loads_that_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GGUF repository's layout (no config.json): transformers' error was cut to "Couldn't instantiate the
+    backend tokenizer from one of: "."""
+    (tmp_path / "model.Q4_1.gguf").write_bytes(b"GGUF")
+    read: list[Path] = []
+
+    def reads(path: Path, dtype: object) -> None:
+        read.append(path)
+        raise ValueError("not a real GGUF")
+
+    monkeypatch.setattr(models, "_load_gguf", reads)
+    with pytest.raises(ModelError, match="cannot load GGUF file .*model.Q4_1.gguf: not a real GGUF"):
+        models.load_model(str(tmp_path), threads=1)
+    assert read == [tmp_path / "model.Q4_1.gguf"]
+    (tmp_path / "model.Q8_0.gguf").write_bytes(b"GGUF")
+    with pytest.raises(ModelError, match=r"holds 2 GGUF files \(model.Q4_1.gguf, model.Q8_0.gguf\): give the path"):
+        models.load_model(str(tmp_path), threads=1)
 
 
 def test_embedded_gguf_is_found_without_importing_its_package(monkeypatch: pytest.MonkeyPatch) -> None:
