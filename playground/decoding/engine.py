@@ -109,9 +109,22 @@ class Engine:
         params = params or GenerateParameters()
         messages = [chat_template.message(m) for m in inputs]
         header = params.add_generation_prompt
-        if getattr(self.tokenizer, "chat_template", None):
+        if self.has_template:
             return chat_template.render(self.tokenizer, messages, header, params.chat_template_kwargs, params.tools)
         return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + ("assistant: " if header else "")
+
+    @property
+    def has_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def template_warnings(self, inputs: Inputs) -> list[str]:
+        """What a chat request should know about how its messages became the prompt."""
+        if isinstance(inputs, str) or self.has_template:
+            return []
+        return [
+            "the model has no chat template: the messages were joined as 'role: content' lines, and the template's "
+            "options (chat_template_kwargs, tools) were not shown to the model"
+        ]
 
     def generate_prompt(self, inputs: Inputs, params: GenerateParameters) -> tuple[str, int]:
         """The text prompt that /generate decodes as this chat turn does: the templated prompt, with the start of a
@@ -366,7 +379,11 @@ class Engine:
             best_of_sequences=[s for i, s in enumerate(sequences) if i != best],
             constraint_kind=constraint.kind,
             constraint_engine=compiled.engine if compiled else None,
-            warnings=(list(compiled.warnings) if compiled else []) + _matcher_errors(rows),
+            warnings=[
+                *(compiled.warnings if compiled else ()),
+                *self.template_warnings(inputs),
+                *_matcher_errors(rows),
+            ],
             timings=Timings(
                 compile_s=compile_s,
                 compile_cached=bool(compiled and compiled.cached),

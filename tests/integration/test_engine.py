@@ -495,3 +495,14 @@ def test_stats_count_a_generation_whose_reader_left_as_cancelled(engine):
     while engine.scheduler.usage()["requests"] and time.monotonic() < deadline:  # it left the batch
         time.sleep(0.05)
     assert engine.scheduler.usage()["requests"] == 0
+
+
+def test_messages_on_a_model_without_a_chat_template_say_how_they_were_joined(engine, monkeypatch) -> None:
+    """vLLM refuses such a chat; here the messages are joined as lines, and the answer's warnings say so (they
+    said nothing, and the template's options and the tools went unseen without a word)."""
+    monkeypatch.setattr(engine.tokenizer, "chat_template", None)
+    messages = [ChatMessage(role="user", content="hi")]
+    result = engine.generate(messages, GenerateParameters(max_new_tokens=2))
+    assert result.prompt == "user: hi\nassistant: "
+    assert any(w.startswith("the model has no chat template: the messages were joined") for w in result.warnings)
+    assert not any("chat template" in w for w in engine.generate("hi", GenerateParameters(max_new_tokens=2)).warnings)
