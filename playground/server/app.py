@@ -45,7 +45,7 @@ from playground.server.guards import (
 )
 from playground.server.guesses import KeyGuesses, client_of
 from playground.server.scope import ClientScope
-from playground.server.ui_headers import FrameAncestors, OwnOriginOnly, frame_ancestors
+from playground.server.ui_headers import FrameAncestors, LateRefusals, OwnOriginOnly, frame_ancestors
 from playground.server.uploads import MAX_UPLOAD_BYTES, FileInputGuard, UploadLimit
 from playground.space import on_space
 
@@ -153,6 +153,7 @@ def _mount_ui(
         app.add_middleware(GradioLoginGate, gradio_app=mounted_gradio(app), guesses=guesses)
     mounted_gradio(app).add_middleware(FrameAncestors, sources=frame_ancestors(on_space()))
     mounted_gradio(app).add_middleware(OwnOriginOnly)
+    mounted_gradio(app).add_middleware(LateRefusals)
     # Gradio checks a file input's path (only its upload folder) only once `launch()` has run, which a mounted app
     # never calls: without this, a call naming `/etc/...` or `/dev/zero` as an input file was read (and froze the
     # event loop hashing /dev/zero).

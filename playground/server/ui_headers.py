@@ -1,10 +1,16 @@
 """Headers on the UI's answers (everything the mounted Gradio app serves; the API's routes are untouched): who may
-frame the page, and which web origins may read it."""
+frame the page, and which web origins may read it; and Gradio's refusals inside its own streams, kept out of the
+log's tracebacks."""
 
 from __future__ import annotations
 
+import logging
+
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
 
 # A Space shows the app inside an iframe on its huggingface.co page (the app itself is served from *.hf.space).
 SPACE_FRAME_ANCESTORS = ("'self'", "https://huggingface.co", "https://*.hf.space")
@@ -60,6 +66,38 @@ class OwnOriginOnly:
             await send(message)
 
         await self.app(scope, receive, ungranted)
+
+
+class LateRefusals:
+    """Gradio refuses some stream requests after it has started answering them (`/gradio_api/queue/data` for an
+    unknown session: its `session_not_found` event, then an HTTPException). Starlette can no longer send that
+    refusal, so it raised a RuntimeError, and each such request wrote ~110 lines of traceback to the log: anyone
+    could fill it. The client has had its answer; the log gets one line."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except RuntimeError as exc:
+            refusal = exc.__cause__
+            if not (started and isinstance(refusal, HTTPException)):
+                raise
+            log.info(
+                "%s %s: %d %s after the answer started",
+                scope.get("method"),
+                scope["path"],
+                refusal.status_code,
+                refusal.detail,
+            )
 
 
 def _netloc(origin: str) -> str:

@@ -42,3 +42,14 @@ def test_gradio_grants_no_other_origin_a_read_with_the_login_cookie() -> None:
         assert "access-control-allow-origin" not in client.options("/gradio_api/queue/join", headers=preflight).headers
     own = client.get("/gradio_api/info", headers={"Origin": "http://127.0.0.1:7860"})  # the UI's own page
     assert own.headers["access-control-allow-origin"] == "http://127.0.0.1:7860"
+
+
+def test_a_stream_gradio_refuses_after_it_started_answers_without_a_traceback(caplog) -> None:
+    """queue/data for an unknown session: the client gets `session_not_found`, and Gradio's 404 raised after that
+    wrote ~110 lines of traceback per request to the log (anyone could flood it)."""
+    client = TestClient(create_app(Registry([]), ui=True))
+    with caplog.at_level("INFO"):
+        answer = client.get("/gradio_api/queue/data?session_hash=nobody")
+    assert answer.status_code == 200 and '"session_not_found":true' in answer.text.replace(" ", "")
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL") or r.exc_info]
+    assert any("404 Not Found after the answer started" in r.getMessage() for r in caplog.records)
