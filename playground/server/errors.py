@@ -74,9 +74,11 @@ def openai_status(status: int) -> int:
 
 
 def openai_error_body(status: int, message: str, error_type: str, param: str | None = None) -> dict[str, Any]:
-    """OpenAI's ErrorObject; `code` is our error_type, `param` the field at fault when known."""
+    """OpenAI's ErrorObject; `code` is our error_type (OpenAI's `model_not_found` for a model not served), `param` the
+    field at fault when known."""
     kind = _OPENAI_TYPES.get(status) or ("server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": shorten(message, MAX_ERROR_CHARS), "type": kind, "param": param, "code": error_type}}
+    code = "model_not_found" if (status, error_type) == (404, "model") else error_type
+    return {"error": {"message": shorten(message, MAX_ERROR_CHARS), "type": kind, "param": param, "code": code}}
 
 
 def error_response(

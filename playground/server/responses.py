@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 
 from playground.server import chat, openai
@@ -50,6 +50,20 @@ async def create_response(request: Request, body: ResponsesRequest) -> Any:
         return Response(status_code=499)
     completion = chat.completion_response(shown, [result], chat_req, fmt)
     return responses.response_body(body, ids, shown, completion, created_at=created)
+
+
+@router.get("/responses/{response_id}", summary="Stored responses: none are kept (404)", include_in_schema=False)
+@router.delete("/responses/{response_id}", include_in_schema=False)
+@router.post("/responses/{response_id}/cancel", include_in_schema=False)
+@router.get("/responses/{response_id}/input_items", include_in_schema=False)
+async def stored_response(response_id: str) -> None:
+    """The SDK's `responses.retrieve`, `delete`, `cancel` and `input_items.list`: a 404 that says why (it was a bare
+    "Not Found")."""
+    raise HTTPException(
+        status_code=404,
+        detail=f"no response {response_id[:64]!r}: this server keeps no responses (`store` is not supported); "
+        "the answer of POST /v1/responses is all there is",
+    )
 
 
 class _Output:

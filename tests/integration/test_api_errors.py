@@ -153,6 +153,7 @@ def test_openai_sdk_gets_400_and_str_names_the_problem(server_url: str) -> None:
     with pytest.raises(openai.NotFoundError) as caught:
         client.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "x"}])
     assert "no provider serves model 'gpt-9'" in str(caught.value)
+    assert caught.value.code == "model_not_found"  # OpenAI's code, which clients test for (it was "model")
 
 
 def test_openai_sdk_stream_error_names_the_problem(server_url: str) -> None:

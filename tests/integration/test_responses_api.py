@@ -312,3 +312,16 @@ def test_a_thinking_models_reasoning_is_its_own_output_item(thinking_url: str) -
     parts = [e.part for e in events if e.type.startswith("response.content_part.") and e.output_index == 0]
     assert [p.type for p in parts] == ["reasoning_text", "reasoning_text"] and parts[1].text == thought
     assert events[-1].response.output_text == response.output_text
+
+
+def test_a_stored_response_is_a_404_that_says_none_are_kept(client: openai.OpenAI) -> None:
+    """responses.retrieve was a bare "Not Found"; every stored-response call now says why."""
+    calls = [
+        lambda: client.responses.retrieve("resp_abc"),
+        lambda: client.responses.delete("resp_abc"),
+        lambda: client.responses.cancel("resp_abc"),
+        lambda: client.responses.input_items.list("resp_abc"),
+    ]
+    for call in calls:
+        with pytest.raises(openai.NotFoundError, match="this server keeps no responses"):
+            call()
