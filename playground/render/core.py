@@ -55,10 +55,12 @@ def colour(p: float | None) -> str:
 
 
 def pct(p: float | None) -> str:
-    """A probability as a percentage with one decimal (JavaScript's toFixed rounding), '—' when unknown."""
+    """A probability as a percentage with one decimal (JavaScript's toFixed rounding), '—' when unknown; one above 0
+    that one decimal would show as 0.0% is '<0.1%' (a ranked answer the model gave e^-10 read "model 0.0%")."""
     if p is None:
         return "—"
-    return f"{Decimal(p * 100).quantize(Decimal('0.1'), rounding=ROUND_HALF_UP)}%"
+    shown = Decimal(p * 100).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP)
+    return "<0.1%" if p > 0 and shown == 0 else f"{shown}%"
 
 
 def quoted(text: str) -> str:

@@ -142,8 +142,16 @@ def score_last_turn(registry: Registry, state: ChatState, pinned: int | None) ->
         if request is None:
             raise ParameterError("send a message first: the ranking is for the last turn's prompt and constraint")
         prefix = request.params.continue_from or ""
-        if pinned is not None and request.params.grammar is not None and request.params.grammar.type in JSON_TYPES:
-            prefix += "".join(t.text for t in state.tokens[:pinned] if not t.special)
+        grammar = request.params.grammar
+        if grammar is not None and grammar.type in JSON_TYPES:
+            if pinned is not None:
+                prefix += "".join(t.text for t in state.tokens[:pinned] if not t.special)
+            if not listed(Constraint.from_grammar(grammar), prefix):  # (the API's words ask for a prefix)
+                where = "at the clicked token" if pinned is not None else "at the answer's start"
+                raise ParameterError(
+                    f"the last turn's JSON schema lists no answers {where}: click a token where an enum or const "
+                    "value starts, then rank"
+                )
         return _ranked(registry, state, prefix)
     except Exception as exc:  # noqa: BLE001
         return render.error_box(error_message(exc))

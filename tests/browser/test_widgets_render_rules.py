@@ -24,9 +24,10 @@ def _js(page, url: str, body: str, arg: Any) -> Any:
 
 
 def test_palette_and_percentages_match(page, harness_url: str) -> None:  # noqa: F811
-    probs = [None, 0.0, 0.0125, 0.0375, 0.0025, 0.125 / 100, 0.25, 0.5, 0.7412, 0.99951, 1.0, 1.5]
+    probs = [None, 0.0, 0.0125, 0.0375, 0.0025, 0.125 / 100, 0.25, 0.5, 0.7412, 0.99951, 1.0, 1.5, 4.5e-5, 0.0004999]
     got = _js(page, harness_url, "arg.map((p) => [m.colour(p), m.percent(p)])", probs)
     assert got == [[render.colour(p), render.pct(p)] for p in probs]
+    assert [render.pct(p) for p in (0.0, 4.5e-5, 0.0004999, 0.0005)] == ["0.0%", "<0.1%", "<0.1%", "0.1%"]
 
 
 def test_verdict_wording_matches(page, harness_url: str) -> None:  # noqa: F811

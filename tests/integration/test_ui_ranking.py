@@ -75,6 +75,12 @@ def test_a_clicked_token_that_starts_an_enum_value_gets_its_ranking(registry: Re
     chart = ranked[index]
     assert "enum at kind" in chart and chart.count('class="bar-row"') == 2
     assert "&quot;&lt;i&gt;cat&lt;/i&gt;&quot;" in chart and "<i>" not in chart  # escaped text
-    assert re.search(r"\d+\.\d% \(model \d+\.\d%\)", chart)  # constrained and raw probabilities
+    assert re.search(r"\d+\.\d% \(model (<0\.1|\d+\.\d)%\)", chart)  # constrained and raw probabilities
     assert sum(shares(chart)) == pytest.approx(100, abs=0.2)
     assert evaluate.enum_at_token(registry, state, None) == "" == evaluate.enum_at_token(registry, state, 999)
+    # the Rank button: at the token, the same ranking; elsewhere the UI's words, not the API's ("give an answer
+    # prefix that ends where a value starts", which the UI has no field for)
+    assert "enum at kind" in evaluate.score_last_turn(registry, state, index)
+    for pinned, where in ((None, "at the answer&#x27;s start"), (index + 1, "at the clicked token")):
+        refused = evaluate.score_last_turn(registry, state, pinned)
+        assert f"the last turn&#x27;s JSON schema lists no answers {where}: click a token where an enum" in refused

@@ -23,7 +23,9 @@ export function colour(p) {
 
 /** A probability as a percentage with one decimal, "\u2014" when unknown. */
 export function percent(p) {
-  return p === null || p === undefined ? "\u2014" : `${(100 * p).toFixed(1)}%`;
+  if (p === null || p === undefined) return "\u2014";
+  const shown = (100 * p).toFixed(1);
+  return p > 0 && Number(shown) === 0 ? "<0.1%" : `${shown}%`;
 }
 
 /** [state, text] of a verdict (ok, bad or muted); a constraint the provider did not enforce is always bad. */
