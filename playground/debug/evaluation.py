@@ -207,8 +207,9 @@ def summary(rows: list[EvalRow], total: int, cancelled: bool = False) -> dict[st
 
 
 def to_jsonl(rows: list[EvalRow]) -> str:
-    """One JSON object per row, without the tokens (the CSV's columns, with values typed)."""
-    return "".join(json.dumps(_flat(row)) + "\n" for row in rows)
+    """One JSON object per row, as /evaluate's summary lists its rows (every field but the tokens): a file from
+    the UI or the widget reads as one from the API."""
+    return "".join(json.dumps(row.model_dump(mode="json", exclude={"tokens"})) + "\n" for row in rows)
 
 
 def to_csv(rows: list[EvalRow]) -> str:

@@ -17,9 +17,12 @@ def test_prompts_read_from_lines_jsonl_and_csv_and_rows_export() -> None:
     jsonl = '{"prompt": "a", "expected": "red"}\n{"prompt": "b"}\n'
     assert read_prompts(jsonl, "set.jsonl") == (["a", "b"], ["red", None])
     assert read_prompts("prompt,expected\na,red\nb,\n", "set.csv") == (["a", "b"], ["red", None])
-    rows = [EvalRow(index=0, prompt="a, b", text="red", valid=True, expected="red", agree=True)]
+    refusal = FirstRefusal(position=2, wanted="blue", chosen="red", reason="not in the choices")
+    rows = [EvalRow(index=0, prompt="a, b", text="red", valid=True, expected="red", agree=True, first_refusal=refusal)]
     assert to_csv(rows).splitlines()[1].startswith('0,"a, b",red,True')
-    assert json.loads(to_jsonl(rows))["agree"] is True
+    # the JSONL's rows are /evaluate's (its summary's `rows`): the refusal whole, the timings; the CSV flattens
+    assert json.loads(to_jsonl(rows)) == rows[0].model_dump(mode="json", exclude={"tokens"})
+    assert json.loads(to_jsonl(rows))["first_refusal"]["wanted"] == "blue"
 
 
 def test_charts_escape_every_text_from_models_and_users() -> None:
