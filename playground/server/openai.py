@@ -126,7 +126,9 @@ async def choice_chunks(
 ) -> AsyncIterator[str | GenerationResult]:
     """The chunks of one choice (content, or each tool call's head then its arguments), then its result."""
     params = job[1]
-    yield chunk(delta={"role": "assistant", "content": ""})
+    # a forced call has no content: null, as OpenAI streams it (the SDK's stream helper then ends with None, as the
+    # unstreamed answer does, not ""); an answer that may be text opens with "", as vLLM's does
+    yield chunk(delta={"role": "assistant", "content": None if tools.mode(req) in ("required", "named") else ""})
     feed, ending = _tool_deltas(req, params, fmt) if tools.mode(req) is not None else _content_deltas(req, params)
     thought = _ReasoningDeltas(params.stop)
     async for deltas, tokens, result in decoded(events, feed, thought.feed):

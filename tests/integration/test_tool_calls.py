@@ -125,6 +125,11 @@ def test_streamed_call_comes_head_first_then_adds_up_to_the_same_call(client: op
     assert len(rest) > 1 and all(c.id is None and c.function.name is None and c.index == 0 for c in rest)
     assert "".join(c.function.arguments for c in calls) == whole.function.arguments
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].choices[0].delta.content is None
+    with client.chat.completions.stream(
+        model="embedded", messages=ASK, tools=TOOLS, tool_choice=named, temperature=0, max_tokens=60
+    ) as stream:  # the SDK's helper ends as the unstreamed answer does: content None, not ""
+        assert stream.get_final_completion().choices[0].message.content is None
 
 
 def test_a_streamed_call_s_logprobs_are_the_whole_answer_s(client: openai.OpenAI) -> None:
