@@ -243,12 +243,17 @@ def import_session(text: str) -> tuple[Form, list[dict[str, str]]]:
     messages = data.get("messages", [])
     if not isinstance(messages, list) or not all(_is_message(m) for m in messages):
         raise PlaygroundError('session messages must be a list of {"role": "user"|"assistant", "content": str}')
-    # a chat's limits (every Send would be refused past them), before the page is sent any of it
-    if len(messages) > MAX_MESSAGES:
-        raise PlaygroundError(f"session has {len(messages)} messages; a chat takes at most {MAX_MESSAGES}")
-    total = sum(len(m["content"]) for m in messages)
-    if total > MAX_INPUT_CHARS:
-        raise PlaygroundError(f"session messages hold {total} characters; a chat takes at most {MAX_INPUT_CHARS}")
+    # a chat's limits, before the page is sent any of it: on what a Retry would send, and the last answers (not
+    # sent again: a chat the page made may end with one past the limits the request that made it kept) within as much
+    sent = list(messages)
+    while sent and sent[-1]["role"] == "assistant":
+        sent.pop()
+    if len(sent) > MAX_MESSAGES:
+        raise PlaygroundError(f"session has {len(sent)} messages to send; a chat takes at most {MAX_MESSAGES}")
+    for part, what in ((sent, "messages"), (messages[len(sent) :], "last answers")):
+        total = sum(len(m["content"]) for m in part)
+        if total > MAX_INPUT_CHARS:
+            raise PlaygroundError(f"session {what} hold {total} characters; a chat takes at most {MAX_INPUT_CHARS}")
     return form, [_message(m) for m in messages]
 
 

@@ -159,7 +159,9 @@ def test_a_link_that_unpacks_past_a_session_s_size_is_refused_unread() -> None:
 def test_a_session_past_a_chat_s_limits_is_refused_by_link_and_file_alike(tmp_path) -> None:
     many = [{"role": "user", "content": "x"}] * (MAX_MESSAGES + 1)
     long = [{"role": "user", "content": "é" * (MAX_INPUT_CHARS + 1)}]
-    for messages, words in ((many, f"at most {MAX_MESSAGES}"), (long, f"at most {MAX_INPUT_CHARS}")):
+    told = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y" * (MAX_INPUT_CHARS + 1)}]
+    cases = ((many, f"at most {MAX_MESSAGES}"), (long, f"at most {MAX_INPUT_CHARS}"), (told, "last answers hold"))
+    for messages, words in cases:
         text = export_session(Form(), ChatState(messages=messages))
         file = tmp_path / "s.json"
         file.write_text(text)
@@ -176,3 +178,11 @@ def test_a_session_too_long_for_a_link_says_to_export_it() -> None:
         sharing.share_query(Form(), ChatState(messages=[{"role": "user", "content": noise}]))
     with pytest.raises(PlaygroundError, match="longer than a link can be"):
         sharing.read_query("A" * (sharing.MAX_QUERY_CHARS + 1))
+
+
+def test_a_chat_the_page_made_comes_back_though_its_last_answer_took_it_past_the_limit() -> None:
+    """A Send checks the messages it sends; the answer then joins them. A reload refused such a chat (the autosave
+    goes through the same reader as a link)."""
+    messages = [{"role": "user", "content": "x" * (MAX_INPUT_CHARS - 10)}, {"role": "assistant", "content": "y" * 50}]
+    saved = export_session(Form(), ChatState(messages=messages))
+    assert sharing.restored(None, saved)[1] == messages
