@@ -117,14 +117,13 @@ class Engine:
     def has_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
-    def template_warnings(self, inputs: Inputs) -> list[str]:
-        """What a chat request should know about how its messages became the prompt."""
+    def template_warnings(self, inputs: Inputs, params: GenerateParameters) -> list[str]:
+        """What a chat request should know about how its messages became the prompt (tools without a template's
+        own format are written into a system message: wire/tools.py)."""
         if isinstance(inputs, str) or self.has_template:
             return []
-        return [
-            "the model has no chat template: the messages were joined as 'role: content' lines, and the template's "
-            "options (chat_template_kwargs, tools) were not shown to the model"
-        ]
+        unread = " (chat_template_kwargs were not read)" if params.chat_template_kwargs else ""
+        return [f"the model has no chat template: the messages were joined as 'role: content' lines{unread}"]
 
     def generate_prompt(self, inputs: Inputs, params: GenerateParameters) -> tuple[str, int]:
         """The text prompt that /generate decodes as this chat turn does: the templated prompt, with the start of a
@@ -381,7 +380,7 @@ class Engine:
             constraint_engine=compiled.engine if compiled else None,
             warnings=[
                 *(compiled.warnings if compiled else ()),
-                *self.template_warnings(inputs),
+                *self.template_warnings(inputs, params),
                 *_matcher_errors(rows),
             ],
             timings=Timings(

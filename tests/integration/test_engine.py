@@ -502,7 +502,8 @@ def test_messages_on_a_model_without_a_chat_template_say_how_they_were_joined(en
     said nothing, and the template's options and the tools went unseen without a word)."""
     monkeypatch.setattr(engine.tokenizer, "chat_template", None)
     messages = [ChatMessage(role="user", content="hi")]
-    result = engine.generate(messages, GenerateParameters(max_new_tokens=2))
+    result = engine.generate(messages, GenerateParameters(max_new_tokens=2, chat_template_kwargs={"x": 1}))
     assert result.prompt == "user: hi\nassistant: "
-    assert any(w.startswith("the model has no chat template: the messages were joined") for w in result.warnings)
+    joined = "the model has no chat template: the messages were joined as 'role: content' lines"
+    assert f"{joined} (chat_template_kwargs were not read)" in result.warnings
     assert not any("chat template" in w for w in engine.generate("hi", GenerateParameters(max_new_tokens=2)).warnings)
