@@ -64,16 +64,16 @@ def _bounded(texts: list[str], what: str) -> list[str]:
     return texts
 
 
-def listed(constraint: Constraint, prefix: str) -> bool:
+def listed(constraint: Constraint, prefix: str, at_most: float = MAX_ALTERNATIVES) -> bool:
     """Whether the constraint itself lists the answers after `prefix` (a choice; an enum or const where a JSON
-    value starts), at most MAX_ALTERNATIVES of them: ranking them then walks no language, cheap enough for the UI
+    value starts), at most `at_most` of them: ranking them then walks no language, cheap enough for the UI
     to do after every turn (more are refused by name when asked for)."""
     if constraint.kind == "choice":
-        return 0 < sum(c.startswith(prefix) and len(c) > len(prefix) for c in constraint.value) <= MAX_ALTERNATIVES
+        return 0 < sum(c.startswith(prefix) and len(c) > len(prefix) for c in constraint.value) <= at_most
     if constraint.kind != "json_schema":
         return False
     path = _value_path(prefix)
-    return path is not None and 0 < len(_values(constraint.schema, constraint.schema, list(path))) <= MAX_ALTERNATIVES
+    return path is not None and 0 < len(_values(constraint.schema, constraint.schema, list(path))) <= at_most
 
 
 def _value_path(prefix: str) -> jsonstate.Path | None:

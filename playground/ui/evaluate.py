@@ -3,6 +3,7 @@ tokens) and the chat tab's score panel (every answer the constraint allows for t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,7 +147,8 @@ def score_last_turn(registry: Registry, state: ChatState, pinned: int | None) ->
         if grammar is not None and grammar.type in JSON_TYPES:
             if pinned is not None:
                 prefix += "".join(t.text for t in state.tokens[:pinned] if not t.special)
-            if not listed(Constraint.from_grammar(grammar), prefix):  # (the API's words ask for a prefix)
+            # (the API's words ask for a prefix); too many values are named by the ranking itself
+            if not listed(Constraint.from_grammar(grammar), prefix, at_most=math.inf):
                 where = "at the clicked token" if pinned is not None else "at the answer's start"
                 raise ParameterError(
                     f"the last turn's JSON schema lists no answers {where}: click a token where an enum or const "

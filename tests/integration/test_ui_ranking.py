@@ -84,3 +84,5 @@ def test_a_clicked_token_that_starts_an_enum_value_gets_its_ranking(registry: Re
     for pinned, where in ((None, "at the answer&#x27;s start"), (index + 1, "at the clicked token")):
         refused = evaluate.score_last_turn(registry, state, pinned)
         assert f"the last turn&#x27;s JSON schema lists no answers {where}: click a token where an enum" in refused
+    many = turn(registry, "json_schema", json.dumps({"enum": [f"v{i}" for i in range(70)]}), "Pick.", max_new_tokens=3)
+    assert "more than 64 answers, too many to score" in evaluate.score_last_turn(registry, many, None)
