@@ -236,7 +236,7 @@ def _own_constraint_field(req: OpenAISampling) -> str | None:
     """The field the request's own constraint came in (`constraint_of`'s order)."""
     if getattr(req, "response_format", None) is not None and req.response_format.type != "text":  # type: ignore[attr-defined]
         return "response_format"
-    if req.structured_outputs is not None:
+    if req.structured_outputs is not None and req.structured_outputs.constraints:  # (options alone: not its field)
         return "structured_outputs"
     guided = next((field for field, _ in _GUIDED_FIELDS if getattr(req, field) is not None), None)
     return guided or ("grammar" if getattr(req, "grammar", None) is not None else None)

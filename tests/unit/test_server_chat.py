@@ -140,6 +140,11 @@ def test_structured_outputs_options_apply_to_a_constraint_given_elsewhere(
     assert grammar is not None and grammar["whitespace"] == layout
 
 
+def test_a_constraint_beside_structured_outputs_options_is_named_by_its_own_field() -> None:
+    req = _request(guided_json=SCHEMA, structured_outputs={"disable_any_whitespace": True})
+    assert inbound.constraint_field(req) == "guided_json"
+
+
 def test_structured_outputs_options_alone_are_refused_by_name() -> None:
     with pytest.raises(ParameterError, match="structured_outputs: its options apply to a constraint"):
         inbound.constraint_of(_request(structured_outputs={"disable_any_whitespace": True}))
