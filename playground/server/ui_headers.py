@@ -72,17 +72,18 @@ class LateRefusals:
     """Gradio refuses some stream requests after it has started answering them (`/gradio_api/queue/data` for an
     unknown session: its `session_not_found` event, then an HTTPException). Starlette can no longer send that
     refusal, so it raised a RuntimeError, and each such request wrote ~110 lines of traceback to the log: anyone
-    could fill it. The client has had its answer; the log gets one line."""
+    could fill it. The client has had its answer: its stream is ended, and the log gets one line."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = False
+        started = ended = False
 
         async def watched(message: Message) -> None:
-            nonlocal started
+            nonlocal started, ended
             started = started or message["type"] == "http.response.start"
+            ended = ended or (message["type"] == "http.response.body" and not message.get("more_body", False))
             await send(message)
 
         try:
@@ -98,6 +99,8 @@ class LateRefusals:
                 refusal.status_code,
                 refusal.detail,
             )
+            if not ended:  # (else uvicorn logs that the app "returned without completing response")
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _netloc(origin: str) -> str:

@@ -53,3 +53,28 @@ def test_a_stream_gradio_refuses_after_it_started_answers_without_a_traceback(ca
     assert answer.status_code == 200 and '"session_not_found":true' in answer.text.replace(" ", "")
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL") or r.exc_info]
     assert any("404 Not Found after the answer started" in r.getMessage() for r in caplog.records)
+
+
+def test_a_refused_stream_is_ended_for_its_client() -> None:
+    """Left open, uvicorn logged "ASGI callable returned without completing response" at ERROR for each one."""
+    import asyncio
+
+    from starlette.exceptions import HTTPException
+
+    from playground.server.ui_headers import LateRefusals
+
+    async def gradio(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": True})
+        try:
+            raise HTTPException(404)
+        except HTTPException as exc:
+            raise RuntimeError("Caught handled exception, but response already started.") from exc
+
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.run(LateRefusals(gradio)({"type": "http", "method": "GET", "path": "/gradio_api/queue/data"}, None, send))
+    assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
