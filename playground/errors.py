@@ -14,6 +14,7 @@ class PlaygroundError(Exception):
 
     status: int = 422
     error_type: str = "validation"
+    openai_code: str | None = None  # OpenAI's own `code` for it, where it has one (else error_type)
     generating: bool = False  # raised after tokens came (TGI's `generation`, not `validation`): set by the server
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
@@ -89,6 +90,13 @@ class ModelError(PlaygroundError):
 
     status = 404
     error_type = "model"
+
+
+class UnknownModelError(ModelError):
+    """A model no provider serves: OpenAI's `model_not_found` (clients take it as final; a model still loading,
+    or one that failed to load, is a plain ModelError)."""
+
+    openai_code = "model_not_found"
 
 
 class ProviderError(PlaygroundError):

@@ -7,7 +7,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, cast
 
-from playground.errors import ModelError, ParameterError, ProviderError
+from playground.errors import ModelError, ParameterError, ProviderError, UnknownModelError
 from playground.providers.base import EngineLender, Provider, local_engine
 from playground.providers.loading import DISABLED, LoadingPolicy, LoadingRefused
 
@@ -77,7 +77,7 @@ class Registry:
                 if asking
                 else ""
             )
-            raise ModelError(f"no provider serves model {name!r} (served: {known}){later}")
+            raise UnknownModelError(f"no provider serves model {name!r} (served: {known}){later}")
         return self.providers[provider_id], name
 
     def _loaded_as(self, name: str) -> str | None:

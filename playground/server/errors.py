@@ -73,12 +73,14 @@ def openai_status(status: int) -> int:
     return 400 if status == 422 else status
 
 
-def openai_error_body(status: int, message: str, error_type: str, param: str | None = None) -> dict[str, Any]:
-    """OpenAI's ErrorObject; `code` is our error_type (OpenAI's `model_not_found` for a model not served), `param` the
-    field at fault when known."""
+def openai_error_body(
+    status: int, message: str, error_type: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's ErrorObject; `code` is OpenAI's own where it has one (model_not_found), else our error_type; `param`
+    the field at fault when known."""
     kind = _OPENAI_TYPES.get(status) or ("server_error" if status >= 500 else "invalid_request_error")
-    code = "model_not_found" if (status, error_type) == (404, "model") else error_type
-    return {"error": {"message": shorten(message, MAX_ERROR_CHARS), "type": kind, "param": param, "code": code}}
+    body = {"message": shorten(message, MAX_ERROR_CHARS), "type": kind, "param": param, "code": code or error_type}
+    return {"error": body}
 
 
 def error_response(
@@ -90,11 +92,14 @@ def error_response(
     param: str | None = None,
     headers: Mapping[str, str] | None = None,
     started: bool = False,
+    code: str | None = None,
 ) -> JSONResponse:
-    """The error in the shape the route's protocol uses (`started`: it came after tokens had been decoded)."""
+    """The error in the shape the route's protocol uses (`started`: it came after tokens had been decoded; `code`:
+    OpenAI's own code for it)."""
     if openai_route(path):
         status = openai_status(status)
-        return JSONResponse(openai_error_body(status, message, error_type, param), status_code=status, headers=headers)
+        body = openai_error_body(status, message, error_type, param, code)
+        return JSONResponse(body, status_code=status, headers=headers)
     body = error_body(message, tgi_error_type(status, error_type, started=started))
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -102,7 +107,9 @@ def error_response(
 async def _playground_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PlaygroundError)
     path, field = request.url.path, exc.field
-    return error_response(exc.status, exc.message, exc.error_type, path=path, param=field, started=exc.generating)
+    return error_response(
+        exc.status, exc.message, exc.error_type, path=path, param=field, started=exc.generating, code=exc.openai_code
+    )
 
 
 async def _request_validation_error(request: Request, exc: Exception) -> JSONResponse:

@@ -140,9 +140,12 @@ def test_unknown_model_and_provider(client: TestClient) -> None:
             "message": "no provider serves model 'gpt-9' (served: none)",
             "type": "not_found_error",
             "param": None,
-            "code": "model",
+            "code": "model_not_found",  # OpenAI's, which clients take as final
         }
     }
+    # other model errors (none named and no default, still loading, failed to load) keep our own code
+    unnamed = client.post("/v1/chat/completions", headers=AUTH, json={"messages": [{"role": "user", "content": "x"}]})
+    assert unnamed.status_code == 404 and unnamed.json()["error"]["code"] == "model"
     response = client.post("/v1/models", headers=AUTH, json={"id": "m", "provider_id": "far"})
     assert response.status_code == 403  # loading is off: the same refusal whatever it names (the configured
     assert "far" not in response.json()["error"]["message"]  # providers were listed in a 404 before)
