@@ -161,6 +161,9 @@ class Constraint:
             return None
         if self.kind == "json_schema":
             whitespace = None if self.layout == jsonformat.DEFAULT_LAYOUT else self.layout
+            if self.name is not None:  # TGI's {name, schema} form keeps the name
+                named = {"name": self.name, "schema": self.schema}
+                return GrammarType(type="json_schema", value=named, whitespace=whitespace)
             return GrammarType(type="json", value=self.schema, whitespace=whitespace)
         if self.kind == "choice":
             return GrammarType(type="choice", value=list(self.value))

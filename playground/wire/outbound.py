@@ -161,7 +161,7 @@ def vllm_structured(constraint: Constraint, *, guided: bool = False) -> dict[str
 def playground_constraint(constraint: Constraint) -> dict[str, Any]:
     """Our chat route: OpenAI's response_format for a schema (any SDK sends it), vLLM's field for the rest."""
     if constraint.kind == "json_schema":
-        return openai_response_format(constraint, "", name="answer")
+        return openai_response_format(constraint, "", name=constraint.name or "answer")
     return vllm_structured(constraint)
 
 

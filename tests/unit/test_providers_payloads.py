@@ -432,3 +432,18 @@ def test_a_vllm_base_url_without_v1_is_named_in_the_404(serve) -> None:
     with pytest.raises(ProviderError) as caught:  # (the stub serves no model list: a 404 there too, no hint)
         VLLMProvider("vl", VLLMConfig(base_url=stub.url + "/v1")).list_models()
     assert "answered HTTP 404" in caught.value.message and "ends in /v1" not in caught.value.message
+
+
+def test_a_schema_s_name_survives_a_round_trip_and_reaches_a_remote_playground() -> None:
+    from playground.constraints import Constraint
+    from playground.wire import outbound
+
+    named = Constraint.from_grammar({"type": "json_schema", "value": {"name": "weather_report", "schema": SCHEMA}})
+    again = Constraint.from_grammar(named.to_grammar())
+    assert (again, again.name) == (named, "weather_report")
+    sent = outbound.playground_constraint(named)["response_format"]["json_schema"]
+    assert sent["name"] == "weather_report"
+    assert (
+        outbound.playground_constraint(Constraint.json_schema(SCHEMA))["response_format"]["json_schema"]["name"]
+        == "answer"
+    )
