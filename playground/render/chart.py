@@ -49,7 +49,7 @@ def next_token_html(dist: NextTokenDistribution, where: str) -> str:
             f'<span class="bar-label">{token_label(bar.text)}</span>'
             f'<span class="bars"><span class="bar raw" style="width:{bar.raw * 100:.1f}%"></span>'
             f'<span class="bar con" style="width:{bar.constrained * 100:.1f}%"></span></span>'
-            f'<span class="num">{pct(bar.raw)} → {pct(bar.constrained)}</span></div>'
+            f'<span class="num">{esc(pct(bar.raw))} → {esc(pct(bar.constrained))}</span></div>'
         )
     legend = '<span class="sw raw">raw model</span><span class="sw con">under the constraint</span>'
     return f'<div class="pg-chart"><div class="legend">{esc(chart_summary(dist, where))} {legend}</div>{"".join(rows)}</div>'

@@ -27,9 +27,9 @@ def fields_html(fields: list[FieldConfidence] | None) -> str:
     rows = "".join(
         f'<tr data-path="{esc(f.path)}"><td><code>{esc(f.path)}</code></td>'
         f'<td class="cand-text"><pre>{esc(json.dumps(f.value, ensure_ascii=False))}</pre></td>'
-        f'<td class="num" style="background:{colour(f.prob_min)}">{pct(f.prob_min)}</td>'
-        f'<td class="num">{pct(f.prob_product)}</td>'
-        f'<td class="num">{"—" if f.mass_kept_min is None else pct(f.mass_kept_min)}</td>'
+        f'<td class="num" style="background:{colour(f.prob_min)}">{esc(pct(f.prob_min))}</td>'
+        f'<td class="num">{esc(pct(f.prob_product))}</td>'
+        f'<td class="num">{"—" if f.mass_kept_min is None else esc(pct(f.mass_kept_min))}</td>'
         f'<td>{"⚠ yes" if f.overridden else "no"}</td><td class="num">{f.forced}/{f.tokens}</td></tr>'
         for f in fields
     )
@@ -55,7 +55,7 @@ def reasons_html(where: str, reasons: list[TokenReason], raw: dict[int, float | 
     shown = [r for r in reasons if r.allowed or r.id not in raw or (prob(raw[r.id]) or 0.0) >= MATTERS]
     rows = "".join(
         f'<tr class="{"ok" if r.allowed else "refused"}"><td>{token_label(r.text)}</td>'
-        f'<td class="num">{pct(prob(raw[r.id])) if r.id in raw else "—"}</td>'
+        f'<td class="num">{esc(pct(prob(raw[r.id]))) if r.id in raw else "—"}</td>'
         f'<td class="reason">{reason_html(r.reason)}</td></tr>'
         for r in shown
     )

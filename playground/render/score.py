@@ -51,7 +51,7 @@ def evaluation_html(summary: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             f"#{row['index']}",
             None,
             row.get("mass_kept_mean") or 0.0,
-            f"{pct(row.get('mass_kept_mean'))} · {esc(_verdict(row))}",
+            f"{pct(row.get('mass_kept_mean'))} · {_verdict(row)}",  # (_bar_row escapes it)
             bad=row.get("valid") is False or bool(row.get("error")),  # (unchecked, with no constraint, did not fail)
         )
         for row in sorted(rows, key=lambda r: r["index"])

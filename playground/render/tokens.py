@@ -30,7 +30,7 @@ def _alternatives(token: GeneratedToken) -> str:
             if column == "raw" and allowed and alt.id not in allowed:
                 classes.append("masked")
             text_cell = f'<td class="{" ".join(classes)}">{token_label(alt.text)}</td>'
-            cells.append(f'{text_cell}<td class="num">{pct(prob(alt.logprob))}</td>')
+            cells.append(f'{text_cell}<td class="num">{esc(pct(prob(alt.logprob)))}</td>')
         rows.append(f"<tr>{''.join(cells)}</tr>")
     header = '<tr><th colspan="2">raw model</th><th colspan="2">under the constraint</th></tr>'
     return f'<table class="alts">{header}{"".join(rows)}</table>'
@@ -39,13 +39,13 @@ def _alternatives(token: GeneratedToken) -> str:
 def _popover(token: GeneratedToken) -> str:
     lines = [
         f'<div class="pop-head">{token_label(token.text)} <span class="muted">id {token.id}</span></div>',
-        f"<div>p = {pct(prob(token.logprob))} · raw p = {pct(prob(token.raw_logprob))} · "
-        f"mass kept {pct(token.mass_kept)}</div>",
+        f"<div>p = {esc(pct(prob(token.logprob)))} · raw p = {esc(pct(prob(token.raw_logprob)))} · "
+        f"mass kept {esc(pct(token.mass_kept))}</div>",
     ]
     if token.overridden:
         first = token.raw_top_tokens[0]
         lines.append(
-            f'<div class="override">the model wanted {token_label(first.text)} ({pct(prob(first.logprob))}); '
+            f'<div class="override">the model wanted {token_label(first.text)} ({esc(pct(prob(first.logprob)))}); '
             "the constraint did not allow it</div>"
         )
     if token.raw_top_tokens or token.top_tokens:
@@ -115,7 +115,7 @@ def segments_html(tokens: list[GeneratedToken]) -> str:
         return ""
     cells = [
         f'<span class="segment-figures" data-segment="{segment}"><b>{segment}</b> {f.tokens} tokens · '
-        f"mass kept {pct(f.mass_kept_mean)} mean, {pct(f.mass_kept_min)} min · "
+        f"mass kept {esc(pct(f.mass_kept_mean))} mean, {esc(pct(f.mass_kept_min))} min · "
         f"{f.overridden} overridden · {f.forced} forced</span>"
         for segment, f in segment_figures(tokens).items()
     ]
