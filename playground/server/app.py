@@ -45,7 +45,7 @@ from playground.server.guards import (
 )
 from playground.server.guesses import KeyGuesses, client_of
 from playground.server.scope import ClientScope
-from playground.server.ui_headers import FrameAncestors, LateRefusals, OwnOriginOnly, frame_ancestors
+from playground.server.ui_headers import AddressLimit, FrameAncestors, LateRefusals, OwnOriginOnly, frame_ancestors
 from playground.server.uploads import MAX_UPLOAD_BYTES, FileInputGuard, UploadLimit
 from playground.space import on_space
 
@@ -154,6 +154,7 @@ def _mount_ui(
     mounted_gradio(app).add_middleware(FrameAncestors, sources=frame_ancestors(on_space()))
     mounted_gradio(app).add_middleware(OwnOriginOnly)
     mounted_gradio(app).add_middleware(LateRefusals)
+    mounted_gradio(app).add_middleware(AddressLimit)
     # Gradio checks a file input's path (only its upload folder) only once `launch()` has run, which a mounted app
     # never calls: without this, a call naming `/etc/...` or `/dev/zero` as an input file was read (and froze the
     # event loop hashing /dev/zero).

@@ -22,6 +22,9 @@ LOGIN_PATH = "/login"
 # Gradio's page carries the UI's whole API description (every endpoint, its parameters and choices: the served
 # models, the processors, the default prompt), login or not
 API_INFO = b"window.gradio_api_info = "
+EMPTY_API_INFO = (
+    b'{"named_endpoints": {}, "unnamed_endpoints": {}};'  # (`{}` alone: the page read `.named_endpoints[...]`)
+)
 
 
 def key_matches(given: str, api_key: str) -> bool:
@@ -165,10 +168,10 @@ def _without_api_info(send: Send) -> Send:
 
 
 def blank_api_info(page: bytes) -> bytes:
-    """`page` with its `window.gradio_api_info` object replaced by `{}`: the object runs to the end of its script
+    """`page` with its `window.gradio_api_info` object replaced by an empty one: the object runs to the end of its script
     (Gradio writes it as JSON with `<` escaped, so no `</script>` inside)."""
     at = page.find(API_INFO)
     end = page.find(b"</script>", at)
     if at < 0 or end < 0:
         return page
-    return page[: at + len(API_INFO)] + b"{};" + page[end:]
+    return page[: at + len(API_INFO)] + EMPTY_API_INFO + page[end:]

@@ -8,7 +8,10 @@ import logging
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from playground.server.errors import error_body
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,34 @@ class OwnOriginOnly:
             await send(message)
 
         await self.app(scope, receive, ungranted)
+
+
+# The longest address the UI answers: Gradio reads the page's whole URL into httpx, which refuses one past 65,536
+# characters with an exception (a 500 and two tracebacks per request; in an event, a page left waiting for ever).
+# A share link is at most 60,000 (ui/sharing.py).
+MAX_ADDRESS_CHARS = 64_000
+
+
+class AddressLimit:
+    """A 414 naming the limit for an address Gradio cannot read (a share link pasted twice, an edited one)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            length = len(scope.get("raw_path") or scope["path"]) + len(scope.get("query_string", b""))
+            if length > MAX_ADDRESS_CHARS:
+                message = (
+                    f"the address has {length} characters, at most {MAX_ADDRESS_CHARS} here (a share link holds at "
+                    "most 60000: a longer session goes as a file)"
+                )
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1009})
+                    return
+                await JSONResponse(error_body(message, "uri_too_long"), status_code=414)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class LateRefusals:

@@ -93,7 +93,7 @@ def restored(query: str | None, saved: str | None) -> tuple[Form, list[dict[str,
     say about it."""
     if query:
         form, messages = read_query(query)
-        opened = f"✓ opened a shared session ({len(messages)} messages)"
+        opened = f"✓ opened a shared session ({len(messages)} message{'' if len(messages) == 1 else 's'})"
     elif saved:
         form, messages = import_session(saved)
         opened = ""

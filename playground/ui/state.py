@@ -240,6 +240,9 @@ def import_session(text: str) -> tuple[Form, list[dict[str, str]]]:
     except ValidationError as exc:
         error = parameter_error(exc)
         raise PlaygroundError(f"session settings: {error.message}") from None
+    for name, value in form.model_dump().items():  # (a system prompt or constraint of megabytes: no Send could use it)
+        if isinstance(value, str) and len(value) > MAX_INPUT_CHARS:
+            raise PlaygroundError(f"session setting {name} has {len(value)} characters; at most {MAX_INPUT_CHARS}")
     messages = data.get("messages", [])
     if not isinstance(messages, list) or not all(_is_message(m) for m in messages):
         raise PlaygroundError('session messages must be a list of {"role": "user"|"assistant", "content": str}')

@@ -78,3 +78,13 @@ def test_a_refused_stream_is_ended_for_its_client() -> None:
 
     asyncio.run(LateRefusals(gradio)({"type": "http", "method": "GET", "path": "/gradio_api/queue/data"}, None, send))
     assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+def test_an_address_gradio_cannot_read_is_a_414_naming_the_limit(caplog) -> None:
+    """Past 65,536 characters Gradio's page raised httpx's InvalidURL: a 500 and two tracebacks per request."""
+    client = TestClient(create_app(Registry([]), ui=True))
+    long = "A" * 64_500  # (httpx, the test's client too, refuses past 65,536)
+    for answer in (client.get(f"/?session={long}"), client.post(f"/gradio_api/queue/join?session={long}", json={})):
+        assert answer.status_code == 414 and "at most 64000 here (a share link holds at most 60000" in answer.text
+    assert client.get("/?session=" + "A" * 61_000).status_code == 200  # the link's own check names it on the page
+    assert not [r for r in caplog.records if r.exc_info]

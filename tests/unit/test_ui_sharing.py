@@ -58,6 +58,8 @@ def test_a_restored_answer_says_how_to_see_its_tokens() -> None:
     assert sharing.restored(None, saved)[2] == sharing.RETRY_HINT
     query = sharing.share_query(Form(), ChatState(messages=messages)).removeprefix("?session=")
     assert sharing.restored(query, None)[2] == f"✓ opened a shared session (2 messages) · {sharing.RETRY_HINT}"
+    one = sharing.share_query(Form(), ChatState(messages=messages[:1])).removeprefix("?session=")
+    assert sharing.restored(one, None)[2] == "✓ opened a shared session (1 message)"
 
 
 def _controls(**special: object) -> list[object]:
@@ -161,8 +163,9 @@ def test_a_session_past_a_chat_s_limits_is_refused_by_link_and_file_alike(tmp_pa
     long = [{"role": "user", "content": "é" * (MAX_INPUT_CHARS + 1)}]
     told = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y" * (MAX_INPUT_CHARS + 1)}]
     cases = ((many, f"at most {MAX_MESSAGES}"), (long, f"at most {MAX_INPUT_CHARS}"), (told, "last answers hold"))
-    for messages, words in cases:
-        text = export_session(Form(), ChatState(messages=messages))
+    huge = Form(system_prompt="b" * (MAX_INPUT_CHARS + 1))
+    for messages, words, form in [*((m, w, Form()) for m, w in cases), ([], "setting system_prompt has", huge)]:
+        text = export_session(form, ChatState(messages=messages))
         file = tmp_path / "s.json"
         file.write_text(text)
         with pytest.raises(PlaygroundError, match=words):
