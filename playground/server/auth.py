@@ -6,12 +6,13 @@ import secrets
 from collections.abc import Callable
 
 from fastapi import FastAPI, HTTPException, Request
-from starlette.datastructures import Headers, MutableHeaders
+from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from playground.server.bodies import rewriting
 from playground.server.errors import error_body
 from playground.server.guesses import KeyGuesses, client_of
 
@@ -141,30 +142,11 @@ class GradioLoginGate:
 def _without_api_info(send: Send) -> Send:
     """`send` for a page served before a login: an HTML page goes out with an empty API description (the login
     form needs none); every other answer as it is."""
-    start: Message | None = None
-    chunks: list[bytes] = []
 
-    async def held(message: Message) -> None:
-        nonlocal start
-        if message["type"] == "http.response.start":
-            if not Headers(raw=message["headers"]).get("content-type", "").startswith("text/html"):
-                await send(message)
-                return
-            start = message
-            return
-        if start is None or message["type"] != "http.response.body":
-            await send(message)
-            return
-        chunks.append(message.get("body", b""))
-        if message.get("more_body"):
-            return
-        body = blank_api_info(b"".join(chunks))
-        headers = MutableHeaders(raw=list(start["headers"]))
-        headers["content-length"] = str(len(body))
-        await send({**start, "headers": headers.raw})
-        await send({"type": "http.response.body", "body": body})
+    def html(start: Message) -> bool:
+        return Headers(raw=start["headers"]).get("content-type", "").startswith("text/html")
 
-    return held
+    return rewriting(send, html, lambda start, page: (start, blank_api_info(page)))
 
 
 def blank_api_info(page: bytes) -> bytes:

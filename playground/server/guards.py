@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from playground.errors import ParameterError
+from playground.server.bodies import rewriting
 from playground.server.errors import error_body, openai_error_body, openai_route, openai_status
 from playground.wire.errors import field_name
 
@@ -200,26 +201,12 @@ class ErrorShape:
             await self.app(scope, receive, send)
             return
         openai = openai_route(scope["path"])
-        start: Message | None = None
-        chunks: list[bytes] = []
 
-        async def reshaping(message: Message) -> None:
-            nonlocal start
-            if message["type"] == "http.response.start" and _detail_error(message, openai):
-                start = message
-                return
-            if start is None or message["type"] != "http.response.body":
-                await send(message)
-                return
-            chunks.append(message.get("body", b""))
-            if message.get("more_body"):
-                return
-            status, body = _reshaped(b"".join(chunks), start["status"], openai)
-            headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
-            await send({**start, "status": status, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
+        def reshape(start: Message, body: bytes) -> tuple[Message, bytes]:
+            status, body = _reshaped(body, start["status"], openai)
+            return {**start, "status": status}, body
 
-        await self.app(scope, receive, reshaping)
+        await self.app(scope, receive, rewriting(send, lambda start: _detail_error(start, openai), reshape))
 
 
 def _detail_error(start: Message, openai: bool) -> bool:
