@@ -8,6 +8,9 @@ Per generated token, interleaved in one process, process CPU time on CPU, median
                 the model's forward where it does not apply)
   generate_ms   transformers' generate (its decode: 48 tokens' time less one token's)
   linears_ms    every linear layer's weight multiplied by one row once, in order: the weights' stream alone
+  batch_take_ms     8 constrained clients at once (benchmarks.serve's): the scheduler's own work on each row
+                    of each step (Decode.take: scoring, masks, fast-forward's probes, records), CPU time
+  batch_forward_ms  the same clients: each step's forward, all 8 rows
 Then loop_ms = engine - lean_step (the loop's own cost), other_ops_ms = forward - linears (every other op
 and the modelling code's Python; lean_other_ops_ms the same for the lean step), and ceiling_vs_generate =
 generate / linears: the `engine_vs_generate` a step that cost nothing but its matrix products would reach.
@@ -20,12 +23,20 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import threading
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.decode import PROMPTS, _clock, _messages
+from benchmarks.serve import _client_grammar
+from playground.decoding.batch import BatchCache
 from playground.decoding.engine import Engine
+from playground.decoding.rows import Decode
 from playground.models import load_model
 from playground.types import GenerateParameters
 
@@ -84,6 +95,43 @@ def _linears_ms(engine: Engine, repeats: int = 5) -> float:
         return (_clock() - start) * 1000 / repeats
 
 
+@contextmanager
+def _timed(owner: type, name: str, spent: list[float]) -> Any:
+    """Each call of owner.name appends its CPU time on the calling thread (the scheduler's) to `spent`."""
+    method: Callable[..., Any] = getattr(owner, name)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.thread_time()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            spent.append(time.thread_time() - start)
+
+    setattr(owner, name, timed)
+    try:
+        yield
+    finally:
+        setattr(owner, name, method)
+
+
+def _batch_ms(engine: Engine, clients: int = 8, tokens: int = 24) -> tuple[float, float]:
+    """(ms of take per row and step, ms of forward per step) of `clients` constrained requests decoding together."""
+    takes: list[float] = []
+    forwards: list[float] = []
+
+    def one(i: int) -> None:
+        params = GenerateParameters(grammar=_client_grammar(i), max_new_tokens=tokens, details=True)
+        engine.generate(f"Client {i} asks: write the record for order {i}.", params)
+
+    with _timed(Decode, "take", takes), _timed(BatchCache, "forward", forwards):
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return statistics.mean(takes) * 1000, statistics.mean(forwards) * 1000
+
+
 def _by_op(engine: Engine, steps: int = 4) -> dict[str, float]:
     """torch.profiler over a few forward steps (the prompt's last token again: the op counts are the same)."""
     runner = engine.runner
@@ -115,7 +163,9 @@ def main() -> None:
     _engine_ms(engine, PROMPTS[0], 4)
     _generate_ms(engine, PROMPTS[0], 4)
     by_op = _by_op(engine)
+    _batch_ms(engine)  # every client's constraint compiled once
     seen: dict[str, list[float]] = {"engine": [], "forward": [], "lean_step": [], "generate": [], "linears": []}
+    seen |= {"batch_take": [], "batch_forward": []}
     for _ in range(args.runs):
         for prompt in PROMPTS:
             seen["engine"].append(_engine_ms(engine, prompt, args.tokens))
@@ -123,11 +173,14 @@ def main() -> None:
             seen["lean_step"].append(_forward_ms(engine, prompt, args.tokens, lean=True))
             seen["generate"].append(_generate_ms(engine, prompt, args.tokens))
             seen["linears"].append(_linears_ms(engine))
+        take, forward = _batch_ms(engine)
+        seen["batch_take"].append(take)
+        seen["batch_forward"].append(forward)
     med = {name: statistics.median(values) for name, values in seen.items()}
     figures = {
         "model": engine.model_id,
         "threads": torch.get_num_threads(),
-        "runs": args.runs * len(PROMPTS),
+        "runs": args.runs * len(PROMPTS),  # (the batch's: args.runs)
         "tokens": args.tokens,
         **{f"{name}_ms": round(value, 2) for name, value in med.items()},
         "loop_ms": round(med["engine"] - med["lean_step"], 2),

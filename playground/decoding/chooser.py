@@ -104,7 +104,7 @@ class TokenChooser:
         if allowed is None and self.pending is not None:
             allowed, self.pending, self.pending_key = self.pending, None, None
         with self.budget.step(earlier_s=self._prepared_s()):
-            masked = torch.where(allowed, scores, sampling.NEG_INF) if allowed is not None else self.mask(ids, scores)
+            masked = sampling.only(scores, allowed) if allowed is not None else self.mask(ids, scores)
             gated = self.gate_eos(masked, text)
         if gated is not masked and not bool(torch.isfinite(gated).any()):
             raise UnenforcedKeywordError(

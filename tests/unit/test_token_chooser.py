@@ -10,6 +10,7 @@ import torch
 
 from playground.constraints import Constraint
 from playground.constraints.backends.bitmask import BitmaskProcessor
+from playground.decoding import sampling
 from playground.decoding.chooser import TokenChooser
 from playground.decoding.runner import RowIds
 from playground.errors import ParameterError
@@ -186,3 +187,32 @@ def test_a_processor_that_writes_into_its_ids_leaves_the_row_s_ids_as_they_were(
     chooser = TokenChooser(runner(), GenerateParameters(), [scribbles], Constraint("none"), len(PROMPT))
     chooser.step(chooser.row_ids([*PROMPT, 3]), LOGITS.clone(), text="")
     assert chooser.row_ids([*PROMPT, 3, 4]).tolist() == [[*PROMPT, 3, 4]]
+
+
+def test_a_probed_mask_keeps_every_allowed_logit_bit_for_bit_and_puts_the_rest_at_minus_infinity() -> None:
+    """`sampling.only` (the CPU's way through the floats' bits) is torch.where(allowed, values, -inf), whatever the
+    logits hold: NaN and infinities where allowed stay, where refused become -inf; a mask alternating token by token
+    (the case torch.where's loop is slow at) and a non-contiguous row alike."""
+    values = torch.randn(4099) * 10
+    values[:6] = torch.tensor([math.nan, math.inf, -math.inf, -0.0, 1e-40, 3.0])
+    allowed = torch.rand(4099) < 0.5
+    allowed[:6] = torch.tensor([True, True, True, True, True, False])
+    for row, mask in [(values, allowed), (values, ~allowed), (torch.stack([values, values], 1)[:, 1], allowed)]:
+        expected = torch.where(mask, row, sampling.NEG_INF)
+        assert torch.equal(sampling.only(row, mask).view(torch.int32), expected.contiguous().view(torch.int32))
+    assert torch.isneginf(sampling.only(values, torch.zeros(4099, dtype=torch.bool))).all()
+
+
+@pytest.mark.parametrize(
+    "row, expected",
+    [
+        ([1.0, 3.0, 3.0, 2.0], (3.0, 1)),  # the first of equals, as torch's max(dim=-1)
+        ([-math.inf] * 3, (-math.inf, 0)),  # nothing allowed: choose says so
+        ([0.5, math.nan, 2.0], (math.nan, 1)),  # a NaN wins, as torch's max propagates it
+    ],
+)
+def test_the_best_token_is_torch_s_max_read_through_numpy(row: list[float], expected: tuple[float, int]) -> None:
+    values = torch.tensor(row)
+    value, index = values.max(dim=-1)
+    assert (float(value), int(index)) == pytest.approx(expected, nan_ok=True)
+    assert sampling.best(values) == pytest.approx(expected, nan_ok=True)
