@@ -57,7 +57,7 @@ _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
-    404: "not_found_error",
+    404: "invalid_request_error",  # OpenAI's for a model that does not exist, as for any 400
     413: "invalid_request_error",
     429: "rate_limit_error",
 }

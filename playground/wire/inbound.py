@@ -115,6 +115,13 @@ class ChatResponseFormat(Request):
             and self.value is None
         ):
             raise ValueError("type 'json_schema' needs json_schema: {name, schema}")
+        if (
+            self.type == "json_schema"
+            and self.json_schema is not None
+            and not isinstance(self.json_schema.get("name"), str)
+        ):
+            # as OpenAI and vLLM refuse it: an app that runs here must not fail there
+            raise ValueError("json_schema.name: required (a name for the schema, such as 'answer')")
         if self.type in ("json", "regex") and self.value is None:
             raise ValueError(f"type {self.type!r} needs a value")
         tag_fields = self.structures is not None or self.triggers is not None or self.format is not None

@@ -138,11 +138,16 @@ def test_unknown_model_and_provider(client: TestClient) -> None:
     assert response.json() == {
         "error": {
             "message": "no provider serves model 'gpt-9' (served: none)",
-            "type": "not_found_error",
+            "type": "invalid_request_error",
             "param": None,
             "code": "model_not_found",  # OpenAI's, which clients take as final
         }
     }
+    nameless = {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}}
+    body = {"model": "gpt-9", "messages": [{"role": "user", "content": "x"}], "response_format": nameless}
+    refused = client.post("/v1/chat/completions", headers=AUTH, json=body)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "response_format"
+    assert "json_schema.name: required" in refused.json()["error"]["message"]
     # other model errors (none named and no default, still loading, failed to load) keep our own code
     unnamed = client.post("/v1/chat/completions", headers=AUTH, json={"messages": [{"role": "user", "content": "x"}]})
     assert unnamed.status_code == 404 and unnamed.json()["error"]["code"] == "model"

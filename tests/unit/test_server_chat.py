@@ -117,6 +117,9 @@ def test_refused_parameters_name_the_field(fields: dict[str, Any], message: str)
 def test_bad_response_format_is_a_validation_error() -> None:
     with pytest.raises(ValidationError, match="type 'json_schema' needs json_schema"):
         _request(response_format={"type": "json_schema"})
+    # OpenAI and vLLM refuse a schema without its name: an app that runs here must run there
+    with pytest.raises(ValidationError, match=r"json_schema.name: required"):
+        _request(response_format={"type": "json_schema", "json_schema": {"schema": SCHEMA, "strict": True}})
     with pytest.raises(ValidationError, match="structured_outputs takes one of json, regex, .* not several"):
         _request(structured_outputs={"regex": "a", "choice": ["a"]})
 
