@@ -209,7 +209,10 @@ class ConstraintCompiler:
             note = f"; the same constraint is not compiled with {engine} again for {FAILURE_MEMORY_S:g} s"
             return _Outcome(error=type(exc)(exc.message + note), expires=time.monotonic() + FAILURE_MEMORY_S)
         backend = _backends.get(engine, self.tokenizer)
-        template = backends.get(engine).rebuild_template(backend, constraint.kind, text, payload)
+        try:
+            template = backends.get(engine).rebuild_template(backend, constraint.kind, text, payload)
+        except backends.EngineRefusal as exc:  # (an engine's own limit, met building its first masks)
+            return _Outcome(error=_REFUSALS[exc.kind](exc.message))
         return _Outcome(template, tuple(warnings), time.perf_counter() - start)
 
 

@@ -18,6 +18,7 @@ from outlines.backends.llguidance import LLGuidanceLogitsProcessor
 
 from playground.constraints.backends import bitmask
 from playground.constraints.backends import llguidance as llg_backend
+from playground.constraints.backends.base import EngineRefusal
 from playground.constraints.backends.llguidance import LLGuidanceProcessor
 from playground.errors import UnsupportedConstraintError
 
@@ -111,6 +112,29 @@ def test_a_regex_nothing_matches_fails_before_the_first_token(loaded_model) -> N
         processor = LLGuidanceProcessor(llg_backend.grammar(kind, text), llg)
         with pytest.raises(UnsupportedConstraintError, match="before the first token: no token .* no text matches"):
             processor.bits([0])
+
+
+@pytest.mark.parametrize(
+    "kind, text, refusal, reason",
+    [
+        ("regex", "b{1000000}", "unsupported", "lexer error: too many expressions constructed"),
+        ("regex", r"[^\s\S]", "unsatisfiable", "no text matches the constraint"),
+    ],
+)
+def test_a_constraint_stopped_at_its_first_masks_is_refused_while_it_compiles(
+    loaded_model, kind: str, text: str, refusal: str, reason: str
+) -> None:
+    """llguidance builds `b{1000000}`'s lexer on the first mask (~0.4 s: a batch's step waited for it, and refused the
+    request as past its budget, where a second request got the limit's own words) and stops only from the second
+    mask on. The compile computes both: the limit is a refusal `auto` falls back from, no text matching one it does
+    not; a constraint within the limits compiles as before."""
+    llg = llg_backend.literal_tokenizer(loaded_model.tokenizer)
+    with pytest.raises(
+        EngineRefusal, match=f"^llguidance stopped the constraint before the first token: .*{reason}"
+    ) as caught:
+        llg_backend.BACKEND.rebuild_template(llg, kind, text, None)
+    assert caught.value.kind == refusal
+    assert llg_backend.BACKEND.rebuild_template(llg, "regex", "b{3}", None).bits([0]).any()
 
 
 class _Stopped(bitmask.BitmaskProcessor):

@@ -51,6 +51,9 @@ def grammar(kind: str, text: str, llg_tokenizer: Any = None) -> str:
         return llguidance.grammar_from("lark", text)
 
 
+NOTHING_MATCHES = "no token continues the text, which does not match yet: no text matches the constraint from here"
+
+
 class LLGuidance(Backend):
     name: ClassVar[str] = "llguidance"
     kinds: ClassVar[frozenset[str]] = frozenset({"json_schema", "regex", "choice", "grammar", "structural_tag"})
@@ -70,7 +73,12 @@ class LLGuidance(Backend):
         return llg_tokenizer
 
     def rebuild_template(self, backend: Any, kind: str, text: str, payload: Any) -> Any:
-        return LLGuidanceProcessor(grammar(kind, text, backend), backend)
+        template = LLGuidanceProcessor(grammar(kind, text, backend), backend)
+        stopped = template.first_masks()
+        if stopped:
+            kind = "unsatisfiable" if stopped == NOTHING_MATCHES else "unsupported"  # (a limit: auto tries another)
+            raise EngineRefusal(kind, f"llguidance stopped the constraint before the first token: {stopped}")
+        return template
 
     def compiled_form(self, constraint: Any, template: Any) -> str:
         import json
@@ -164,6 +172,21 @@ class LLGuidanceProcessor(BitmaskProcessor):
         super().reset()
         self.ll_matchers: list[Any] = []
 
+    def first_masks(self) -> str | None:
+        """Two first masks, on copies, while the constraint compiles: llguidance builds a grammar's lexer on the
+        first mask (0.4 s for `b{1000000}`: a batch's step would wait for it, and refuse the request as past its
+        budget), and a lexer past llguidance's limits shows only from the second on. Why the matcher stopped, if
+        it did."""
+        out = np.empty(self.words, dtype=np.int32)
+        try:
+            for _ in range(2):
+                self.reset()
+                self._start()
+                self._fill(out)
+            return self.stopped()
+        finally:
+            self.reset()
+
     def _start(self) -> None:
         self.ll_matchers = [self._prototype.deep_copy()]
 
@@ -205,7 +228,7 @@ class LLGuidanceProcessor(BitmaskProcessor):
             limit = "the constraint is beyond llguidance's limits; a smaller one (fewer repetitions, alternatives or keys) fits"
             return f"{error.group(1)}; {limit}"
         if "Stop: NoExtensionBias" in text:
-            return "no token continues the text, which does not match yet: no text matches the constraint from here"
+            return NOTHING_MATCHES
         return first_line(ValueError(text))
 
     @classmethod
