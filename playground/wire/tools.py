@@ -265,7 +265,13 @@ def answer(
         return {"role": "assistant", "content": ""}, finish, [STOPPED]
     if calls is None:  # free text under auto that happens to start like JSON
         return {"role": "assistant", "content": text}, finish, []
-    return {"role": "assistant", "content": None, "tool_calls": wire_calls(calls)}, "tool_calls", []
+    return {"role": "assistant", "content": None, "tool_calls": wire_calls(calls)}, called(how), []
+
+
+def called(how: str | None) -> str:
+    """The finish_reason of an answer that holds calls: "tool_calls", but "stop" where a named tool_choice forced the
+    call, as OpenAI and vLLM answer."""
+    return "stop" if how == "named" else "tool_calls"
 
 
 def _envelope_answer(
@@ -286,7 +292,7 @@ def _envelope_answer(
         return {"role": "assistant", "content": whole[len(prefix) :]}, finish, []
     return (
         {"role": "assistant", "content": content or None, "tool_calls": wire_calls(read.calls)},
-        "tool_calls",
+        called(mode(req)),
         [],
     )
 

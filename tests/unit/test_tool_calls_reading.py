@@ -264,3 +264,21 @@ def test_beside_a_response_format_a_forced_call_ignores_it_and_other_formats_are
     for choice in ("auto", "required", {"type": "function", "function": {"name": "get_weather"}}):  # forced too
         with pytest.raises(ParameterError, match="a response format must be a JSON schema .*, not regex"):
             inbound.chat_parameters(_with_format({"type": "regex", "value": "a+"}, tool_choice=choice), 1)
+
+
+def test_a_call_a_named_tool_choice_forced_ends_with_stop_as_openai_and_vllm_answer() -> None:
+    """OpenAI and vLLM end a call the tool_choice named with finish_reason "stop" (required and auto: "tool_calls"),
+    in our JSON calls and in a template's envelope alike; it was "tool_calls" for every call."""
+    weather = _tool("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}})
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    body = {"messages": [{"role": "user", "content": "x"}], "tools": [weather.model_dump()]}
+    llama3 = tool_formats.by_name("llama3_json")
+    call = '{"name": "get_weather", "parameters": {"city": "Oslo"}}'
+    for choice, finish in [(named, "stop"), ("required", "tool_calls")]:
+        req = inbound.ChatRequest.model_validate({**body, "tool_choice": choice})
+        message, got, _ = tools.answer(
+            req, '{"city": "Oslo"}' if choice is named else call.replace("parameters", "arguments"), "eos_token"
+        )
+        assert (got, message["tool_calls"][0]["function"]["name"]) == (finish, "get_weather")
+        message, got, _ = tools.answer(req, call, "eos_token", fmt=llama3)
+        assert (got, message["tool_calls"][0]["function"]["name"]) == (finish, "get_weather")
