@@ -230,12 +230,14 @@ def setup(registry: Registry, c: Components) -> None:
     def on_turn(state: ChatState) -> tuple:
         fresh = BranchState(turn=_turn_key(state))
         picker = gr.update(choices=[ORIGINAL], value=ORIGINAL, visible=False)
-        return fields_html(state), fresh, picker, "", "", ""  # (the text offered at the last turn's token too)
+        # (the text offered at the last turn's token too; a checked instance's result, which names the constraint it
+        # was checked against, goes with its turn: the instance stays, to check again)
+        return fields_html(state), fresh, picker, "", "", "", ""
 
     chat.verdict.change(
         on_turn,
         c.state,
-        [d.field_panel, d.branches, d.branch_picker, d.branch_panel, d.reason_panel, d.branch_text],
+        [d.field_panel, d.branches, d.branch_picker, d.branch_panel, d.reason_panel, d.branch_text, d.check.result],
         show_progress="hidden",
     )
 

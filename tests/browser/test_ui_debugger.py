@@ -77,6 +77,12 @@ def test_check_an_instance_names_the_refused_token(page: Page, server_url: str) 
     expect(result.locator("mark.refused")).to_be_visible()
     expect(result).to_contain_text("<script>x</script>")  # shown as text, never run
     assert result.locator("script").count() == 0
+    # a turn, here under another constraint: the result was the last one's, and goes (it stayed, reading as this one's)
+    use_constraint(page, "regex", "[0-9]{3}", max_new_tokens=5)
+    send(page, "Three digits.")
+    expect(page.locator("#validation-status")).to_contain_text("✓ valid", timeout=SLOW)
+    expect(result).not_to_contain_text("refused", timeout=SLOW)
+    expect(page.locator("#check-text textarea")).to_have_value('{"kind": "cow", "name": "<script>x</script>"}')
 
 
 def test_tools_kind_gives_a_call_with_its_tokens_and_verdict(page: Page, server_url: str) -> None:
