@@ -9,8 +9,9 @@ Per generated token, interleaved in one process, process CPU time on CPU, median
   generate_ms   transformers' generate (its decode: 48 tokens' time less one token's)
   linears_ms    every linear layer's weight multiplied by one row once, in order: the weights' stream alone
   batch_take_ms     8 constrained clients at once (benchmarks.serve's): the scheduler's own work on each row
-                    of each step (Decode.take: scoring, masks, fast-forward's probes, records), CPU time
-  batch_forward_ms  the same clients: each step's forward, all 8 rows
+                    of each step (Decode.take: scoring, fast-forward's probes, records; not the masks computed
+                    beside the forward), the scheduler thread's CPU time
+  batch_forward_ms  the same clients: each step's forward, all 8 rows (the scheduler thread's CPU time)
 Then loop_ms = engine - lean_step (the loop's own cost), other_ops_ms = forward - linears (every other op
 and the modelling code's Python; lean_other_ops_ms the same for the lean step), and ceiling_vs_generate =
 generate / linears: the `engine_vs_generate` a step that cost nothing but its matrix products would reach.
@@ -119,9 +120,14 @@ def _batch_ms(engine: Engine, clients: int = 8, tokens: int = 24) -> tuple[float
     takes: list[float] = []
     forwards: list[float] = []
 
+    failed: list[BaseException] = []
+
     def one(i: int) -> None:
         params = GenerateParameters(grammar=_client_grammar(i), max_new_tokens=tokens, details=True)
-        engine.generate(f"Client {i} asks: write the record for order {i}.", params)
+        try:
+            engine.generate(f"Client {i} asks: write the record for order {i}.", params)
+        except BaseException as exc:  # noqa: BLE001 - raised below, on the benchmark's thread
+            failed.append(exc)
 
     with _timed(Decode, "take", takes), _timed(BatchCache, "forward", forwards):
         threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
@@ -129,6 +135,8 @@ def _batch_ms(engine: Engine, clients: int = 8, tokens: int = 24) -> tuple[float
             thread.start()
         for thread in threads:
             thread.join()
+    if failed:
+        raise failed[0]
     return statistics.mean(takes) * 1000, statistics.mean(forwards) * 1000
 
 

@@ -159,9 +159,10 @@ def apply_row_processors(processors: list[Processor], input_ids: torch.Tensor, s
 def best(values: torch.Tensor) -> tuple[float, int]:
     """(value, index) of the largest of `values` (one row), the first of equals: max(dim=-1), through numpy on the
     CPU (torch's costs ~15x more there: ~65 us on a 49k vocabulary)."""
-    if values.device.type != "cpu" or values.dtype != torch.float32:
+    if values.device.type != "cpu" or values.dtype != torch.float32 or values.dim() != 1:
         value, index = values.max(dim=-1)
-        return float(value), int(index)
+        pair = torch.stack([value.double().reshape(()), index.double().reshape(())]).tolist()  # one device read
+        return pair[0], int(pair[1])
     row = values.detach().contiguous().numpy()
     index = int(row.argmax())
     return float(row[index]), index
@@ -172,7 +173,7 @@ def only(values: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     49k vocabulary whatever the mask (torch.where's loop: up to ~300 us where allowed and refused tokens alternate)."""
     if values.device.type != "cpu" or values.dtype != torch.float32 or allowed.dtype != torch.bool:
         return torch.where(allowed, values, NEG_INF)
-    refused = allowed.numpy().view(np.uint8).astype(np.int32)
+    refused = allowed.numpy().astype(np.int32)  # (a bool holding another byte than 1, from a view, is 1 here too)
     refused -= 1  # every bit set where refused, none where allowed
     bits = values.detach().contiguous().numpy().view(np.int32)
     out = bits ^ _NEG_INF_BITS

@@ -48,7 +48,6 @@ MetadataValue = Annotated[str, StringConstraints(max_length=512)]
 # Input items a client sends back from an earlier response (`input += response.output`) that the prompt leaves out,
 # as chat templates leave out past turns' reasoning.
 SKIPPED = ("reasoning",)
-DEFAULT_NAME = "response"  # a json_schema format's name when the client gave none
 # The chat route's field names as this route's client sent them, for an error's `param` and message.
 NAMES = {
     "grammar": "text.format",  # a constraint error names where the constraint came in
@@ -462,16 +461,15 @@ def _response_format(fmt: TextFormat) -> dict[str, Any] | None:
         return {"type": "json_object"}
     if fmt.schema_ is None:
         raise ParameterError("text.format.schema: required when type is 'json_schema'", field="text.format")
-    spec = {"name": fmt.name or DEFAULT_NAME, "schema": fmt.schema_, "strict": fmt.strict}
+    if not fmt.name:  # as OpenAI and vLLM refuse it: an app that runs here must not fail there
+        raise ParameterError("text.format.name: required when type is 'json_schema'", field="text.format")
+    spec = {"name": fmt.name, "schema": fmt.schema_, "strict": fmt.strict}
     return {"type": "json_schema", "json_schema": {k: v for k, v in spec.items() if v is not None}}
 
 
 def _echoed(fmt: TextFormat) -> dict[str, Any]:
-    """`text.format` as the Response repeats it: a schema's name as used (the SDK's type requires one)."""
-    echoed = fmt.model_dump(by_alias=True, exclude_none=True)
-    if fmt.type == "json_schema":
-        echoed.setdefault("name", DEFAULT_NAME)
-    return echoed
+    """`text.format` as the Response repeats it."""
+    return fmt.model_dump(by_alias=True, exclude_none=True)
 
 
 def new_ids() -> dict[str, str]:

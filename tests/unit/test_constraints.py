@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from playground.constraints import Constraint, check_constraint
-from playground.errors import InvalidConstraintError
+from playground.errors import ConstraintError, InvalidConstraintError
 from tests.support import INVALID_CONSTRAINTS, table_rows
 
 # Beyond what every parse refuses: regex features the engines do not support.
@@ -195,3 +195,44 @@ def test_an_engine_refusal_reads_without_the_engine_log_line_prefix() -> None:
 def test_a_lark_mistake_under_an_inlined_start_is_named_as_lark() -> None:
     message = check_constraint("grammar", '?start: foo\nfoo: "a" | missing\n')
     assert message is not None and 'unknown name: "missing"' in message and "not GBNF" not in message
+
+
+@pytest.mark.parametrize(
+    ("refusal", "engine", "outcome"),
+    [
+        ("unsupported", "auto", "second"),  # an engine's limit: auto goes on to the next
+        ("unsupported", "first", "UnsupportedConstraintError"),  # the engine named: its refusal
+        ("unsatisfiable", "auto", "UnsatisfiableConstraintError"),  # nothing matches: no engine would do better
+    ],
+)
+def test_an_engine_that_refuses_while_building_its_template_is_a_refusal_not_a_failure(
+    monkeypatch, refusal: str, engine: str, outcome: str
+) -> None:
+    """llguidance's first masks run as its template is built (after the worker's compile): a matcher stopped there is
+    the engine's refusal, which `auto` falls back from as from a compile's (it was an exception out of the compile)."""
+    from types import SimpleNamespace
+
+    from playground.constraints import backends, compiler
+    from playground.constraints.backends.base import EngineRefusal
+
+    def rebuild(*_: object) -> object:
+        raise EngineRefusal(refusal, "first stopped the constraint before the first token: a limit")
+
+    fakes = {
+        "first": SimpleNamespace(refusal=lambda *_: None, rebuild_template=rebuild),
+        "second": SimpleNamespace(refusal=lambda *_: None, rebuild_template=lambda *_: "second's template"),
+    }
+    monkeypatch.setattr(backends, "get", fakes.__getitem__)
+    monkeypatch.setattr(backends, "auto_order", lambda kind: ("first", "second"))
+    monkeypatch.setattr(compiler._backends, "get", lambda engine, tokenizer: None)
+    cache = compiler.ConstraintCompiler(tokenizer=None)
+    monkeypatch.setattr(cache, "pool", lambda background=False: SimpleNamespace(compile=lambda *_: (None, [])))
+    regex = Constraint.parse("regex", "b{1000000}")
+    if outcome == "second":
+        compiled = cache.compile(regex, engine)
+        assert (compiled.engine, compiled.template) == ("second", "second's template")
+        assert compiled.warnings[0].startswith("first stopped the constraint before the first token: a limit")
+        return
+    with pytest.raises(ConstraintError) as caught:
+        cache.compile(regex, engine)
+    assert type(caught.value).__name__ == outcome and caught.value.message.startswith("first stopped")

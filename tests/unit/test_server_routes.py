@@ -242,10 +242,16 @@ def test_responses_name_what_they_accept_and_ignore(client: TestClient) -> None:
     assert "'all_turns' is not supported here" in reply.json()["error"]["message"]
 
 
-def test_responses_echo_a_schema_s_name_count_the_instructions_and_stamp_their_times(client: TestClient) -> None:
+def test_responses_need_and_echo_a_schema_s_name_count_the_instructions_and_stamp_their_times(
+    client: TestClient,
+) -> None:
     fmt = {"type": "json_schema", "schema": {"type": "boolean"}}
+    nameless = client.post("/v1/responses", json={"input": "Is it?", "text": {"format": fmt}})
+    assert nameless.status_code == 400 and nameless.json()["error"]["param"] == "text.format"  # as OpenAI, vLLM
+    assert "text.format.name: required" in nameless.json()["error"]["message"]
+    fmt["name"] = "verdict"
     body = client.post("/v1/responses", json={"input": "Is it?", "text": {"format": fmt}}).json()
-    assert body["text"]["format"]["name"] == "response"  # the name used, which the SDK's type requires
+    assert body["text"]["format"]["name"] == "verdict"
     assert body["status"] == "completed" and body["completed_at"] >= body["created_at"]
     full = [{"role": "user", "content": "x"}] * MAX_MESSAGES
     reply = client.post("/v1/responses", json={"input": full, "instructions": "Be brief."})

@@ -201,6 +201,8 @@ def test_a_probed_mask_keeps_every_allowed_logit_bit_for_bit_and_puts_the_rest_a
         expected = torch.where(mask, row, sampling.NEG_INF)
         assert torch.equal(sampling.only(row, mask).view(torch.int32), expected.contiguous().view(torch.int32))
     assert torch.isneginf(sampling.only(values, torch.zeros(4099, dtype=torch.bool))).all()
+    odd = (allowed.to(torch.uint8) * 2).view(torch.bool)  # true bytes of 2, as a view of other bytes makes them
+    assert torch.equal(sampling.only(values, odd).view(torch.int32), sampling.only(values, allowed).view(torch.int32))
 
 
 @pytest.mark.parametrize(
@@ -216,3 +218,4 @@ def test_the_best_token_is_torch_s_max_read_through_numpy(row: list[float], expe
     value, index = values.max(dim=-1)
     assert (float(value), int(index)) == pytest.approx(expected, nan_ok=True)
     assert sampling.best(values) == pytest.approx(expected, nan_ok=True)
+    assert sampling.best(values[None]) == pytest.approx(expected, nan_ok=True)  # one row of a batch too

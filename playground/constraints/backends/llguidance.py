@@ -11,6 +11,7 @@ import copy
 import functools
 import json
 import re
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -51,6 +52,9 @@ def grammar(kind: str, text: str, llg_tokenizer: Any = None) -> str:
         return llguidance.grammar_from("lark", text)
 
 
+# One grammar's first masks at a time in the server (as xgrammar's proven compiles): a lexer being built takes a core,
+# bounded by llguidance's own limits (`b{1000000}`'s stops at ~0.4 s).
+_FIRST_MASKS = threading.Lock()
 NOTHING_MATCHES = "no token continues the text, which does not match yet: no text matches the constraint from here"
 
 
@@ -179,10 +183,11 @@ class LLGuidanceProcessor(BitmaskProcessor):
         it did."""
         out = np.empty(self.words, dtype=np.int32)
         try:
-            for _ in range(2):
-                self.reset()
-                self._start()
-                self._fill(out)
+            with _FIRST_MASKS:
+                for _ in range(2):
+                    self.reset()
+                    self._start()
+                    self._fill(out)
             return self.stopped()
         finally:
             self.reset()
