@@ -61,7 +61,8 @@ def reasons_html(where: str, reasons: list[TokenReason], raw: dict[int, float | 
     )
     head = "<tr><th>token</th><th>model p</th><th>why</th></tr>"
     rest = len(reasons) - len(shown)
-    note = f'<div class="muted">and {rest} more refused tokens the model gave under 0.05%</div>' if rest else ""
+    # (of the candidates examined, the model's likeliest: the vocabulary's other refused tokens are not counted)
+    note = f'<div class="muted">and {rest} more of its likeliest tokens refused, each under 0.05%</div>' if rest else ""
     return f'<div class="pg-reasons"><div class="legend">{esc(where)}</div><table>{head}{rows}</table>{note}</div>'
 
 

@@ -39,7 +39,10 @@ def _alternatives(token: GeneratedToken) -> str:
 def _popover(token: GeneratedToken) -> str:
     lines = [
         f'<div class="pop-head">{token_label(token.text)} <span class="muted">id {token.id}</span></div>',
-        f"<div>p = {esc(pct(prob(token.logprob)))} · raw p = {esc(pct(prob(token.raw_logprob)))} · "
+        # p is what the token was drawn from (temperature, top-k and top-p applied), where the next-token chart's
+        # constrained bars come before temperature: named, so the two never read as disagreeing
+        f"<div>p = {esc(pct(prob(token.logprob)))} after the sampling settings · "
+        f"raw p = {esc(pct(prob(token.raw_logprob)))} · "
         f"mass kept {esc(pct(token.mass_kept))}</div>",
     ]
     if token.overridden:

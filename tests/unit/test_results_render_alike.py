@@ -87,7 +87,7 @@ def test_one_palette_and_grey_for_a_missing_probability() -> None:
     for page in _widgets("constrained"):
         assert 'data-index="0" tabindex="0" style="background:hsl(30, 80%, 82%)"' in page
         assert f'data-index="1" tabindex="-1" style="{GREY}"' in page  # one Tab stop: the first token
-        assert "p = — · raw p = —" in page  # the popover says "unknown", never 0%
+        assert "p = — after the sampling settings · raw p = —" in page  # "unknown", never 0%
 
 
 def test_one_best_of_order_chosen_first_then_by_total_logprob() -> None:

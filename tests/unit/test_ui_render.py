@@ -280,4 +280,4 @@ def test_reasons_list_the_refused_tokens_that_mattered_and_count_the_rest() -> N
         "maybe",
         "&lt;eos&gt;",
     ]
-    assert ">0.0%<" not in html and "and 2 more refused tokens the model gave under 0.05%" in html
+    assert ">0.0%<" not in html and "and 2 more of its likeliest tokens refused, each under 0.05%" in html
