@@ -256,7 +256,9 @@ def _gbnf_problem(text: str) -> str | None:
     try:
         lark_text(text)
     except ValueError as exc:
-        return f"not GBNF: {str(exc).removeprefix('Failed to convert the grammar from GBNF to Lark: ').splitlines()[0]}"
+        reason = str(exc).removeprefix("Failed to convert the grammar from GBNF to Lark: ").splitlines()[0]
+        # (a Lark grammar without its start rule reads as GBNF: say what would make it Lark too)
+        return f"not Lark (no `start:` rule) and not GBNF: {reason}"
     return None
 
 

@@ -85,6 +85,8 @@ def test_gbnf_grammars_are_accepted_and_get_a_verdict():
     assert yes_no.validate("yes").valid is True
     assert yes_no.validate("maybe").valid is False
     assert "not GBNF" in check_constraint("grammar", "root ::= [")
+    # Lark without its start rule: the message names what is missing, not GBNF's `::=` alone
+    assert "not Lark (no `start:` rule) and not GBNF: Expected ::=" in check_constraint("grammar", 'foo: "x"')
 
 
 @pytest.mark.parametrize(
