@@ -65,8 +65,10 @@ def start_rows(engine: LocalEngine, rows: list[Row], prompt_ids: list[int], ids:
     """Put every row after the prefix: its processors have consumed it and its text begins with it."""
     if not ids:
         return
-    text = engine.tokenizer.decode(ids, skip_special_tokens=True)
     for row in rows:
         # one processor call per prefix token; the decode loop's first call consumes the last one
         row.chooser.consume(prompt_ids, ids)
+        # as the row's text is decoded from here on (a thinking model's `<think>`, a template's `<tool_call>` kept):
+        # the answer is what follows it, character for character
+        text = row.chooser.decode(list(ids))
         row.ids, row.text, row.emitted, row.prefix = list(ids), text, text, text

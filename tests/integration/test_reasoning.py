@@ -213,3 +213,14 @@ def test_an_evaluation_row_judges_the_answer_alone(engine) -> None:
     assert row.text == result.best.answer in ("yes", "no") and row.agree is True
     assert row.tokens_count == len(answer) < len(row.tokens) and row.forced == sum(t.forced for t in answer)
     assert row.first_refusal is None or row.first_refusal.position >= result.best.reasoning.answer_token
+
+
+@pytest.mark.parametrize("prefix", ["<think>\nab", '<tool_call>\n{"name": "get_time", "arguments": {'])
+def test_a_continued_prefix_with_special_tokens_is_the_text_the_answer_follows(thinking_engine, prefix: str) -> None:
+    """The prefix's text was decoded without its special tokens (2 characters for `<think>\\nab`) while the row's text
+    keeps them: the answer came back cut at the wrong character ("ink>\\nab..."), its first token's text with it."""
+    result = thinking_engine.generate(CHAT, GenerateParameters(max_new_tokens=3, continue_from=prefix, seed=1))
+    best = result.best
+    assert best.continued_from == prefix
+    assert best.generated_text == "".join(t.text for t in best.tokens)
+    assert not best.generated_text.startswith(prefix[2:6])
