@@ -82,6 +82,8 @@ def logprob_entry(token: GeneratedToken, top_logprobs: int) -> dict[str, Any]:
         "raw_logprob": token.raw_logprob,
         "mass_kept": token.mass_kept,
         "forced": token.forced,
+        # a thinking model's reasoning tokens are listed too, as vLLM lists them: marked, to be told from the answer's
+        **({"segment": "reasoning"} if token.segment == "reasoning" else {}),
     }
 
 

@@ -84,9 +84,11 @@ class _Output:
         item_id = self.ids[kind]
         if item_id in self.done:  # text after the calls (a template's envelope): in the final Response only
             return []
-        sent = [] if item_id in self.opened else self._announce(self._empty(kind))
-        if kind == "msg":
-            sent = [*self._reasoning_done(), *sent]
+        # the reasoning finished before the message opens, in the order the events are numbered (they were numbered
+        # announce first, then sent after the reasoning's end)
+        sent = self._reasoning_done() if kind == "msg" else []
+        if item_id not in self.opened:
+            sent += self._announce(self._empty(kind))
         self.texts[item_id] += delta
         if logprobs:
             self.logprobs.setdefault(item_id, []).extend(logprobs)

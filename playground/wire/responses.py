@@ -584,8 +584,11 @@ def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
 
 
 def _logprobs(choice: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The message's output_text logprobs: its own tokens' (chat lists the reasoning's too, marked)."""
     found = choice.get("logprobs")
-    return None if found is None else list(found.get("content") or [])
+    if found is None:
+        return None
+    return [entry for entry in found.get("content") or [] if entry.get("segment") != "reasoning"]
 
 
 def usage(chat_usage: dict[str, Any]) -> dict[str, Any]:

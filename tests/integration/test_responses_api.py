@@ -312,6 +312,12 @@ def test_a_thinking_models_reasoning_is_its_own_output_item(thinking_url: str) -
     parts = [e.part for e in events if e.type.startswith("response.content_part.") and e.output_index == 0]
     assert [p.type for p in parts] == ["reasoning_text", "reasoning_text"] and parts[1].text == thought
     assert events[-1].response.output_text == response.output_text
+    # numbered as sent (the message's opening events were numbered before the reasoning's closing ones)
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    # the message's logprobs are its own tokens' (the reasoning's were listed with them)
+    scored = client.responses.create(**ask, top_logprobs=1)
+    (text,) = scored.output[1].content
+    assert "".join(entry.token for entry in text.logprobs) == scored.output_text
 
 
 def test_a_stored_response_is_a_404_that_says_none_are_kept(client: openai.OpenAI) -> None:
