@@ -370,7 +370,9 @@ class Engine:
         yield GenerationResult(
             model_id=self.model_id,
             prompt=prompt,
-            input_length=len(prompt_ids),
+            # what the model read before its first new token, a continued prefix included (vLLM's prompt_tokens for
+            # continue_final_message; the prefix cache's cached_tokens count over it too)
+            input_length=len(decode.prompt_ids),
             cached_tokens=decode.cached_tokens,
             prefill=prefill,
             prefill_top_tokens=decode.prefill_top,

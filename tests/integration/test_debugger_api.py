@@ -153,6 +153,11 @@ def test_chat_continues_the_final_assistant_message(server_url: str) -> None:
     assert choice.model_extra["continued_from"] == prefix
     stream = client.chat.completions.create(**request, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == choice.message.content
+    # usage counts the continued message as prompt, as vLLM does: what the cache held of it is never more
+    again = client.chat.completions.create(**request).usage
+    plain = client.chat.completions.create(**{**request, "messages": request["messages"][:1], "extra_body": {}}).usage
+    assert again.prompt_tokens > plain.prompt_tokens + 5  # (the prefix's ~10 tokens, less the generation header)
+    assert 0 < again.prompt_tokens_details.cached_tokens <= again.prompt_tokens
 
 
 def test_continue_final_message_needs_an_assistant_message(server_url: str) -> None:
