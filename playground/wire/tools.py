@@ -191,10 +191,11 @@ def callable_tools(req: ToolRequest) -> list[ToolSpec]:
 
 
 def template_tools(req: ToolRequest, fmt: ToolFormat | None) -> list[dict[str, Any]] | None:
-    """The tools for a template that renders them (OpenAI's shape), when a call may happen."""
-    if fmt is None or mode(req) is None:
+    """The tools for a template that renders them (OpenAI's shape), under every tool_choice: `none` too, as OpenAI
+    shows the model its tools and vLLM renders them by default (the answer is then plain text, never a call)."""
+    if fmt is None or not req.tools:
         return None
-    return [t.model_dump(exclude_none=True) for t in req.tools or []]
+    return [t.model_dump(exclude_none=True) for t in req.tools]
 
 
 def _named(req: ToolRequest) -> ToolSpec:

@@ -193,3 +193,13 @@ def test_the_ui_tools_kind_shows_each_call_in_the_templates_envelope(thinking_mo
     free, bound = handlers.compare(registry, form, ChatState(), "Weather?")
     assert "invalid (structural_tag)" in free or "valid (structural_tag)" in free  # judged by the envelope too
     assert 'data-valid="valid"' in bound and "pg-segment" in bound
+
+
+def test_tool_choice_none_shows_the_template_its_tools_and_answers_in_text(client: openai.OpenAI, model: str) -> None:
+    """OpenAI shows the model its tools under `none`, and vLLM renders them by default: they were left out of the
+    prompt (the same prompt_tokens as with no tools)."""
+    ask = {"model": model, "messages": ASK, "max_tokens": 4, "temperature": 0, "extra_body": NO_THINKING}
+    bare = client.chat.completions.create(**ask)
+    none = client.chat.completions.create(**ask, tools=TOOLS, tool_choice="none")
+    assert none.usage.prompt_tokens > bare.usage.prompt_tokens + 40  # the tools' descriptions
+    assert none.choices[0].message.tool_calls is None and none.choices[0].finish_reason in ("stop", "length")
