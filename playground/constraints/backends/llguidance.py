@@ -80,8 +80,8 @@ class LLGuidance(Backend):
         template = LLGuidanceProcessor(grammar(kind, text, backend), backend)
         stopped = template.first_masks()
         if stopped:
-            kind = "unsatisfiable" if stopped == NOTHING_MATCHES else "unsupported"  # (a limit: auto tries another)
-            raise EngineRefusal(kind, f"llguidance stopped the constraint before the first token: {stopped}")
+            refusal = "unsatisfiable" if stopped == NOTHING_MATCHES else "unsupported"  # (a limit: auto tries another)
+            raise EngineRefusal(refusal, f"llguidance stopped the constraint before the first token: {stopped}")
         return template
 
     def compiled_form(self, constraint: Any, template: Any) -> str:
