@@ -241,12 +241,22 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
+class _NotJSONConstant(ValueError):
+    """NaN, Infinity or -Infinity: Python's json reads them, JSON (RFC 8259) has no such values."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJSONConstant(name)
+
+
 def validate(schema: dict, text: str, budget_s: float = VERDICT_BUDGET_S) -> Validation:
     """The verdict for a finished output: JSON that the schema accepts, within a budget (else valid=None)."""
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys)
+        data = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        return Validation(valid=False, message=f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+        return Validation(valid=False, message=f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})")
+    except _NotJSONConstant as exc:
+        return Validation(valid=False, message=f"not JSON: {exc} is not a JSON value (JSON has no NaN or Infinity)")
     except _DuplicateKey as exc:
         message = f"the key {str(exc)!r} appears twice in one object: the schema can judge only one value per key"
         return Validation(valid=False, message=message)

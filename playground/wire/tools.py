@@ -229,7 +229,7 @@ def _as_text(message: ChatMessage) -> ChatMessage:
     return ChatMessage(role="assistant", content=f"{said}\n{written}" if said else written)
 
 
-CUT_OFF = "the tool call was cut off by max_tokens: no call is returned (raise max_tokens)"
+CUT_OFF = "a tool call was cut off by max_tokens: it is not returned; whole calls before it are (raise max_tokens)"
 STOPPED = "a stop sequence cut the tool call off: no call is returned (the stop sequence occurs in the call)"
 
 
@@ -243,8 +243,9 @@ def answer(
 ) -> tuple[dict[str, Any], str, list[str]]:
     """The assistant message (content, or tool_calls in OpenAI's shape), OpenAI's finish_reason and warnings.
 
-    A call cut off by max_tokens is no call: finish_reason "length", empty content, a warning (as vLLM does); so is a
-    call the tool choice forced that a stop sequence cut (finish_reason "stop"), rather than the call's text.
+    A call cut off by max_tokens is no call: finish_reason "length", a warning, and the whole calls written before it
+    (none: empty content, as vLLM answers); so is a call the tool choice forced that a stop sequence cut
+    (finish_reason "stop"), rather than the call's text.
     `prefix`: the final assistant message the answer continues (continue_final_message): calls are read from it and
     the answer together, as the constraint matched them; content stays the new text only. `formatted`: the
     request has a response format, so under `auto` an answer that is no call is JSON too (cut off, it stays content).
@@ -261,6 +262,9 @@ def answer(
     if calls is None and how == "auto" and formatted and not tool_calls.partial(whole, None, parallel(req)):
         return {"role": "assistant", "content": text}, finish, []  # the answer in the format, not a call
     if calls is None and finish == "length":
+        whole_calls = [(c.name, c.arguments) for c in tool_calls.partial(whole, None, parallel(req)) if c.complete]
+        if how != "named" and whole_calls:  # (a named choice's one call is the arguments alone)
+            return {"role": "assistant", "content": None, "tool_calls": wire_calls(whole_calls)}, "length", [CUT_OFF]
         return {"role": "assistant", "content": ""}, "length", [CUT_OFF]
     if calls is None and how in ("required", "named"):
         return {"role": "assistant", "content": ""}, finish, [STOPPED]

@@ -65,6 +65,17 @@ def test_a_key_named_twice_is_not_judged_by_its_last_value_alone():
     assert schema.validate('{"ab": 1, "cd": 2}').valid is True
 
 
+def test_nan_and_infinity_are_not_json_though_python_reads_them():
+    anything = Constraint.json_schema({})
+    for text in ("NaN", "Infinity", "-Infinity", "[1, NaN]", '{"x": -Infinity}'):
+        verdict = anything.validate(text)
+        assert verdict.valid is False and verdict.message.startswith("not JSON: "), text
+    assert "NaN is not a JSON value" in anything.validate("[NaN]").message
+    assert anything.validate('["NaN", 1e308]').valid is True
+    cut = anything.validate('{"a": "b')
+    assert cut.message == "not JSON: Unterminated string starting at (line 1, column 7)"
+
+
 @pytest.mark.parametrize(
     ("fmt", "good", "bad"),
     [

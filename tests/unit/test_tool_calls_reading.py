@@ -203,6 +203,22 @@ def test_llama3_parallel_calls_leave_their_separators_out_and_a_call_cut_after_o
     assert [c["function"]["arguments"] for c in message["tool_calls"]] == ['{"city": "Oslo"}'] * 2
 
 
+def test_parallel_calls_cut_by_max_tokens_keep_the_whole_calls_before_the_cut() -> None:
+    """Without a template's envelope too: the JSON list's whole calls came back as nothing (content "")."""
+    weather = _tool("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}})
+    fields = {"messages": [{"role": "user", "content": "x"}], "tools": [weather.model_dump()]}
+    req = inbound.ChatRequest.model_validate({**fields, "tool_choice": "required", "parallel_tool_calls": True})
+    call = '{"name": "get_weather", "arguments": {"city": "Oslo"}}'
+    message, finish, notes = tools.answer(req, f'[{call}, {call}, {{"name": "get_weather", "argu', "length")
+    assert (finish, notes, message["content"]) == ("length", [tools.CUT_OFF], None)
+    assert [c["function"]["arguments"] for c in message["tool_calls"]] == ['{"city": "Oslo"}'] * 2
+    first_cut = tools.answer(req, '[{"name": "get_weather", "arguments": {"ci', "length")
+    assert first_cut == ({"role": "assistant", "content": ""}, "length", [tools.CUT_OFF])
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    named = inbound.ChatRequest.model_validate({**fields, "tool_choice": choice})
+    assert tools.answer(named, '{"city": "Os', "length")[0] == {"role": "assistant", "content": ""}
+
+
 def test_auto_ignores_a_keyword_llguidance_cannot_enforce_and_says_so() -> None:
     """pydantic's `set[...]` fields carry uniqueItems; `auto` refused such a tool where `required` fell back."""
     tags = {
