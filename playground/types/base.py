@@ -17,7 +17,15 @@ InputText = Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
 # A prompt as token ids (OpenAI's and vLLM's completions take them; lm-evaluation-harness sends them).
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1, max_length=MAX_INPUT_CHARS)]
 Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
-StopText = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
+
+
+def _stop_text(value: str) -> str:
+    if not value:
+        raise ValueError("an empty stop sequence would stop before every token")
+    return value
+
+
+StopText = Annotated[str, Field(max_length=MAX_STOP_CHARS), AfterValidator(_stop_text)]
 ParamText = Annotated[str, Field(max_length=MAX_PROCESSOR_PARAM_CHARS)]
 FIT_CONTEXT = -1  # a truncation to as many of the prompt's last tokens as the context leaves room for (vLLM's -1)
 

@@ -37,14 +37,23 @@ class ChatMessage(BaseModel):
     @field_validator("content")
     @classmethod
     def _text_parts_only(cls, value: Any) -> Any:
+        """Text parts; an assistant's `refusal` parts too (OpenAI's assistant content; vLLM reads them as text)."""
         if isinstance(value, list):
             for part in value:
-                if part.get("type") != "text":
-                    raise ValueError(f"only text content parts are supported, got {part.get('type')!r}")
-                if not isinstance(part.get("text"), str):  # missing too, as OpenAI refuses it
-                    got = type(part["text"]).__name__ if "text" in part else "none"
-                    raise ValueError(f"a text content part needs a string `text`, got {got}")
+                kind = part.get("type")
+                if kind not in ("text", "refusal"):
+                    raise ValueError(f"only text content parts are supported, got {kind!r}")
+                if not isinstance(part.get(kind), str):  # missing too, as OpenAI refuses it
+                    got = type(part[kind]).__name__ if kind in part else "none"
+                    raise ValueError(f"a {kind} content part needs a string `{kind}`, got {got}")
         return value
+
+    @model_validator(mode="after")
+    def _refusals_are_the_assistants(self) -> ChatMessage:
+        if self.role != "assistant" and isinstance(self.content, list):
+            if any(part["type"] == "refusal" for part in self.content):
+                raise ValueError(f"a refusal content part is an assistant's, not a {self.role} message's")
+        return self
 
     @model_validator(mode="after")
     def _tool_calls_shape(self) -> ChatMessage:
@@ -73,7 +82,7 @@ class ChatMessage(BaseModel):
 
     def text(self) -> str:
         if isinstance(self.content, list):
-            return "".join(part.get("text", "") for part in self.content)
+            return "".join(part.get(part["type"], "") for part in self.content)
         return self.content or ""
 
     def written_calls(self) -> str | None:
@@ -269,6 +278,23 @@ class OpenAISampling(Request, Sampling):
     constraint_engine: EngineName = "auto"
     fast_forward: bool = True
     user: Name | None = None
+
+    @field_validator("stop", mode="wrap")
+    @classmethod
+    def _one_stop_message(cls, value: Any, handler: Any) -> Any:
+        """The error of the shape sent (a string, or a list of them), not one per shape of the union."""
+        try:
+            return handler(value)
+        except ValidationError:
+            if not isinstance(value, (str, list)):
+                raise ValueError("give a string or a list of strings") from None
+            try:
+                TypeAdapter(StopText if isinstance(value, str) else list[StopText]).validate_python(value)
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                where = "".join(f"item {part}: " for part in error["loc"])
+                raise ValueError(where + error["msg"].removeprefix("Value error, ")) from None
+            raise
 
 
 class ChatCompletionRequest(OpenAISampling):

@@ -38,6 +38,19 @@ IGNORED_OPTIONS: dict[tuple[str, str], str] = {
 }
 
 
+# vLLM's sampling extras that both its chat and completions routes take: their defaults are what we do anyway
+VLLM_EXTRAS = "stop_token_ids bad_words allowed_token_ids use_beam_search length_penalty return_tokens_as_token_ids"
+
+
+def vllm_extra_refusal(name: str, value: Any) -> str | None:
+    """Why one of VLLM_EXTRAS set to `value` is refused, or None when that value is vLLM's default."""
+    if name in ("stop_token_ids", "bad_words", "allowed_token_ids"):
+        return None if not value else "not supported; use logit_bias or a constraint"
+    if name == "length_penalty":
+        return None if value == 1 else "only beam search uses it, and it is not supported"
+    return None if value is False else "not supported"
+
+
 def _refusal(name: str, value: Any, req: ChatCompletionRequest) -> str | None:
     """Why a field set to `value` is refused, or None when that value is what we do anyway."""
     if name in ("functions", "function_call"):
@@ -46,21 +59,12 @@ def _refusal(name: str, value: Any, req: ChatCompletionRequest) -> str | None:
         return "not supported by this server"
     if name == "modalities":
         return None if value == ["text"] else "only text output is supported"
-    if name in ("stop_token_ids", "bad_words", "allowed_token_ids"):
-        return None if not value else "not supported; use logit_bias or a constraint"
-    truthy = {
-        "echo",
-        "include_stop_str_in_output",
-        "use_beam_search",
-        "add_special_tokens",
-        "return_tokens_as_token_ids",
-    }
-    if name in truthy:
+    if name in VLLM_EXTRAS.split():
+        return vllm_extra_refusal(name, value)
+    if name in ("echo", "include_stop_str_in_output", "add_special_tokens"):  # (the chat template adds them)
         return None if value is False else "not supported"
     if name == "skip_special_tokens":
         return None if value is True else "special tokens are always left out of the text"
-    if name == "length_penalty":
-        return None if value == 1 else "only beam search uses it, and it is not supported"
     if name == "ignore_eos" and value is True and not (req.max_tokens or req.max_completion_tokens):
         return "needs max_tokens (the answer then has exactly that many tokens)"
     if name == "prompt_logprobs" and req.stream:
@@ -97,13 +101,20 @@ def check(req: ChatCompletionRequest) -> None:
             raise ParameterError(f"{name}: {why}", field=name)
 
 
-def warnings(req: ChatCompletionRequest) -> list[str]:
-    """One line for each field accepted without effect."""
-    out = [f"{name}: accepted and ignored ({why})" for name, why in IGNORED.items() if getattr(req, name) is not None]
+def option_warnings(req: OpenAISampling) -> list[str]:
+    """One line for each option of structured_outputs or stream_options accepted without effect."""
+    out = []
     for (part, option), why in IGNORED_OPTIONS.items():
         container = getattr(req, part)
         if container is not None and option in container.model_fields_set:
             out.append(f"{part}.{option}: accepted and ignored ({why})")
+    return out
+
+
+def warnings(req: ChatCompletionRequest) -> list[str]:
+    """One line for each field accepted without effect."""
+    out = [f"{name}: accepted and ignored ({why})" for name, why in IGNORED.items() if getattr(req, name) is not None]
+    out += option_warnings(req)
     if req.listed_logit_bias:
         out.append("logit_bias: a list (TGI's form) names no token: accepted and ignored, as TGI does")
     if req.prompt_logprobs:

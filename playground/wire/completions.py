@@ -65,6 +65,13 @@ class CompletionRequest(OpenAISampling):
     spaces_between_special_tokens: bool | None = None
     guided_decoding_backend: str | None = Field(default=None, max_length=64)
     prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
+    add_special_tokens: bool | None = Field(default=None, description="vLLM's: true (the default) adds a BOS.")
+    stop_token_ids: Any = None  # the rest of vLLM's sampling extras: their defaults taken (chat_fields.VLLM_EXTRAS)
+    bad_words: Any = None
+    allowed_token_ids: Any = None
+    use_beam_search: Any = None
+    length_penalty: Any = None
+    return_tokens_as_token_ids: Any = None
 
     @field_validator("prompt", mode="wrap")
     @classmethod
@@ -124,7 +131,12 @@ def _check(req: CompletionRequest) -> None:
         "skip_special_tokens": (req.skip_special_tokens is False, "special tokens are always left out of the text"),
         "include_stop_str_in_output": (bool(req.include_stop_str_in_output), "not supported"),
         "prompt_logprobs": (req.prompt_logprobs is not None, "use echo with logprobs: the prompt's tokens come first"),
+        "add_special_tokens": (req.add_special_tokens is False, "not supported (a text prompt gets them)"),
     }
+    for name in chat_fields.VLLM_EXTRAS.split():
+        value = getattr(req, name)
+        why = None if value is None else chat_fields.vllm_extra_refusal(name, value)
+        refused[name] = (why is not None, why or "")
     for name, (refuse, why) in refused.items():
         if refuse:
             raise ParameterError(f"{name}: {why}", field=name)
@@ -143,7 +155,7 @@ def warnings(req: CompletionRequest) -> list[str]:
         "spaces_between_special_tokens": "special tokens are left out of the text",
     }
     out += [f"{name}: accepted and ignored ({why})" for name, why in ignored.items() if getattr(req, name) is not None]
-    return out
+    return out + chat_fields.option_warnings(req)
 
 
 def _greedy_by_tgi_rule(req: CompletionRequest) -> bool:

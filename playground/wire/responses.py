@@ -442,15 +442,21 @@ def _message(item: dict[str, Any], field: str) -> dict[str, Any]:
 
 
 def _texts(parts: list[Any], field: str) -> str:
+    """The parts' text; an output message's `refusal` part (an OpenAI Response replayed as input) reads as text."""
     texts = []
     for j, part in enumerate(parts):
-        if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS or not isinstance(part.get("text"), str):
+        key = "refusal" if isinstance(part, dict) and part.get("type") == "refusal" else "text"
+        if not isinstance(part, dict) or (key == "text" and part.get("type") not in TEXT_PARTS):
             got = part.get("type") if isinstance(part, dict) else type(part).__name__
             raise ParameterError(
-                f"{field}[{j}]: text parts only ({', '.join(TEXT_PARTS)} with `text`), got {got!r}",
+                f"{field}[{j}]: text parts only ({', '.join(TEXT_PARTS)} with `text`, refusal), got {got!r}",
                 field=field.split(".")[0],
             )
-        texts.append(part["text"])
+        if not isinstance(part.get(key), str):
+            raise ParameterError(
+                f"{field}[{j}]: a {part['type']} part needs a string `{key}`", field=field.split(".")[0]
+            )
+        texts.append(part[key])
     return "".join(texts)
 
 

@@ -98,7 +98,8 @@ def test_an_oversized_body_is_413(server_url: str) -> None:
 
 
 ODD_REQUESTS = [
-    ("/generate", {"inputs": "<script>alert(1)</script>", "parameters": {"max_new_tokens": 3, "stop": [""]}}, 200),
+    ("/generate", {"inputs": "<script>alert(1)</script>", "parameters": {"max_new_tokens": 3, "stop": ["</"]}}, 200),
+    ("/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 3, "stop": [""]}}, 422),
     ("/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 2, "do_sample": True, "temperature": 1e-300}}, 200),
     (
         "/generate",
@@ -125,7 +126,7 @@ ODD_REQUESTS = [
     ("/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 10**9}}, 422),
     ("/generate_stream", {"inputs": "Hi", "parameters": {"best_of": 2, "do_sample": True}}, 422),
     ("/v1/chat/completions", {"messages": CHAT, "n": 0}, 422),
-    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "stop": ["", ""]}, 200),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "stop": ["", ""]}, 422),  # vLLM refuses it too
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 422),
     ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "guided_regex": "(a)\\1"}, 422),
     ("/tokenize", {"inputs": "<script>😀\u0000"}, 200),

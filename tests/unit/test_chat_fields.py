@@ -18,6 +18,7 @@ from playground.errors import ParameterError
 from playground.types import ChatMessage, GenerateParameters
 from playground.wire import chat_fields, completions, inbound, responses, tools
 from playground.wire.controls import BY_NAME, carried_by
+from playground.wire.errors import parameter_error
 
 USER = [{"role": "user", "content": "hi"}]
 TOOLS = [
@@ -350,9 +351,38 @@ def test_completions_take_vllm_s_extras_as_chat_does() -> None:
         ({"include_stop_str_in_output": True}, "include_stop_str_in_output: not supported"),
         ({"prompt_logprobs": 1}, "prompt_logprobs: use echo with logprobs"),
         ({"truncate": 5, "truncate_prompt_tokens": 6}, "truncate_prompt_tokens: vLLM's name for truncate"),
+        ({"stop_token_ids": [2]}, "stop_token_ids: not supported; use logit_bias or a constraint"),
+        ({"use_beam_search": True}, "use_beam_search: not supported"),
+        ({"length_penalty": 0.5}, "length_penalty: only beam search uses it"),
+        ({"add_special_tokens": False}, "add_special_tokens: not supported"),
     ):
         with pytest.raises(ParameterError, match=message):
             completion(**fields)
+
+
+def test_completions_take_the_defaults_vllm_clients_send_and_warn_of_options_they_ignore() -> None:
+    """They were "unknown field (not a parameter of this endpoint)" here (chat took them); stream options and
+    structured_outputs options without effect went unnamed."""
+    defaults = {
+        "stop_token_ids": [],
+        "bad_words": [],
+        "allowed_token_ids": None,
+        "use_beam_search": False,
+        "length_penalty": 1.0,
+        "add_special_tokens": True,
+        "return_tokens_as_token_ids": False,
+    }
+    assert completions.parameters(completions.CompletionRequest(prompt="hi", **defaults), seed=1).max_new_tokens == 16
+    request = completions.CompletionRequest(
+        prompt="hi",
+        stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+        structured_outputs={"choice": ["a", "b"], "disable_fallback": True},
+    )
+    assert completions.warnings(request) == [
+        "structured_outputs.disable_fallback: accepted and ignored (constraint_engine chooses the engine)",
+        "stream_options.continuous_usage_stats: accepted and ignored (usage comes in the last chunk (include_usage))",
+    ]
 
 
 def test_a_past_calls_arguments_reach_the_template_as_an_object() -> None:
@@ -408,3 +438,22 @@ def test_a_negative_seed_is_taken_as_openai_and_vllm_take_any_int64(seed: int) -
         _request(seed=-(2**63) - 1)
     # vLLM reads -1 as no seed (SamplingParams: `if self.seed == -1: self.seed = None`): a fresh draw each request
     assert len({inbound.base_seed(_request(seed=-1)) for _ in range(8)}) > 1
+
+
+@pytest.mark.parametrize(
+    ("stop", "message"),
+    [
+        ("", "stop: an empty stop sequence would stop before every token"),
+        (["a", ""], "stop: item 1: an empty stop sequence would stop before every token"),
+        ("x" * 257, "stop: String should have at most 256 characters"),
+        (["a", 3], "stop: item 1: Input should be a valid string"),
+        (5, "stop: give a string or a list of strings"),
+    ],
+)
+def test_a_stop_is_refused_with_the_error_of_the_shape_sent(stop: Any, message: str) -> None:
+    """An empty stop was silently ignored (vLLM refuses it); a bad string also said "Input should be a valid list"."""
+    with pytest.raises(ValidationError) as caught:
+        inbound.ChatRequest.model_validate({"messages": [{"role": "user", "content": "x"}], "stop": stop})
+    assert parameter_error(caught.value).message == message
+    with pytest.raises(ValidationError, match="an empty stop sequence would stop before every token"):
+        GenerateParameters.model_validate({"stop": ["\n", ""]})

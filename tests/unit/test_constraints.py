@@ -160,6 +160,26 @@ def test_chat_text_parts_must_hold_strings():
     )
 
 
+def test_an_assistants_refusal_part_reads_as_its_text_as_vllm_reads_it():
+    """A replayed OpenAI conversation holds them; they were "only text content parts are supported"."""
+    from pydantic import ValidationError
+
+    from playground.types import ChatMessage
+    from playground.wire import responses
+
+    said = ChatMessage(
+        role="assistant", content=[{"type": "refusal", "refusal": "I can't."}, {"type": "text", "text": "!"}]
+    )
+    assert said.text() == "I can't.!"
+    with pytest.raises(ValidationError, match="a refusal content part is an assistant's, not a user message's"):
+        ChatMessage(role="user", content=[{"type": "refusal", "refusal": "no"}])
+    with pytest.raises(ValidationError, match="needs a string `refusal`, got none"):
+        ChatMessage(role="assistant", content=[{"type": "refusal", "text": "no"}])
+    replayed = {"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": "I can't."}]}
+    request = responses.ResponsesRequest.model_validate({"input": [{"role": "user", "content": "hi"}, replayed]})
+    assert responses.chat_request(request).messages[1].text() == "I can't."
+
+
 def test_a_refusal_found_in_the_compile_cache_reads_as_the_first_one(monkeypatch):
     """The inspect panel compiles what the user types: a send after it must not speak of an earlier request."""
     from playground.constraints import compiler

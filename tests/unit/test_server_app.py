@@ -175,7 +175,7 @@ def test_validation_message_joins_every_error() -> None:
 @pytest.mark.parametrize(
     ("body", "param", "message"),
     [
-        ({"stop": 5}, "stop", "stop: Input should be a valid string"),
+        ({"stop": 5}, "stop", "stop: give a string or a list of strings"),
         ({"guided_json": 5}, "guided_json", "guided_json: Input should be a valid dictionary"),
         (
             {"tool_choice": {"type": "function", "function": {}}},
