@@ -11,6 +11,11 @@ from typing import Any, TypeVar
 F = TypeVar("F", bound=Callable[..., Any])
 
 SPACE_DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+# A Space's container is reached only through the platform's proxies, on private networks: their X-Forwarded-For
+# names the visitor (uvicorn takes the last address not among these, which a visitor's own header cannot forge);
+# believing nobody's would make every visitor one client, sharing each per-client limit. $PLAYGROUND_FORWARDED_ALLOW_IPS
+# replaces the list.
+SPACE_PROXIES = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,127.0.0.0/8,::1,fc00::/7"
 TRUE_VALUES = {"1", "true", "yes", "on"}
 MAX_THREADS = 8
 PERSISTENT = Path("/data")  # where a Space with persistent storage mounts it
@@ -112,6 +117,7 @@ def space_overrides(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
         "allow_model_loading": False,
         # a cold start downloads or converts the model for tens of seconds: the page is served meanwhile
         "load_in_background": True,
+        "forwarded_allow_ips": env.get("PLAYGROUND_FORWARDED_ALLOW_IPS") or SPACE_PROXIES,
     }
 
 

@@ -267,7 +267,33 @@ def test_space_overrides_defaults() -> None:
         "allow_local_paths": False,
         "allow_model_loading": False,
         "load_in_background": True,
+        "forwarded_allow_ips": space.SPACE_PROXIES,
     }
+
+
+def test_on_a_space_each_visitor_is_the_address_the_platform_s_proxy_saw() -> None:
+    """Every visitor was the proxy's address (one client: one shared evaluation, queue share, key-guess lockout)."""
+    import asyncio
+
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    from playground.cli import uvicorn_options
+
+    args = space.apply_space_settings(argparse.Namespace(forwarded_allow_ips=None), {"SPACE_ID": "me/pg"}, cuda=False)
+    options = uvicorn_options(args)
+    assert options["proxy_headers"] is True
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(scope["client"][0])
+
+    middleware = ProxyHeadersMiddleware(app, trusted_hosts=options["forwarded_allow_ips"])
+    for forwarded in ("203.0.113.9", "1.2.3.4, 203.0.113.9", "10.9.9.9, 203.0.113.9, 10.16.3.80"):
+        scope = {"type": "http", "client": ("10.16.3.80", 4000), "headers": [(b"x-forwarded-for", forwarded.encode())]}
+        asyncio.run(middleware(scope, None, None))
+    assert seen == ["203.0.113.9"] * 3  # a visitor's own header (1.2.3.4, 10.9.9.9) names nobody
+    mine = space.space_overrides({"SPACE_ID": "me/pg", "PLAYGROUND_FORWARDED_ALLOW_IPS": "10.1.0.0/16"})
+    assert mine["forwarded_allow_ips"] == "10.1.0.0/16"
 
 
 def test_space_overrides_take_port_and_model_from_env() -> None:
