@@ -195,10 +195,17 @@ def code_snippets(registry: Registry, form: Form, state: ChatState, settings: UI
         prompt = state.result.prompt
     else:  # a remote model's template is its server's: /generate gets the last message as it was typed
         prompt = inputs[-1].content if isinstance(inputs[-1].content, str) else ""
-    if form.kind != "tools":
-        return snippets.snippets(settings.base_url, model, inputs, prompt, params, opened=opened)
+    given = tools.from_text(form.constraint_text) if form.kind == "tools" else None
     return snippets.snippets(
-        settings.base_url, model, inputs, prompt, params, tools.from_text(form.constraint_text), typed, opened
+        settings.base_url,
+        model,
+        inputs,
+        prompt,
+        params,
+        given,
+        typed if given is not None else None,
+        opened,
+        settings.keyed,
     )
 
 

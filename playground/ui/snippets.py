@@ -69,12 +69,23 @@ _EXTRA_BODY = {
 STOP_NOTE = "OpenAI's rule: the answer leaves out the stop sequence that ended it (the UI and /generate keep it)"
 
 
-def curl(url: str, body: dict[str, Any]) -> str:
+# Where the snippets read the API key from when the server has one (--api-key): never the key itself, which the
+# page would show to anyone looking over the shoulder and a copied snippet would carry around.
+KEY_VARIABLE = "PLAYGROUND_API_KEY"
+
+
+def curl(url: str, body: dict[str, Any], keyed: bool = False) -> str:
     payload = json.dumps(body, indent=2, ensure_ascii=False)
-    return f"curl -s {shlex.quote(url)} \\\n  -H 'Content-Type: application/json' \\\n  -d {shlex.quote(payload)}"
+    auth = f'  -H "Authorization: Bearer ${KEY_VARIABLE}" \\\n' if keyed else ""
+    return f"curl -s {shlex.quote(url)} \\\n  -H 'Content-Type: application/json' \\\n{auth}  -d {shlex.quote(payload)}"
 
 
-def openai_snippet(base_url: str, body: dict[str, Any]) -> str:
+def _api_key(keyed: bool) -> tuple[str, str]:
+    """(import line, the `api_key` argument's expression) of the Python snippets."""
+    return ("import os\n", f"os.environ[{KEY_VARIABLE!r}]") if keyed else ("", "'-'")
+
+
+def openai_snippet(base_url: str, body: dict[str, Any], keyed: bool = False) -> str:
     standard = {k: v for k, v in body.items() if k not in _EXTRA_BODY}
     extra = {k: v for k, v in body.items() if k in _EXTRA_BODY}
     args = ",\n".join(f"    {k}={py(v, 4)}" for k, v in standard.items())
@@ -85,14 +96,15 @@ def openai_snippet(base_url: str, body: dict[str, Any]) -> str:
         if "tools" in body
         else "print(completion.choices[0].message.content)\n"
     )
+    imported, key = _api_key(keyed)
     return (
-        "from openai import OpenAI\n\n"
-        f"client = OpenAI(base_url={py(base_url + '/v1')}, api_key='-')\n"
+        f"{imported}from openai import OpenAI\n\n"
+        f"client = OpenAI(base_url={py(base_url + '/v1')}, api_key={key})\n"
         f"completion = client.chat.completions.create(\n{args},\n)\n{answer}"
     )
 
 
-def hf_snippet(base_url: str, prompt: str, params: GenerateParameters, model: str = "") -> str:
+def hf_snippet(base_url: str, prompt: str, params: GenerateParameters, model: str = "", keyed: bool = False) -> str:
     data = outbound.playground_tgi_parameters(params)
     extensions = [name for name in outbound.unsupported("tgi") if data.pop(name, None) is not None]
     args = ",\n".join(f"    {k}={py(v, 4)}" for k, v in data.items())
@@ -101,9 +113,11 @@ def hf_snippet(base_url: str, prompt: str, params: GenerateParameters, model: st
         if extensions
         else ""
     )
+    imported, key = _api_key(keyed)
+    keyword = f", api_key={key}" if keyed else ""
     return (
-        "from huggingface_hub import InferenceClient\n\n"
-        f"client = InferenceClient(base_url={py(base_url + '/' + _model_query(model))})\n{note}"
+        f"{imported}from huggingface_hub import InferenceClient\n\n"
+        f"client = InferenceClient(base_url={py(base_url + '/' + _model_query(model))}{keyword})\n{note}"
         f"output = client.text_generation(\n    {py(prompt)},\n{args},\n)\n"
         "print(output.generated_text)\n"
         "print(output.details.finish_reason, [t.text for t in output.details.tokens])\n"
@@ -127,7 +141,7 @@ def _output_type(grammar: GrammarType | None) -> tuple[str, str]:
 _NOT_OUTLINES_KWARGS = {"model", "messages", "response_format", "structured_outputs", "logprobs", "top_logprobs"}
 
 
-def outlines_snippet(base_url: str, body: dict[str, Any], grammar: GrammarType | None) -> str:
+def outlines_snippet(base_url: str, body: dict[str, Any], grammar: GrammarType | None, keyed: bool = False) -> str:
     imports, output_type = _output_type(grammar)
     kept = {"response_format"} if grammar is not None and grammar.type == "structural_tag" else set()
     kwargs = {k: v for k, v in body.items() if (k not in _NOT_OUTLINES_KWARGS or k in kept) and k not in _EXTRA_BODY}
@@ -135,10 +149,11 @@ def outlines_snippet(base_url: str, body: dict[str, Any], grammar: GrammarType |
     if extra:
         kwargs["extra_body"] = extra
     args = "".join(f"    {k}={py(v, 4)},\n" for k, v in kwargs.items())
+    imported, key = _api_key(keyed)
     return (
-        "import openai\nimport outlines\nfrom outlines.inputs import Chat\n"
+        f"{imported}import openai\nimport outlines\nfrom outlines.inputs import Chat\n"
         f"{imports}\n"
-        f"client = openai.OpenAI(base_url={py(base_url + '/v1')}, api_key='-')\n"
+        f"client = openai.OpenAI(base_url={py(base_url + '/v1')}, api_key={key})\n"
         f"model = outlines.from_vllm(client, {py(body['model'])})\n"
         f"chat = Chat({py(body['messages'])})\n"
         f"answer = model(\n    chat,\n    {output_type},\n{args})\n"
@@ -162,10 +177,12 @@ def snippets(
     tools: ToolsConstraint | None = None,
     typed: list[ChatMessage] | None = None,
     opened: int = 0,
+    keyed: bool = False,
 ) -> dict[str, str]:
     """Every snippet for one request; `prompt` is the templated text /generate takes, ending with the `opened`
     tokens of a reasoning start that the chat turn writes first. The tools kind's `tools` go in the chat
-    snippets' bodies, beside `typed`: the conversation before the UI described the tools in it."""
+    snippets' bodies, beside `typed`: the conversation before the UI described the tools in it. `keyed`: the
+    server wants an API key, which the snippets read from $PLAYGROUND_API_KEY."""
     base = base_url.rstrip("/")
     body = chat_body(model, typed or inputs, params, tools)
     text_body = chat_body(model, inputs, params)  # what Outlines sends: the constraint, on the described messages
@@ -179,13 +196,13 @@ def snippets(
     if dropped:
         note += f"# {', '.join(dropped)}: not a /v1/chat/completions field; the curl /generate snippet carries them\n"
     return {
-        "curl_generate": generate_note + curl(f"{base}/generate{_model_query(model)}", tgi_body),
-        "curl_chat": note + curl(f"{base}/v1/chat/completions", body),
-        "openai": note + openai_snippet(base, body),
-        "huggingface_hub": hf_snippet(base, prompt, params, model),
+        "curl_generate": generate_note + curl(f"{base}/generate{_model_query(model)}", tgi_body, keyed),
+        "curl_chat": note + curl(f"{base}/v1/chat/completions", body, keyed),
+        "openai": note + openai_snippet(base, body, keyed),
+        "huggingface_hub": hf_snippet(base, prompt, params, model, keyed),
         "outlines": OUTLINES_NO_TOOLS
         if tools is not None and params.tools
-        else note + outlines_snippet(base, text_body, params.grammar),
+        else note + outlines_snippet(base, text_body, params.grammar, keyed),
     }
 
 

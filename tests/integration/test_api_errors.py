@@ -11,6 +11,9 @@ import pytest
 from huggingface_hub import InferenceClient
 from huggingface_hub.errors import ValidationError as HubValidationError
 
+from playground.types import ChatMessage, GenerateParameters
+from playground.ui import snippets
+from tests.snippet_run import post_like_curl, run_python
 from tests.spec import validate
 from tests.support import error_of
 
@@ -192,6 +195,14 @@ def test_api_key_guards_every_api_route(start_server: Any) -> None:
     assert tgi.text_generation("Hi", max_new_tokens=2)
     docs = httpx.get(f"{url}/", timeout=30, follow_redirects=True, headers={"Authorization": f"Bearer {KEY}"})
     assert docs.status_code == 200 and "swagger" in docs.text.lower()  # --no-ui: / leads to /docs, behind the key
+    # the Code tab's snippets for a keyed server read the key from the environment (they were 401s)
+    messages = [ChatMessage(role="user", content="Hi")]
+    code = snippets.snippets(url, "embedded", messages, "Hi", GenerateParameters(max_new_tokens=2), keyed=True)
+    assert all(KEY not in text for text in code.values())
+    env = {snippets.KEY_VARIABLE: KEY}
+    assert post_like_curl(code["curl_generate"], env)["generated_text"]
+    assert post_like_curl(code["curl_chat"], env)["choices"][0]["message"]["content"]
+    assert run_python(code["openai"], env).strip() and run_python(code["huggingface_hub"], env).strip()
 
 
 def test_a_loopback_server_answers_only_to_its_loopback_names(server_url: str) -> None:
