@@ -4,7 +4,9 @@ Waiting costs no thread: a queued request is a future on the event loop. A clien
 queued is noticed (its `http.disconnect` arrives) and never reaches the model. The admitted
 requests on a local model decode together (playground/decoding/scheduler.py). A freed slot goes to the waiting
 client (playground.client_scope) that runs the fewest requests, the longest-waiting among equals: one
-client's backlog of heavy requests cannot keep another's out of every slot.
+client's backlog of heavy requests cannot keep another's out of every slot. With the queue full, a request
+from a client holding fewer places takes the place of the newest waiting request of the client holding the
+most (that one is answered 429): one client's burst cannot keep every other client out of the queue either.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ FIRST_GUESS_S = 5.0
 # A request's body is read whole before it takes a slot or a place in the queue, within this long: a client
 # that trickles its body (or stops sending it) holds a connection, never a slot other clients wait for.
 BODY_TIMEOUT_S = 30.0
+
+
+class Displaced(Exception):
+    """A waiting request gave its place in the full queue to another client's (Admission.displace)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,23 @@ class Admission:
 
     def queue_full(self) -> bool:
         return self.waiting >= self.limits.max_queue
+
+    def displace(self, client: str) -> bool:
+        """With the queue full: the newest waiting request of the client holding the most places (running and
+        waiting) gives its place up (its wait raises Displaced), when that client holds at least two more than
+        `client`; True when one did. A lone client never displaces its own requests."""
+        waiting = Counter(owner for waiter, owner in self._waiters if not waiter.done())
+        others = [owner for owner in waiting if owner != client]
+        if not others:
+            return False
+        held = {owner: self._running_by[owner] + waiting[owner] for owner in [*others, client]}
+        victim = max(others, key=lambda owner: held[owner])
+        if held[victim] <= held[client] + 1:
+            return False
+        newest = next(w for w, owner in reversed(self._waiters) if owner == victim and not w.done())
+        newest.set_exception(Displaced())
+        self._waiters = deque(entry for entry in self._waiters if not entry[0].done())
+        return True
 
     def enqueue(self, client: str = "") -> asyncio.Future[None]:
         """A place in the queue, taken at once: requests that arrive together count each other against max_queue.
@@ -165,10 +188,14 @@ class AdmissionGate:
         if self.admission.try_acquire(client):
             await self._run(scope, receive, send, client, arrived)
             return
-        if self.admission.queue_full():
+        if self.admission.queue_full() and not self.admission.displace(client):
             await self._refuse(scope, receive, send)
             return
-        buffered = await self._queued(receive, client)
+        try:
+            buffered = await self._queued(receive, client)
+        except Displaced:
+            await self._refuse(scope, receive, send, displaced=True)
+            return
         if buffered is None:  # the client left while waiting: nothing runs, nobody to answer
             return
         await self._run(scope, _replay(buffered, receive), send, client, arrived)
@@ -181,11 +208,16 @@ class AdmissionGate:
         finally:
             self.admission.release(time.monotonic() - started, client)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, displaced: bool = False) -> None:
         self.admission.refused += 1
         limits = self.admission.limits
         running = f"{limits.max_running} request{'' if limits.max_running == 1 else 's'} running"
         message = f"the server is busy: {running} and {limits.max_queue} waiting (max_queue); retry later"
+        if displaced:
+            message += (
+                " (this request waited, and gave its place to another client's: your requests hold more of the"
+                " queue than theirs)"
+            )
         headers = {"Retry-After": str(self.admission.retry_after_s())}
         await JSONResponse(error_body(message, "overloaded"), status_code=429, headers=headers)(scope, receive, send)
 

@@ -24,7 +24,7 @@ from playground.debug.state import LocalEngine
 from playground.errors import ParameterError, PlaygroundError
 from playground.providers import base
 from playground.providers.base import Provider
-from playground.server.admission import Admission
+from playground.server.admission import Admission, Displaced
 from playground.server.docs import STREAM_RESPONSES
 from playground.server.streaming import iterate_in_thread, sse
 from playground.server.tgi import ModelQuery, resolve
@@ -164,7 +164,10 @@ class _Evaluation:
             if not own_slot:
                 if self.admission.queue_full():
                     return
-                await self.admission.acquire(self.client)
+                try:
+                    await self.admission.acquire(self.client)
+                except Displaced:  # its place went to another client's request: the own slot runs the rest
+                    return
                 if not pending:
                     self.admission.release(client=self.client)
                     return

@@ -8,6 +8,7 @@ import json
 
 from fastapi.testclient import TestClient
 
+from playground import client_scope
 from playground.decoding.stats import ADMISSION_WAIT_S, EngineStats
 from playground.providers.registry import Registry
 from playground.server import create_app
@@ -257,3 +258,53 @@ def test_a_request_without_the_key_is_answered_401_with_its_body_unread() -> Non
     assert asyncio.run(call("/generate", extra, whole=True))[0] == 429
     # while it waits, even the right key is refused from its headers: its body is not read either
     assert asyncio.run(call("/generate", extra))[::2] == (429, 0)
+
+
+def test_with_the_queue_full_another_client_takes_the_newest_place_of_the_client_holding_most() -> None:
+    """One address's 30 requests held every slot and place: every other client got 429 (the fair slot hand-over
+    only ordered those already waiting). A lone client still gets 429 past the queue, as before."""
+
+    async def scenario() -> tuple[list[tuple[str, int]], list[str]]:
+        admission = Admission(AdmissionLimits(max_running=1, max_queue=2))
+        release = asyncio.Event()
+        ran: list[str] = []
+
+        async def app(scope, receive, send) -> None:
+            await release.wait()
+            ran.append(client_scope.current())
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+        gate = AdmissionGate(app, admission=admission, paths={"/generate"}, max_body_bytes=1024)
+        answers: list[tuple[str, int]] = []
+
+        async def request(client: str, name: str) -> None:
+            client_scope.enter(client)
+
+            async def receive():
+                return {"type": "http.request", "body": b'{"inputs": "x"}', "more_body": False}
+
+            async def send(message) -> None:
+                if message["type"] == "http.response.start":
+                    answers.append((name, message["status"]))
+
+            await gate({"type": "http", "method": "POST", "path": "/generate", "headers": []}, receive, send)
+
+        tasks = []
+        for k in range(4):  # one slot, two places: the fourth is refused (one client alone)
+            tasks.append(asyncio.create_task(request("busy", f"busy{k}")))
+            await asyncio.sleep(0.01)
+        tasks.append(asyncio.create_task(request("other", "other")))  # takes busy2's place
+        await asyncio.sleep(0.01)
+        tasks.append(asyncio.create_task(request("third", "third")))  # busy holds 2, third 0: busy1's place
+        await asyncio.sleep(0.01)
+        tasks.append(asyncio.create_task(request("other", "other2")))  # other holds 1 like busy's: refused
+        await asyncio.sleep(0.01)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        return answers, ran
+
+    answers, ran = asyncio.run(scenario())
+    assert answers[:4] == [("busy3", 429), ("busy2", 429), ("busy1", 429), ("other2", 429)], answers
+    assert sorted(answers[4:]) == [("busy0", 200), ("other", 200), ("third", 200)]
+    assert ran == ["busy", "other", "third"]  # a freed slot: the client running the fewest, then the oldest
