@@ -106,6 +106,11 @@ def key_text(text: str) -> str:
         raise argparse.ArgumentTypeError(
             "empty: leave it out (and $PLAYGROUND_API_KEY unset) for a server without a key"
         )
+    odd = next((i for i, char in enumerate(key) if not " " <= char <= "~"), None)
+    if odd is not None:  # a header carries Latin-1 at best, and the SDKs send ASCII only: no client could send it
+        raise argparse.ArgumentTypeError(
+            f"printable ASCII only (an HTTP header cannot carry it otherwise), got {key[odd]!r} at position {odd}"
+        )
     return key
 
 
