@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from playground.errors import PlaygroundError
+from playground.types.sizes import MAX_BODY_BYTES
 from playground.wire.errors import error_field, validation_message
 
 log = logging.getLogger("playground.server")
@@ -148,7 +149,10 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 400 and exc.detail == _BODY_PARSE_FAILED:
         return error_response(422, _parse_failure(exc.__cause__), "validation", path=path)
     error_type = _HTTP_ERROR_TYPES.get(exc.status_code, "http")
-    return error_response(exc.status_code, str(exc.detail), error_type, path=path, headers=exc.headers)
+    detail = str(exc.detail)
+    if exc.status_code == 413 and detail == "Content Too Large":  # a chunked body past the routes' max_body_size
+        detail = f"request body is over {MAX_BODY_BYTES} bytes; this server takes at most {MAX_BODY_BYTES}"
+    return error_response(exc.status_code, detail, error_type, path=path, headers=exc.headers)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:

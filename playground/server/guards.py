@@ -20,9 +20,6 @@ from playground.server.bodies import rewriting
 from playground.server.errors import error_body, openai_error_body, openai_route, openai_status
 from playground.wire.errors import field_name
 
-# Far above any prompt a model here takes (8k tokens) and any sane schema; a bigger body is refused
-# with 413 before anyone tokenizes megabytes of text.
-MAX_BODY_BYTES = 4 * 1024 * 1024
 # Only a JSON escape can put a lone UTF-16 surrogate into a string (raw surrogate bytes are not UTF-8).
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# A request body: far above any prompt a model here takes (8k tokens) and any sane schema; a bigger body is refused
+# with 413 before anyone tokenizes megabytes of text.
+MAX_BODY_BYTES = 4 * 1024 * 1024
 # A prompt (TGI `inputs`, the text of /tokenize) or all chat messages together. Far above what fits an
 # 8k-token context; tokenizing this much takes about a second on one core.
 MAX_INPUT_CHARS = 131_072

@@ -70,6 +70,9 @@ def describe(
         message = f"unknown field ({unknown_hint})" if unknown_hint else "unknown field"
     elif kind == "json_invalid":
         detail = (error.get("ctx") or {}).get("error", "")
+        where = error.get("loc", ())[-1:]  # FastAPI puts the character's offset last: json's message ends before it
+        if detail and where and isinstance(where[0], int):
+            detail = f"{detail.removesuffix(' at')} at character {where[0]}"
         message = f"request body is not valid JSON ({detail})" if detail else "request body is not valid JSON"
     elif kind == "missing":
         message = "field required"

@@ -63,7 +63,10 @@ def test_a_chunked_oversized_body_is_413_in_our_shape(client: TestClient) -> Non
 
     response = client.post("/generate", content=chunks(), headers=JSON)
     assert response.status_code == 413
-    assert response.json()["error_type"] == "request_too_large"
+    assert response.json() == {  # (it said "Content Too Large", naming no limit)
+        "error": f"request body is over {MAX_BODY_BYTES} bytes; this server takes at most {MAX_BODY_BYTES}",
+        "error_type": "request_too_large",
+    }
 
 
 @pytest.mark.parametrize(
