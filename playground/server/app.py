@@ -34,7 +34,6 @@ from playground.server.convert import VERSION
 from playground.server.docs import API_ERRORS, OPENAI_ERRORS, add_docs
 from playground.server.errors import install_error_handlers
 from playground.server.guards import (
-    MAX_BODY_BYTES,
     ApiCors,
     DeclaredBodyLimit,
     ErrorShape,
@@ -48,6 +47,7 @@ from playground.server.scope import ClientScope
 from playground.server.ui_headers import AddressLimit, FrameAncestors, LateRefusals, OwnOriginOnly, frame_ancestors
 from playground.server.uploads import MAX_UPLOAD_BYTES, FileInputGuard, UploadLimit
 from playground.space import on_space
+from playground.types.sizes import MAX_BODY_BYTES
 
 DESCRIPTION = """Constrained decoding over TGI- and OpenAI-compatible routes.
 

@@ -131,8 +131,8 @@ class GradioLoginGate:
             await JSONResponse(body, status_code=429, headers={"Retry-After": str(wait)})(scope, receive, send)
             return
 
-        async def counted(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] != 200:
+        async def counted(message: Message) -> None:  # (422: no username and password form to guess with)
+            if message["type"] == "http.response.start" and message["status"] not in (200, 422):
                 self.guesses.failed(client)
             await send(message)
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from playground.server.guards import MAX_BODY_BYTES
+from playground.types.sizes import MAX_BODY_BYTES
 from tests.support import error_of
 
 CHAT = [{"role": "user", "content": "Hi"}]

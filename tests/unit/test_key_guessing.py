@@ -37,6 +37,14 @@ def test_ui_login_guessing_gets_429_too() -> None:
         assert "retry-after" in refused.headers
 
 
+def test_a_login_without_its_form_guesses_nothing_and_is_not_counted() -> None:
+    """A JSON body (no username/password form) is FastAPI's 422: it counted as a wrong key."""
+    client = TestClient(create_app(Registry([]), api_key=KEY, ui=True))
+    malformed = [client.post("/login", json={"password": f"guess{i}"}).status_code for i in range(12)]
+    assert malformed == [422] * 12
+    assert client.post("/login", data={"username": "a", "password": KEY}).json() == {"success": True}
+
+
 def test_guesses_at_login_with_a_trailing_slash_count_too() -> None:
     client = TestClient(create_app(Registry([]), api_key=KEY, ui=True))
     wrong = [client.post("/login/", data={"username": "a", "password": f"guess{i}"}).status_code for i in range(10)]

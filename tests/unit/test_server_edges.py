@@ -10,7 +10,8 @@ from fastapi.testclient import TestClient
 
 from playground.providers.registry import Registry
 from playground.server import create_app
-from playground.server.guards import MAX_BODY_BYTES, invalid_unicode_field
+from playground.server.guards import invalid_unicode_field
+from playground.types.sizes import MAX_BODY_BYTES
 from tests.support import error_of, table_rows
 
 JSON = {"content-type": "application/json"}
