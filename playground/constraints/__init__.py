@@ -60,6 +60,16 @@ class Constraint:
                 raise InvalidConstraintError(
                     "grammar of type json_schema needs a value {name?, schema}", field="parameters.grammar.value"
                 )
+            strict = value.get("strict")  # OpenAI's json_schema object pasted whole: its own strict counts too
+            if strict is not None and not isinstance(strict, bool):
+                raise InvalidConstraintError("strict must be true or false", field="parameters.grammar.value.strict")
+            if strict is not None and grammar.strict is not None and strict != grammar.strict:
+                raise InvalidConstraintError(
+                    "grammar.strict and grammar.value.strict disagree: give strict once",
+                    field="parameters.grammar.value.strict",
+                )
+            if grammar.strict is None and strict is not None:
+                json_options["closed"] = strict
             name = value.get("name")
             return cls.json_schema(value["schema"], **json_options, name=name if isinstance(name, str) else None)
         if grammar.type == "regex":

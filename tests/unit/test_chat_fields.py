@@ -14,7 +14,7 @@ from text_generation.types import Message
 
 from playground.constraints import Constraint
 from playground.decoding import chat_template, sampling
-from playground.errors import ParameterError
+from playground.errors import InvalidConstraintError, ParameterError
 from playground.types import ChatMessage, GenerateParameters
 from playground.wire import chat_fields, completions, inbound, responses, tools
 from playground.wire.controls import BY_NAME, carried_by
@@ -302,6 +302,13 @@ def test_schemas_are_closed_unless_strict_false_and_tool_arguments_always() -> N
     assert Constraint.from_grammar({"type": "json", "value": schema}).schema["additionalProperties"] is False
     as_written = Constraint.from_grammar({"type": "json", "value": schema, "strict": False})
     assert "additionalProperties" not in as_written.schema
+    # OpenAI's json_schema object pasted into TGI's grammar: its strict false was silently dropped
+    pasted = {"type": "json_schema", "value": {"name": "s", "strict": False, "schema": schema}}
+    assert "additionalProperties" not in Constraint.from_grammar(pasted).schema
+    with pytest.raises(InvalidConstraintError, match="grammar.strict and grammar.value.strict disagree"):
+        Constraint.from_grammar({**pasted, "strict": True})
+    with pytest.raises(InvalidConstraintError, match="strict must be true or false"):
+        Constraint.from_grammar({"type": "json_schema", "value": {"schema": schema, "strict": "no"}})
     for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
         grammar = inbound.chat_parameters(_request(tools=TOOLS, tool_choice=choice), seed=1).grammar
         assert grammar is not None and grammar.strict is True, choice
