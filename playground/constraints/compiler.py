@@ -150,7 +150,9 @@ class ConstraintCompiler:
             if error is None:
                 return _for_request(constraint, name, outcome, cached, refusals)
             if engine != "auto" or type(error) is not UnsupportedConstraintError:
-                raise type(error)(error.message)  # the same words however it was found: a cache is no news
+                # the same words however it was found (a cache is no news), after the engines that refused before it
+                before = f"; before it, {'; '.join(refusals)}" if refusals else ""
+                raise type(error)(error.message + before)
             refusals.append(error.message)
         raise UnsupportedConstraintError("no engine can enforce this constraint: " + " | ".join(refusals))
 

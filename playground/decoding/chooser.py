@@ -77,6 +77,7 @@ class TokenChooser:
         self.budget = RowBudget()  # the constraint work this row may do in the batch's steps
         self.gate_stopped = False  # the EOS gate gave up on this row (a verdict past its step budget)
         self.warnings: list[str] = []  # this row's, for the result's warnings
+        self.compile_notes: list[str] = []  # what compiling said (an engine fell back, keywords it ignores)
         self.masks_only = all(isinstance(p, BitmaskProcessor) for p in processors)  # they only put tokens at -inf
         self._length = prompt_length  # the row's length at its last step
         self.row_ids = RowIds(runner.device)  # the row's ids as a tensor, for its steps and probes
@@ -107,9 +108,10 @@ class TokenChooser:
             masked = sampling.only(scores, allowed) if allowed is not None else self.mask(ids, scores)
             gated = self.gate_eos(masked, text)
         if gated is not masked and not bool(torch.isfinite(gated).any()):
+            notes = f" ({'; '.join(self.compile_notes)})" if self.compile_notes else ""
             raise UnenforcedKeywordError(
                 f"the output breaks the schema ({self.constraint.validate(text, GATE_BUDGET_S).message}) and the constraint "
-                "engine allows nothing but its end: the engine does not enforce every keyword of this schema"
+                f"engine allows nothing but its end: the engine does not enforce every keyword of this schema{notes}"
             )
         chain = self.warpers if warp else sampling.LogitsProcessorList()
         # nothing touched the logits (each stage returns its input unchanged): one softmax serves both

@@ -430,9 +430,11 @@ class Engine:
         processors = self._row_processors(compiled, params)
         # Probing ahead needs the constraint alone: custom processors may change any logit.
         fast_forward = params.fast_forward and compiled is not None and not params.logits_processors
-        return TokenChooser(
+        chooser = TokenChooser(
             self.runner, params, processors, constraint, prompt_length, generator, fast_forward=fast_forward
         )
+        chooser.compile_notes = list(compiled.warnings) if compiled is not None else []
+        return chooser
 
     def _sequence(self, row: Row, constraint: Constraint) -> Sequence:
         answer, answer_tokens, span = row.text, row.tokens, None

@@ -147,6 +147,7 @@ def test_an_answer_breaking_an_unenforced_keyword_is_shown_with_a_red_verdict(re
     final = run_chat(registry, form(registry, kind="json_schema", constraint_text=schema), state, "Two ones")[-1]
     assert final.error == "" and 'data-valid="invalid"' in final.verdict and "non-unique" in final.verdict
     assert "does not enforce every keyword" in final.details and state.tokens
+    assert "fell back to xgrammar" in final.details and "uniqueItems" in final.details  # which engine, which keyword
     assert json.loads(state.messages[-1]["content"]) == [1, 1]
     assert "bar-row" in handlers.next_token(registry, state)
 

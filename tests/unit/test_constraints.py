@@ -197,6 +197,26 @@ def test_a_refusal_found_in_the_compile_cache_reads_as_the_first_one(monkeypatch
     assert messages == ["no value satisfies the schema"] * 2
 
 
+def test_under_auto_an_engine_s_failure_names_the_refusals_before_it_too(monkeypatch):
+    """A 100,000-value enum: llguidance refuses it (its lexer's limit), xgrammar then times out; the 422 named only
+    xgrammar's timeout, while llguidance by name answers at once with the real cause."""
+    from playground.constraints import compiler
+    from playground.errors import CompileTimeoutError, UnsupportedConstraintError
+
+    outcomes = {
+        "llguidance": compiler._Outcome(error=UnsupportedConstraintError("llguidance refused: lexer too big")),
+        "xgrammar": compiler._Outcome(error=CompileTimeoutError("xgrammar took longer than 10 s")),
+    }
+    cache = compiler.ConstraintCompiler(tokenizer=None)
+    monkeypatch.setattr(cache, "_compile_one", lambda constraint, engine, background: outcomes[engine])
+    with pytest.raises(CompileTimeoutError) as caught:
+        cache.compile(Constraint.json_schema({"enum": ["a", "b"]}))
+    assert caught.value.message == "xgrammar took longer than 10 s; before it, llguidance refused: lexer too big"
+    with pytest.raises(CompileTimeoutError) as alone:
+        cache.compile(Constraint.json_schema({"enum": ["a", "b"]}), "xgrammar")
+    assert alone.value.message == "xgrammar took longer than 10 s"
+
+
 @pytest.mark.parametrize(
     ("text", "dialect"),
     [
