@@ -410,6 +410,10 @@ def test_a_matcher_that_gives_up_fails_the_request_naming_its_limit(engine):
     ):
         engine.generate(ask("Pick a word."), params)
     assert engine.generate(ask("Say hi."), GenerateParameters(max_new_tokens=2)).best.generated_tokens >= 1
+    # a rule that can never finish: llguidance gives up following its forced text; it said "a smaller one fits"
+    endless = {"type": "grammar", "value": 'start: x\nx: "a" x'}
+    with pytest.raises(UnsupportedConstraintError, match="the constraint forces text that never ends: a rule with"):
+        engine.generate(ask("Write a's."), GenerateParameters(max_new_tokens=4, grammar=endless))
 
 
 def test_streamed_pieces_add_up_when_characters_span_tokens(engine):

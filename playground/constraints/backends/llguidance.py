@@ -56,6 +56,10 @@ def grammar(kind: str, text: str, llg_tokenizer: Any = None) -> str:
 # bounded by llguidance's own limits (`b{1000000}`'s stops at ~0.4 s).
 _FIRST_MASKS = threading.Lock()
 NOTHING_MATCHES = "no token continues the text, which does not match yet: no text matches the constraint from here"
+ENDLESS = (
+    'the constraint forces text that never ends: a rule with no way to finish (`x: "a" x` without an alternative '
+    "that stops) allows no complete text, or a forced run is longer than llguidance follows"
+)
 
 
 class LLGuidance(Backend):
@@ -230,6 +234,8 @@ class LLGuidanceProcessor(BitmaskProcessor):
         text = matcher.get_error()
         error = re.search(r"(?:Parser )?Error: ([^\n]+)", text)
         if error and error.group(1) != "None":
+            if "ff_tokens" in error.group(1):  # it follows the text the grammar forces, and that text never ends
+                return f"{error.group(1)}; {ENDLESS}"
             limit = "the constraint is beyond llguidance's limits; a smaller one (fewer repetitions, alternatives or keys) fits"
             return f"{error.group(1)}; {limit}"
         if "Stop: NoExtensionBias" in text:
