@@ -24,6 +24,40 @@ from playground.types import ConstraintKind, GrammarType, Validation
 MAX_GRAMMAR_BYTES = 128 * 1024
 
 
+def _plainer_regex_problem(pattern: str, problem: str) -> str:
+    """llguidance's words for a word boundary and a named backreference, as the other refusals word theirs."""
+    if "lookarounds not supported" in problem and "Word" in problem:
+        at = _word_boundary(pattern)
+        where = f"at position {at}: " if at is not None else ""
+        return f"{where}word boundaries (\\b, \\B) are not supported: they look at the characters around them"
+    named = pattern.find("(?P=")
+    if "unrecognized flag" in problem and named >= 0:
+        return f"at position {named}: backreferences are not supported (named ones, (?P=name), too)"
+    return problem
+
+
+def _word_boundary(pattern: str) -> int | None:
+    """Where the first \\b or \\B outside a character class is."""
+    depth, index = 0, 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            if depth == 0 and pattern[index + 1 : index + 2] in ("b", "B"):
+                return index
+            index += 2
+            continue
+        if char == "[":
+            depth += 1
+        elif char == "]" and depth:
+            depth -= 1
+        index += 1
+    return None
+
+
+# A 'single-quoted' literal (a grammar's error then gets a hint).
+_SINGLE_QUOTED = re.compile(r"'[^'\n]+'")
+
+
 @dataclass(frozen=True)
 class Constraint:
     """A parsed, checked constraint: kind and canonical value (schema dict, pattern, choices, grammar)."""
@@ -132,6 +166,7 @@ class Constraint:
             )
         problem = matching.syntax_error("regex", pattern)
         if problem:
+            problem = _plainer_regex_problem(pattern, problem)
             error = UnsupportedConstraintError if "not supported" in problem else InvalidConstraintError
             raise error(f"invalid regex {problem} (the engines read Rust regex syntax)")
         return cls("regex", pattern)
@@ -157,6 +192,8 @@ class Constraint:
         text = matching.normal_grammar(text)
         problem = matching.syntax_error("grammar", text)
         if problem:
+            if _SINGLE_QUOTED.search(text):  # valid in many grammar dialects, a lexer error in Lark's
+                problem += "\nhint: Lark literals take double quotes: write \"yes\", not 'yes'"
             raise InvalidConstraintError(f"invalid grammar (Lark or GBNF, as llguidance reads it): {problem}")
         return cls("grammar", text)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,10 +36,6 @@ Progress = Callable[..., object]
 # --- constraint editor ---------------------------------------------------------------------------
 
 
-# A 'single-quoted' literal: valid in many grammar dialects, a lexer error in Lark's.
-_SINGLE_QUOTED = re.compile(r"'[^'\n]+'")
-
-
 def constraint_status(kind: str, text: str | None) -> str:
     """The live check under the editor: the constraint's own error message, or that it is valid.
 
@@ -54,8 +49,6 @@ def constraint_status(kind: str, text: str | None) -> str:
         problem = tools.problem(text or "") if kind == "tools" else check_constraint(kind, text or "")
     except Exception as exc:  # noqa: BLE001 - a live check shows the problem instead of a Gradio error
         problem = error_message(exc)
-    if problem and kind == "grammar" and _SINGLE_QUOTED.search(text or ""):
-        problem += "\nhint: Lark literals take double quotes: write \"yes\", not 'yes'"
     return render.constraint_status(kind, problem)
 
 

@@ -287,3 +287,30 @@ def test_an_engine_that_refuses_while_building_its_template_is_a_refusal_not_a_f
     with pytest.raises(ConstraintError) as caught:
         cache.compile(regex, engine)
     assert type(caught.value).__name__ == outcome and caught.value.message.startswith("first stopped")
+
+
+def test_a_grammar_with_single_quoted_literals_gets_the_hint_on_every_route():
+    """The UI's editor gave the hint; the API said only "1(8): lexer error"."""
+    with pytest.raises(InvalidConstraintError) as caught:
+        Constraint.grammar("start: 'yes' | 'no'")
+    assert caught.value.message.endswith("hint: Lark literals take double quotes: write \"yes\", not 'yes'")
+    with pytest.raises(InvalidConstraintError) as plain:
+        Constraint.grammar('start: "yes" missing_rule')
+    assert "hint" not in plain.value.message
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        (r"\bword\b", "at position 0: word boundaries (\\b, \\B) are not supported"),
+        (r"ab\Bx", "at position 2: word boundaries"),
+        (r"(?P<n>a)(?P=n)", "at position 8: backreferences are not supported (named ones, (?P=name), too)"),
+    ],
+)
+def test_regex_refusals_name_what_is_not_supported_where(pattern: str, message: str):
+    """`\\b` read "at 1(8): ... lookarounds not supported yet; WordUnicode", `(?P=n)` "unrecognized flag"."""
+    from playground.errors import UnsupportedConstraintError
+
+    with pytest.raises(UnsupportedConstraintError) as caught:
+        Constraint.regex(pattern)
+    assert caught.value.message.startswith(f"invalid regex {message}")
