@@ -111,9 +111,14 @@ async def _tgi_events(
         yield exception_event(exc)
 
 
+# The engine's own checks name a parameter bare (`truncate: ...`); TGI's body holds it under `parameters`.
+_TGI_NAMES = {"truncate": "parameters.truncate"}
+
+
 async def _stream_response(request: Request, body: GenerateRequest, model: str | None) -> StreamingResponse:
     provider, model_id = await _prepared(request, model, body.parameters, streaming=True)
-    items = await started(iterate_in_thread(lambda: provider.stream(model_id, body.inputs, body.parameters)))
+    with named_as_sent(_TGI_NAMES):
+        items = await started(iterate_in_thread(lambda: provider.stream(model_id, body.inputs, body.parameters)))
     return StreamingResponse(_tgi_events(items, body.parameters), media_type="text/event-stream")
 
 
@@ -121,7 +126,8 @@ async def _generate(
     request: Request, body: GenerateRequest, model: str | None, response: Response | None = None
 ) -> dict[str, Any]:
     provider, model_id = await _prepared(request, model, body.parameters, streaming=False)
-    result = await generate_while_connected(request, provider, model_id, body.inputs, body.parameters)
+    with named_as_sent(_TGI_NAMES):
+        result = await generate_while_connected(request, provider, model_id, body.inputs, body.parameters)
     if result is None:  # the client hung up; nobody reads this answer
         return Response(status_code=499)
     if response is not None:  # TGI's headers, which its clients (and a TGI provider) read the counts from

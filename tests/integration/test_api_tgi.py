@@ -110,6 +110,14 @@ def test_generate_without_details_and_with_full_text(server_url: str) -> None:
     assert data["generated_text"].startswith("1, 2, 3,") and len(data["generated_text"]) > len("1, 2, 3,")
 
 
+@pytest.mark.parametrize("route", ["/generate", "/generate_stream"])
+def test_a_truncate_past_the_input_names_it_as_tgi_s_body_holds_it(server_url: str, route: str) -> None:
+    """It said `truncate: ...` where every other field error of this body says `parameters.<field>`."""
+    reply = post(server_url, route, {"inputs": "Hi", "parameters": {"max_new_tokens": 2, "truncate": 10**6}})
+    assert reply.status_code == 422
+    assert reply.json()["error"].startswith("parameters.truncate: 1000000 is more than the "), reply.json()
+
+
 def test_generate_sends_tgis_token_count_headers(server_url: str) -> None:
     """x-prompt-tokens and x-generated-tokens, which TGI's clients (and this project's TGI provider, for usage) read:
     a playground behind another playground's TGI provider reported 0 prompt tokens."""
