@@ -44,6 +44,11 @@ class TGIChat(OpenAICompatProvider):
 
     def check_parameters(self, params: GenerateParameters) -> None:
         super().check_parameters(params)
+        if params.logit_bias:  # its spec's field is a list of numbers, marked UNUSED: a map is refused or ignored
+            raise ParameterError(
+                f"logit_bias is not supported by {self.who}: TGI's chat route does not use it",
+                field="parameters.logit_bias",
+            )
         if (params.best_of or 1) > 1:
             raise ParameterError(
                 f"best_of > 1 with chat messages is not supported by provider {self.provider_id!r} (TGI's chat "

@@ -190,7 +190,8 @@ def playground_tgi_parameters(params: GenerateParameters) -> dict[str, Any]:
 
 def tgi_parameters(params: GenerateParameters, grammar: dict[str, Any] | None) -> dict[str, Any]:
     """A TGI server's GenerateParameters: ours without the extensions, `details` on (the finish reason needs it)."""
-    parameters = params.model_dump(exclude={"grammar", *unsupported("tgi")}, exclude_none=True)
+    # return_full_text stays here: our answer adds the prompt (convert.py), and the text judged is the answer alone
+    parameters = params.model_dump(exclude={"grammar", "return_full_text", *unsupported("tgi")}, exclude_none=True)
     parameters["details"] = True
     if not parameters.get("stop"):
         parameters.pop("stop", None)

@@ -269,6 +269,14 @@ def test_tgi_generate_sends_tgi_parameters_and_grammar(serve, grammar: dict, exp
     }
 
 
+def test_tgi_is_never_asked_for_the_full_text_which_our_answer_adds(serve) -> None:
+    """return_full_text went on to the remote, whose text then held the prompt, and /generate added it again."""
+    stub = serve({"POST /generate": StubReply(json=tgi_generation("7"))})
+    result = tgi(stub.url).generate("model", "prompt", GenerateParameters(max_new_tokens=2, return_full_text=True))
+    assert "return_full_text" not in stub.last("/generate").body["parameters"]
+    assert result.best.generated_text == "7"
+
+
 def test_tgi_best_of_sends_no_seed_as_tgi_requires(serve) -> None:
     stub = serve({"POST /generate": StubReply(json=tgi_generation("7"))})
     params = GenerateParameters(best_of=2, do_sample=True, seed=3, max_new_tokens=2)
@@ -293,6 +301,14 @@ def test_tgi_refuses_a_lark_grammar_and_custom_processors(serve) -> None:
         tgi(stub.url).generate("m", "p", GenerateParameters(min_p=0.1))
     with pytest.raises(ParameterError, match=r"top_n_tokens=6 exceeds the limit of provider 'tg' \(5\)"):
         tgi(stub.url).generate("m", "p", GenerateParameters(top_n_tokens=6))
+    assert stub.requests == []
+
+
+def test_tgi_s_chat_route_refuses_logit_bias_which_it_does_not_use(serve) -> None:
+    """It was sent on (TGI's spec: a list of numbers, UNUSED), while its /generate route refused it by name."""
+    stub = serve(CHAT)
+    with pytest.raises(ParameterError, match="logit_bias is not supported by provider 'tg' .remote::tgi.: TGI's chat"):
+        tgi(stub.url).generate("m", MESSAGES, GenerateParameters(logit_bias={"100": 5.0}))
     assert stub.requests == []
 
 
