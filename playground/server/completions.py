@@ -108,7 +108,11 @@ async def create_completion(request: Request, body: CompletionRequest) -> Any:
         choice_chunks=choice,
         usage=usage,
         respond=respond,
-        names={**NAMES, "grammar": inbound.constraint_field(body)},
+        names={
+            **NAMES,
+            "grammar": inbound.constraint_field(body),
+            "min_tokens": "ignore_eos" if body.ignore_eos else None,  # (vLLM's, read as ours)
+        },
     )
 
 

@@ -112,6 +112,9 @@ async def chat_completions(request: Request, body: ChatRequest) -> Any:
             "grammar": inbound.constraint_field(body),
             # a budget that came by name: the error names reasoning_effort, the field the client sent
             "max_reasoning_tokens": "reasoning_effort" if body.max_reasoning_tokens is None else None,
+            # vLLM's fields read as ours: a provider that cannot carry ours names the client's
+            "min_tokens": "ignore_eos" if body.ignore_eos else None,
+            "decoder_input_details": "prompt_logprobs" if body.prompt_logprobs is not None else None,
         },
     )
 

@@ -463,3 +463,28 @@ def test_a_schema_s_name_survives_a_round_trip_and_reaches_a_remote_playground()
         outbound.playground_constraint(Constraint.json_schema(SCHEMA))["response_format"]["json_schema"]["name"]
         == "answer"
     )
+
+
+def test_a_field_a_provider_cannot_carry_is_named_as_the_client_sent_it(serve) -> None:
+    """vLLM's ignore_eos and prompt_logprobs are read as our min_tokens and decoder_input_details: a provider that
+    cannot carry those refused fields the client never sent."""
+    from fastapi.testclient import TestClient
+
+    from playground.providers.registry import Registry
+    from playground.server import create_app
+
+    stub = serve(
+        {**CHAT, "GET /v1/models": StubReply(json={"object": "list", "data": [{"id": "m", "object": "model"}]})}
+    )
+    client = TestClient(create_app(Registry([openai(stub.url)]), ui=False))
+    chat = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 3}
+    for fields, name in (({"ignore_eos": True}, "ignore_eos"), ({"prompt_logprobs": 1}, "prompt_logprobs")):
+        error = client.post("/v1/chat/completions", json={**chat, **fields}).json()["error"]
+        assert (error["param"], error["message"]) == (
+            name,
+            f"{name} is not supported by provider 'oa' (remote::openai)",
+        )
+    completion = {"model": "m", "prompt": "x", "max_tokens": 3, "ignore_eos": True}
+    error = client.post("/v1/completions", json=completion).json()["error"]
+    assert error["message"] == "ignore_eos is not supported by provider 'oa' (remote::openai)"
+    assert {r.method for r in stub.requests} == {"GET"}  # the model list; nothing was sent to generate
