@@ -133,7 +133,6 @@ def ui_options(args: argparse.Namespace) -> dict[str, Any]:
         allow_local_paths=getattr(args, "allow_local_paths", True),
         allow_model_loading=args.allow_model_loading,
         base_url=f"http://{args.host}:{args.port}",
-        keyed=bool(getattr(args, "api_key", None)),
         local=LocalOptions.from_flags(args),
     )
     return {"settings": settings}

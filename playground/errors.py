@@ -9,6 +9,12 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
+def json_problem(exc: ValueError) -> str:
+    """A json.JSONDecodeError in one phrase with where it is (its message can end in "at", before the position)."""
+    msg, line, column = (getattr(exc, name, None) for name in ("msg", "lineno", "colno"))
+    return f"{msg} (line {line}, column {column})" if msg is not None else first_line(exc)
+
+
 class PlaygroundError(Exception):
     """Base: a failure a user can cause or fix. `status` is the HTTP status the API answers with."""
 

@@ -109,7 +109,7 @@ def key_text(text: str) -> str:
     odd = next((i for i, char in enumerate(key) if not " " <= char <= "~"), None)
     if odd is not None:  # a header carries Latin-1 at best, and the SDKs send ASCII only: no client could send it
         raise argparse.ArgumentTypeError(
-            f"printable ASCII only (an HTTP header cannot carry it otherwise), got {key[odd]!r} at position {odd}"
+            f"printable ASCII only (an HTTP header cannot carry it otherwise): character {odd} is not"
         )
     return key
 
@@ -127,11 +127,11 @@ def addresses(text: str) -> str:
         entry = part.strip()
         if not entry or entry == "*":
             continue
-        try:
-            ipaddress.ip_network(entry, strict=False)
+        try:  # as uvicorn reads them: a network with host bits set (10.0.0.1/8) would never match
+            ipaddress.ip_network(entry) if "/" in entry else ipaddress.ip_address(entry)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{entry!r} is not an IP address or network (e.g. 10.0.0.1, 10.0.0.0/8, or *)"
+                f"{entry!r} is not an IP address or network (e.g. 10.0.0.1, or 10.0.0.0/8 with its host bits zero, or *)"
             ) from None
     return text
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 from collections.abc import Callable, Mapping, MutableMapping
@@ -117,8 +118,24 @@ def space_overrides(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
         "allow_model_loading": False,
         # a cold start downloads or converts the model for tens of seconds: the page is served meanwhile
         "load_in_background": True,
-        "forwarded_allow_ips": env.get("PLAYGROUND_FORWARDED_ALLOW_IPS") or SPACE_PROXIES,
+        "forwarded_allow_ips": _proxies(env),
     }
+
+
+def _proxies(env: Mapping[str, str]) -> str | None:
+    """The proxies whose X-Forwarded-For names the visitor: $PLAYGROUND_FORWARDED_ALLOW_IPS (set but empty: nobody's),
+    checked as the --forwarded-allow-ips flag is, else SPACE_PROXIES."""
+    from playground.options import addresses
+
+    text = env.get("PLAYGROUND_FORWARDED_ALLOW_IPS")
+    if text is None:
+        return SPACE_PROXIES
+    if not text.strip():
+        return None
+    try:
+        return addresses(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(f"PLAYGROUND_FORWARDED_ALLOW_IPS: {exc}") from None
 
 
 def _identity(fn: F) -> F:

@@ -16,6 +16,7 @@ from playground.errors import (
     InvalidConstraintError,
     UnsupportedConstraintError,
     first_line,
+    json_problem,
 )
 from playground.types import ConstraintKind, GrammarType, Validation
 
@@ -277,9 +278,7 @@ def _load_json(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidConstraintError(
-            f"invalid JSON in {what}: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
+        raise InvalidConstraintError(f"invalid JSON in {what}: {json_problem(exc)}") from None
     except RecursionError:
         raise InvalidConstraintError(f"the JSON in {what} is nested too deeply") from None
     except ValueError as exc:  # an integer longer than Python's digit limit, say

@@ -24,7 +24,7 @@ import referencing.jsonschema
 from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 
 from playground.constraints import schema_keywords, verdict_budget
-from playground.errors import InvalidConstraintError, UnsupportedConstraintError, first_line
+from playground.errors import InvalidConstraintError, UnsupportedConstraintError, first_line, json_problem
 from playground.types import Validation
 
 _REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
@@ -254,7 +254,7 @@ def validate(schema: dict, text: str, budget_s: float = VERDICT_BUDGET_S) -> Val
     try:
         data = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        return Validation(valid=False, message=f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})")
+        return Validation(valid=False, message=f"not JSON: {json_problem(exc)}")
     except _NotJSONConstant as exc:
         return Validation(valid=False, message=f"not JSON: {exc} is not a JSON value (JSON has no NaN or Infinity)")
     except _DuplicateKey as exc:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from playground.constraints import jsonformat, schema_check
-from playground.errors import ConstraintError, InvalidConstraintError, UnsupportedConstraintError
+from playground.errors import ConstraintError, InvalidConstraintError, UnsupportedConstraintError, json_problem
 from playground.types import SegmentVerdict, Validation
 
 MAX_STRUCTURES = 64
@@ -30,9 +30,7 @@ def parse(value: Any) -> dict[str, Any]:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise InvalidConstraintError(
-                f"invalid JSON in the structural tag: {exc.msg} at line {exc.lineno}"
-            ) from None
+            raise InvalidConstraintError(f"invalid JSON in the structural tag: {json_problem(exc)}") from None
     if not isinstance(value, dict):
         raise InvalidConstraintError("a structural tag is an object: {structures, triggers} or {format}")
     if "format" in value:

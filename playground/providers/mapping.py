@@ -40,7 +40,15 @@ def messages_json(inputs: Inputs) -> list[dict[str, Any]]:
     """A plain prompt is sent to chat servers as one user message."""
     if isinstance(inputs, str):
         return [{"role": "user", "content": inputs}]
-    return [message.model_dump(exclude_none=True) for message in inputs]
+    return [_message_json(message) for message in inputs]
+
+
+def _message_json(message: ChatMessage) -> dict[str, Any]:
+    """A refusal part goes as text, as this server reads it: TGI's chat knows only text and image parts."""
+    data = message.model_dump(exclude_none=True)
+    if isinstance(message.content, list) and any(part["type"] == "refusal" for part in message.content):
+        data["content"] = message.text()
+    return data
 
 
 def prompt_text(inputs: Inputs) -> str:

@@ -109,7 +109,8 @@ class Admission:
         try:
             await waiter
         except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():  # the slot arrived as we were cancelled: pass it on
+            # the slot arrived as we were cancelled: pass it on (a place given up to another client holds none)
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 self.release(client=client)
             raise
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from fastapi import Depends, FastAPI
@@ -136,8 +137,10 @@ def _mount_ui(
     """Gradio's Blocks under "/"; the API routes were added first, so they win. A key puts the UI behind a login."""
     import gradio as gr
 
-    from playground.ui import create_ui, page_assets
+    from playground.ui import UISettings, create_ui, page_assets
 
+    if api_key is not None:  # the Code tab's snippets send the key (from the environment) the API will want
+        options = {**options, "settings": dataclasses.replace(options.get("settings") or UISettings(), keyed=True)}
     blocks = create_ui(registry, **options)
     # The UI's own queue is bounded like the API's, and as many chats run at once as API requests: a local
     # model decodes them in one batch, so a Space's users do not wait for each other's answers.

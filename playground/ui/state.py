@@ -36,7 +36,9 @@ class UISettings:
     allow_model_loading: bool = True
     allow_local_paths: bool = True
     base_url: str = "http://127.0.0.1:7860"
-    keyed: bool = False  # the API wants a key (--api-key): the Code tab's snippets read it from the environment
+    keyed: bool = (
+        False  # the API wants a key (create_app sets it): the Code tab's snippets read it from the environment
+    )
     local: LocalOptions | None = None  # how the models the UI loads are loaded (None: the defaults)
     title: str = "Structured Playground"
 

@@ -131,7 +131,10 @@ def _check(req: CompletionRequest) -> None:
         "skip_special_tokens": (req.skip_special_tokens is False, "special tokens are always left out of the text"),
         "include_stop_str_in_output": (bool(req.include_stop_str_in_output), "not supported"),
         "prompt_logprobs": (req.prompt_logprobs is not None, "use echo with logprobs: the prompt's tokens come first"),
-        "add_special_tokens": (req.add_special_tokens is False, "not supported (a text prompt gets them)"),
+        "add_special_tokens": (  # (token ids are read as sent, with or without it, as vLLM reads them)
+            req.add_special_tokens is False and any(isinstance(p, str) for p in req.prompts()),
+            "false is not supported for a text prompt (it gets them)",
+        ),
     }
     for name in chat_fields.VLLM_EXTRAS.split():
         value = getattr(req, name)

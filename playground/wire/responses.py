@@ -438,14 +438,15 @@ def _message(item: dict[str, Any], field: str) -> dict[str, Any]:
         return {"role": role, "content": content}
     if not isinstance(content, list):
         raise ParameterError(f"{field}.content: a string or a list of text parts", field=field)
-    return {"role": role, "content": _texts(content, f"{field}.content")}
+    return {"role": role, "content": _texts(content, f"{field}.content", refusals=role == "assistant")}
 
 
-def _texts(parts: list[Any], field: str) -> str:
-    """The parts' text; an output message's `refusal` part (an OpenAI Response replayed as input) reads as text."""
+def _texts(parts: list[Any], field: str, *, refusals: bool = False) -> str:
+    """The parts' text; with `refusals` (an assistant's message: an OpenAI Response replayed as input) its `refusal`
+    parts read as text too."""
     texts = []
     for j, part in enumerate(parts):
-        key = "refusal" if isinstance(part, dict) and part.get("type") == "refusal" else "text"
+        key = "refusal" if refusals and isinstance(part, dict) and part.get("type") == "refusal" else "text"
         if not isinstance(part, dict) or (key == "text" and part.get("type") not in TEXT_PARTS):
             got = part.get("type") if isinstance(part, dict) else type(part).__name__
             raise ParameterError(

@@ -20,7 +20,13 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from playground.constraints import Constraint, jsonformat
-from playground.errors import ConstraintError, InvalidConstraintError, ParameterError, UnsupportedConstraintError
+from playground.errors import (
+    ConstraintError,
+    InvalidConstraintError,
+    ParameterError,
+    UnsupportedConstraintError,
+    json_problem,
+)
 from playground.types import ChatCompletionRequest, ChatMessage, GrammarType, Strict, ToolSpec
 from playground.types.chat import ToolChoice, describe_tools
 from playground.wire import tool_calls, tool_formats, tool_schema
@@ -318,7 +324,7 @@ def from_text(text: str) -> ToolsConstraint:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidConstraintError(f"invalid JSON in the tools: {exc.msg} at line {exc.lineno}") from None
+        raise InvalidConstraintError(f"invalid JSON in the tools: {json_problem(exc)}") from None
     if isinstance(data, list):
         data = {"tools": data}
     try:

@@ -6,7 +6,6 @@ import json
 import re
 import shlex
 
-from playground import cli
 from playground.decoding.engine import Engine
 from playground.providers.local import LocalProvider
 from playground.providers.registry import Registry
@@ -17,10 +16,6 @@ from tests.snippet_run import post_like_curl, run_python
 
 CITY = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}}, "required": ["city"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather.", "parameters": CITY}}]
-
-
-def _args(*flags: str):
-    return cli.parse_args(["--model", "embedded", *flags])
 
 
 def _generate_body(code: str) -> dict:
@@ -37,7 +32,7 @@ def test_the_generate_snippet_of_a_stopped_turn_is_its_templated_conversation(en
     stopped = ChatState(request=LastRequest(model=form.model, inputs=inputs, params=GenerateParameters()))
     code = controls.code_snippets(registry, form, stopped, UISettings())
     assert "PLAYGROUND_API_KEY" not in code["openai"]
-    keyed = controls.code_snippets(registry, form, stopped, cli.ui_options(_args("--api-key", "k"))["settings"])
+    keyed = controls.code_snippets(registry, form, stopped, UISettings(keyed=True))
     assert 'Authorization: Bearer $PLAYGROUND_API_KEY"' in keyed["curl_chat"] and "'k'" not in keyed["openai"]
     prompt = _generate_body(code["curl_generate"])["inputs"]
     assert prompt == engine.render_prompt(inputs, GenerateParameters()) and "<|im_start|>user" in prompt

@@ -308,3 +308,24 @@ def test_with_the_queue_full_another_client_takes_the_newest_place_of_the_client
     assert answers[:4] == [("busy3", 429), ("busy2", 429), ("busy1", 429), ("other2", 429)], answers
     assert sorted(answers[4:]) == [("busy0", 200), ("other", 200), ("third", 200)]
     assert ran == ["busy", "other", "third"]  # a freed slot: the client running the fewest, then the oldest
+
+
+def test_a_waiter_displaced_as_it_is_cancelled_hands_back_no_slot() -> None:
+    """An evaluation's worker waiting in acquire, its place given to another client's request in the same step as
+    the evaluation ends: the worker released a slot it never held (the count of running requests fell one short)."""
+
+    async def scenario() -> tuple[int, int]:
+        admission = Admission(AdmissionLimits(max_running=1, max_queue=1))
+        assert admission.try_acquire("eval")
+        worker = asyncio.create_task(admission.acquire("eval"))
+        await asyncio.sleep(0)
+        assert admission.displace("other")
+        other = admission.enqueue("other")
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
+        running_before_eval_ends = admission.running
+        admission.release(client="eval")
+        await other
+        return running_before_eval_ends, admission.running
+
+    assert asyncio.run(scenario()) == (1, 1)

@@ -361,7 +361,7 @@ def test_completions_take_vllm_s_extras_as_chat_does() -> None:
         ({"stop_token_ids": [2]}, "stop_token_ids: not supported; use logit_bias or a constraint"),
         ({"use_beam_search": True}, "use_beam_search: not supported"),
         ({"length_penalty": 0.5}, "length_penalty: only beam search uses it"),
-        ({"add_special_tokens": False}, "add_special_tokens: not supported"),
+        ({"add_special_tokens": False}, "add_special_tokens: false is not supported for a text prompt"),
     ):
         with pytest.raises(ParameterError, match=message):
             completion(**fields)
@@ -380,6 +380,8 @@ def test_completions_take_the_defaults_vllm_clients_send_and_warn_of_options_the
         "return_tokens_as_token_ids": False,
     }
     assert completions.parameters(completions.CompletionRequest(prompt="hi", **defaults), seed=1).max_new_tokens == 16
+    ids = completions.CompletionRequest(prompt=[1, 2], add_special_tokens=False)  # ids are read as sent anyway
+    assert completions.parameters(ids, seed=1).max_new_tokens == 16
     request = completions.CompletionRequest(
         prompt="hi",
         stream=True,

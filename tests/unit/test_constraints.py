@@ -74,6 +74,10 @@ def test_nan_and_infinity_are_not_json_though_python_reads_them():
     assert anything.validate('["NaN", 1e308]').valid is True
     cut = anything.validate('{"a": "b')
     assert cut.message == "not JSON: Unterminated string starting at (line 1, column 7)"
+    with pytest.raises(
+        InvalidConstraintError, match=r"JSON schema: Unterminated string starting at \(line 1, column 7\)"
+    ):
+        Constraint.parse("json_schema", '{"a": "b')
 
 
 @pytest.mark.parametrize(
@@ -178,6 +182,11 @@ def test_an_assistants_refusal_part_reads_as_its_text_as_vllm_reads_it():
     replayed = {"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": "I can't."}]}
     request = responses.ResponsesRequest.model_validate({"input": [{"role": "user", "content": "hi"}, replayed]})
     assert responses.chat_request(request).messages[1].text() == "I can't."
+    from playground.errors import ParameterError
+
+    mine = {"role": "user", "content": [{"type": "refusal", "refusal": "no"}]}
+    with pytest.raises(ParameterError, match=r"input\[0\].content\[0\]: text parts only"):
+        responses.chat_request(responses.ResponsesRequest.model_validate({"input": [mine]}))
 
 
 def test_a_refusal_found_in_the_compile_cache_reads_as_the_first_one(monkeypatch):

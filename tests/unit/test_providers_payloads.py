@@ -312,6 +312,14 @@ def test_tgi_s_chat_route_refuses_logit_bias_which_it_does_not_use(serve) -> Non
     assert stub.requests == []
 
 
+def test_an_assistants_refusal_part_goes_to_a_remote_as_text(serve) -> None:
+    """Read as text here (as vLLM reads it), it went on as a part TGI's chat does not know."""
+    stub = serve(CHAT)
+    said = ChatMessage(role="assistant", content=[{"type": "refusal", "refusal": "No."}, {"type": "text", "text": "!"}])
+    tgi(stub.url).generate("m", [*MESSAGES, said, ChatMessage(role="user", content="why")], GenerateParameters())
+    assert stub.last("/v1/chat/completions").body["messages"][2] == {"role": "assistant", "content": "No.!"}
+
+
 def test_tgi_messages_go_to_its_chat_route_with_tgi_response_format(serve) -> None:
     stub = serve(CHAT)
     provider = tgi(stub.url)

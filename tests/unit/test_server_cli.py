@@ -73,15 +73,18 @@ def test_a_blank_api_key_flag_is_refused_not_an_open_server(key: str, capsys: py
     )
 
 
-@pytest.mark.parametrize(("key", "odd"), [("sécret", "'é' at position 1"), ("ab\tc", "'\\t' at position 2")])
-def test_an_api_key_no_header_can_carry_is_refused(key: str, odd: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("key", "odd"), [("sécret", 1), ("ab\tc", 2)])
+def test_an_api_key_no_header_can_carry_is_refused(key: str, odd: int, capsys: pytest.CaptureFixture[str]) -> None:
     """`sécret` was taken, and every API request then got 401: Starlette reads a header as Latin-1, the openai
     SDK sends none but ASCII."""
     with pytest.raises(SystemExit):
         cli.parse_args(["--api-key", key])
-    assert f"argument --api-key: printable ASCII only (an HTTP header cannot carry it otherwise), got {odd}" in (
-        capsys.readouterr().err
+    err = capsys.readouterr().err  # (the secret's characters are never printed)
+    assert (
+        f"argument --api-key: printable ASCII only (an HTTP header cannot carry it otherwise): character {odd} is not"
+        in err
     )
+    assert key[odd] not in err.split("--api-key:")[1]
     assert cli.parse_args(["--api-key", "sk-Z9 ~!"]).api_key == "sk-Z9 ~!"
 
 

@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -294,6 +295,10 @@ def test_on_a_space_each_visitor_is_the_address_the_platform_s_proxy_saw() -> No
     assert seen == ["203.0.113.9"] * 3  # a visitor's own header (1.2.3.4, 10.9.9.9) names nobody
     mine = space.space_overrides({"SPACE_ID": "me/pg", "PLAYGROUND_FORWARDED_ALLOW_IPS": "10.1.0.0/16"})
     assert mine["forwarded_allow_ips"] == "10.1.0.0/16"
+    assert space.space_overrides({"PLAYGROUND_FORWARDED_ALLOW_IPS": " "})["forwarded_allow_ips"] is None  # nobody's
+    for wrong in ("10.0.0.1/8", "proxy.local"):  # uvicorn would never match them: every visitor one client again
+        with pytest.raises(ValueError, match=f"PLAYGROUND_FORWARDED_ALLOW_IPS: '{re.escape(wrong)}' is not an IP"):
+            space.space_overrides({"PLAYGROUND_FORWARDED_ALLOW_IPS": wrong})
 
 
 def test_space_overrides_take_port_and_model_from_env() -> None:

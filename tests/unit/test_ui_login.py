@@ -76,3 +76,15 @@ def test_ui_login_takes_any_user_name_and_only_the_key() -> None:
     check = ui_login(UNICODE_KEY)
     assert check("", UNICODE_KEY) and check("someone", UNICODE_KEY)
     assert not check("someone", UNICODE_KEY + " ") and not check(UNICODE_KEY, "") and not check("x", "s3cret")
+
+
+def test_a_server_with_a_key_gives_the_code_tab_keyed_snippets(monkeypatch) -> None:
+    """create_app knows the key; the snippets' settings came only from the CLI (create_app(api_key=...) gave 401s)."""
+    import playground.ui
+
+    seen = []
+    real = playground.ui.create_ui
+    monkeypatch.setattr(playground.ui, "create_ui", lambda registry, **options: seen.append(options) or real(registry))
+    create_app(Registry([]), api_key=KEY, ui=True)
+    create_app(Registry([]), ui=True)
+    assert [options.get("settings") and options["settings"].keyed for options in seen] == [True, None]
