@@ -106,13 +106,19 @@ def _json_reason(engine: LocalEngine, constraint: Constraint, state: State, toke
         return _only_keys(constraint, state, parsed, keys, token) if keys else None
     if parsed.in_string:
         return _string_reason(constraint, parsed, char)
-    if parsed.scalar:
-        return _scalar_reason(engine, constraint, state, parsed, char)
+    if parsed.scalar:  # a number or literal that `char` would end as written: its bounds, then its container's rule
+        ended = jsonstate.scan(state.text + " ") if char in _ENDS_SCALAR else None
+        if ended is None or ended.scalar:
+            return _scalar_reason(engine, constraint, state, parsed, char)
+        broken = _broken_bounds(constraint, parsed, parsed.scalar)
+        if broken:
+            return broken
+        parsed, top = ended, ended.top
     if top is not None and top.kind == "object" and top.expect in ("key_or_end", "key", "comma_or_end"):
         return _object_reason(engine, constraint, state, parsed, token)
     if top is not None and top.kind == "array" and top.expect == "comma_or_end":
         return _array_reason(constraint, parsed, char)
-    return _value_reason(constraint, parsed)
+    return _value_reason(constraint, parsed, char)
 
 
 def allowed_keys(engine: LocalEngine, constraint: Constraint, state: State, parsed: jsonstate.JsonState) -> list[str]:
@@ -225,19 +231,54 @@ def _scalar_reason(
             return f"expected {code(literal[len(parsed.scalar) :])} to finish {code(literal)}"
     if schema.get("type") == "integer" and char in (".", "e", "E"):
         return f"{where} is an integer: no fraction or exponent"
-    keywords = ("multipleOf", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-    bounds = [f"{k} {schema[k]}" for k in keywords if k in schema]
-    if bounds:
-        return f"{where} = {parsed.scalar}{char if char.isdigit() else ''} would break {', '.join(bounds)}"
+    if char.isdigit():  # the number it would make, when that breaks a bound (else the bound is not the reason)
+        broken = _broken_bounds(constraint, parsed, parsed.scalar + char)
+        if broken:
+            return broken.replace(" breaks ", " would break ", 1)
     chars = first_chars(engine, state.allowed)
     if chars and all(c.isdigit() for c in chars):
         return "expected a digit"
     return None
 
 
-def _value_reason(constraint: Constraint, parsed: jsonstate.JsonState) -> str | None:
+# What ends a number or a literal as written (whitespace is stripped off the token first).
+_ENDS_SCALAR = frozenset(",}]")
+_BOUNDS = {
+    "minimum": lambda value, bound: value >= bound,
+    "maximum": lambda value, bound: value <= bound,
+    "exclusiveMinimum": lambda value, bound: value > bound,
+    "exclusiveMaximum": lambda value, bound: value < bound,
+}
+
+
+def _broken_bounds(constraint: Constraint, parsed: jsonstate.JsonState, written: str) -> str | None:
+    """`where = value breaks ...` when the number `written` breaks its schema's bounds (multipleOf read as /check
+    reads it, in the decimals written), else None."""
+    schema = jsonstate.subschema(constraint.schema, parsed.path) or {}
+    try:
+        value = float(written)
+    except ValueError:
+        return None
+    broken = [
+        f"{name} {schema[name]}"
+        for name, holds in _BOUNDS.items()
+        if isinstance(schema.get(name), (int, float))
+        and not isinstance(schema[name], bool)
+        and not holds(value, schema[name])
+    ]
+    if isinstance(schema.get("multipleOf"), (int, float)) and schema["multipleOf"] > 0:
+        probe = Constraint.json_schema({"multipleOf": schema["multipleOf"]})
+        if probe.validate(written).valid is False:
+            broken.append(f"multipleOf {schema['multipleOf']}")
+    return f"{jsonstate.path_text(parsed.path)} = {written} breaks {', '.join(broken)}" if broken else None
+
+
+def _value_reason(constraint: Constraint, parsed: jsonstate.JsonState, char: str = "") -> str | None:
     schema = jsonstate.subschema(constraint.schema, parsed.path) or {}
     where = jsonstate.path_text(parsed.path)
+    floor = next((schema[k] for k in ("minimum", "exclusiveMinimum") if isinstance(schema.get(k), (int, float))), None)
+    if char == "-" and floor is not None and floor >= 0:
+        return f"{where} has {'minimum' if 'minimum' in schema else 'exclusiveMinimum'} {floor}: no negative number"
     if "enum" in schema or "const" in schema:
         values = [repr_json(v) for v in schema.get("enum", [schema.get("const")])]
         return f"{where} must be one of {listing(values)}"

@@ -119,7 +119,23 @@ def test_number_keywords_are_named(engine) -> None:
     schema = GrammarType(
         type="json", value={"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}
     )
-    assert check_text(engine, schema, '{"n": 4}').first_refused.reason == "n = 4 would break multipleOf 3"
+    assert check_text(engine, schema, '{"n": 4}').first_refused.reason == "n = 4 breaks multipleOf 3"
+
+
+def test_a_bound_the_number_meets_is_not_the_reason(engine) -> None:
+    """Any refused character after a bounded number read "age = 3 would break minimum 0": the comma after a last
+    key, and `-` before a number that must not be negative, each has its own reason."""
+    person = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 5}, "age": {"type": "integer", "minimum": 0}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    schema = GrammarType(type="json", value=person)
+    extra = check_text(engine, schema, '{"name": "Ada", "age": 3, "x": 1}').first_refused.reason
+    assert extra == "every key the schema allows in (root) is already there: only `}` can close it"
+    negative = check_text(engine, schema, '{"name": "Ada", "age": -1}').first_refused.reason
+    assert negative == "age has minimum 0: no negative number"
 
 
 def test_eos_gate_reason_when_the_engine_cannot_enforce_a_keyword(engine) -> None:
