@@ -21,6 +21,7 @@ class PlaygroundError(Exception):
     status: int = 422
     error_type: str = "validation"
     openai_code: str | None = None  # OpenAI's own `code` for it, where it has one (else error_type)
+    openai_type: str | None = None  # OpenAI's `type`, where the status alone does not say it (else by status)
     generating: bool = False  # raised after tokens came (TGI's `generation`, not `validation`): set by the server
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
@@ -111,10 +112,13 @@ class ProviderError(PlaygroundError):
     status = 502
     error_type = "provider"
 
-    def __init__(self, provider_id: str, cause: str, *, status: int = 502) -> None:
+    def __init__(self, provider_id: str, cause: str, *, status: int = 502, upstream: int | None = None) -> None:
+        """`upstream`: the HTTP status the remote answered, where it answered one; its 4xx refused the request (the
+        client's to fix), anything else is the remote's failure (OpenAI's `server_error`, though the status is 424)."""
         super().__init__(f"provider {provider_id!r} failed: {cause}")
         self.provider_id = provider_id
         self.status = status
+        self.openai_type = "invalid_request_error" if upstream is not None and upstream < 500 else "server_error"
 
 
 class ModelLoadingError(PlaygroundError):

@@ -100,9 +100,9 @@ class RemoteClient:
     def close(self) -> None:
         self._client.close()
 
-    def fail(self, cause: str, status: int = BAD_GATEWAY) -> ProviderError:
-        """A ProviderError for this provider (raise it)."""
-        return ProviderError(self.provider_id, cause, status=status)
+    def fail(self, cause: str, status: int = BAD_GATEWAY, upstream: int | None = None) -> ProviderError:
+        """A ProviderError for this provider (raise it); `upstream`: the HTTP status the remote answered."""
+        return ProviderError(self.provider_id, cause, status=status, upstream=upstream)
 
     @contextmanager
     def malformed(self, what: str) -> Iterator[None]:
@@ -144,7 +144,8 @@ class RemoteClient:
 
     def _upstream(self, path: str, response: httpx.Response) -> ProviderError:
         message = remote_message(response)
-        return self.fail(f"{self.url(path)} answered HTTP {response.status_code}: {message}", UPSTREAM_FAILED)
+        cause = f"{self.url(path)} answered HTTP {response.status_code}: {message}"
+        return self.fail(cause, UPSTREAM_FAILED, upstream=response.status_code)
 
     def _sse(self, path: str, response: httpx.Response) -> Iterator[dict[str, Any]]:
         data: list[str] = []

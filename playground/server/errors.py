@@ -75,11 +75,16 @@ def openai_status(status: int) -> int:
 
 
 def openai_error_body(
-    status: int, message: str, error_type: str, param: str | None = None, code: str | None = None
+    status: int,
+    message: str,
+    error_type: str,
+    param: str | None = None,
+    code: str | None = None,
+    kind: str | None = None,
 ) -> dict[str, Any]:
     """OpenAI's ErrorObject; `code` is OpenAI's own where it has one (model_not_found), else our error_type; `param`
-    the field at fault when known."""
-    kind = _OPENAI_TYPES.get(status) or ("server_error" if status >= 500 else "invalid_request_error")
+    the field at fault when known; `kind` its `type` where the status alone does not say it."""
+    kind = kind or _OPENAI_TYPES.get(status) or ("server_error" if status >= 500 else "invalid_request_error")
     body = {"message": shorten(message, MAX_ERROR_CHARS), "type": kind, "param": param, "code": code or error_type}
     return {"error": body}
 
@@ -94,12 +99,13 @@ def error_response(
     headers: Mapping[str, str] | None = None,
     started: bool = False,
     code: str | None = None,
+    kind: str | None = None,
 ) -> JSONResponse:
-    """The error in the shape the route's protocol uses (`started`: it came after tokens had been decoded; `code`:
-    OpenAI's own code for it)."""
+    """The error in the shape the route's protocol uses (`started`: it came after tokens had been decoded; `code`,
+    `kind`: OpenAI's own code and type for it)."""
     if openai_route(path):
         status = openai_status(status)
-        body = openai_error_body(status, message, error_type, param, code)
+        body = openai_error_body(status, message, error_type, param, code, kind)
         return JSONResponse(body, status_code=status, headers=headers)
     body = error_body(message, tgi_error_type(status, error_type, started=started))
     return JSONResponse(body, status_code=status, headers=headers)
@@ -109,7 +115,14 @@ async def _playground_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PlaygroundError)
     path, field = request.url.path, exc.field
     return error_response(
-        exc.status, exc.message, exc.error_type, path=path, param=field, started=exc.generating, code=exc.openai_code
+        exc.status,
+        exc.message,
+        exc.error_type,
+        path=path,
+        param=field,
+        started=exc.generating,
+        code=exc.openai_code,
+        kind=exc.openai_type,
     )
 
 
@@ -176,7 +189,8 @@ def exception_event(exc: BaseException, *, openai: bool = False) -> str:
     TGI's top-level `error_type` beside it: huggingface_hub's chat stream raises its typed errors by that)."""
     status, message, error_type, param = stream_failure(exc)
     if openai:
-        body: dict[str, Any] = openai_error_body(openai_status(status), message, error_type, param)
+        kind = exc.openai_type if isinstance(exc, PlaygroundError) else None
+        body: dict[str, Any] = openai_error_body(openai_status(status), message, error_type, param, kind=kind)
         body["error_type"] = tgi_error_type(status, error_type, started=True)
     else:
         body = error_body(message, tgi_error_type(status, error_type, started=True))

@@ -89,6 +89,8 @@ def test_remote_error_answers_are_424_with_the_remote_message(serve, status: int
         error = failure(call)
         assert error.status == 424
         assert f"answered HTTP {status}: {shown}" in error.message
+        # on /v1/*: the remote's failure is no fault of the request (an upstream 500 read "invalid_request_error")
+        assert error.openai_type == ("server_error" if status >= 500 else "invalid_request_error")
 
 
 @pytest.mark.parametrize(
@@ -191,3 +193,21 @@ def test_a_malformed_field_is_named_in_the_502(serve) -> None:
     error = failure(lambda: tgi(stub.url).generate("m", "p", GenerateParameters()))
     assert error.status == 502
     assert "malformed /generate answer (finish_reason: Input should be 'length'" in error.message
+
+
+def test_a_remote_s_own_failure_is_a_server_error_on_the_openai_routes(serve) -> None:
+    """An upstream 500 came back as 424 with type invalid_request_error, which clients read as "fix your request"."""
+    from fastapi.testclient import TestClient
+
+    from playground.providers.registry import Registry
+    from playground.server import create_app
+
+    models = StubReply(json={"object": "list", "data": [{"id": "m", "object": "model"}]})
+    for status, kind in ((500, "server_error"), (400, "invalid_request_error")):
+        reply = StubReply(status, {"object": "error", "message": "no", "code": status})
+        stub = serve({"GET /v1/models": models, "POST /v1/chat/completions": reply})
+        client = TestClient(create_app(Registry([vllm(stub.url)]), ui=False))
+        answer = client.post(
+            "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}]}
+        )
+        assert (answer.status_code, answer.json()["error"]["type"]) == (424, kind)
