@@ -95,6 +95,13 @@ class RemoteClient:
                 if response.status_code >= 400:
                     response.read()
                     raise self._upstream(path, response)
+                media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+                if media and media != "text/event-stream":  # (an HTML error page from a proxy, say)
+                    response.read()
+                    raise self.fail(
+                        f"{self.url(path)} answered {response.status_code} with {media}, not an event stream: "
+                        f"{snippet(response.text)!r}"
+                    )
                 yield from self._sse(path, response)
 
     def close(self) -> None:
@@ -110,9 +117,12 @@ class RemoteClient:
         try:
             yield
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, pydantic.ValidationError) as exc:
-            detail = (
-                validation_message(exc.errors(), whole=what) if isinstance(exc, pydantic.ValidationError) else repr(exc)
-            )
+            if isinstance(exc, pydantic.ValidationError):
+                detail = validation_message(exc.errors(), whole=what)
+            elif isinstance(exc, KeyError):
+                detail = f"no {exc.args[0]!r} field where the protocol has one"
+            else:
+                detail = repr(exc)
             raise self.fail(f"answered a malformed {what} ({snippet(detail)})") from None
 
     def url(self, path: str) -> str:

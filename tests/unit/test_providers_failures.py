@@ -113,9 +113,10 @@ def test_garbage_is_502_not_a_traceback(serve, reply: StubReply) -> None:
 
 def test_tgi_garbage_and_missing_details(serve) -> None:
     stub = serve({"POST /generate": StubReply(json={"generated_text": "x"}), "GET /info": StubReply(text="nope")})
+    missing = failure(lambda: tgi(stub.url).generate("m", "p", GenerateParameters())).message
     assert (
-        "malformed /generate answer" in failure(lambda: tgi(stub.url).generate("m", "p", GenerateParameters())).message
-    )
+        "malformed /generate answer (no 'details' field where the protocol has one)" in missing
+    )  # (KeyError('details'))
     error = failure(lambda: tgi(stub.url).list_models())
     assert error.status == 502 and f"{stub.url}/info answered 200 with a body that is not JSON: 'nope'" in error.message
 
@@ -149,6 +150,14 @@ def test_stream_of_non_json_events_and_unfinished_choices(serve) -> None:
     stub.routes["POST /v1/chat/completions"] = StubReply(events=["<html>"])
     error = failure(lambda: list(vllm(stub.url).stream("m", ASKED, GenerateParameters())))
     assert "streamed an event that is not JSON: '<html>'" in error.message
+    # a page where the stream should be (a proxy's): it read "a malformed stream (ValueError('the stream ended...'))"
+    page = StubReply(text="<html>oops</html>", content_type="text/html")
+    stub.routes["POST /v1/chat/completions"] = stub.routes["POST /generate_stream"] = page
+    for provider, inputs in ((vllm(stub.url), ASKED), (tgi(stub.url), "p")):
+        error = failure(lambda: list(provider.stream("m", inputs, GenerateParameters())))  # noqa: B023
+        assert error.status == 502 and "answered 200 with text/html, not an event stream: '<html>oops</html>'" in (
+            error.message
+        ), error.message
 
 
 def test_a_provider_that_ignores_the_constraint_is_caught_by_the_verdict(serve) -> None:
