@@ -42,8 +42,9 @@ def named_as_sent(names: Mapping[str, str | None]) -> Iterator[None]:
         if exc.field and exc.field.startswith("parameters."):  # a remote provider's refusal names TGI's body
             exc.field = exc.field.removeprefix("parameters.")
         sent = names.get(exc.field or "")
-        if sent:
-            exc.message = re.sub(rf"\b{re.escape(exc.field or '')}\b", sent, exc.message)
+        if sent:  # (a constraint's words name its kind, `grammar` too: the field's name changes, its words stay)
+            if not isinstance(exc, ConstraintError):
+                exc.message = re.sub(rf"\b{re.escape(exc.field or '')}\b", sent, exc.message)
             exc.field = sent
         exc.message = _head_named(exc.message, names)
         if not isinstance(exc, ConstraintError):  # (a constraint's message may quote the user's schema: its head only)

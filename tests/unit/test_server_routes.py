@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 from openai.types.responses import ResponseUsage
 
-from playground.errors import ParameterError
+from playground.errors import ParameterError, UnsupportedConstraintError
 from playground.providers.base import Capabilities
 from playground.providers.loading import LoadingPolicy
 from playground.providers.registry import Registry
@@ -279,6 +279,11 @@ def test_an_error_names_its_field_as_the_route_s_client_sent_it_in_param_and_mes
         raise ParameterError("truncate is not supported by provider 'oa' (remote::openai)", field="parameters.truncate")
     assert caught.value.field == "truncate_prompt_tokens"
     assert caught.value.message == "truncate_prompt_tokens is not supported by provider 'oa' (remote::openai)"
+    # a constraint's words name its kind: a Lark grammar read "cannot enforce a structured_outputs constraint"
+    refused = "provider 'oa' (remote::openai) cannot enforce a grammar constraint: only json_schema is enforced"
+    with pytest.raises(UnsupportedConstraintError) as caught, named_as_sent({"grammar": "structured_outputs"}):
+        raise UnsupportedConstraintError(refused, field="grammar")
+    assert (caught.value.field, caught.value.message) == ("structured_outputs", refused)
 
 
 def test_a_responses_error_names_the_field_its_client_sent() -> None:
