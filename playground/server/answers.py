@@ -42,8 +42,8 @@ def named_as_sent(names: Mapping[str, str | None]) -> Iterator[None]:
         if exc.field and exc.field.startswith("parameters."):  # a remote provider's refusal names TGI's body
             exc.field = exc.field.removeprefix("parameters.")
         sent = names.get(exc.field or "")
-        if sent:  # (a constraint's words name its kind, `grammar` too: the field's name changes, its words stay)
-            if not isinstance(exc, ConstraintError):
+        if sent:  # (`grammar` is also a constraint kind, which a constraint's words name: those stay)
+            if exc.field != "grammar":
                 exc.message = re.sub(rf"\b{re.escape(exc.field or '')}\b", sent, exc.message)
             exc.field = sent
         exc.message = _head_named(exc.message, names)
