@@ -15,6 +15,7 @@ from playground.types.base import InputText, Name
 from playground.types.chat import check_messages_size
 from playground.types.sizes import MAX_MESSAGES
 from playground.wire import tools
+from playground.wire.controls import SAMPLING
 
 router = APIRouter(tags=["Scoring and evaluation"])
 TOOL_NAME_PREFIX = '{"name": '  # where a call's tool name starts (tool_choice "required")
@@ -62,4 +63,15 @@ async def score_route(request: Request, body: ScoreRequest, model: str | None = 
     provider, model_id = resolve(request, body.model or model)
     engine = base.local_engine(provider, model_id, "scoring alternatives")
     inputs, params = body.prepared()
-    return await run_in_threadpool(score, engine, inputs, params)
+    result = await run_in_threadpool(score, engine, inputs, params)
+    result.warnings += sampling_warnings(body.parameters)
+    return result
+
+
+def sampling_warnings(params: GenerateParameters) -> list[str]:
+    """The sampling settings a client sent, which scoring does not apply: it reads the model's own distribution."""
+    sent = [c.name for c in SAMPLING if getattr(params, c.name) is not None]
+    sent += [name for name in ("do_sample", "presence_penalty", "logit_bias", "watermark") if getattr(params, name)]
+    if not sent:
+        return []
+    return [f"{', '.join(sent)}: accepted and ignored (scoring reads the model's own distribution, before sampling)"]

@@ -43,7 +43,7 @@ def create_ui(registry: Registry, *, settings: UISettings | None = None) -> gr.B
             "constraint did to every token."
         )
         startup.render_banner(demo, registry)
-        _setup_events(demo, registry, settings, layout.render_all(registry), Downloads(demo.GRADIO_CACHE))
+        _setup_events(demo, registry, settings, layout.render_all(registry, settings), Downloads(demo.GRADIO_CACHE))
     warm_engines(registry)
     return demo
 

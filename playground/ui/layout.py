@@ -29,7 +29,7 @@ from playground.ui.components import (
 )
 from playground.ui.drafts import example_title
 from playground.ui.examples import KINDS, LANGUAGES, SYSTEM_PROMPT
-from playground.ui.state import ChatState, ModelPick
+from playground.ui.state import ChatState, ModelPick, UISettings
 from playground.wire.controls import SAMPLING
 
 # Clicking a token pins its popover and asks the server for the next-token chart at that position.
@@ -67,11 +67,19 @@ def limits_for(registry: Registry) -> Limits:
     return Limits(info.max_best_of, info.max_top_n_tokens, max(16, min(1024, info.max_total_tokens // 2)))
 
 
-def _render_model(registry: Registry) -> gr.Dropdown:
+def model_label(settings: UISettings) -> str:
+    """What the picker takes: a served model, and a hub id or local path where the operator allows loading them."""
+    if not settings.allow_model_loading:
+        return "Model (pick one of the served models)"
+    typed = "a hub id / local path" if settings.allow_local_paths else "a hub id"
+    return f"Model (pick one, or type {typed} and press Enter)"
+
+
+def _render_model(registry: Registry, settings: UISettings) -> gr.Dropdown:
     return gr.Dropdown(
         choices=controls.model_choices(registry),
         value=registry.default_model,
-        label="Model (pick one, or type a hub id / local path and press Enter)",
+        label=model_label(settings),
         allow_custom_value=True,
         filterable=True,
         elem_id="model-picker",
@@ -324,12 +332,12 @@ def _render_code_snippets() -> dict[str, gr.Code]:
     return snippets
 
 
-def render_all(registry: Registry) -> Components:
+def render_all(registry: Registry, settings: UISettings) -> Components:
     """Build every component inside the current Blocks, and the per-user states."""
     limits = limits_for(registry)
     with gr.Row(elem_id="layout-row"):
         with gr.Column(scale=2, min_width=320, elem_id="sidebar"):
-            model = _render_model(registry)
+            model = _render_model(registry, settings)
             model_status = html("model-status")
             constraint = _render_constraint()
             system_prompt = gr.Textbox(value=SYSTEM_PROMPT, label="System prompt", lines=2, elem_id="system-prompt")

@@ -110,6 +110,10 @@ def test_score_over_http_ranks_the_choices(server_url: str) -> None:
     assert set(first) >= {"text", "raw_logprob", "logprob", "tokens", "method"}
     assert first["logprob"] > first["raw_logprob"] and data["source"] == "choice"
     assert data["warnings"] == []
+    sampled = {**body, "parameters": {**body["parameters"], "temperature": 0.5}}
+    assert post(server_url, sampled).json()["warnings"] == [
+        "temperature: accepted and ignored (scoring reads the model's own distribution, before sampling)"
+    ]
     # " Paris" also starts " Paris, France": its share holds that answer too (it read as the likelier one, silently)
     body["parameters"]["grammar"]["value"] = [" Paris", " Paris, France"]
     warnings = post(server_url, body).json()["warnings"]

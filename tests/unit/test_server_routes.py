@@ -321,3 +321,16 @@ def test_responses_usage_is_openai_s_type_strictly() -> None:
     chat = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
     usage = ResponseUsage.model_validate(responses_wire.usage(chat))
     assert (usage.input_tokens, usage.output_tokens, usage.input_tokens_details.cache_write_tokens) == (7, 3, 0)
+
+
+def test_score_names_the_sampling_settings_it_does_not_apply() -> None:
+    """/score took `temperature: 0.5` without a word, while it refuses logits_processors by name."""
+    from playground.server.score import sampling_warnings
+    from playground.types import GenerateParameters
+
+    sampled = GenerateParameters(do_sample=True, temperature=0.5, top_k=4)
+    assert sampling_warnings(sampled) == [
+        "temperature, top_k, do_sample: accepted and ignored (scoring reads the model's own distribution, before "
+        "sampling)"
+    ]
+    assert sampling_warnings(GenerateParameters(max_new_tokens=3, grammar={"type": "choice", "value": ["a"]})) == []

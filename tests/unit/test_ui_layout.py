@@ -8,7 +8,7 @@ import pytest
 from playground.constraints.examples import EXAMPLES
 from playground.providers.registry import Registry
 from playground.ui import create_ui, layout
-from playground.ui.state import FIELDS, Form
+from playground.ui.state import FIELDS, Form, UISettings
 from playground.wire.controls import SAMPLING
 
 CONTRACT = {
@@ -39,7 +39,7 @@ def test_every_contract_elem_id_is_present_once() -> None:
 
 def test_form_components_follow_the_form_fields() -> None:
     with gr.Blocks():
-        comps = layout.render_all(Registry([]))
+        comps = layout.render_all(Registry([]), UISettings())
     expected = {
         "model": "model-picker",
         "kind": "constraint-kind",
@@ -59,7 +59,7 @@ def test_form_components_follow_the_form_fields() -> None:
 
 def test_parameter_ranges_follow_tgi() -> None:
     with gr.Blocks():
-        comps = layout.render_all(Registry([]))
+        comps = layout.render_all(Registry([]), UISettings())
     assert (comps.params.best_of.minimum, comps.params.best_of.maximum) == (1, 4)
     assert (comps.params.top_n_tokens.minimum, comps.params.top_n_tokens.maximum) == (0, 20)
     assert comps.params.sampling["top_p"].maximum == 1.0 and comps.params.sampling["typical_p"].maximum == 1.0
@@ -74,7 +74,7 @@ def test_parameter_ranges_follow_tgi() -> None:
 
 def test_every_sampling_control_is_a_slider_and_a_form_field_at_its_neutral_value() -> None:
     with gr.Blocks():
-        comps = layout.render_all(Registry([]))
+        comps = layout.render_all(Registry([]), UISettings())
     form = Form()
     for control in SAMPLING:
         slider = comps.params.sampling[control.name]
@@ -120,3 +120,19 @@ def test_a_negative_truncate_reaches_the_handler_and_is_named() -> None:
     assert elem_ids(demo)["param-truncate"].minimum is None
     with pytest.raises(ParameterError, match=r"truncate: must be 0 \(off\) or more, got -1"):
         inbound.from_controls({"truncate": -1, "max_new_tokens": 5})
+
+
+def test_the_model_picker_offers_typing_only_what_the_operator_allows() -> None:
+    """Without --allow-model-loading it still said "or type a hub id / local path and press Enter"."""
+    labels = [
+        layout.model_label(UISettings(allow_model_loading=loading, allow_local_paths=paths))
+        for loading, paths in ((True, True), (True, False), (False, True))
+    ]
+    assert labels == [
+        "Model (pick one, or type a hub id / local path and press Enter)",
+        "Model (pick one, or type a hub id and press Enter)",
+        "Model (pick one of the served models)",
+    ]
+    with gr.Blocks():
+        comps = layout.render_all(Registry([]), UISettings(allow_model_loading=False))
+    assert comps.model.label == "Model (pick one of the served models)"
