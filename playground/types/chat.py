@@ -278,6 +278,14 @@ class OpenAISampling(Request, Sampling):
     constraint_engine: EngineName = "auto"
     fast_forward: bool = True
     user: Name | None = None
+    # vLLM's sampling extras both routes take: their defaults accepted, other values refused by name
+    # (playground.wire.chat_fields.VLLM_EXTRAS)
+    stop_token_ids: Any = None
+    bad_words: Any = None
+    allowed_token_ids: Any = None
+    use_beam_search: Any = None
+    length_penalty: Any = None
+    return_tokens_as_token_ids: Any = None
 
     @field_validator("stop", mode="wrap")
     @classmethod
@@ -358,16 +366,10 @@ class ChatCompletionRequest(OpenAISampling):
     echo: Any = None
     ignore_eos: Any = None
     include_stop_str_in_output: Any = None
-    stop_token_ids: Any = None
-    bad_words: Any = None
-    allowed_token_ids: Any = None
-    use_beam_search: Any = None
-    length_penalty: Any = None
     chat_template: Any = None
     documents: Any = None
     mm_processor_kwargs: Any = None
     add_special_tokens: Any = None
-    return_tokens_as_token_ids: Any = None
 
     _listed_bias: bool = PrivateAttr(default=False)
 

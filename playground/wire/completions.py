@@ -66,12 +66,6 @@ class CompletionRequest(OpenAISampling):
     guided_decoding_backend: str | None = Field(default=None, max_length=64)
     prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
     add_special_tokens: bool | None = Field(default=None, description="vLLM's: true (the default) adds a BOS.")
-    stop_token_ids: Any = None  # the rest of vLLM's sampling extras: their defaults taken (chat_fields.VLLM_EXTRAS)
-    bad_words: Any = None
-    allowed_token_ids: Any = None
-    use_beam_search: Any = None
-    length_penalty: Any = None
-    return_tokens_as_token_ids: Any = None
 
     @field_validator("prompt", mode="wrap")
     @classmethod
