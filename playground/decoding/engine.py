@@ -501,9 +501,10 @@ class Engine:
         with torch.inference_mode(), row_budget.walking("the prefix"):
             k = chooser.consume(prompt_ids + prefix_ids[:start], prefix_ids[start:])
         if k is not None:
-            raise InvalidConstraintError(
-                f"the prefix leaves the constraint at token {start + k} ({self.token_text(prefix_ids[start + k])!r})"
-            )
+            message = f"prefix: the constraint refuses token {start + k} ({self.token_text(prefix_ids[start + k])!r})"
+            if compiled is None:  # a processor refused it: no constraint to explain it with
+                raise InvalidConstraintError(message, field="prefix")
+            raise continuation.PrefixRefused(message, constraint, compiled, prefix_ids[start:], field="prefix")
         with torch.inference_mode():
             logits = self._prefill(ids, params)  # takes the model a chunk at a time
             text = chooser.decode(prefix_ids)

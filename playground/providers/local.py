@@ -281,8 +281,9 @@ class LocalProvider:
         self, model: str, inputs: Inputs, params: GenerateParameters, prefix: str, top_k: int, scope: str
     ) -> Any:
         def run() -> NextTokenDistribution:
-            with client_scope.scoped(scope), self.heartbeat.working():
-                return self.engine(model).next_token_distribution(inputs, params, prefix=prefix, top_k=top_k)
+            engine = self.engine(model)
+            with client_scope.scoped(scope), self.heartbeat.working(), _worded(engine):
+                return engine.next_token_distribution(inputs, params, prefix=prefix, top_k=top_k)
 
         return self._guarded(run)
 
@@ -301,7 +302,8 @@ class LocalProvider:
 
 @contextmanager
 def _worded(engine: Engine) -> Iterator[None]:
-    """A continue_from the constraint refuses comes back with the debugger's reason in words."""
+    """A continue_from (or /next_token's prefix) the constraint refuses comes back with the debugger's reason in
+    words."""
     try:
         yield
     except PrefixRefused as refused:

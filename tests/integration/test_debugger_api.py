@@ -135,6 +135,16 @@ def test_generate_refuses_a_prefix_the_constraint_refuses(server_url: str) -> No
     )
 
 
+def test_next_token_names_the_prefix_token_the_constraint_refuses_and_why(server_url: str) -> None:
+    """It said only which token ('the prefix leaves the constraint at token 4'), where /reason and continue_from
+    say why."""
+    body = {"inputs": "A pet: ", "parameters": {"grammar": JSON}, "prefix": '{"kind": "cow"', "top_k": 3}
+    response = post(server_url, "/next_token", body)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error.startswith("prefix: the constraint refuses token") and "kind must be one of `cat`, `dog`" in error
+
+
 def test_chat_continues_the_final_assistant_message(server_url: str) -> None:
     client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", timeout=300, max_retries=0)
     prefix = '{"kind": "cat", "name": "'
