@@ -123,7 +123,8 @@ async def choice_stream(
 
     `base` is the chunks' envelope, bound with each choice's index into the `Chunk` its `choice_chunks` writes with:
     it carries `usage: null` when the stream options ask for usage, as OpenAI's chunks do. An error after the stream
-    started is a last error event in OpenAI's shape, and stops the other choices; so does a client that leaves.
+    started is a last error event in OpenAI's shape, then [DONE], and stops the other choices; so does a client that
+    leaves.
     """
     include_usage = bool(stream_options and stream_options.include_usage)
     if include_usage:
@@ -151,6 +152,7 @@ async def choice_stream(
                 open_choices -= 1
             elif isinstance(item, Exception):
                 yield exception_event(item, openai=True)
+                yield "data: [DONE]\n\n"  # as vLLM ends a failed stream: readers wait for it
                 return
             elif isinstance(item, GenerationResult):
                 found[index] = item

@@ -267,6 +267,7 @@ class StreamsMeeting(MeetingProvider):
 
 
 def _stream(provider: MeetingProvider, prompts: list[str]) -> list[dict]:
+    """The stream's JSON events; it must end with [DONE] (vLLM sends it after an error event too)."""
     from types import SimpleNamespace
 
     from playground.server.answers import answer
@@ -288,7 +289,9 @@ def _stream(provider: MeetingProvider, prompts: list[str]) -> list[dict]:
         response = await answer(HangsUp(after=10**9), provider, "m", [(p, None) for p in prompts], body, **kwargs)
         return [event async for event in response.body_iterator]
 
-    return [json.loads(e[len("data: ") :]) for e in asyncio.run(read()) if e.strip() != "data: [DONE]"]
+    events = asyncio.run(read())
+    assert events[-1] == "data: [DONE]\n\n" and events.count(events[-1]) == 1
+    return [json.loads(e[len("data: ") :]) for e in events[:-1]]
 
 
 def test_streamed_choices_decode_together_and_one_failing_ends_the_stream_and_stops_the_others() -> None:
