@@ -496,3 +496,19 @@ def test_a_field_a_provider_cannot_carry_is_named_as_the_client_sent_it(serve) -
     error = client.post("/v1/completions", json=completion).json()["error"]
     assert error["message"] == "ignore_eos is not supported by provider 'oa' (remote::openai)"
     assert {r.method for r in stub.requests} == {"GET"}  # the model list; nothing was sent to generate
+
+
+def test_without_discovery_a_server_that_lists_no_models_still_serves_its_declared_one(serve) -> None:
+    """`discover_models: false` still asked GET /models for the context size before every request, and a chat-only
+    endpoint's 404 there failed them all (the chat route never asked)."""
+    stub = serve(CHAT)  # no model list: 404
+    provider = openai(stub.url, model="m", discover_models=False, max_total_tokens=2048)
+    assert provider.list_models() == ["m"]
+    assert provider.info("m").max_total_tokens == 2048
+    provider.generate("m", MESSAGES, GenerateParameters(max_new_tokens=4))
+    provider.info("m")
+    assert [r.path for r in stub.requests] == ["/v1/models", "/v1/chat/completions"]  # asked once, not per request
+    listed = {"GET /v1/models": StubReply(json={"data": [{"id": "m", "max_model_len": 8192}]})}
+    assert openai(serve({**CHAT, **listed}).url, discover_models=False).info("m").max_total_tokens == 8192
+    with pytest.raises(ProviderError, match="answered HTTP 404"):  # with discovery on, a missing list is an error
+        openai(stub.url).info("m")
