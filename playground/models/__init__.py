@@ -151,6 +151,12 @@ def _load_gguf(path: Path, dtype: Any) -> tuple[Any, Any, bool]:
             tmp.rename(cached)
         except OSError:  # another process won the race; its copy is as good as ours
             pass
+    except OSError as exc:  # the model is loaded: serve it, and say why the next start converts again
+        log.warning(
+            "converted weights not cached (%s): the next start converts the GGUF again; set PLAYGROUND_CACHE to a "
+            "writable folder",
+            exc,
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # (gone once renamed) ours, after a lost race or a failed write
     return model, tokenizer, False

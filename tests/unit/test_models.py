@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 from pathlib import Path
 
@@ -183,7 +184,7 @@ class TinyConversion:
 
 @pytest.mark.parametrize("how", ["lost the race", "failed to write"])
 def test_a_conversion_leaves_no_temporary_folder_behind(
-    how: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    how: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two processes converting at once: the one whose rename lost kept its ~517 MB `.tmp<pid>` copy for good."""
     import transformers
@@ -206,7 +207,8 @@ def test_a_conversion_leaves_no_temporary_folder_behind(
     if how == "lost the race":
         assert models._load_gguf(gguf, torch.float32)[2] is False
         assert (cached / "model.safetensors").read_bytes() == b"the winner's copy"
-    else:
-        with pytest.raises(OSError, match="No space left"):
-            models._load_gguf(gguf, torch.float32)
+    else:  # the model is served all the same (a full or unwritable cache failed the start after the conversion)
+        with caplog.at_level(logging.WARNING, logger=models.__name__):
+            assert models._load_gguf(gguf, torch.float32) == (tiny.model, tiny, False)
+        assert "No space left on device" in caplog.text and "PLAYGROUND_CACHE" in caplog.text
     assert [p.name for p in (tmp_path / "cache").iterdir()] == ([cached.name] if how == "lost the race" else [])
