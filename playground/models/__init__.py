@@ -189,19 +189,38 @@ def _load_pretrained(name: str, dtype: Any, trust_remote_code: bool) -> tuple[An
     options = {"trust_remote_code": trust_remote_code, "local_files_only": offline is not None}
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, **options)
+    except (OSError, ValueError) as exc:
+        raise _load_error(name, local, offline, exc, "its tokenizer") from exc
+    try:
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **options)
-    except OSError as exc:
-        where = "local folder" if local else "hub id"
-        if local:
-            hint = ""
-        elif offline:
-            hint = f" (not in the local Hugging Face cache, and the hub was not asked: {offline})"
-        else:
-            hint = " (not on the hub, or not public: check the id)"
-        raise ModelError(f"cannot load model {name!r} from {where}{hint}: {exc}".split("\n")[0]) from exc
-    except ValueError as exc:
-        raise ModelError(f"cannot load model {name!r}: {exc}".split("\n")[0]) from exc
+    except (OSError, ValueError) as exc:
+        raise _load_error(name, local, offline, exc, "its weights") from exc
     return model, tokenizer
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+LOAD_MESSAGE_CHARS = 600
+
+
+def _load_error(name: str, local: bool, offline: str | None, exc: Exception, what: str) -> ModelError:
+    """transformers' reason in one line (its messages run over several, and the first alone can stop mid-sentence),
+    with what an operator needs beside it: the flag that allows remote code, a folder's missing tokenizer files."""
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    if len(reason) > LOAD_MESSAGE_CHARS:
+        reason = reason[:LOAD_MESSAGE_CHARS] + "..."
+    if "trust_remote_code" in reason:
+        reason += " (start with --trust-remote-code to run it: only for code you trust)"
+    folder = Path(name)
+    if what == "its tokenizer" and folder.is_dir() and not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        reason = f"the folder holds no tokenizer ({', '.join(TOKENIZER_FILES)}): {reason}"
+    if isinstance(exc, ValueError) or local:
+        return ModelError(f"cannot load model {name!r} ({what}): {reason}")
+    hint = (
+        f" (not in the local Hugging Face cache, and the hub was not asked: {offline})"
+        if offline
+        else " (not on the hub, or not public: check the id)"
+    )
+    return ModelError(f"cannot load model {name!r} from hub id{hint}: {reason}")
 
 
 def _gguf_folder(name: str) -> Path | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import sys
 from pathlib import Path
@@ -89,6 +90,29 @@ def test_unknown_hub_id_offline_names_the_model(monkeypatch: pytest.MonkeyPatch)
         models.load_model(name, threads=1)
     assert name in info.value.message
     assert "the hub was not asked: HF_HUB_OFFLINE is set" in info.value.message
+
+
+def test_a_folder_s_load_failure_is_one_whole_line_with_what_to_do(tmp_path: Path) -> None:
+    """transformers' messages run over several lines and only the first was kept: "Couldn't instantiate the backend
+    tokenizer from one of: " (stopping there, for a folder without tokenizer files), and a folder of custom code
+    lost the line asking for trust_remote_code."""
+    config = {"model_type": "llama", "hidden_size": 8, "num_attention_heads": 1, "num_hidden_layers": 1}
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelError) as info:
+        models.load_model(str(bare), threads=1)
+    message = info.value.message
+    assert f"cannot load model {str(bare)!r} (its tokenizer): the folder holds no tokenizer (tokenizer.json" in message
+    assert "\n" not in message and "slow tokenizer to a fast one" in message  # the whole reason, in one line
+    custom = tmp_path / "custom"
+    custom.mkdir()
+    auto_map = {"AutoConfig": "conf.XConfig", "AutoModelForCausalLM": "mod.XModel", "AutoTokenizer": ["tok.XTok", None]}
+    (custom / "config.json").write_text(json.dumps({"model_type": "xcustom", "auto_map": auto_map}))
+    (custom / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["tok.XTok", None]}}))
+    with pytest.raises(ModelError) as info:
+        models.load_model(str(custom), threads=1)
+    assert "trust_remote_code" in info.value.message and "start with --trust-remote-code" in info.value.message
 
 
 def test_local_folder_without_a_model_names_the_folder(tmp_path: Path) -> None:
