@@ -7,6 +7,7 @@ take their defaults from them, so a default is written in one place only.
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import math
 import os
@@ -25,6 +26,37 @@ def option(default: Any, help: str, *, flag_default: Any = MISSING, **argparse_o
     """
     meta = {"help": help, "flag_default": default if flag_default is MISSING else flag_default, **argparse_options}
     return field(default=default, metadata=meta)
+
+
+class FromEnv(str):
+    """A flag's default read from an environment variable: a bad one is named as the variable, not as the flag
+    the operator never typed. Set but blank counts as unset."""
+
+    variable: str
+
+    @classmethod
+    def read(cls, variable: str, unset: str) -> str:
+        text = os.environ.get(variable, "").strip()
+        if not text:
+            return unset
+        value = cls(text)
+        value.variable = variable
+        return value
+
+
+def _named_source(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`parse`, whose refusal of a value from the environment says which variable it came from."""
+
+    @functools.wraps(parse)
+    def parsed(text: str) -> Any:
+        try:
+            return parse(text)
+        except argparse.ArgumentTypeError as exc:
+            if isinstance(text, FromEnv):
+                raise argparse.ArgumentTypeError(f"{exc} (from ${text.variable})") from None
+            raise
+
+    return parsed
 
 
 def seconds(default: float, help: str) -> Any:
@@ -159,7 +191,7 @@ class LocalOptions:
     threads: int | None = option(
         1,
         "torch CPU threads (default: $PLAYGROUND_THREADS or 1)",
-        flag_default=lambda: os.environ.get("PLAYGROUND_THREADS", "1"),  # (argparse reads it with `type`)
+        flag_default=lambda: FromEnv.read("PLAYGROUND_THREADS", "1"),  # (argparse reads it with `type`)
         type=positive,
         metavar="N",
     )
@@ -323,4 +355,6 @@ def add_flags(parser: argparse.ArgumentParser, *types: type) -> None:
             if f.type in ("bool", bool):
                 parser.add_argument(flag, action="store_true", help=meta["help"])
             else:
+                if "type" in meta:
+                    meta["type"] = _named_source(meta["type"])
                 parser.add_argument(flag, default=default, **meta)

@@ -185,7 +185,14 @@ def test_a_bad_threads_variable_is_named_and_help_still_runs(monkeypatch: pytest
     assert run_app("--help", env={"PLAYGROUND_THREADS": "abc"}).returncode == 0
     with pytest.raises(SystemExit):
         cli.parse_args([])
-    assert "argument --threads: not an integer: 'abc'" in capsys.readouterr().err
+    assert "argument --threads: not an integer: 'abc' (from $PLAYGROUND_THREADS)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the flag typed is named as the flag
+        cli.parse_args(["--threads", "0"])
+    assert "argument --threads: must be at least 1, got 0\n" in capsys.readouterr().err
+    monkeypatch.setenv("PLAYGROUND_THREADS", " ")  # set but blank: unset, as PLAYGROUND_API_KEY (it stopped start-up)
+    assert cli.parse_args([]).threads == 1
+    monkeypatch.setenv("PLAYGROUND_THREADS", "3")
+    assert cli.parse_args([]).threads == 3
 
 
 @pytest.mark.parametrize(
