@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import pydantic
 import yaml
@@ -256,8 +256,23 @@ def _validated(path: Path, cls: type[BaseModel], data: Any, where: tuple[Any, ..
 
 
 def _describe(cls: type[BaseModel], where: tuple[Any, ...], error: Any) -> str:
-    hint = f"allowed: {', '.join(cls.model_fields)}" if len(error["loc"]) == 1 else ""
+    owner = _owner(cls, error["loc"])
+    hint = f"allowed: {', '.join(owner.model_fields)}" if owner is not None else ""
     return describe({**error, "loc": (*where, *error["loc"])}, unknown_hint=hint, whole="(top level)")
+
+
+def _owner(cls: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model whose field the last part of `loc` names (`providers[0].models`: a provider entry's), if one is."""
+    for part in loc[:-1]:
+        if isinstance(part, int):  # an item of a list: the list's own model
+            continue
+        field = cls.model_fields.get(part)
+        annotation = field.annotation if field is not None else None
+        models = [a for a in (annotation, *get_args(annotation)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not models:
+            return None
+        cls = models[0]
+    return cls
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

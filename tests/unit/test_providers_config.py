@@ -93,7 +93,18 @@ def build(tmp_path: Path, text: str):
             "providers:\n  - {provider_id: l, provider_type: local::transformers, config: {reasoning: bogus}}\n",
             "providers[0].config.reasoning: 'bogus': not auto, none, a family (",
         ),
-        ("provider:\n  - {provider_id: l, provider_type: local::transformers}\n", "provider: unknown field"),
+        (
+            "provider:\n  - {provider_id: l, provider_type: local::transformers}\n",
+            "provider: unknown field (allowed: providers, models, default_model)",
+        ),
+        (  # a misspelt key of an entry: its keys were not listed (a config's and the top level's were)
+            "providers:\n  - {provider_id: l, provider_type: local::transformers, models: [m]}\n",
+            "providers[0].models: unknown field (allowed: provider_id, provider_type, config)",
+        ),
+        (
+            "providers:\n  - {provider_id: l, provider_type: local::transformers}\nmodels:\n  - {model: m}\n",
+            "models[0].model: unknown field (allowed: model_id, provider_id)",
+        ),
         ("providers: []\n", "providers: List should have at least 1 item"),
         (
             "providers:\n  - {provider_id: a, provider_type: local::transformers}\n  - {provider_id: a, provider_type: local::transformers}\n",
