@@ -109,36 +109,36 @@ def _setup_events(
 def _setup_constraint_events(demo: gr.Blocks, c: Components) -> None:
     ed = c.constraint
 
-    def on_kind(kind: str, message: str, saved: dict[str, str]) -> tuple:
+    def on_kind(kind: str, message: str, saved: dict[str, str], old_text: str | None, old_kind: str) -> tuple:
+        # the text being left is kept under the kind it was written for: switching back restores it
+        saved = drafts.remember(saved, old_kind, old_text)
         text, example_message = drafts.text_for(saved, kind)
         examples, editor, processor_group, text_kind = layout.kind_view(kind, text)
         chat_text = controls.suggested_message(message, example_message)
-        return examples, {**editor, "value": text}, processor_group, text_kind, chat_text
+        return examples, {**editor, "value": text}, processor_group, text_kind, chat_text, saved
 
     def on_example(kind: str, title: str | None, message: str) -> tuple:
         text, example_message = controls.example_for(kind, title)
         return text, kind, controls.suggested_message(message, example_message)
 
-    def on_text(kind: str, text_kind: str, text: str | None, saved: dict[str, str]) -> tuple:
-        # A change sent after the kind's radio flipped but before the editor got the new kind's text is the
-        # old kind's text: it is kept under the kind it was written for, and names no example of the new one.
-        title = gr.update(value=drafts.example_title(kind, text)) if text_kind == kind else gr.skip()
-        return drafts.remember(saved, text_kind, text), title
+    def on_text(kind: str, text_kind: str, text: str | None) -> Any:
+        # Typing sent after the kind's radio flipped but before the editor got the new kind's text is the old
+        # kind's text: it names no example of the new one.
+        return gr.update(value=drafts.example_title(kind, text)) if text_kind == kind else gr.skip()
 
     status = (controls.constraint_status, [ed.kind, ed.text], ed.status)
-    ed.kind.input(on_kind, [ed.kind, c.chat.input, c.drafts], [*ed.view, c.chat.input]).then(
-        *status, show_progress="hidden"
-    )
+    ed.kind.input(
+        on_kind, [ed.kind, c.chat.input, c.drafts, ed.text, ed.text_kind], [*ed.view, c.chat.input, c.drafts]
+    ).then(*status, show_progress="hidden")
     ed.example.input(on_example, [ed.kind, ed.example, c.chat.input], [ed.text, ed.text_kind, c.chat.input]).then(
         *status, show_progress="hidden"
     )
     ed.text.change(*status, show_progress="hidden", trigger_mode="always_last")
-    ed.text.change(
-        on_text,
-        [ed.kind, ed.text_kind, ed.text, c.drafts],
-        [c.drafts, ed.example],
-        show_progress="hidden",
-        trigger_mode="always_last",
+    # Typing, not every change: an editor change event with outputs beside the status and the panel made Gradio 6
+    # fire the editor's change events again and again after a keystroke, ~5 requests a second for as long as the
+    # page stayed open (an example, a kind or a restored session sets the title itself).
+    ed.text.input(
+        on_text, [ed.kind, ed.text_kind, ed.text], ed.example, show_progress="hidden", trigger_mode="always_last"
     )
     ed.processor.input(controls.processor_help, ed.processor, [ed.processor_help, ed.processor_params])
     demo.load(lambda: gr.update(choices=controls.processor_choices()), None, ed.processor)

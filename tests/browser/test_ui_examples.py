@@ -84,3 +84,22 @@ def test_the_grammar_example_finishes_with_the_right_answer(page: Page, server_u
     expect(page.locator("#token-panel")).not_to_contain_text("42")
     expect(page.locator("#chat-error")).to_contain_text("Retry to see the tokens of the last answer")
     expect(page.locator("#share-link")).to_be_hidden()
+
+
+def test_typed_text_is_checked_once_and_the_page_then_goes_quiet(page: Page, server_url: str) -> None:
+    """After a keystroke the editor's change events fired again and again (an event with outputs beside the
+    status and the inspect panel re-triggered them in Gradio 6): ~5 requests a second, each a compile, for as long
+    as the page stayed open."""
+    joined: list[str] = []
+    page.on("request", lambda request: joined.append(request.url) if "queue/join" in request.url else None)
+    open_app(page, server_url)
+    pick_kind(page, "choice")
+    page.locator("#constraint-text .cm-content").click()
+    page.keyboard.press("Control+End")
+    page.keyboard.type("\nmaybe", delay=50)
+    expect(page.locator("#constraint-example input")).to_have_value("")  # typing names no example
+    expect(page.locator("#constraint-status")).to_contain_text("constraint is valid")
+    page.wait_for_timeout(2000)  # the last keystroke's checks (the inspect panel waits 400 ms) have gone
+    joined.clear()
+    page.wait_for_timeout(3000)
+    assert joined == []
