@@ -199,6 +199,7 @@ def code_snippets(registry: Registry, form: Form, state: ChatState, settings: UI
         typed if given is not None else None,
         opened,
         settings.keyed,
+        chosen_seed=state.result.best.seed if state.result is not None and used == params.seed else None,
     )
 
 

@@ -178,14 +178,20 @@ def snippets(
     typed: list[ChatMessage] | None = None,
     opened: int = 0,
     keyed: bool = False,
+    chosen_seed: int | None = None,
 ) -> dict[str, str]:
     """Every snippet for one request; `prompt` is the templated text /generate takes, ending with the `opened`
     tokens of a reasoning start that the chat turn writes first. The tools kind's `tools` go in the chat
     snippets' bodies, beside `typed`: the conversation before the UI described the tools in it. `keyed`: the
-    server wants an API key, which the snippets read from $PLAYGROUND_API_KEY."""
+    server wants an API key, which the snippets read from $PLAYGROUND_API_KEY. `chosen_seed`: with best_of, the
+    seed of the candidate the turn chose (candidate k runs the request's seed + k), which the chat snippets send
+    to give that answer without best_of."""
     base = base_url.rstrip("/")
-    body = chat_body(model, typed or inputs, params, tools)
-    text_body = chat_body(model, inputs, params)  # what Outlines sends: the constraint, on the described messages
+    chat_params = params
+    if (params.best_of or 1) > 1 and chosen_seed is not None:
+        chat_params = params.model_copy(update={"seed": chosen_seed})
+    body = chat_body(model, typed or inputs, chat_params, tools)
+    text_body = chat_body(model, inputs, chat_params)  # what Outlines sends: the constraint, on the described messages
     tgi_params, generate_note = _generate_parameters(params, opened)
     tgi_body = {"inputs": prompt, "parameters": tgi_params}
     note = f"# {STOP_NOTE}\n" if params.stop else ""
@@ -195,6 +201,10 @@ def snippets(
         dropped.append("best_of")
     if dropped:
         note += f"# {', '.join(dropped)}: not a /v1/chat/completions field; the curl /generate snippet carries them\n"
+    if chat_params is not params:
+        note += (
+            f"# seed {chosen_seed}: the chosen candidate's (candidate k runs seed + k), so this gives the same answer\n"
+        )
     return {
         "curl_generate": generate_note + curl(f"{base}/generate{_model_query(model)}", tgi_body, keyed),
         "curl_chat": note + curl(f"{base}/v1/chat/completions", body, keyed),

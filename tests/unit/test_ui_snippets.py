@@ -197,3 +197,15 @@ def test_best_of_is_named_where_the_chat_routes_cannot_carry_it() -> None:
     for name in ("curl_chat", "openai", "outlines"):
         assert "# best_of: not a /v1/chat/completions field; the curl /generate snippet carries them" in code[name]
     assert "best_of" not in snippets.snippets(BASE, "m", INPUTS, "p", params(best_of=1))["openai"]
+
+
+def test_with_best_of_the_chat_snippets_send_the_chosen_candidate_s_seed() -> None:
+    """They sent the request's seed, candidate 0's, so they gave the chosen answer only when candidate 0 won."""
+    code = snippets.snippets(BASE, "m", INPUTS, "p", params(best_of=3, do_sample=True, seed=7), chosen_seed=9)
+    assert curl_body(code["curl_generate"])[1]["parameters"]["seed"] == 7  # /generate runs best_of itself
+    assert curl_body(code["curl_chat"])[1]["seed"] == 9 and _create_kwargs(code["openai"])["seed"] == 9
+    assert "seed=9," in code["outlines"]
+    for name in ("curl_chat", "openai", "outlines"):
+        assert "# seed 9: the chosen candidate's (candidate k runs seed + k)" in code[name]
+    alone = snippets.snippets(BASE, "m", INPUTS, "p", params(do_sample=True, seed=7), chosen_seed=9)
+    assert _create_kwargs(alone["openai"])["seed"] == 7  # no best_of: the request's own seed
