@@ -117,7 +117,7 @@ class ProviderError(PlaygroundError):
         client's to fix), anything else is the remote's failure (OpenAI's `server_error`, though the status is 424)."""
         super().__init__(f"provider {provider_id!r} failed: {cause}")
         self.provider_id = provider_id
-        self.status = status
+        self.status, self.upstream = status, upstream
         self.openai_type = "invalid_request_error" if upstream is not None and upstream < 500 else "server_error"
 
 

@@ -501,10 +501,12 @@ class Engine:
         with torch.inference_mode(), row_budget.walking("the prefix"):
             k = chooser.consume(prompt_ids + prefix_ids[:start], prefix_ids[start:])
         if k is not None:
-            message = f"prefix: the constraint refuses token {start + k} ({self.token_text(prefix_ids[start + k])!r})"
-            if compiled is None:  # a processor refused it: no constraint to explain it with
+            # the constraint or a processor refused it; the constraint's reason is added where it is the one
+            message = f"prefix: token {start + k} ({self.token_text(prefix_ids[start + k])!r}) is refused"
+            if compiled is None:
                 raise InvalidConstraintError(message, field="prefix")
-            raise continuation.PrefixRefused(message, constraint, compiled, prefix_ids[start:], field="prefix")
+            walked = prefix_ids[start : start + k + 1]  # up to the refused token: a later one's reason is not its
+            raise continuation.PrefixRefused(message, constraint, compiled, walked, field="prefix")
         with torch.inference_mode():
             logits = self._prefill(ids, params)  # takes the model a chunk at a time
             text = chooser.decode(prefix_ids)

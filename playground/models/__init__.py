@@ -117,6 +117,7 @@ def _converted(path: Path) -> Path:
 
 def _load_gguf(path: Path, dtype: Any) -> tuple[Any, Any, bool]:
     """Dequantize a GGUF once; later starts read the cached safetensors, config and tokenizer."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file, save_file
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -151,7 +152,7 @@ def _load_gguf(path: Path, dtype: Any) -> tuple[Any, Any, bool]:
             tmp.rename(cached)
         except OSError:  # another process won the race; its copy is as good as ours
             pass
-    except OSError as exc:  # the model is loaded: serve it, and say why the next start converts again
+    except (OSError, SafetensorError) as exc:  # the model is loaded: serve it; say why the next start converts again
         log.warning(
             "converted weights not cached (%s): the next start converts the GGUF again; set PLAYGROUND_CACHE to a "
             "writable folder",
@@ -209,7 +210,10 @@ def _load_error(name: str, local: bool, offline: str | None, exc: Exception, wha
     if len(reason) > LOAD_MESSAGE_CHARS:
         reason = reason[:LOAD_MESSAGE_CHARS] + "..."
     if "trust_remote_code" in reason:
-        reason += " (start with --trust-remote-code to run it: only for code you trust)"
+        reason += (
+            " (this server runs a model's own code only where its operator allows it: --trust-remote-code, or"
+            " trust_remote_code: true in a providers file's local entry; only for code you trust)"
+        )
     folder = Path(name)
     if what == "its tokenizer" and folder.is_dir() and not any((folder / f).is_file() for f in TOKENIZER_FILES):
         reason = f"the folder holds no tokenizer ({', '.join(TOKENIZER_FILES)}): {reason}"

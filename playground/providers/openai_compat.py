@@ -82,23 +82,24 @@ class OpenAICompatProvider(RemoteProvider):
             return [str(entry["id"]) for entry in reply.data["data"]]
 
     def info(self, model: str) -> ModelInfo:
-        if model not in self._info:
-            self._info[model] = self.model_info(model, max_total_tokens=self._reported_context(model))
-        return self._info[model]
-
-    def _reported_context(self, model: str) -> int | None:
-        """The model's context as the server's model list reports it (vLLM's `max_model_len`), if it does. With
-        discovery off, a server that lists no models (a chat-only endpoint: 404, or no list) leaves the config's
-        `max_total_tokens`: its requests must not fail on a route they do not use."""
+        """The model's context as the server's model list reports it (vLLM's `max_model_len`), else the config's.
+        With discovery off, a server without a model list (a chat-only endpoint) leaves the config's: its requests
+        must not fail on a route they do not use. A list it could not give for now (down, 5xx) is asked again."""
+        if model in self._info:
+            return self._info[model]
         try:
             reply = self.client.get(self.models_path)
             with self.client.malformed("model list"):
                 entry = next((e for e in reply.data["data"] if e["id"] == self.upstream(model)), {})
-                return entry.get("max_model_len")
-        except ProviderError:
+                found = self.model_info(model, max_total_tokens=entry.get("max_model_len"))
+        except ProviderError as exc:
             if self.config.discover_models:
                 raise
-            return None
+            found = self.model_info(model)
+            if exc.upstream not in (404, 405):  # not a missing route: the next request asks again
+                return found
+        self._info[model] = found
+        return found
 
     def route(self, inputs: Inputs) -> str:
         """The path a request for these inputs goes to: completions for a plain prompt where the server has them."""

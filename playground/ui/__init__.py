@@ -279,11 +279,11 @@ def _setup_session_events(c: Components, downloads: Downloads) -> None:
     # the last turn's panels and share link: an imported session starts without them, as an opened link does
     turn_panels = [ch.tokens, ch.finish, ch.verdict, ch.bestof, ch.error, ch.next_token, c.score.panel]
 
-    def on_import(path: str | None, state: ChatState) -> tuple:
+    def on_import(path: str | None, state: ChatState, saved: dict[str, str], text: str | None, text_kind: str) -> tuple:
         try:
             loaded, fresh = controls.import_file(path, state.mode)
         except Exception as exc:  # noqa: BLE001
-            skipped = [gr.skip()] * (len(form) + 3 + len(turn_panels) + 1)
+            skipped = [gr.skip()] * (len(form) + 3 + len(turn_panels) + 2)
             return (*skipped, render.error_box(handlers.error_message(exc)))
         fresh.markdown = state.markdown
         loaded, changed = sharing.fitted(loaded, form)
@@ -294,10 +294,12 @@ def _setup_session_events(c: Components, downloads: Downloads) -> None:
         hint = render.box("muted", sharing.RETRY_HINT, elem_class="pg-shared") if answered else ""
         cleared = (render.tokens_html([]), "", "", "", hint, render.NEXT_TOKEN_EMPTY, render.SCORE_EMPTY)
         chat = chatbot_value(fresh.messages, state.markdown)
-        return (*loaded.values(), loaded.kind, fresh, chat, *cleared, gr.update(value="", visible=False), note)
+        saved = drafts.remember(saved, text_kind, text)  # the text the import replaces: switching back restores it
+        hidden_link = gr.update(value="", visible=False)
+        return (*loaded.values(), loaded.kind, fresh, chat, *cleared, saved, hidden_link, note)
 
     session.export.click(on_export, [c.state, *form], [session.file, session.status])
-    imported = [*form, ed.text_kind, c.state, ch.chatbot, *turn_panels, session.share_link, session.status]
-    session.upload.upload(on_import, [session.upload, c.state], imported).then(
+    imported = [*form, ed.text_kind, c.state, ch.chatbot, *turn_panels, c.drafts, session.share_link, session.status]
+    session.upload.upload(on_import, [session.upload, c.state, c.drafts, ed.text, ed.text_kind], imported).then(
         layout.kind_view, [ed.kind, ed.text], ed.view
     ).then(controls.constraint_status, [ed.kind, ed.text], ed.status)

@@ -34,7 +34,7 @@ def test_the_next_token_prefix_walk_does_not_hold_the_model(engine) -> None:
         thread = threading.Thread(target=refused_prefix)
         thread.start()
         thread.join(60)
-        assert outcome and "the constraint refuses token 2" in outcome[0].message
+        assert outcome and "prefix: token 2 ('x') is refused" in outcome[0].message
     assert not thread.is_alive()
 
 

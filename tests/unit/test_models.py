@@ -112,7 +112,10 @@ def test_a_folder_s_load_failure_is_one_whole_line_with_what_to_do(tmp_path: Pat
     (custom / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["tok.XTok", None]}}))
     with pytest.raises(ModelError) as info:
         models.load_model(str(custom), threads=1)
-    assert "trust_remote_code" in info.value.message and "start with --trust-remote-code" in info.value.message
+    assert (
+        "trust_remote_code" in info.value.message
+        and "allows it: --trust-remote-code, or trust_remote_code: true" in info.value.message
+    )
 
 
 def test_local_folder_without_a_model_names_the_folder(tmp_path: Path) -> None:
@@ -206,7 +209,7 @@ class TinyConversion:
         self.while_saving()
 
 
-@pytest.mark.parametrize("how", ["lost the race", "failed to write"])
+@pytest.mark.parametrize("how", ["lost the race", "failed to write", "safetensors failed to write"])
 def test_a_conversion_leaves_no_temporary_folder_behind(
     how: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -228,6 +231,14 @@ def test_a_conversion_leaves_no_temporary_folder_behind(
     tiny = TinyConversion(other_process_won if how == "lost the race" else disk_full)
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tiny)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: tiny.model)
+    if how == "safetensors failed to write":  # its own error, not an OSError: a full disk while the weights go
+        import safetensors
+        import safetensors.torch
+
+        def weights_disk_full(*args: object, **kwargs: object) -> None:
+            raise safetensors.SafetensorError("Error while serializing: No space left on device (os error 28)")
+
+        monkeypatch.setattr(safetensors.torch, "save_file", weights_disk_full)
     if how == "lost the race":
         assert models._load_gguf(gguf, torch.float32)[2] is False
         assert (cached / "model.safetensors").read_bytes() == b"the winner's copy"

@@ -512,3 +512,7 @@ def test_without_discovery_a_server_that_lists_no_models_still_serves_its_declar
     assert openai(serve({**CHAT, **listed}).url, discover_models=False).info("m").max_total_tokens == 8192
     with pytest.raises(ProviderError, match="answered HTTP 404"):  # with discovery on, a missing list is an error
         openai(stub.url).info("m")
+    down = serve({**CHAT, "GET /v1/models": StubReply(status=503, json={"error": "loading"})})
+    provider = openai(down.url, discover_models=False)
+    assert provider.info("m").max_total_tokens == provider.info("m").max_total_tokens == 4096
+    assert [r.path for r in down.requests] == ["/v1/models"] * 2  # down for now: asked again, not settled

@@ -88,8 +88,9 @@ def test_every_sampling_control_is_a_slider_and_a_form_field_at_its_neutral_valu
 
 def test_a_text_change_is_kept_under_the_kind_the_editor_was_filled_for() -> None:
     """The radio flips before the editor gets the new kind's text, so a change of the old text can reach the
-    server with the new kind: every event that fills the editor names its kind in the same update, and the
-    change is kept under that kind (it once became the regex draft, and cleared the regex example's title)."""
+    server with the new kind: every event that fills the editor names its kind in the same update, typing names no
+    example of another kind, and the text a switch leaves is kept under the kind it was written for (it once
+    became the regex draft, and cleared the regex example's title)."""
     demo = create_ui(Registry([]))
     fns = {fn.name: fn for fn in demo.fns.values()}
     on_text = fns["on_text"]
@@ -101,13 +102,15 @@ def test_a_text_change_is_kept_under_the_kind_the_editor_was_filled_for() -> Non
     assert all(any(out is text_kind for out in fn.outputs) for fn in filling)
 
     own = '{"type": "string"}'
-    saved, title = on_text.fn("regex", "json_schema", own, {})
-    assert saved == {"json_schema": own}
-    assert title == gr.skip()
+    assert on_text.fn("regex", "json_schema", own) == gr.skip()  # the old kind's text names no regex example
     ipv4 = next(e.text for e in EXAMPLES["regex"] if e.title == "IPv4 address")
-    saved, title = on_text.fn("regex", "regex", ipv4, saved)
-    assert saved == {"json_schema": own, "regex": ipv4}
-    assert title["value"] == "IPv4 address"
+    assert on_text.fn("regex", "regex", ipv4)["value"] == "IPv4 address"
+    # the text a kind switch leaves is kept under the kind it was written for, and restored on the way back
+    on_kind = fns["on_kind"].fn
+    *_, saved = on_kind("regex", "", {}, own, "json_schema")
+    assert saved == {"json_schema": own}
+    _, editor, *_, saved = on_kind("json_schema", "", saved, ipv4, "regex")
+    assert editor["value"] == own and saved == {"json_schema": own, "regex": ipv4}
 
 
 def test_a_negative_truncate_reaches_the_handler_and_is_named() -> None:
