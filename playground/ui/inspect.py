@@ -6,8 +6,6 @@ import logging
 import threading
 from typing import Any
 
-import gradio as gr
-
 from playground import render
 from playground.constraints import Constraint
 from playground.constraints.inspection import InspectResponse, inspect_constraint
@@ -18,13 +16,6 @@ from playground.ui.handlers import error_message
 from playground.wire import tools
 
 log = logging.getLogger(__name__)
-STALE = "\x00stale"  # what the debounce hands Python for a keystroke that a later one superseded
-# Debounce: wait 400 ms after a keystroke; only the latest keystroke's call carries the text.
-DEBOUNCE_JS = f"""(kind, text, model) => {{
-  const seq = (window.__pgInspectSeq = (window.__pgInspectSeq || 0) + 1);
-  return new Promise((done) => setTimeout(
-    () => done([kind, seq === window.__pgInspectSeq ? text : {STALE!r}, model]), 400));
-}}"""
 
 
 def warm_engines(registry: Registry) -> threading.Thread:
@@ -49,8 +40,6 @@ def inspect_report(registry: Registry, model: str | None, constraint: Constraint
 
 def inspect_panel(registry: Registry, kind: str, text: str | None, model: str | None) -> Any:
     """The panel's HTML; never raises (it runs on every pause in typing)."""
-    if text == STALE:
-        return gr.skip()
     if kind in ("none", "processor") or not (text or "").strip():
         return ""
     try:
@@ -72,14 +61,12 @@ def _constraint(kind: str, text: str) -> Constraint:
 
 
 def setup_inspect_events(registry: Registry, c: Components) -> None:
-    """Refresh the panel whenever the constraint text changes (picking a kind or an example sets it); debounced."""
+    """Refresh the panel whenever the constraint text changes (picking a kind or an example sets it). One compare at
+    a time: the keystrokes made during one are compared together after it, with the editor's text then (a
+    debounce that skipped superseded keystrokes in the browser could skip the last one too, and the panel stayed
+    on an older text)."""
     ed = c.constraint
     panel = lambda kind, text, model: inspect_panel(registry, kind, text, model)  # noqa: E731
     ed.text.change(
-        panel,
-        [ed.kind, ed.text, c.model],
-        ed.inspect_panel,
-        js=DEBOUNCE_JS,
-        show_progress="hidden",
-        trigger_mode="always_last",
+        panel, [ed.kind, ed.text, c.model], ed.inspect_panel, show_progress="hidden", trigger_mode="always_last"
     )
