@@ -39,7 +39,7 @@ def inspect_report(registry: Registry, model: str | None, constraint: Constraint
 
 
 def inspect_panel(registry: Registry, kind: str, text: str | None, model: str | None) -> Any:
-    """The panel's HTML; never raises (it runs on every pause in typing)."""
+    """The panel's HTML; never raises (it runs as the editor's text changes)."""
     if kind in ("none", "processor") or not (text or "").strip():
         return ""
     try:
