@@ -199,8 +199,8 @@ def main(argv: list[str] | None = None) -> None:
     args.port = sock.getsockname()[1]  # (--port 0: the one the system chose)
     try:
         registry = build_registry(args)
-    except PlaygroundError as exc:
-        _stop(exc.message, 1)
+    except PlaygroundError as exc:  # a providers file's mistake is the operator's, as a flag's: exit code 2
+        _stop(exc.message, 2 if exc.error_type == "config" else 1)
     except (OSError, ValueError, RuntimeError, ImportError) as exc:  # a model that cannot load: one line, no wall
         _stop(f"cannot load the model: {type(exc).__name__}: {first_line(exc)}", 1)
     registry.loading = loading_policy(args)

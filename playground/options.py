@@ -11,6 +11,7 @@ import functools
 import ipaddress
 import math
 import os
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
@@ -35,11 +36,13 @@ class FromEnv(str):
     variable: str
 
     @classmethod
-    def read(cls, variable: str, unset: str) -> str:
-        text = os.environ.get(variable, "").strip()
-        if not text:
+    def read(cls, variable: str, unset: str | None, *, blank_is_unset: bool = True) -> str | None:
+        """The variable's text, or `unset` where it is not set, empty or (`blank_is_unset`) only whitespace; the
+        flag's `type` then reads it as a typed value (argparse parses a string default)."""
+        raw = os.environ.get(variable, "")
+        if not raw or (blank_is_unset and not raw.strip()):
             return unset
-        value = cls(text)
+        value = cls(raw.strip() if blank_is_unset else raw)
         value.variable = variable
         return value
 
@@ -144,6 +147,42 @@ def key_text(text: str) -> str:
             f"printable ASCII only (an HTTP header cannot carry it otherwise): character {odd} is not"
         )
     return key
+
+
+def model_name(text: str) -> str:
+    """A model to load: not blank (`--model ""` loaded the embedded model and listed it as "")."""
+    name = text.strip()
+    if not name:
+        raise argparse.ArgumentTypeError("empty: 'embedded', a hub id, a local folder or a .gguf file")
+    return name
+
+
+def file_path(text: str) -> str:
+    """A file's path: not blank (`--providers ""` was taken as no providers file at all)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: the path of a file")
+    return text
+
+
+def origins(text: str) -> str:
+    """Web origins (comma-separated), or *: each scheme://host[:port] as a browser sends it in `Origin`, lower-cased
+    as browsers write it (one with a path, a trailing slash included, or a bare host name never matched)."""
+    entries = [part.strip() for part in some_names(text).split(",") if part.strip()]
+    return ",".join(entry if entry == "*" else _origin(entry) for entry in entries)
+
+
+def _origin(entry: str) -> str:
+    try:
+        url = urllib.parse.urlsplit(entry)
+        url.port  # noqa: B018 - raises where the port is no number
+    except ValueError:
+        url = None
+    if url is None or not url.scheme or not url.hostname or "@" in url.netloc or url.path or url.query or url.fragment:
+        raise argparse.ArgumentTypeError(
+            f"{entry!r} is not a web origin: scheme://host[:port] with no path, as a browser sends it "
+            "(e.g. https://app.example.com or http://localhost:3000), or *"
+        )
+    return f"{url.scheme}://{url.netloc}".lower()
 
 
 def some_names(text: str) -> str:
@@ -278,10 +317,13 @@ class ServerOptions:
     model: str = option(
         "embedded",
         "default model: 'embedded' (SmolLM2-135M GGUF), a hub id, a local folder or a .gguf file (default: embedded)",
+        type=model_name,
     )
     host: str = option("127.0.0.1", "interface to bind; 0.0.0.0 for all (default: 127.0.0.1)")
     port: int = option(7860, "port for the UI and the API (default: 7860)", type=port)
-    providers: str | None = option(None, "YAML file of remote providers and the models they serve", metavar="FILE")
+    providers: str | None = option(
+        None, "YAML file of remote providers and the models they serve", metavar="FILE", type=file_path
+    )
     custom_modules: str = option(
         "", "Python modules to import at start; they register logits processors", metavar="MOD[,MOD]"
     )
@@ -289,7 +331,8 @@ class ServerOptions:
         None,
         "require the key on the whole server except /health: API routes take `Authorization: Bearer KEY`, the UI "
         "asks for a login (any user name, KEY as the password) (default: $PLAYGROUND_API_KEY)",
-        flag_default=lambda: os.environ.get("PLAYGROUND_API_KEY") or None,  # (set but empty: no key, as unset)
+        # (set but empty: no key, as unset; only whitespace: refused, as the flag, named as the variable)
+        flag_default=lambda: FromEnv.read("PLAYGROUND_API_KEY", None, blank_is_unset=False),
         type=key_text,
         metavar="KEY",
     )
@@ -336,6 +379,7 @@ class ServerOptions:
         "web origins whose pages may call the API from a browser (comma-separated, e.g. https://app.example.com, "
         "or *), as TGI's flag of that name and vLLM's --allowed-origins; by default none (no CORS headers)",
         metavar="ORIGINS",
+        type=origins,
     )
     no_ui: bool = option(False, "serve only the HTTP API")
 

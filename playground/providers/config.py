@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from playground import options
 from playground.decoding.reasoning import setting_problem
-from playground.errors import PlaygroundError, ProviderError
+from playground.errors import PlaygroundError, ProviderError, first_line
 from playground.providers.base import Provider
 from playground.providers.hf_inference import HFInferenceProvider
 from playground.providers.openai_compat import OpenAICompatProvider
@@ -130,7 +130,7 @@ def build_registry(path: str | Path, *, local_factory: LocalFactory) -> tuple[Re
     reachable: dict[str, bool] = {}
     remotes: dict[str, RemoteProvider] = {}
     for entry, config in zip(parsed.providers, configs):
-        provider, remote = _make_provider(entry, config, declared.get(entry.provider_id, []), local_factory)
+        provider, remote = _make_provider(entry, config, declared.get(entry.provider_id, []), local_factory, path)
         if remote is not None:
             remotes[entry.provider_id] = remote
             if remote.key_problem:
@@ -163,12 +163,21 @@ def _config_class(entry: ProviderEntry) -> type[BaseModel]:
 
 
 def _make_provider(
-    entry: ProviderEntry, config: BaseModel, declared: list[str], local_factory: LocalFactory
+    entry: ProviderEntry, config: BaseModel, declared: list[str], local_factory: LocalFactory, path: Path
 ) -> tuple[Provider, RemoteProvider | None]:
-    """The registry's factory: the provider an entry names, and its remote side when it has one."""
+    """The registry's factory: the provider an entry names, and its remote side when it has one. A local model
+    that cannot load is said with the file and the entry that name it (the message named the model alone)."""
     if entry.provider_type == LOCAL_TYPE:
         assert isinstance(config, LocalConfig)
-        provider = local_factory(config)
+        try:
+            provider = local_factory(config)
+        except PlaygroundError as exc:
+            raise ProvidersFileError(f"{path}: provider {entry.provider_id!r}: {exc.message}") from None
+        except (OSError, ValueError, RuntimeError, ImportError) as exc:
+            raise ProvidersFileError(
+                f"{path}: provider {entry.provider_id!r}: cannot load model {config.model!r}: "
+                f"{type(exc).__name__}: {first_line(exc)}"
+            ) from None
         provider.provider_id = entry.provider_id
         return provider, None
     remote = REMOTE_TYPES[entry.provider_type](entry.provider_id, config, declared=declared)  # type: ignore[arg-type]

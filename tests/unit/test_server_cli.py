@@ -168,6 +168,15 @@ def test_a_loopback_bind_answers_to_loopback_names_unless_told_otherwise() -> No
         # every request a 400 forbidden_host, /health included; a proxy never matched
         (["--allowed-hosts", ",,"], "argument --allowed-hosts: no names in ',,': comma-separated names, or *"),
         (["--forwarded-allow-ips", "not an ip"], "argument --forwarded-allow-ips: 'not an ip' is not an IP address"),
+        # the embedded model loaded and was listed as ""; no providers file at all
+        (["--model", " "], "argument --model: empty: 'embedded', a hub id, a local folder or a .gguf file"),
+        (["--providers", ""], "argument --providers: empty: the path of a file"),
+        # no browser sends an Origin with a path (a trailing slash) or without a scheme: CORS never answered them
+        (["--cors-allow-origin", "https://app.example.com/"], "'https://app.example.com/' is not a web origin"),
+        (["--cors-allow-origin", "*,localhost:3000"], "'localhost:3000' is not a web origin: scheme://host[:port]"),
+        (["--cors-allow-origin", "not a url"], "argument --cors-allow-origin: 'not a url' is not a web origin"),
+        (["--cors-allow-origin", "http://h:port"], "'http://h:port' is not a web origin"),
+        (["--cors-allow-origin", ","], "argument --cors-allow-origin: no names in ','"),
     ],
 )
 def test_a_flag_no_server_can_work_with_is_refused_by_name(
@@ -178,6 +187,36 @@ def test_a_flag_no_server_can_work_with_is_refused_by_name(
     with pytest.raises(SystemExit) as exited:
         cli.parse_args(argv)
     assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cors_origins_are_written_as_browsers_send_them() -> None:
+    """Starlette compares the Origin header as it is: browsers send the scheme and host lower-cased."""
+    args = cli.parse_args(["--cors-allow-origin", "https://App.Example.com, http://localhost:3000,*,http://[::1]:8080"])
+    assert args.cors_allow_origin == "https://app.example.com,http://localhost:3000,*,http://[::1]:8080"
+    assert cli.parse_args(["--model", " embedded "]).model == "embedded"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("  ", "argument --api-key: empty: leave it out (and $PLAYGROUND_API_KEY unset) for a server without a key"),
+        ("sécret", "argument --api-key: printable ASCII only (an HTTP header cannot carry it otherwise): character 1"),
+    ],
+)
+def test_a_bad_api_key_variable_is_named_as_the_variable(
+    value: str, message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator never typed --api-key: the error names where the key came from (and never the key)."""
+    monkeypatch.setenv("PLAYGROUND_API_KEY", value)
+    with pytest.raises(SystemExit) as exited:
+        cli.parse_args([])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and message in err and "(from $PLAYGROUND_API_KEY)" in err
+    assert "sécret" not in err
+    with pytest.raises(SystemExit):  # the flag typed is named as the flag
+        cli.parse_args(["--api-key", " "])
+    assert "PLAYGROUND_API_KEY)\n" not in capsys.readouterr().err
+    assert cli.parse_args(["--api-key", "flag"]).api_key == "flag"  # the flag wins over a bad variable
 
 
 def test_a_bad_threads_variable_is_named_and_help_still_runs(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
@@ -215,6 +254,22 @@ def test_a_device_this_machine_lacks_is_named(monkeypatch: pytest.MonkeyPatch) -
     assert cli.device_problem("cuda") == "--device 'cuda': this torch build or machine has no CUDA device"
     assert cli.device_problem("cuda:1") == "--device 'cuda:1': this torch build or machine has no CUDA device"
     assert cli.device_problem("cpu") is None and cli.device_problem(None) is None
+
+
+def test_a_providers_file_s_mistake_exits_2_and_a_local_entry_that_cannot_load_names_the_file_and_entry(
+    tmp_path: Path,
+) -> None:
+    """The file is configuration, as flags are (exit 2; it was 1); a local entry's missing folder named neither."""
+    path = tmp_path / "providers.yaml"
+    path.write_text(
+        "providers:\n  - {provider_id: mine, provider_type: local::transformers, config: {model: /no/such/folder}}\n"
+    )
+    out = run_app("--no-ui", "--port", "0", "--providers", str(path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert f"error: {path}: provider 'mine': no such model folder or file: /no/such/folder" in out.stderr
+    path.write_text("providers: [")
+    out = run_app("--no-ui", "--port", "0", "--providers", str(path))
+    assert out.returncode == 2 and f"error: {path}: not valid YAML" in out.stderr, out.stderr
 
 
 def test_a_file_that_is_no_gguf_is_one_line(tmp_path: Path) -> None:
