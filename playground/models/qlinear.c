@@ -107,17 +107,27 @@ static inline vec vsums(const vec *a) {
     return _mm256_add_ps(_mm256_shuffle_ps(u[0], u[1], 0x88), _mm256_shuffle_ps(u[0], u[1], 0xDD));
 }
 
-static inline vec widen_u8(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)); }
+/* a byte shuffle that moves bytes a..a+3 (lower lane) and b..b+3 (upper lane) each into the low byte of a dword,
+   zeroing the rest (-128: a zero byte) */
+#define BYTES_TO_DWORDS(a, b)                                                                                     \
+    _mm256_setr_epi8(a, -128, -128, -128, a + 1, -128, -128, -128, a + 2, -128, -128, -128, a + 3, -128, -128, -128, \
+                     b, -128, -128, -128, b + 1, -128, -128, -128, b + 2, -128, -128, -128, b + 3, -128, -128, -128)
 
+/* The 16 bytes in both lanes, two in-lane byte shuffles to dwords, then each byte's low and high nibble: where
+   widening with vpmovzxbd took four of those (two micro-ops each on AMD's Zen 3, on the shuffle units the
+   multiply-adds share). Every linear of the embedded model once on a Zen 3 EPYC (AVX2 only): one row 10.9 ->
+   8.9 ms, eight rows 28.3 -> 25.9 (the same values: only the widening changed). */
 static inline void expand_q4_1(const uint8_t *q, vec d, vec m, vec *w) {
-    const __m128i nibble = _mm_set1_epi8(15), raw = _mm_loadu_si128((const __m128i *)q);
-    const __m128i lo = _mm_and_si128(raw, nibble), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), nibble);
-    w[0] = _mm256_fmadd_ps(widen_u8(lo), d, m);
-    w[1] = _mm256_fmadd_ps(widen_u8(_mm_srli_si128(lo, 8)), d, m);
-    w[2] = _mm256_fmadd_ps(widen_u8(hi), d, m);
-    w[3] = _mm256_fmadd_ps(widen_u8(_mm_srli_si128(hi, 8)), d, m);
+    const __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q));
+    const __m256i first = _mm256_shuffle_epi8(raw, BYTES_TO_DWORDS(0, 4)); /* bytes 0-7 */
+    const __m256i second = _mm256_shuffle_epi8(raw, BYTES_TO_DWORDS(8, 12)), nibble = _mm256_set1_epi32(15);
+    w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(first, nibble)), d, m); /* q 0-7: low nibbles */
+    w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(second, nibble)), d, m);
+    w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(first, 4)), d, m); /* q 16-23: high nibbles */
+    w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(second, 4)), d, m);
 }
 
+/* (the same shuffles for signed bytes, each into a dword's high byte and shifted down, measured slower here) */
 static inline void expand_q8(const int8_t *q, vec d0, vec d1, vec *w) {
     for (int v = 0; v < 4; v++)
         w[v] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * v)))),
