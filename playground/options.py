@@ -165,24 +165,52 @@ def file_path(text: str) -> str:
 
 
 def origins(text: str) -> str:
-    """Web origins (comma-separated), or *: each scheme://host[:port] as a browser sends it in `Origin`, lower-cased
-    as browsers write it (one with a path, a trailing slash included, or a bare host name never matched)."""
+    """Web origins (comma-separated), or *: each as a browser sends it in `Origin`, which is compared as it is:
+    scheme://host[:port], lower-cased, an IDN host in punycode, no default port (https://a.com:443 is sent as
+    https://a.com). One with a path (a trailing slash), a bare host name, a wildcard host or `null` never
+    matched, or would let any sandboxed page in, and is refused."""
     entries = [part.strip() for part in some_names(text).split(",") if part.strip()]
     return ",".join(entry if entry == "*" else _origin(entry) for entry in entries)
 
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
 def _origin(entry: str) -> str:
+    if entry.lower() == "null":
+        raise argparse.ArgumentTypeError(
+            "'null' is refused: every sandboxed frame and file:// page sends it, so it would let any of them in"
+        )
     try:
         url = urllib.parse.urlsplit(entry)
-        url.port  # noqa: B018 - raises where the port is no number
+        port = url.port
+        host = _origin_host(url.hostname or "")
     except ValueError:
-        url = None
-    if url is None or not url.scheme or not url.hostname or "@" in url.netloc or url.path or url.query or url.fragment:
+        host = None
+    if host is None or not url.scheme or "@" in url.netloc or url.path or url.query or url.fragment:
         raise argparse.ArgumentTypeError(
             f"{entry!r} is not a web origin: scheme://host[:port] with no path, as a browser sends it "
             "(e.g. https://app.example.com or http://localhost:3000), or *"
         )
-    return f"{url.scheme}://{url.netloc}".lower()
+    scheme = url.scheme.lower()
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}" + ("" if port is None or DEFAULT_PORTS.get(scheme) == port else f":{port}")
+
+
+def _origin_host(name: str) -> str | None:
+    """A host as a browser writes it in an origin: an IP address, or a name's labels in lower case (punycode for
+    an IDN); None where no host is written so (empty, a wildcard, spaces, other characters)."""
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        pass
+    try:
+        ascii_name = name.encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        return None
+    if not all(label and label.replace("-", "").replace("_", "").isalnum() for label in ascii_name.split(".")):
+        return None
+    return ascii_name
 
 
 def some_names(text: str) -> str:

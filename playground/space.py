@@ -111,7 +111,7 @@ def space_overrides(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
     return {
         "host": "0.0.0.0",
         "port": port,
-        "model": env.get("PLAYGROUND_MODEL") or SPACE_DEFAULT_MODEL,
+        "model": env.get("PLAYGROUND_MODEL", "").strip() or SPACE_DEFAULT_MODEL,  # (set but blank: unset)
         "allow_custom_modules": False,
         "allow_local_paths": False,
         # every visitor shares the Space's memory: loading more models is the operator's call

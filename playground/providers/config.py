@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from playground import options
 from playground.decoding.reasoning import setting_problem
-from playground.errors import PlaygroundError, ProviderError, first_line
+from playground.errors import ModelError, PlaygroundError, ProviderError, first_line
 from playground.providers.base import Provider
 from playground.providers.hf_inference import HFInferenceProvider
 from playground.providers.openai_compat import OpenAICompatProvider
@@ -171,10 +171,12 @@ def _make_provider(
         assert isinstance(config, LocalConfig)
         try:
             provider = local_factory(config)
-        except PlaygroundError as exc:
-            raise ProvidersFileError(f"{path}: provider {entry.provider_id!r}: {exc.message}") from None
+        except PlaygroundError as exc:  # (its kind kept: a model that cannot load is no mistake in the file)
+            exc.message = f"{path}: provider {entry.provider_id!r}: {exc.message}"
+            exc.args = (exc.message,)
+            raise
         except (OSError, ValueError, RuntimeError, ImportError) as exc:
-            raise ProvidersFileError(
+            raise ModelError(
                 f"{path}: provider {entry.provider_id!r}: cannot load model {config.model!r}: "
                 f"{type(exc).__name__}: {first_line(exc)}"
             ) from None

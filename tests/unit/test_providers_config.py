@@ -375,3 +375,29 @@ def test_a_model_named_while_it_loads_is_said_to_be_loading() -> None:
     assert registry.resolve("org/b")[1] == "org/b"
     with pytest.raises(ModelError, match="no provider serves model 'org/c'"):
         registry.resolve("org/c")
+
+
+@pytest.mark.parametrize(
+    ("failure", "said"),
+    [
+        (ModelError("no such model folder or file: /gone"), "no such model folder or file: /gone"),
+        (
+            OSError("We couldn't connect to the hub\nmore lines"),
+            "cannot load model 'org/m': OSError: We couldn't connect",
+        ),
+    ],
+)
+def test_a_local_model_that_cannot_load_names_the_file_and_entry(tmp_path: Path, failure: Exception, said: str) -> None:
+    """The message named the model alone; a model that cannot load is no mistake in the file (ModelError, exit 1)."""
+    path = write(
+        tmp_path, "providers:\n  - {provider_id: mine, provider_type: local::transformers, config: {model: org/m}}\n"
+    )
+
+    def local_factory(config: LocalConfig) -> Provider:
+        raise failure
+
+    with pytest.raises(ModelError) as raised:
+        load_registry(path, local_factory=local_factory)
+    assert not isinstance(raised.value, ProvidersFileError)
+    assert raised.value.message.startswith(f"{path}: provider 'mine': {said}")
+    assert "\n" not in raised.value.message and str(raised.value) == raised.value.message

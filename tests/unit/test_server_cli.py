@@ -177,6 +177,10 @@ def test_a_loopback_bind_answers_to_loopback_names_unless_told_otherwise() -> No
         (["--cors-allow-origin", "not a url"], "argument --cors-allow-origin: 'not a url' is not a web origin"),
         (["--cors-allow-origin", "http://h:port"], "'http://h:port' is not a web origin"),
         (["--cors-allow-origin", ","], "argument --cors-allow-origin: no names in ','"),
+        # Starlette has no wildcard hosts; 'null' is what every sandboxed frame sends
+        (["--cors-allow-origin", "https://*.example.com"], "'https://*.example.com' is not a web origin"),
+        (["--cors-allow-origin", "http://exa mple.com"], "'http://exa mple.com' is not a web origin"),
+        (["--cors-allow-origin", "null"], "argument --cors-allow-origin: 'null' is refused: every sandboxed frame"),
     ],
 )
 def test_a_flag_no_server_can_work_with_is_refused_by_name(
@@ -193,6 +197,11 @@ def test_cors_origins_are_written_as_browsers_send_them() -> None:
     """Starlette compares the Origin header as it is: browsers send the scheme and host lower-cased."""
     args = cli.parse_args(["--cors-allow-origin", "https://App.Example.com, http://localhost:3000,*,http://[::1]:8080"])
     assert args.cors_allow_origin == "https://app.example.com,http://localhost:3000,*,http://[::1]:8080"
+    # a default port is left out, an IDN host is sent in punycode
+    args = cli.parse_args(
+        ["--cors-allow-origin", "https://a.com:443,http://a.com:80,https://a.com:8443,https://bücher.de"]
+    )
+    assert args.cors_allow_origin == "https://a.com,http://a.com,https://a.com:8443,https://xn--bcher-kva.de"
     assert cli.parse_args(["--model", " embedded "]).model == "embedded"
 
 
@@ -256,16 +265,17 @@ def test_a_device_this_machine_lacks_is_named(monkeypatch: pytest.MonkeyPatch) -
     assert cli.device_problem("cpu") is None and cli.device_problem(None) is None
 
 
-def test_a_providers_file_s_mistake_exits_2_and_a_local_entry_that_cannot_load_names_the_file_and_entry(
+def test_a_providers_file_s_mistake_exits_2_and_a_local_model_that_cannot_load_names_the_file_and_entry(
     tmp_path: Path,
 ) -> None:
-    """The file is configuration, as flags are (exit 2; it was 1); a local entry's missing folder named neither."""
+    """The file is configuration, as flags are (exit 2; it was 1); a local entry's missing folder named neither (a
+    model that cannot load exits 1, as --model's: the file may be right and the model missing)."""
     path = tmp_path / "providers.yaml"
     path.write_text(
         "providers:\n  - {provider_id: mine, provider_type: local::transformers, config: {model: /no/such/folder}}\n"
     )
     out = run_app("--no-ui", "--port", "0", "--providers", str(path))
-    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert f"error: {path}: provider 'mine': no such model folder or file: /no/such/folder" in out.stderr
     path.write_text("providers: [")
     out = run_app("--no-ui", "--port", "0", "--providers", str(path))

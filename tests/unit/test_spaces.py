@@ -304,6 +304,9 @@ def test_on_a_space_each_visitor_is_the_address_the_platform_s_proxy_saw() -> No
 def test_space_overrides_take_port_and_model_from_env() -> None:
     got = space.space_overrides({"PORT": "8080", "PLAYGROUND_MODEL": "embedded"})
     assert (got["port"], got["model"]) == (8080, "embedded")
+    # set but blank is unset, as every other variable (it loaded a model named "  ")
+    assert space.space_overrides({"PLAYGROUND_MODEL": "  "})["model"] == space.SPACE_DEFAULT_MODEL
+    assert space.space_overrides({"PLAYGROUND_MODEL": " org/model\n"})["model"] == "org/model"
 
 
 def test_space_overrides_fall_back_to_gradios_port_variable() -> None:
