@@ -84,20 +84,27 @@ class OpenAICompatProvider(RemoteProvider):
     def info(self, model: str) -> ModelInfo:
         """The model's context as the server's model list reports it (vLLM's `max_model_len`), else the config's.
         With discovery off, a server without a model list (a chat-only endpoint) leaves the config's: its requests
-        must not fail on a route they do not use. A list it could not give for now (down, 5xx) is asked again."""
+        must not fail on a route they do not use, nor on a list no client could read (kept as the config's). A list it
+        could not give for now (down, 5xx) is asked again."""
         if model in self._info:
             return self._info[model]
         try:
             reply = self.client.get(self.models_path)
-            with self.client.malformed("model list"):
-                entry = next((e for e in reply.data["data"] if e["id"] == self.upstream(model)), {})
-                found = self.model_info(model, max_total_tokens=entry.get("max_model_len"))
         except ProviderError as exc:
             if self.config.discover_models:
                 raise
-            found = self.model_info(model)
             if exc.upstream not in (404, 405):  # not a missing route: the next request asks again
-                return found
+                return self.model_info(model)
+            reply = None
+        try:
+            with self.client.malformed("model list"):
+                listed = [] if reply is None else reply.data["data"]
+                entry = next((e for e in listed if e["id"] == self.upstream(model)), {})
+                found = self.model_info(model, max_total_tokens=entry.get("max_model_len"))
+        except ProviderError:  # a list it answered but no client could read: an answer all the same, kept
+            if self.config.discover_models:
+                raise
+            found = self.model_info(model)
         self._info[model] = found
         return found
 

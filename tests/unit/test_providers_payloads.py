@@ -516,3 +516,10 @@ def test_without_discovery_a_server_that_lists_no_models_still_serves_its_declar
     provider = openai(down.url, discover_models=False)
     assert provider.info("m").max_total_tokens == provider.info("m").max_total_tokens == 4096
     assert [r.path for r in down.requests] == ["/v1/models"] * 2  # down for now: asked again, not settled
+    # a list answered but unreadable (a proxy's HTML page at /models) is its answer: the config's context, asked once
+    garbled = serve({**CHAT, "GET /v1/models": StubReply(json={"models": "see the docs"})})
+    provider = openai(garbled.url, discover_models=False, max_total_tokens=2048)
+    assert provider.info("m").max_total_tokens == provider.info("m").max_total_tokens == 2048
+    assert [r.path for r in garbled.requests] == ["/v1/models"]
+    with pytest.raises(ProviderError, match="answered a malformed model list"):  # with discovery on, an error
+        openai(garbled.url).info("m")
