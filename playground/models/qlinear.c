@@ -12,6 +12,7 @@ Output features are split across `threads` (OpenMP) when it was compiled with it
 */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define QK 32 /* weights per block */
 #define ROWS 8 /* rows of x per pass over W */
@@ -187,7 +188,7 @@ static inline __attribute__((always_inline)) void features(
                 expand_q8((const int8_t *)(qs + at * bytes), vset(d[2 * at]), vset(d[2 * at + 1]), w[f]);
         }
         for (int r = 0; r < R; r++) {
-            const float *xr = x + (size_t)r * in + (size_t)b * QK;
+            const float *xr = x + ((size_t)b * R + r) * QK; /* packed: block b of the R rows side by side */
             for (int v = 0; v < VECS; v++) {
                 vec xv = vload(xr + v * LANES);
                 in_register(xv); /* one load for the F features (compilers fold a load into each multiply-add) */
@@ -215,54 +216,105 @@ static inline __attribute__((always_inline)) void features(
         for (int r = 0; r < R; r++) y[(size_t)r * out + o + f] = vsum(acc[f][r]) + (bias ? bias[o + f] : 0.0f);
 }
 
-#define EACH_FEATURE(FORMAT, R_)                                                                          \
+/* Output features from..to-1 (a multiple of FEATURES apart, or the last ones) for R rows of x (packed). The hot loop
+   lives in a function of its own per format, outside any OpenMP region: compiled inside one it measured ~4% slower
+   even at one thread (Zen 3, AVX2, every linear of the embedded model once: one row 9.4 -> 9.0 ms, eight 26.4 ->
+   25.5). */
+#define FEATURE_RANGE(FORMAT, R_)                                                                         \
     do {                                                                                                  \
-        const int whole = out - out % FEATURES;                                                           \
-        _Pragma("omp parallel for schedule(static) num_threads(threads)")                                 \
-        for (int o = 0; o < whole; o += FEATURES) features(FORMAT, xr, in, qs, d, m, bias, yr, out, o, FEATURES, R_); \
-        for (int o = whole; o < out; o++) features(FORMAT, xr, in, qs, d, m, bias, yr, out, o, 1, R_);   \
+        int o = from;                                                                                     \
+        for (; o + FEATURES <= to; o += FEATURES) features(FORMAT, x, in, qs, d, m, bias, y, out, o, FEATURES, R_); \
+        for (; o < to; o++) features(FORMAT, x, in, qs, d, m, bias, y, out, o, 1, R_);                   \
     } while (0)
 
-static inline __attribute__((always_inline)) void linear(
-    int format, const float *x, int rows, int in, const uint8_t *qs, const float *d, const float *m,
-    const float *bias, float *y, int out, int threads)
+static inline __attribute__((always_inline)) void feature_range(
+    int format, const float *x, int R, int in, const uint8_t *qs, const float *d, const float *m,
+    const float *bias, float *y, int out, int from, int to)
 {
-    for (int r0 = 0; r0 < rows; r0 += ROWS) {
-        const int R = rows - r0 < ROWS ? rows - r0 : ROWS;
+    switch (R) { /* a constant row count per case: the accumulators stay in registers */
+    case 1: FEATURE_RANGE(format, 1); break;
+    case 2: FEATURE_RANGE(format, 2); break;
+    case 3: FEATURE_RANGE(format, 3); break;
+    case 4: FEATURE_RANGE(format, 4); break;
+    case 5: FEATURE_RANGE(format, 5); break;
+    case 6: FEATURE_RANGE(format, 6); break;
+    case 7: FEATURE_RANGE(format, 7); break;
+    default: FEATURE_RANGE(format, 8); break;
+    }
+}
+
+/* feature_range for one format, compiled for it */
+typedef void (*range_of_format)(const float *x, int R, int in, const uint8_t *qs, const float *d, const float *m,
+                                const float *bias, float *y, int out, int from, int to);
+#define RANGE_OF(NAME, FORMAT)                                                                                \
+    static __attribute__((noinline)) void NAME(const float *x, int R, int in, const uint8_t *qs, const float *d, \
+                                               const float *m, const float *bias, float *y, int out, int from, int to) \
+    {                                                                                                         \
+        feature_range(FORMAT, x, R, in, qs, d, m, bias, y, out, from, to);                                    \
+    }
+RANGE_OF(q4_1_range, Q4_1)
+RANGE_OF(q8_0_range, Q8_0)
+RANGE_OF(q8_16_range, Q8_16)
+
+/* Up to ROWS rows of x (rows x in) packed block by block: block b of each row, then block b + 1 of each, so that a
+   pass reads one run of R * 128 bytes a block where it read R strided ones. One row is its own packing. Eight rows
+   of every linear once (Zen 3, AVX2): 25.5 + 6.9 ms (the output layer) -> 23.8 + 6.6; two rows 10.1 -> 9.9. */
+static void pack(const float *x, int R, int in, float *packed)
+{
+    for (int b = 0; b < in / QK; b++)
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < QK; k++) packed[((size_t)b * R + r) * QK + k] = x[(size_t)r * in + (size_t)b * QK + k];
+}
+
+/* Output features split across `threads` in contiguous runs of whole passes (FEATURES at a time). */
+static void linear(range_of_format range, const float *x, int rows, int in, const uint8_t *qs, const float *d,
+                   const float *m, const float *bias, float *y, int out, int threads)
+{
+    /* (aligned to a cache line, as torch's tensors are: a vector loaded across two lines costs more) */
+    float *packed = rows > 1 ? aligned_alloc(64, sizeof(float) * (size_t)(rows < ROWS ? rows : ROWS) * in) : NULL;
+    const int most = packed || rows == 1 ? ROWS : 1; /* (no memory for the packing: a row at a time, as packed) */
+    const int passes = out / FEATURES;
+    for (int r0 = 0; r0 < rows; r0 += most) {
+        const int R = rows - r0 < most ? rows - r0 : most;
         const float *xr = x + (size_t)r0 * in;
         float *yr = y + (size_t)r0 * out;
-        switch (R) { /* a constant row count per case: the accumulators stay in registers */
-        case 1: EACH_FEATURE(format, 1); break;
-        case 2: EACH_FEATURE(format, 2); break;
-        case 3: EACH_FEATURE(format, 3); break;
-        case 4: EACH_FEATURE(format, 4); break;
-        case 5: EACH_FEATURE(format, 5); break;
-        case 6: EACH_FEATURE(format, 6); break;
-        case 7: EACH_FEATURE(format, 7); break;
-        default: EACH_FEATURE(format, 8); break;
+        if (R > 1) {
+            pack(xr, R, in, packed);
+            xr = packed;
+        }
+        if (threads > 1) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+            for (int t = 0; t < threads; t++) {
+                const int from = FEATURES * (int)((long)passes * t / threads);
+                const int to = t == threads - 1 ? out : FEATURES * (int)((long)passes * (t + 1) / threads);
+                range(xr, R, in, qs, d, m, bias, yr, out, from, to);
+            }
+        } else {
+            range(xr, R, in, qs, d, m, bias, yr, out, 0, out);
         }
     }
+    free(packed);
 }
 
 /* x: rows x in (float32, contiguous); qs: out x in/32 blocks of 16 bytes; d, m: out x in/32; y: rows x out. */
 void q4_1_linear(const float *x, int rows, int in, const uint8_t *qs, const float *d, const float *m,
                  const float *bias, float *y, int out, int threads)
 {
-    linear(Q4_1, x, rows, in, qs, d, m, bias, y, out, threads);
+    linear(q4_1_range, x, rows, in, qs, d, m, bias, y, out, threads);
 }
 
 /* x: rows x in; qs: out x in/32 blocks of 32 signed bytes; d: out x in/32; y: rows x out. */
 void q8_0_linear(const float *x, int rows, int in, const int8_t *qs, const float *d,
                  const float *bias, float *y, int out, int threads)
 {
-    linear(Q8_0, x, rows, in, (const uint8_t *)qs, d, NULL, bias, y, out, threads);
+    linear(q8_0_range, x, rows, in, (const uint8_t *)qs, d, NULL, bias, y, out, threads);
 }
 
 /* x: rows x in; qs: out x in/32 blocks of 32 signed bytes; d: out x in/16 (one per 16 weights); y: rows x out. */
 void q8_16_linear(const float *x, int rows, int in, const int8_t *qs, const float *d,
                   const float *bias, float *y, int out, int threads)
 {
-    linear(Q8_16, x, rows, in, (const uint8_t *)qs, d, NULL, bias, y, out, threads);
+    linear(q8_16_range, x, rows, in, (const uint8_t *)qs, d, NULL, bias, y, out, threads);
 }
 
 /* Which of the paths above this build took: "avx512", "avx2" or "portable". */

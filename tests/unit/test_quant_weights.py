@@ -87,12 +87,16 @@ def test_the_kernel_matches_float32_products_of_the_dequantized_weight(kernels, 
     x = torch.randn(2, 3, 192)[:, ::2]  # leading dimensions, not contiguous
     assert_products_close(matmul(x, bias), x, weight, bias)
     threads = torch.get_num_threads()
+    x = torch.randn(5, 192)
     try:
-        torch.set_num_threads(2)  # output features split across threads
-        x = torch.randn(5, 192)
-        assert_products_close(matmul(x, bias), x, weight, bias)
+        torch.set_num_threads(1)
+        one = matmul(x, bias)
+        for split in (2, 3, 64):  # output features split across threads (64: more threads than passes)
+            torch.set_num_threads(split)
+            assert torch.equal(matmul(x, bias), one), f"{split} threads"
     finally:
         torch.set_num_threads(threads)
+    assert_products_close(one, x, weight, bias)
 
 
 @pytest.mark.parametrize("format", ["Q4_1", "Q8_0", "Q8_16"])
