@@ -133,7 +133,6 @@ def _setup_constraint_events(demo: gr.Blocks, c: Components) -> None:
     ed.example.input(on_example, [ed.kind, ed.example, c.chat.input], [ed.text, ed.text_kind, c.chat.input]).then(
         *status, show_progress="hidden"
     )
-    ed.text.change(*status, show_progress="hidden", trigger_mode="always_last")
     # Typing, not every change: an editor change event with outputs beside the status and the panel made Gradio 6
     # fire the editor's change events again and again after a keystroke, ~5 requests a second for as long as the
     # page stayed open (an example, a kind or a restored session sets the title itself).

@@ -11,6 +11,7 @@ from playground.constraints import Constraint
 from playground.constraints.inspection import InspectResponse, inspect_constraint
 from playground.providers.registry import Registry
 from playground.render.inspection import inspect_html
+from playground.ui import controls
 from playground.ui.components import Components
 from playground.ui.handlers import error_message
 from playground.wire import tools
@@ -61,12 +62,21 @@ def _constraint(kind: str, text: str) -> Constraint:
 
 
 def setup_inspect_events(registry: Registry, c: Components) -> None:
-    """Refresh the panel whenever the constraint text changes (picking a kind or an example sets it). One compare at
-    a time: the keystrokes made during one are compared together after it, with the editor's text then (a
-    debounce that skipped superseded keystrokes in the browser could skip the last one too, and the panel stayed
-    on an older text)."""
+    """Check the constraint and refresh the panel whenever its text changes (picking a kind or an example sets it),
+    in one event: as two change events of the editor (the status, the panel) they set each other off again and
+    again after a keystroke in Gradio 6, ~5 requests a second for as long as the page stayed open. One check at a
+    time: the keystrokes made during one are checked together after it, with the editor's text then (a debounce
+    that skipped superseded keystrokes in the browser could skip the last one too, and the panel stayed on an
+    older text)."""
     ed = c.constraint
-    panel = lambda kind, text, model: inspect_panel(registry, kind, text, model)  # noqa: E731
+
+    def check_text(kind: str, text: str | None, model: str | None) -> tuple[Any, Any]:
+        return controls.constraint_status(kind, text), inspect_panel(registry, kind, text, model)
+
     ed.text.change(
-        panel, [ed.kind, ed.text, c.model], ed.inspect_panel, show_progress="hidden", trigger_mode="always_last"
+        check_text,
+        [ed.kind, ed.text, c.model],
+        [ed.status, ed.inspect_panel],
+        show_progress="hidden",
+        trigger_mode="always_last",
     )
