@@ -79,11 +79,13 @@ class BatchCache:
         )
         self.mask = torch.cat([self.mask, new_mask], dim=1)
         self.positions = self.positions + torch.tensor([len(t) for _, t in rows], device=device)
-        # after cached prefixes (a chat's next turn, a client's repeated system prompt) the lean step applies
-        logits = None if self.kv is None else self.runner.lean_step(padded, positions, self.kv, self.mask, last=True)
+        # the lean step where the model has one (it runs only the real tokens of ragged prompts through the linears)
+        kv = self.kv if self.kv is not None else self.runner.fresh_cache()
+        logits = None if kv is None else self.runner.lean_step(padded, positions, kv, self.mask, last=True)
         if logits is None:
             ids = torch.tensor(padded, device=device)
-            logits, self.kv = self.runner.forward(ids, self.kv, attention_mask=self.mask, position_ids=positions)
+            logits, kv = self.runner.forward(ids, self.kv, attention_mask=self.mask, position_ids=positions)
+        self.kv = kv
         return logits[:, -1].float()
 
     def merge(self, other: BatchCache) -> None:

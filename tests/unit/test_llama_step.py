@@ -89,24 +89,40 @@ def test_it_stands_aside_where_it_could_differ() -> None:
         assert cache.get_seq_length() == len(PROMPT)  # and the cache is left as it was
 
 
+def ragged_batches(runner: ModelRunner, reference: ModelRunner, prompts: list[list[int]]) -> list[BatchCache]:
+    """The prompts prefilled one by one and joined into one batch, on each runner (the shorter padded on the left)."""
+    batches = []
+    for each in (runner, reference):
+        batch = BatchCache(each)
+        for prompt in prompts:
+            row = BatchCache(each)
+            row.adopt(each.forward(each.ids(prompt))[1])
+            batch.merge(row)
+        batches.append(batch)
+    return batches
+
+
+def same_real_columns(mine: BatchCache, theirs: BatchCache) -> None:
+    """The two batches' keys and values agree where a row holds a token (padding's columns are nobody's: the lean
+    step leaves zeros there, the model's forward a pad token's keys)."""
+    assert torch.equal(mine.mask, theirs.mask)
+    real = mine.mask.bool()[:, None, :, None]
+    for a, b in zip(mine.kv.layers, theirs.kv.layers):
+        torch.testing.assert_close(a.keys * real, b.keys * real, atol=1e-5, rtol=0)
+        torch.testing.assert_close(a.values * real, b.values * real, atol=1e-5, rtol=0)
+
+
 def test_a_batchs_ragged_rows_take_it_and_get_the_models_logits_and_cache() -> None:
     model = tiny_llama(vocab_size=VOCAB)
     runner, reference = runner_for(model), runner_for(copy.deepcopy(model))
-    forwards = []
+    forwards, scored = [], []
     model.register_forward_pre_hook(lambda *_: forwards.append(1))  # after the runner chose its step
-    prompts = [PROMPT, PROMPT[:2], [4, 8, 15, 16]]  # ragged: the shorter rows are padded on the left
-    batches = []
+    model.lm_head.register_forward_pre_hook(lambda _, args: scored.append(args[0].shape[:-1].numel()))
     with torch.inference_mode():
-        for each in (runner, reference):
-            batch = BatchCache(each)
-            for prompt in prompts:
-                row = BatchCache(each)
-                row.adopt(each.forward(each.ids(prompt))[1])
-                batch.merge(row)
-            batches.append(batch)
-        mine, theirs = batches
+        mine, theirs = ragged_batches(runner, reference, [PROMPT, PROMPT[:2], [4, 8, 15, 16]])
         assert not bool(mine.mask.all())
         forwards.clear()
+        scored.clear()
         # one token a row, then ragged runs of tokens (padded on the right), then one again
         for tokens in ([[7], [40], [2]], [[8, 9, 63], [3], [5, 6]], [[63], [1], [9]]):
             got = mine.forward(tokens)
@@ -117,9 +133,44 @@ def test_a_batchs_ragged_rows_take_it_and_get_the_models_logits_and_cache() -> N
                 for k in range(row_got.shape[0]):
                     torch.testing.assert_close(logprobs(row_got[k]), logprobs(row_want[k]), atol=1e-4, rtol=0)
         assert forwards == []  # the lean step ran, not the model's forward
-        for a, b in zip(mine.kv.layers, theirs.kv.layers):
-            torch.testing.assert_close(a.keys, b.keys, atol=1e-5, rtol=0)
-            torch.testing.assert_close(a.values, b.values, atol=1e-5, rtol=0)
+        assert scored == [3, 6, 3]  # the ragged step scored its 6 tokens, not its 9 places
+        same_real_columns(mine, theirs)
+
+
+@pytest.mark.parametrize("prefixes", [[PROMPT, PROMPT[:3], None], [None, None, None]], ids=["cached", "fresh"])
+def test_a_ragged_prefill_takes_it_and_scores_each_rows_last_token(prefixes: list) -> None:
+    """Several prompts joining at once (batch.py's prefill: their new tokens padded on the left), after what the
+    prefix cache held of them or from nothing: each row's last logits and the cache are the model's, and only the
+    real tokens reach the linear layers."""
+    model = tiny_llama(vocab_size=VOCAB)
+    runner, reference = runner_for(model), runner_for(copy.deepcopy(model))
+    reference._lean_step = None
+    forwards, scored, projected = [], [], []
+    model.register_forward_pre_hook(lambda *_: forwards.append(1))
+    model.lm_head.register_forward_pre_hook(lambda _, args: scored.append(args[0].shape[:-1].numel()))
+    down = model.model.layers[0].mlp.down_proj
+    down.forward = lambda x, forward=down.forward: projected.append(x.shape[:-1].numel()) or forward(x)
+    tokens = [[7, 8], [40, 2, 63, 1], [9]]
+    with torch.inference_mode():
+        batches = []
+        for each in (runner, reference):
+            cached = [None if p is None else each.forward(each.ids(p))[1] for p in prefixes]
+            batch = BatchCache(each)
+            for seen in (forwards, scored, projected):
+                seen.clear()
+            batches.append((batch, batch.prefill(list(zip(cached, tokens)))))
+            if each is runner:
+                assert forwards == []  # the lean step ran, not the model's forward
+                assert scored == [3] and projected == [7]  # the 7 tokens through the linears, not the 12 places
+        (mine, got), (theirs, want) = batches
+        assert got.shape == want.shape == (3, VOCAB)
+        for row_got, row_want in zip(got, want):
+            torch.testing.assert_close(logprobs(row_got), logprobs(row_want), atol=1e-4, rtol=0)
+        same_real_columns(mine, theirs)
+        # and the batch decodes on from there as the model's own forward would
+        reference._lean_step = None
+        for row_got, row_want in zip(mine.forward([[5], [6], [7]]), theirs.forward([[5], [6], [7]])):
+            torch.testing.assert_close(logprobs(row_got), logprobs(row_want), atol=1e-4, rtol=0)
 
 
 def test_a_padding_query_that_would_see_nothing_sees_itself_and_the_rest_see_what_they_did() -> None:
