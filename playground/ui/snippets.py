@@ -184,8 +184,8 @@ def snippets(
     tokens of a reasoning start that the chat turn writes first. The tools kind's `tools` go in the chat
     snippets' bodies, beside `typed`: the conversation before the UI described the tools in it. `keyed`: the
     server wants an API key, which the snippets read from $PLAYGROUND_API_KEY. `chosen_seed`: with best_of, the
-    seed of the candidate the turn chose (candidate k runs the request's seed + k), which the chat snippets send
-    to give that answer without best_of."""
+    seed of the candidate the turn chose (candidate k runs the request's seed + k: sizes.nth_seed), which the chat
+    snippets send to give that answer without best_of."""
     base = base_url.rstrip("/")
     chat_params = params
     if (params.best_of or 1) > 1 and chosen_seed is not None:
@@ -202,9 +202,7 @@ def snippets(
     if dropped:
         note += f"# {', '.join(dropped)}: not a /v1/chat/completions field; the curl /generate snippet carries them\n"
     if chat_params is not params:
-        note += (
-            f"# seed {chosen_seed}: the chosen candidate's (candidate k runs seed + k), so this gives the same answer\n"
-        )
+        note += f"# seed {chosen_seed}: the chosen candidate's (candidate k runs seed + k, wrapped below 2**63), so this gives the same answer\n"
     return {
         "curl_generate": generate_note + curl(f"{base}/generate{_model_query(model)}", tgi_body, keyed),
         "curl_chat": note + curl(f"{base}/v1/chat/completions", body, keyed),

@@ -206,6 +206,6 @@ def test_with_best_of_the_chat_snippets_send_the_chosen_candidate_s_seed() -> No
     assert curl_body(code["curl_chat"])[1]["seed"] == 9 and _create_kwargs(code["openai"])["seed"] == 9
     assert "seed=9," in code["outlines"]
     for name in ("curl_chat", "openai", "outlines"):
-        assert "# seed 9: the chosen candidate's (candidate k runs seed + k)" in code[name]
+        assert "# seed 9: the chosen candidate's (candidate k runs seed + k, wrapped below 2**63)" in code[name]
     alone = snippets.snippets(BASE, "m", INPUTS, "p", params(do_sample=True, seed=7), chosen_seed=9)
     assert _create_kwargs(alone["openai"])["seed"] == 7  # no best_of: the request's own seed
