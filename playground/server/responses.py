@@ -170,11 +170,9 @@ class _Output:
     def finish(self, final: dict[str, Any]) -> list[str]:
         """Every item not finished yet, announcing any that sent no text (an empty answer). The final Response lists
         the items at the indexes they were streamed at; one the whole answer's reading dropped (a call cut off) as
-        streamed, `incomplete`, and no empty message beside it."""
+        streamed, `incomplete` (the whole answer lists no empty message beside it: response_body)."""
         listed = {item["id"]: item for item in final["output"]}
         unsent = [item for item in final["output"] if item["id"] not in self.opened]
-        if self.opened:  # the empty message of an answer that had none but a cut-off call is not listed
-            unsent = [item for item in unsent if item["type"] != "message" or item["content"][0]["text"]]
         final["output"] = [listed.get(i) or self._cut(i) for i in self.opened] + unsent
         sent: list[str] = []
         for item in final["output"]:

@@ -531,7 +531,9 @@ def response_body(
     if reasoning:
         body["output"].append(reasoning_item(ids["rs"], reasoning))
     calls = message.get("tool_calls") or []
-    if message.get("content") or not calls:  # text before calls was finished: a cut falls in the calls
+    # text before calls was finished (a cut falls in the calls); an answer cut before any text or call (inside a
+    # call's name) lists no message: there is none, as OpenAI lists none for an answer cut while it reasons
+    if message.get("content") or not (calls or cut):
         text_status = "completed" if calls else status
         body["output"].append(message_item(ids["msg"], message.get("content") or "", _logprobs(choice), text_status))
     body["output"] += [function_call_item(call, "completed") for call in calls]

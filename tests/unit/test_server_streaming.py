@@ -414,6 +414,36 @@ def test_streamed_calls_are_each_finished_before_the_next_starts_and_the_respons
     assert items[2].arguments == '{"y"' and sent[-1][1]["item"] == final["output"][2]
 
 
+def answer(content: str | None, finish_reason: str, reasoning: str | None = None) -> dict[str, Any]:
+    """A chat completion of one choice without calls, as the Responses route reads it."""
+    usage = {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
+    message = {"role": "assistant", "content": content, "reasoning": reasoning}
+    extras = {"validation": None, "seed": None, "constraint_kind": "none", "constraint_engine": None, "warnings": []}
+    return {"choices": [{"message": message, "finish_reason": finish_reason, **extras}], "usage": usage}
+
+
+def test_an_answer_cut_before_any_text_or_call_lists_no_message_and_streams_none() -> None:
+    """Cut inside a call's name (nothing streamed, no call read back): no empty `incomplete` message, in the
+    Response or its stream; an answer that ends empty has its empty message, as one that reasoned first."""
+    request = responses_wire.ResponsesRequest(model="m", input="hi", max_output_tokens=3)
+    ids = {"resp": "r", "rs": "rs_1", "msg": "msg_1"}
+    cut = responses_wire.response_body(request, ids, "m", answer("", "length"))
+    assert cut["status"] == "incomplete" and cut["output"] == []
+    sent: list[str] = []
+    stream = responses_route._Output(ids, lambda kind, **_: sent.append(kind))
+    stream.finish(cut)
+    assert sent == [] and cut["output"] == []
+    for reasoning in (None, "Nothing to say."):
+        empty = responses_wire.response_body(request, ids, "m", answer("", "stop", reasoning))
+        (message,) = [item for item in empty["output"] if item["type"] == "message"]
+        assert message["status"] == "completed" and message["content"][0]["text"] == ""
+        stream = responses_route._Output(ids, lambda kind, **_: sent.append(kind))
+        if reasoning:
+            stream.text("rs", reasoning)
+        stream.finish(empty)
+        assert [item["type"] for item in empty["output"]] == ["reasoning"] * bool(reasoning) + ["message"]
+
+
 def test_a_call_the_stream_never_sent_is_announced_as_a_call_at_the_end() -> None:
     sent: list[tuple[str, dict]] = []
     output = responses_route._Output(
