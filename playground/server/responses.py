@@ -170,9 +170,12 @@ class _Output:
     def finish(self, final: dict[str, Any]) -> list[str]:
         """Every item not finished yet, announcing any that sent no text (an empty answer). The final Response lists
         the items at the indexes they were streamed at; one the whole answer's reading dropped (a call cut off) as
-        streamed, `incomplete` (the whole answer lists no empty message beside it: response_body)."""
+        streamed, `incomplete`, and no empty message beside it (response_body lists none for an answer cut by
+        max_output_tokens; one cut by a stop sequence is an empty answer there)."""
         listed = {item["id"]: item for item in final["output"]}
         unsent = [item for item in final["output"] if item["id"] not in self.opened]
+        if self.calls:
+            unsent = [item for item in unsent if item["type"] != "message" or item["content"][0]["text"]]
         final["output"] = [listed.get(i) or self._cut(i) for i in self.opened] + unsent
         sent: list[str] = []
         for item in final["output"]:

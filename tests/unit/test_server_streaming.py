@@ -437,11 +437,19 @@ def test_an_answer_cut_before_any_text_or_call_lists_no_message_and_streams_none
         empty = responses_wire.response_body(request, ids, "m", answer("", "stop", reasoning))
         (message,) = [item for item in empty["output"] if item["type"] == "message"]
         assert message["status"] == "completed" and message["content"][0]["text"] == ""
-        stream = responses_route._Output(ids, lambda kind, **_: sent.append(kind))
+        added: list[dict] = []
+        stream = responses_route._Output(ids, lambda kind, **f: added.append(f.get("item") or {}))
         if reasoning:
             stream.text("rs", reasoning)
         stream.finish(empty)
         assert [item["type"] for item in empty["output"]] == ["reasoning"] * bool(reasoning) + ["message"]
+        assert "message" in [item.get("type") for item in added]  # announced and finished in the stream too
+    # a call streamed, then cut by a stop sequence (the whole answer: empty, no call): the call as streamed, alone
+    stream = responses_route._Output(ids, lambda kind, **_: None)
+    stream.call({"index": 0, "id": "call_1", "type": "function", "function": {"name": "a", "arguments": ""}})
+    stopped = responses_wire.response_body(request, ids, "m", answer("", "stop"))
+    stream.finish(stopped)
+    assert [(item["type"], item["status"]) for item in stopped["output"]] == [("function_call", "incomplete")]
 
 
 def test_a_call_the_stream_never_sent_is_announced_as_a_call_at_the_end() -> None:
