@@ -438,7 +438,7 @@ def test_an_answer_cut_before_any_text_or_call_lists_no_message_and_streams_none
         (message,) = [item for item in empty["output"] if item["type"] == "message"]
         assert message["status"] == "completed" and message["content"][0]["text"] == ""
         added: list[dict] = []
-        stream = responses_route._Output(ids, lambda kind, **f: added.append(f.get("item") or {}))
+        stream = responses_route._Output(ids, lambda kind, added=added, **f: added.append(f.get("item") or {}))
         if reasoning:
             stream.text("rs", reasoning)
         stream.finish(empty)
