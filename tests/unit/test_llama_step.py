@@ -88,6 +88,15 @@ def test_it_stands_aside_where_it_could_differ() -> None:
         assert step(7, len(PROMPT), cache) is None  # an adapter's layer in place of a projection
         assert cache.get_seq_length() == len(PROMPT)  # and the cache is left as it was
 
+    model = tiny_llama(vocab_size=VOCAB)
+    step, runner = LlamaStep.for_model(model), runner_for(model)
+    with torch.inference_mode():
+        half = runner.fresh_cache()  # a fresh cache (a first prefill's) takes the step, one half filled does not
+        half.layers[0].update(*[torch.zeros(1, model.config.num_key_value_heads, 2, model.config.head_dim)] * 2)
+        assert step.rows([[7, 8]], torch.tensor([[0, 1]]), half) is None
+        assert [layer.is_initialized for layer in half.layers] == [True] + [False] * (len(half.layers) - 1)
+        assert step.rows([[7, 8]], torch.tensor([[0, 1]]), runner.fresh_cache()) is not None
+
 
 def ragged_batches(runner: ModelRunner, reference: ModelRunner, prompts: list[list[int]]) -> list[BatchCache]:
     """The prompts prefilled one by one and joined into one batch, on each runner (the shorter padded on the left)."""
