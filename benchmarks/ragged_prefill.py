@@ -65,9 +65,8 @@ def main() -> None:
                 figures[f"{name}_padded_ms"] = round(statistics.median(padded), 1)
                 figures[f"{name}_packed_ms"] = round(statistics.median(packed), 1)
                 figures[f"{name}_padded_vs_packed"] = round(statistics.median(padded) / statistics.median(packed), 3)
-                print(
-                    f"{kind} {counts}: padded {figures[f'{name}_padded_ms']} ms, packed {figures[f'{name}_packed_ms']} ms"
-                )
+                padded_ms, packed_ms = figures[f"{name}_padded_ms"], figures[f"{name}_packed_ms"]
+                print(f"{kind} {counts}: padded {padded_ms} ms, packed {packed_ms} ms")
     print(json.dumps(figures))
 
 

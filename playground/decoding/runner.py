@@ -75,7 +75,7 @@ class ModelRunner:
         return self._lean_step.rows(token_ids, positions, cache, mask, last=last)
 
     def fresh_cache(self) -> DynamicCache | None:
-        """An empty KV cache the lean step can fill (a batch's first prefill), or None where the model has no lean step."""
+        """An empty KV cache the lean step can fill (a batch's first prefill); None where the model has no lean step."""
         return None if self._lean_step is None else DynamicCache(config=self.model.config)
 
     def forward(

@@ -202,7 +202,10 @@ def snippets(
     if dropped:
         note += f"# {', '.join(dropped)}: not a /v1/chat/completions field; the curl /generate snippet carries them\n"
     if chat_params is not params:
-        note += f"# seed {chosen_seed}: the chosen candidate's (candidate k runs seed + k, wrapped below 2**63), so this gives the same answer\n"
+        note += (
+            f"# seed {chosen_seed}: the chosen candidate's (candidate k runs seed + k, wrapped below 2**63), "
+            "so this gives the same answer\n"
+        )
     return {
         "curl_generate": generate_note + curl(f"{base}/generate{_model_query(model)}", tgi_body, keyed),
         "curl_chat": note + curl(f"{base}/v1/chat/completions", body, keyed),
