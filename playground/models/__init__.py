@@ -9,7 +9,10 @@ import logging
 import os
 import shutil
 import socket
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,6 +116,36 @@ def _file_hash(path: Path) -> str:
 def _converted(path: Path) -> Path:
     """The cache folder of a GGUF's converted weights (keyed by the file's content)."""
     return cache_root() / f"gguf-{_file_hash(path)}"
+
+
+_ONE_READER = threading.Lock()  # one GGUF load at a time holds gguf.GGUFReader in place (_one_reader)
+
+
+@contextmanager
+def _one_reader(path: Path) -> Iterator[None]:
+    """While a GGUF loads, every `gguf.GGUFReader(path)` returns one reader of it.
+
+    transformers reads the file's metadata anew for the tokenizer, the config and the weights, and the GGUF blocks
+    (quant_weights.py) once more: gguf's reader parses every metadata field in Python, ~4.3 s for the embedded
+    model's vocabulary and merges on a Zen 3 core, four times in a first load. Readers of other files, or to
+    write, are gguf's own. The reader maps the file read-only: no caller can change what another reads."""
+    import gguf
+
+    with _ONE_READER:
+        original, target, shared = gguf.GGUFReader, os.path.realpath(path), []
+
+        def reader(file: Any, mode: str = "r") -> Any:
+            if mode != "r" or os.path.realpath(file) != target:
+                return original(file, mode)
+            if not shared:
+                shared.append(original(file, mode))
+            return shared[0]
+
+        gguf.GGUFReader = reader
+        try:
+            yield
+        finally:
+            gguf.GGUFReader = original
 
 
 def _load_gguf(path: Path, dtype: Any) -> tuple[Any, Any, bool]:
@@ -267,38 +300,40 @@ def load_model(
     target = pick_device(device)
     torch_dtype = pick_dtype(target, dtype)
     from_cache = False
-    gguf: Path | None = None
-    in_folder = None if name in (EMBEDDED, "", None) or name.endswith(".gguf") else _gguf_folder(name)
-    if name in (EMBEDDED, "", None):
-        gguf = embedded_gguf_path()
-        model, tokenizer, from_cache = _load_gguf(gguf, torch_dtype)
-        model_id, source = EMBEDDED_NAME, str(gguf)
-    elif name.endswith(".gguf") or in_folder:
-        gguf = in_folder or Path(name).expanduser()
-        if not gguf.is_file():
-            raise ModelError(f"GGUF file not found: {name}")
-        try:
+    embedded = name in (EMBEDDED, "", None)
+    in_folder = None if embedded or name.endswith(".gguf") else _gguf_folder(name)
+    gguf = (
+        embedded_gguf_path() if embedded else in_folder or (Path(name).expanduser() if name.endswith(".gguf") else None)
+    )
+    if gguf is not None and not gguf.is_file():
+        raise ModelError(f"GGUF file not found: {name}")
+    with _one_reader(gguf) if gguf is not None else nullcontext():
+        if embedded:
             model, tokenizer, from_cache = _load_gguf(gguf, torch_dtype)
-        except ValueError as exc:  # not a GGUF file, a quantization transformers cannot read
-            raise ModelError(f"cannot load GGUF file {gguf}: {first_line(exc)}") from exc
-        model_id, source = gguf.name, str(gguf)
-    else:
-        if name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
-            raise ModelError(f"no such model folder or file: {name}")  # (not "Repo id must be in the form ...")
-        model, tokenizer = _load_pretrained(name, torch_dtype, trust_remote_code)
-        model_id, source = name, name
-    model.to(target)
-    model.eval()
-    attention_for(target)
-    batch_weights_mb = gguf_blocks_mb = 0
-    if target == "cpu":
-        from playground.models import quant_weights
-        from playground.models.cpu_weights import pack_for_cpu
+            model_id, source = EMBEDDED_NAME, str(gguf)
+        elif gguf is not None:
+            try:
+                model, tokenizer, from_cache = _load_gguf(gguf, torch_dtype)
+            except ValueError as exc:  # not a GGUF file, a quantization transformers cannot read
+                raise ModelError(f"cannot load GGUF file {gguf}: {first_line(exc)}") from exc
+            model_id, source = gguf.name, str(gguf)
+        else:
+            if name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
+                raise ModelError(f"no such model folder or file: {name}")  # (not "Repo id must be in the form ...")
+            model, tokenizer = _load_pretrained(name, torch_dtype, trust_remote_code)
+            model_id, source = name, name
+        model.to(target)
+        model.eval()
+        attention_for(target)
+        batch_weights_mb = gguf_blocks_mb = 0
+        if target == "cpu":
+            from playground.models import quant_weights
+            from playground.models.cpu_weights import pack_for_cpu
 
-        batch_weights_mb = pack_for_cpu(model, batch_weights, cache_root() / "kernels")
-        if gguf is not None:
-            saved = _converted(gguf) / "gguf-blocks.safetensors"
-            gguf_blocks_mb = quant_weights.attach(model, gguf, gguf_kernels, cache_root() / "kernels", saved)
+            batch_weights_mb = pack_for_cpu(model, batch_weights, cache_root() / "kernels")
+            if gguf is not None:
+                saved = _converted(gguf) / "gguf-blocks.safetensors"
+                gguf_blocks_mb = quant_weights.attach(model, gguf, gguf_kernels, cache_root() / "kernels", saved)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     elapsed = time.perf_counter() - start

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gguf
 import pytest
 import torch
 
@@ -12,7 +13,16 @@ from playground import models
 
 def test_second_load_comes_from_cache_with_identical_logits(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
+    parsed: list[str] = []
+
+    class Reader(gguf.GGUFReader):  # (counts the GGUF's parses: tokenizer, config, weights and blocks share one)
+        def __init__(self, path: object, mode: str = "r") -> None:
+            parsed.append(str(path))
+            super().__init__(path, mode)
+
+    monkeypatch.setattr(gguf, "GGUFReader", Reader)
     first = models.load_model("embedded", threads=1)
+    assert [Path(p).resolve() for p in parsed] == [models.embedded_gguf_path().resolve()]
     cached = list(tmp_path.glob("gguf-*"))
     kernels = sorted(p.name for p in (tmp_path / "kernels").iterdir())
     second = models.load_model("embedded", threads=1)

@@ -144,6 +144,37 @@ def test_a_folder_holding_one_gguf_loads_that_file(tmp_path: Path, monkeypatch: 
         models.load_model(str(tmp_path), threads=1)
 
 
+def _tiny_gguf(path: Path) -> Path:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_uint32("tiny.count", 1)
+    writer.add_tensor("tiny.weight", torch.zeros(4, dtype=torch.float32).numpy())
+    for write in (writer.write_header_to_file, writer.write_kv_data_to_file, writer.write_tensors_to_file):
+        write()
+    writer.close()
+    return path
+
+
+def test_one_load_reads_a_gguf_s_metadata_once_and_other_files_as_ever(tmp_path: Path) -> None:
+    """transformers reads a GGUF anew for its tokenizer, config and weights, and the GGUF blocks once more: four
+    parses of the embedded model's vocabulary (~4 s each on a Zen 3 core) in a first load."""
+    import gguf
+
+    original = gguf.GGUFReader
+    path, other = _tiny_gguf(tmp_path / "a.gguf"), _tiny_gguf(tmp_path / "b.gguf")
+    with models._one_reader(path):
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(str(path)) is first and gguf.GGUFReader(tmp_path / "." / "a.gguf") is first
+        assert isinstance(first, original) and first.fields["tiny.count"].contents() == 1
+        assert gguf.GGUFReader(other) is not gguf.GGUFReader(other)  # another file: a reader each time, as ever
+        assert gguf.GGUFReader(path, "r+") is not first  # to write: gguf's own
+    assert gguf.GGUFReader is original
+    with pytest.raises(ValueError, match="failed"), models._one_reader(path):
+        raise ValueError("the load failed")
+    assert gguf.GGUFReader is original
+
+
 def test_embedded_gguf_is_found_without_importing_its_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, models.EMBEDDED_PACKAGE, raising=False)
     path = models.embedded_gguf_path()
