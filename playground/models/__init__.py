@@ -328,12 +328,13 @@ def load_model(
         batch_weights_mb = gguf_blocks_mb = 0
         if target == "cpu":
             from playground.models import quant_weights
-            from playground.models.cpu_weights import pack_for_cpu
+            from playground.models.cpu_weights import blocked_mb, pack_for_cpu
 
             batch_weights_mb = pack_for_cpu(model, batch_weights, cache_root() / "kernels")
             if gguf is not None:
                 saved = _converted(gguf) / "gguf-blocks.safetensors"
                 gguf_blocks_mb = quant_weights.attach(model, gguf, gguf_kernels, cache_root() / "kernels", saved)
+                batch_weights_mb = blocked_mb(model)  # (less the copies the blocks made useless)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     elapsed = time.perf_counter() - start

@@ -109,6 +109,12 @@ def pack_for_cpu(model: Any, batch_weights: str = "auto", cache_dir: Path | None
     return round(kept / 2**20)
 
 
+def blocked_mb(model: Any) -> int:
+    """The MB of the blocked copies `model`'s layers keep."""
+    layers = [m for m in model.modules() if type(m) is BatchLinear and m.blocked_rows]
+    return round(sum(m.weight.numel() * m.weight.element_size() for m in layers) / 2**20)
+
+
 def _blocked(plain: list[torch.nn.Linear]) -> list[torch.Tensor]:
     """Each layer's weight in oneDNN's blocked layout, once a probe shows this torch multiplies from it right."""
     try:

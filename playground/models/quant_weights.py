@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from playground.models.cpu_weights import PLAIN_LINEAR, BatchLinear
-from playground.models.kernel_probe import QUANT_ROWS, cpu_flags, faster_at, machine_facts, row_tables
+from playground.models.kernel_probe import QUANT_ROWS, RowTable, cpu_flags, faster_at, machine_facts, row_tables
 
 log = logging.getLogger(__name__)
 
@@ -357,10 +357,19 @@ def attach(
             module.watch(module.weight)
         module.quant = matmul
         module.quant_rows = table
+        if module.blocked_rows and _covered(module.blocked_rows, table):  # the blocks serve each count it would
+            module.blocked_rows = ()
+            del module.blocked_weight
         kept += matmul.blocks.nbytes
         served += 1
     log.info("GGUF blocks (%s kernels) serve %d of %d layers", kernels.isa, served, len(found))
     return round(kept / 2**20)
+
+
+def _covered(blocked: RowTable, quant: RowTable) -> bool:
+    """Whether the blocks (checked first) take every row count at which the blocked copy would serve: then the copy,
+    as large as the float32 weight, is never read (the embedded model's MLP layers on a Zen 3 core: ~210 MB)."""
+    return all(rows < len(quant) and quant[rows] for rows, faster in enumerate(blocked) if faster)
 
 
 def _blocks(path: Path, model: Any, saved: Path | None) -> list[tuple[torch.nn.Linear, Blocks]]:

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from playground import cli
 from playground.models import EMBEDDED, embedded_gguf_path, load_model, quant_weights
-from playground.models.cpu_weights import BatchLinear
+from playground.models.cpu_weights import BatchLinear, blocked_mb, pack_for_cpu
 from playground.models.kernel_probe import QUANT_ROWS
 from playground.models.quant_weights import Blocks, QuantMatmul
 from playground.options import LocalOptions
@@ -158,8 +158,23 @@ def test_every_layer_of_the_embedded_gguf_finds_its_blocks(plain) -> None:
 def test_layers_route_the_probed_row_counts_to_the_blocks_and_keep_the_float32_results(plain, tmp_path) -> None:
     loaded = load_model(EMBEDDED, threads=1, batch_weights="off", gguf_kernels="off")
     model, saved = loaded.model, tmp_path / "blocks.safetensors"
+    for module in model.modules():  # (as loaded, before pack_for_cpu laid the weights out for MKL)
+        if type(module) is torch.nn.Linear:
+            module.weight.data = module.weight.data.contiguous()
+    mlp_in = (1536, 576)  # blocked copies: the MLP's gate and up at 8 rows (the blocks' too: dropped), others at 2
+
+    def blocked_at(layers: list) -> list[int]:
+        return [8] if tuple(layers[0][0].shape) == mlp_in else [2]
+
+    copies_mb = pack_for_cpu(model, "on", tmp_path, probe=blocked_at)
     kept = quant_weights.attach(model, embedded_gguf_path(), "auto", tmp_path, saved, probe=lambda layers: [1, 8])
     assert 90 < kept < 120 and saved.is_file()  # Q4_1 at 6 bits a weight here, the output layer at 8.5 + 32 bits
+    linears = [m for m in model.modules() if type(m) is BatchLinear]
+    mlp = [m for m in linears if tuple(m.weight.shape) == mlp_in]
+    assert len(mlp) == 60 and all(m.blocked_rows == () and not hasattr(m, "blocked_weight") for m in mlp)
+    assert all(m.blocked_rows[2] and m.blocked_weight is not None for m in linears if m not in mlp)
+    assert blocked_mb(model) == round(sum(m.weight.numel() * 4 for m in linears if m not in mlp) / 2**20)
+    assert copies_mb - blocked_mb(model) == 203  # MB: 60 x 1536 x 576 float32 weights, each side rounded
     up = model.model.layers[3].mlp.up_proj
     assert type(up) is BatchLinear and up.quant_rows[:10] == (
         False,
@@ -189,7 +204,7 @@ def test_layers_route_the_probed_row_counts_to_the_blocks_and_keep_the_float32_r
             torch.testing.assert_close(got, want, atol=ATOL, rtol=ATOL)  # ~-20 for unlikely tokens: relative
             top = want.topk(10, dim=-1).indices  # what the panels show: within 1e-4 outright
             torch.testing.assert_close(got.gather(-1, top), want.gather(-1, top), atol=ATOL, rtol=0)
-        assert sorted(set(calls)) == [1, 8]  # 2 rows: the float32 route, as the probe said
+        assert sorted(set(calls)) == [1, 8]  # 2 rows: the blocked copies, or float32 where they went
         assert len(calls) == 2 * 211
         calls.clear()
         tokens = model.generate(torch.tensor(ids), max_new_tokens=12, do_sample=False, pad_token_id=0)
