@@ -173,6 +173,12 @@ def test_one_load_reads_a_gguf_s_metadata_once_and_other_files_as_ever(tmp_path:
     with pytest.raises(ValueError, match="failed"), models._one_reader(path):
         raise ValueError("the load failed")
     assert gguf.GGUFReader is original
+    with models._one_reader(path):  # two loads at once (two engines starting): each file read once, until both end
+        with models._one_reader(other), models._one_reader(path):
+            pair = gguf.GGUFReader(path), gguf.GGUFReader(other)
+            assert pair == (gguf.GGUFReader(path), gguf.GGUFReader(other)) and pair[0] is not pair[1]
+        assert gguf.GGUFReader(path) is pair[0] and gguf.GGUFReader(other) is not pair[1]
+    assert gguf.GGUFReader is original
 
 
 def test_embedded_gguf_is_found_without_importing_its_package(monkeypatch: pytest.MonkeyPatch) -> None:
