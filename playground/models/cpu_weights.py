@@ -96,7 +96,6 @@ def pack_for_cpu(model: Any, batch_weights: str = "auto", cache_dir: Path | None
     if not blocks:
         return 0
     tables = row_tables(((m.weight, b, m.bias) for m, b in zip(plain, blocks)), cache_dir, probe)
-    kept = 0
     for module, block in zip(plain, blocks):
         table = tables[(module.in_features, module.out_features)]
         if not any(table):  # this shape multiplies every count faster with MKL: no copy to keep
@@ -105,8 +104,7 @@ def pack_for_cpu(model: Any, batch_weights: str = "auto", cache_dir: Path | None
         module.blocked_weight = block
         module.blocked_rows = table
         module.watch(module.weight)
-        kept += module.weight.numel() * module.weight.element_size()
-    return round(kept / 2**20)
+    return blocked_mb(model)
 
 
 def blocked_mb(model: Any) -> int:
