@@ -15,7 +15,8 @@ backends translate those options into theirs (see `layout_of`).
 
 Keys: `closed` adds `additionalProperties: false` to every object schema that lists properties and says
 nothing about others, so a model never invents keys: OpenAI's strict contract, used for tool arguments,
-`strict: true` schemas and the anchors whose engines do it by default (TGI, vLLM).
+`strict: true` schemas and the anchors whose engines do it by default (TGI, vLLM). The keys its `required`
+names stay allowed, listed or not.
 """
 
 from __future__ import annotations
@@ -95,12 +96,22 @@ def with_layout(schema: dict, layout: str) -> dict:
 
 def closed(schema: Any, depth: int = 0) -> Any:
     """The schema with `additionalProperties: false` on every object schema that lists properties alone
-    (none beside it says more about the object's keys)."""
+    (none beside it says more about the object's keys). A key the object's `required` names but its
+    `properties` do not (real schemas do it: a PayPal instrument's `id`, a JSON:API resource's) is listed,
+    any value allowed, as JSON Schema allows it: closed without it, the object could not be written at all."""
     if not isinstance(schema, dict) or depth > 64:
         return schema
     out = dict(schema)
-    if "properties" in out and not any(k in out for k in (*_OTHER_KEYS, *_IN_PLACE)):
+    if isinstance(out.get("properties"), dict) and not any(k in out for k in (*_OTHER_KEYS, *_IN_PLACE)):
         out["additionalProperties"] = False
+        required = out.get("required")
+        unlisted = (
+            [k for k in required if isinstance(k, str) and k not in out["properties"]]
+            if isinstance(required, list)
+            else []
+        )
+        if unlisted:
+            out["properties"] = {**out["properties"], **{key: {} for key in unlisted}}
     for key in _SUBSCHEMA_MAPS:
         if isinstance(out.get(key), dict):
             out[key] = {name: closed(sub, depth + 1) for name, sub in out[key].items()}

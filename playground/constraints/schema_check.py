@@ -200,7 +200,7 @@ def _check_refs(spec: Any, meta: Any, schema: dict) -> None:
             resolved = _resolve(scope, keyword, ref)
             if isinstance(resolved.contents, bool) or id(resolved.contents) in walked:
                 continue
-            _check_against(meta, resolved.contents, f"{keyword} {ref!r} points to something that is not a schema")
+            _check_against(meta, resolved.contents, f"not a valid JSON Schema where {keyword} {ref!r} points")
             todo.append((resolved.resolver, spec.create_resource(resolved.contents)))
 
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from playground.constraints import Constraint, jsonformat
+from playground.constraints.backends.base import check_satisfiable
 from playground.errors import InvalidConstraintError
 
 PET = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
@@ -63,3 +64,17 @@ def test_closed_objects_refuse_undeclared_keys_in_every_nested_object() -> None:
     assert Constraint.json_schema(negated, closed=True).validate('{"name": "a", "b": 2}').valid is False
     assert constraint.validate('{"owner": {"name": "Ann", "age": 3}}').valid is False
     assert Constraint.json_schema(schema).validate('{"owner": {"name": "Ann", "age": 3}}').valid is True
+
+
+def test_a_required_key_the_properties_do_not_list_stays_allowed_when_closed() -> None:
+    """Real schemas require keys they never list (MaskBench's PayPal instrument, a JSON:API resource): closed
+    without them, no value would satisfy the schema and every request on it would be refused."""
+    resource = {"type": "object", "properties": {"type": {"type": "string"}}, "required": ["id", "type"]}
+    schema = {"type": "object", "properties": {"data": resource}, "required": ["data"]}
+    constraint = Constraint.json_schema(schema, closed=True)
+    check_satisfiable(constraint.engine_input())
+    assert constraint.schema["properties"]["data"]["properties"] == {"type": {"type": "string"}, "id": {}}
+    assert constraint.validate('{"data": {"id": [1, "a"], "type": "post"}}').valid is True  # any value, as written
+    assert constraint.validate('{"data": {"id": 7, "type": "post", "x": 1}}').valid is False  # still closed
+    assert constraint.validate('{"data": {"type": "post"}}').valid is False
+    assert resource["properties"] == {"type": {"type": "string"}}  # the caller's schema is left as it was

@@ -109,8 +109,16 @@ def test_a_draft3_schema_is_checked_without_a_crash():
 
 
 def test_a_reference_target_outside_the_keywords_is_checked_and_walked_too(listener):
-    with pytest.raises(InvalidConstraintError, match="points to something that is not a schema at properties"):
+    with pytest.raises(
+        InvalidConstraintError, match="not a valid JSON Schema where \\$ref '#/foo' points at properties"
+    ):
         Constraint.json_schema({"$ref": "#/foo", "foo": {"properties": 5}})
+    # a schema there that fails only by its regex: the message says where the regex is and why, not "not a schema"
+    target = {"allOf": [{"type": "string"}, {"pattern": "^((?!mode).)*$"}]}
+    with pytest.raises(InvalidConstraintError) as refused:
+        Constraint.json_schema({"$ref": "#/name", "name": target})
+    assert str(refused.value).startswith("not a valid JSON Schema where $ref '#/name' points at allOf/1/pattern: ")
+    assert "look-around" in str(refused.value)
     with pytest.raises(UnsupportedConstraintError, match="never fetched"):
         Constraint.json_schema({"$ref": "#/foo", "foo": {"items": {"$dynamicRef": f"{listener.url}/x.json"}}})
     assert listener.connections == 0
