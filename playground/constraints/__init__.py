@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from playground.constraints import jsonformat, matching, schema_check, segments
@@ -228,6 +228,12 @@ class Constraint:
     def schema(self) -> dict:
         """A json_schema's schema; a structural_tag's canonical spec (playground.constraints.segments)."""
         return self.value.data if isinstance(self.value, _Frozen) else {}
+
+    def with_guidance(self, **options: Any) -> Constraint:
+        """The JSON schema with these llguidance options added to its own `x-guidance` (they win over the layout's)."""
+        own = self.schema.get("x-guidance")
+        guidance = {**own, **options} if isinstance(own, dict) else options
+        return replace(self, value=_Frozen({**self.schema, "x-guidance": guidance}))
 
     def engine_input(self) -> str:
         """The text an engine compiles: schema JSON, a regex (choices become an alternation), a grammar."""

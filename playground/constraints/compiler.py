@@ -153,6 +153,13 @@ class ConstraintCompiler:
                 # the same words however it was found (a cache is no news), after the engines that refused before it
                 before = f"; before it, {'; '.join(refusals)}" if refusals else ""
                 raise type(error)(error.message + before)
+            lenient = _lenient(constraint, name, error)
+            if lenient is not None:
+                outcome, cached = self._outcome(lenient, name, background)
+                if outcome.error is None:  # the verdict still judges by the constraint as sent
+                    compiled = _for_request(constraint, name, outcome, cached, refusals)
+                    compiled.warnings.append(LENIENT_NOTE)
+                    return compiled
             refusals.append(error.message)
         raise UnsupportedConstraintError("no engine can enforce this constraint: " + " | ".join(refusals))
 
@@ -216,6 +223,27 @@ class ConstraintCompiler:
         except backends.EngineRefusal as exc:  # (an engine's own limit, met building its first masks)
             return _Outcome(error=_REFUSALS[exc.kind](exc.message))
         return _Outcome(template, tuple(warnings), time.perf_counter() - start)
+
+
+LENIENT_NOTE = (
+    "auto took llguidance's lenient reading of the schema: the output is still validated against every keyword"
+)
+
+
+def _lenient(constraint: Constraint, engine: str, error: ConstraintError) -> Constraint | None:
+    """What `auto` tries next when llguidance refuses a JSON schema for keywords it does not implement (`not`,
+    `uniqueItems`, `contains`): the same schema under its `lenient` option, whose mask leaves out just those
+    keywords (its warning names them) and enforces the rest. Leaving a keyword out only widens what the mask
+    allows, and the verdict and the EOS gate still judge the output by every keyword; the next engines ignore what
+    they cannot enforce without a word (xgrammar dropped a whole `allOf` of an `enum` and a `not`: MaskBench's
+    draft 2019-09 `not` schemas came out as objects, refused at their end). None where that does not apply, or
+    where the schema sets `lenient` itself."""
+    if engine != "llguidance" or constraint.kind != "json_schema" or "Unimplemented keys" not in error.message:
+        return None
+    own = constraint.schema.get("x-guidance")
+    if isinstance(own, dict) and "lenient" in own:
+        return None
+    return constraint.with_guidance(lenient=True)
 
 
 def _for_request(

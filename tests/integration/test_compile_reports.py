@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from playground.constraints import Constraint
+from playground.constraints.compiler import LENIENT_NOTE
 from playground.types import ChatMessage, GenerateParameters
 
 
@@ -15,8 +16,31 @@ def _params(schema: dict, engine: str) -> GenerateParameters:
 
 
 def _llguidance_refuses(key: str) -> dict:
-    """llguidance refuses `not` (xgrammar takes it): `auto` falls back to xgrammar."""
-    return {"type": "object", "not": {"required": [key]}}
+    """llguidance refuses to intersect these patterns, lenient or not (xgrammar takes them): `auto` falls back to
+    xgrammar."""
+    return {
+        "type": "string",
+        "allOf": [{"pattern": "^((.){10,10}){10,10}$"}, {"pattern": "(t|8){10,10}..$"}],
+        "title": key,
+    }
+
+
+def test_auto_reads_a_keyword_llguidance_does_not_implement_leniently_and_says_so(engine):
+    """`not` is beyond llguidance: `auto` takes its lenient reading (the rest of the schema enforced, before an engine
+    that drops what it cannot enforce without a word: xgrammar wrote an object here), names the keyword, and the
+    verdict still judges by it."""
+    schema = {"allOf": [{"enum": [1.1]}, {"not": {"type": "string"}}]}  # a MaskBench schema
+    params = _params(schema, "auto").model_copy(update={"max_new_tokens": 8})
+    auto = engine.generate(ask("A number, as JSON."), params)
+    assert auto.constraint_engine == "llguidance" and auto.generated_text == "1.1" and auto.best.validation.valid
+    assert any("(lenient)" in w and '"not"' in w for w in auto.warnings), auto.warnings
+    assert LENIENT_NOTE in auto.warnings and not any("fell back" in w for w in auto.warnings)
+    either = Constraint.json_schema({"allOf": [{"enum": [1.1, "x"]}, {"not": {"type": "string"}}]})
+    compiled = engine.compiler.compile(either, "auto")
+    assert compiled.engine == "llguidance" and compiled.constraint == either  # the verdict's, `not` and all
+    assert compiled.constraint.validate('"x"').valid is False
+    strict = Constraint.json_schema({"type": "integer", "not": {"const": 3}, "x-guidance": {"lenient": False}})
+    assert engine.compiler.compile(strict, "auto").engine == "xgrammar"  # a schema's own `lenient` stands
 
 
 def test_explicit_engine_after_auto_fallback_reports_no_fallback(engine):

@@ -251,12 +251,12 @@ def test_unsupported_keyword_named_when_engine_is_chosen(engine):
     )
     with pytest.raises(UnsupportedConstraintError, match="not"):
         engine.generate(ask("hi"), params)
-    # auto falls back to an engine that compiles it, says so, and still validates the output
+    # auto reads it leniently, says so, and still validates the output
     result = engine.generate(
         ask("An object without the key a, as JSON."),
         params.model_copy(update={"constraint_engine": "auto", "max_new_tokens": 20}),
     )
-    assert result.constraint_engine == "xgrammar" and "fell back" in result.warnings[0]
+    assert result.constraint_engine == "llguidance" and "(lenient)" in result.warnings[0]
 
 
 def test_one_of_is_enforced_as_any_of_and_its_exclusivity_by_the_verdict(engine):

@@ -156,7 +156,7 @@ UNIQUE_TAGS = {
 def test_a_keyword_llguidance_cannot_enforce_under_auto_is_ignored_and_named(
     server_url: str, parameters: dict, keyword: str
 ) -> None:
-    """As `required` falls back to xgrammar, which ignores what it cannot enforce (pydantic's set fields carry
+    """As under `required` (auto's lenient llguidance), the keyword is ignored and named (pydantic's set fields carry
     uniqueItems); before, every such request was a 400."""
     tools = [*TOOLS[1:], {"type": "function", "function": {"name": "odd", "parameters": parameters}}]
     response = post(server_url, tools=tools, tool_choice="auto", max_tokens=3)
