@@ -13,7 +13,7 @@ from typing import Any
 from fastapi.responses import Response, StreamingResponse
 
 from playground.errors import ConstraintError, PlaygroundError
-from playground.server.errors import exception_event
+from playground.server.errors import exception_event, hf_hub_client
 from playground.server.streaming import generate_while_connected, iterate_in_thread, sse, started
 from playground.types import GenerationResult
 from playground.wire.errors import renamed
@@ -90,7 +90,18 @@ async def answer(
     if body.stream:
         with named_as_sent(names):
             first = await started(events(provider, model_id, jobs[0]))
-        chunks = choice_stream(provider, model_id, jobs, first, base, body.stream_options, choice_chunks, usage, names)
+        chunks = choice_stream(
+            provider,
+            model_id,
+            jobs,
+            first,
+            base,
+            body.stream_options,
+            choice_chunks,
+            usage,
+            names,
+            not hf_hub_client(request.headers),
+        )
         return StreamingResponse(chunks, media_type="text/event-stream")
     # every choice at once, as vLLM decodes n: the scheduler batches them; one failing stops the others
     tasks = [asyncio.ensure_future(generate_while_connected(request, provider, model_id, *job)) for job in jobs]
@@ -117,14 +128,15 @@ async def choice_stream(
     choice_chunks: ChoiceChunks,
     usage: Callable[[list[GenerationResult]], dict[str, Any]],
     names: Mapping[str, str | None],
+    openai_shape: bool = True,
 ) -> AsyncIterator[str]:
     """Every choice's chunks as they come, the choices decoding together (each ends with its result), the usage
     chunk when asked, then [DONE].
 
     `base` is the chunks' envelope, bound with each choice's index into the `Chunk` its `choice_chunks` writes with:
     it carries `usage: null` when the stream options ask for usage, as OpenAI's chunks do. An error after the stream
-    started is a last error event in OpenAI's shape, then [DONE], and stops the other choices; so does a client that
-    leaves.
+    started is a last error event in OpenAI's shape (TGI's without `openai_shape`: see hf_hub_client), then [DONE],
+    and stops the other choices; so does a client that leaves.
     """
     include_usage = bool(stream_options and stream_options.include_usage)
     if include_usage:
@@ -151,7 +163,7 @@ async def choice_stream(
             if item is None:
                 open_choices -= 1
             elif isinstance(item, Exception):
-                yield exception_event(item, openai=True)
+                yield exception_event(item, openai=openai_shape)
                 yield "data: [DONE]\n\n"  # as vLLM ends a failed stream: readers wait for it
                 return
             elif isinstance(item, GenerationResult):

@@ -69,6 +69,13 @@ def openai_route(path: str) -> bool:
     return path.startswith("/v1/")
 
 
+def hf_hub_client(headers: Mapping[str, str]) -> bool:
+    """huggingface_hub's clients (their user agent names `hf_hub/`): their chat stream reads an error event as TGI
+    writes it, `error` its message and `error_type` its exception (OpenAI's object came out as text, `{'message':
+    ...}`); OpenAI's SDK reads `error.message` (a string there: "An error occurred during streaming")."""
+    return "hf_hub/" in headers.get("user-agent", "")
+
+
 def openai_status(status: int) -> int:
     """OpenAI (and vLLM) answer an invalid request with 400 where TGI answers 422."""
     return 400 if status == 422 else status

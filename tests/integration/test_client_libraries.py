@@ -227,3 +227,29 @@ def test_huggingface_hub_chat_completion_with_a_bare_string_tool_choice(
     again = client.chat_completion(messages=history, tools=typed, tool_choice=named, max_tokens=30)
     (call,) = again.choices[0].message.tool_calls
     assert call.function.name == "describe_pet"
+
+
+def test_a_chat_stream_that_fails_midway_raises_the_server_s_message_in_each_client(
+    server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """huggingface_hub's chat stream takes an error event's `error` as its message (TGI's string: OpenAI's object
+    came out as `{'message': ...}`); OpenAI's SDK takes `error.message`. The mask writes `[1, 1]`, whose end the EOS
+    gate refuses (uniqueItems), after the stream started."""
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # the suite is offline; ours is local
+    schema = {"type": "array", "items": {"const": 1}, "minItems": 2, "maxItems": 2, "uniqueItems": True}
+    ask = [{"role": "user", "content": "Two ones."}]
+    hub = InferenceClient(base_url=server_url, timeout=120)
+    chunks = hub.chat_completion(ask, max_tokens=12, stream=True, response_format={"type": "json", "value": schema})
+    with pytest.raises(huggingface_hub.errors.GenerationError) as hub_failed:
+        for _ in chunks:
+            pass
+    assert str(hub_failed.value).startswith("the output breaks the schema (schema violation at (root): [1, 1]")
+    client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0)
+    response_format = {"type": "json_schema", "json_schema": {"name": "ones", "schema": schema}}
+    stream = client.chat.completions.create(
+        model="embedded", messages=ask, max_tokens=12, stream=True, response_format=response_format
+    )
+    with pytest.raises(openai.APIError) as openai_failed:
+        for _ in stream:
+            pass
+    assert openai_failed.value.message == str(hub_failed.value)

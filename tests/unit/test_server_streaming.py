@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from fastapi.testclient import TestClient
@@ -161,6 +161,8 @@ def test_a_token_known_not_to_be_the_last_is_sent_before_the_next_is_decoded() -
 
 class HangsUp:
     """A request whose client goes away after `after` checks."""
+
+    headers: ClassVar[dict[str, str]] = {}
 
     def __init__(self, after: int) -> None:
         self.checks = 0
