@@ -231,6 +231,8 @@ class Constraint:
 
     def with_guidance(self, **options: Any) -> Constraint:
         """The JSON schema with these llguidance options added to its own `x-guidance` (they win over the layout's)."""
+        if self.kind != "json_schema":
+            raise ValueError(f"llguidance's JSON options apply to a json_schema, not to a {self.kind}")
         own = self.schema.get("x-guidance")
         guidance = {**own, **options} if isinstance(own, dict) else options
         return replace(self, value=_Frozen({**self.schema, "x-guidance": guidance}))

@@ -153,13 +153,17 @@ class ConstraintCompiler:
                 # the same words however it was found (a cache is no news), after the engines that refused before it
                 before = f"; before it, {'; '.join(refusals)}" if refusals else ""
                 raise type(error)(error.message + before)
-            lenient = _lenient(constraint, name, error)
+            lenient = lenient_form(constraint, name, error)
             if lenient is not None:
                 outcome, cached = self._outcome(lenient, name, background)
                 if outcome.error is None:  # the verdict still judges by the constraint as sent
                     compiled = _for_request(constraint, name, outcome, cached, refusals)
                     compiled.warnings.append(LENIENT_NOTE)
                     return compiled
+                if isinstance(outcome.error, UnsatisfiableConstraintError):  # fewer keywords, and still no value
+                    raise type(outcome.error)(outcome.error.message)
+                refusals.append(f"{error.message}; read leniently, {outcome.error.message}")
+                continue
             refusals.append(error.message)
         raise UnsupportedConstraintError("no engine can enforce this constraint: " + " | ".join(refusals))
 
@@ -230,7 +234,7 @@ LENIENT_NOTE = (
 )
 
 
-def _lenient(constraint: Constraint, engine: str, error: ConstraintError) -> Constraint | None:
+def lenient_form(constraint: Constraint, engine: str, error: ConstraintError) -> Constraint | None:
     """What `auto` tries next when llguidance refuses a JSON schema for keywords it does not implement (`not`,
     `uniqueItems`, `contains`): the same schema under its `lenient` option, whose mask leaves out just those
     keywords (its warning names them) and enforces the rest. Leaving a keyword out only widens what the mask

@@ -37,7 +37,10 @@ MAX_PATTERN_CHARS = 256
 # The keywords that already say what an object's unlisted keys may be, or that apply more schemas to the
 # same object (whose keys closing it would refuse): such an object is left as written.
 _OTHER_KEYS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
-_IN_PLACE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas", "$ref", "$dynamicRef")
+_IN_PLACE = (
+    *("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas", "$ref", "$dynamicRef"),
+    *("dependencies", "extends", "disallow"),  # drafts 3-7: a key's schema or names, draft 3's base schemas
+)
 # Closed: the schemas of other values (a property's, an item's, a definition's). Left as written: those that
 # apply to the same object (allOf, not, if/then/else, dependentSchemas), where closing one would refuse
 # the keys its siblings declare or turn a `not` inside out; anyOf/oneOf branches only when the object
@@ -96,20 +99,25 @@ def with_layout(schema: dict, layout: str) -> dict:
 
 def closed(schema: Any, depth: int = 0) -> Any:
     """The schema with `additionalProperties: false` on every object schema that lists properties alone
-    (none beside it says more about the object's keys). A key the object's `required` names but its
-    `properties` do not (real schemas do it: a PayPal instrument's `id`, a JSON:API resource's) is listed,
-    any value allowed, as JSON Schema allows it: closed without it, the object could not be written at all."""
+    (none beside it says more about the object's keys). A key the object's `required` (or `dependentRequired`)
+    names but its `properties` do not (real schemas do it: a PayPal instrument's `id`, a JSON:API resource's) is
+    listed, any value allowed, as JSON Schema allows it: closed without it, the object could not be written."""
     if not isinstance(schema, dict) or depth > 64:
         return schema
     out = dict(schema)
     if isinstance(out.get("properties"), dict) and not any(k in out for k in (*_OTHER_KEYS, *_IN_PLACE)):
         out["additionalProperties"] = False
-        required = out.get("required")
-        unlisted = (
-            [k for k in required if isinstance(k, str) and k not in out["properties"]]
-            if isinstance(required, list)
-            else []
-        )
+        named = [
+            out.get("required"),
+            *(out["dependentRequired"].values() if isinstance(out.get("dependentRequired"), dict) else ()),
+        ]
+        unlisted = [
+            k
+            for keys in named
+            if isinstance(keys, list)
+            for k in keys
+            if isinstance(k, str) and k not in out["properties"]
+        ]
         if unlisted:
             out["properties"] = {**out["properties"], **{key: {} for key in unlisted}}
     for key in _SUBSCHEMA_MAPS:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from playground.constraints import Constraint
-from playground.constraints.compiler import CompiledConstraint
+from playground.constraints.compiler import CompiledConstraint, lenient_form
 from playground.decoding.walk import LocalEngine, masks
 from playground.errors import ConstraintError
 
@@ -63,8 +63,12 @@ def llguidance_matcher(engine: LocalEngine, constraint: Constraint, token_ids: l
 
     try:
         compiled = engine.compiler.compile(constraint, "llguidance")
-    except ConstraintError:
-        return None
+    except ConstraintError as exc:  # read leniently, as `auto` reads it (the keywords it leaves out aside), or none
+        lenient = lenient_form(constraint, "llguidance", exc)
+        try:
+            compiled = None if lenient is None else engine.compiler.compile(lenient, "llguidance")
+        except ConstraintError:
+            return None
     if compiled is None:
         return None
     template = compiled.template

@@ -193,7 +193,7 @@ def stream_failure(exc: BaseException) -> tuple[int, str, str, str | None]:
 
 def exception_event(exc: BaseException, *, openai: bool = False) -> str:
     """The final SSE event of a stream that failed after it started (TGI's shape, or OpenAI's as vLLM sends it, with
-    TGI's top-level `error_type` beside it: huggingface_hub's chat stream raises its typed errors by that)."""
+    TGI's top-level `error_type` beside it, as a client that reads TGI's types may)."""
     status, message, error_type, param = stream_failure(exc)
     if openai:
         kind = exc.openai_type if isinstance(exc, PlaygroundError) else None

@@ -41,6 +41,11 @@ def test_auto_reads_a_keyword_llguidance_does_not_implement_leniently_and_says_s
     assert compiled.constraint.validate('"x"').valid is False
     strict = Constraint.json_schema({"type": "integer", "not": {"const": 3}, "x-guidance": {"lenient": False}})
     assert engine.compiler.compile(strict, "auto").engine == "xgrammar"  # a schema's own `lenient` stands
+    # refused leniently too (patterns it cannot intersect): xgrammar, and the report says both reasons
+    both = Constraint.json_schema({**_llguidance_refuses("both"), "not": {"const": "x"}})
+    fell_back = engine.compiler.compile(both, "auto")
+    assert fell_back.engine == "xgrammar" and 'Unimplemented keys: ["not"]' in fell_back.warnings[0]
+    assert "read leniently, llguidance refused the json_schema: Unable to determine" in fell_back.warnings[0]
 
 
 def test_explicit_engine_after_auto_fallback_reports_no_fallback(engine):

@@ -175,3 +175,15 @@ def test_a_key_json_schema_allows_but_the_engine_refuses_for_its_order_says_so(e
     )
     other = reasons_at(engine, JSON, '{"', tokens(engine, '"zz')[1:2]).reasons[0]  # no key of the schema
     assert other.reason == "the schema allows only the keys `name` here"
+
+
+def test_llguidance_s_view_reads_a_schema_leniently_where_auto_does(engine) -> None:
+    """llguidance refuses `not` by name and `auto` decodes with its lenient reading: the reasons' own llguidance view
+    (forced text, what a token's start fits) reads it so too, rather than going without."""
+    from playground.constraints import Constraint
+    from playground.debug.state import llguidance_matcher
+
+    schema = {"type": "object", "properties": {"a": {"const": "apple"}}, "required": ["a"], "not": {"required": ["b"]}}
+    ids = tokens(engine, '{"a": "')
+    matcher = llguidance_matcher(engine, Constraint.json_schema(schema, layout="compact"), ids)
+    assert matcher is not None and matcher.compute_ff_bytes() == b'apple"'

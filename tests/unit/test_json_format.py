@@ -78,3 +78,25 @@ def test_a_required_key_the_properties_do_not_list_stays_allowed_when_closed() -
     assert constraint.validate('{"data": {"id": 7, "type": "post", "x": 1}}').valid is False  # still closed
     assert constraint.validate('{"data": {"type": "post"}}').valid is False
     assert resource["properties"] == {"type": {"type": "string"}}  # the caller's schema is left as it was
+    paired = {"type": "object", "properties": {"a": {}}, "required": ["a"], "dependentRequired": {"a": ["c"]}}
+    assert Constraint.json_schema(paired, closed=True).validate('{"a": 1, "c": 2}').valid is True
+    # drafts 3-7 apply `dependencies` and `extends` to the object itself: closing it would refuse their keys
+    draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", **paired, "dependencies": {"a": ["c"]}}
+    del draft7["dependentRequired"]
+    assert "additionalProperties" not in Constraint.json_schema(draft7, closed=True).schema
+    draft3 = {
+        "$schema": "http://json-schema.org/draft-03/schema#",
+        "properties": {"a": {}},
+        "extends": {"properties": {"b": {"required": True}}},
+    }
+    assert Constraint.json_schema(draft3, closed=True).validate('{"a": 1, "b": 2}').valid is True
+
+
+def test_llguidance_options_join_the_schema_s_own_and_the_layout_s() -> None:
+    own = Constraint.json_schema({**PET, "x-guidance": {"lenient": False, "item_separator": ","}})
+    sent = json.loads(own.with_guidance(lenient=True).engine_input())["x-guidance"]
+    assert sent["lenient"] is True and sent["item_separator"] == ","
+    assert sent["whitespace_pattern"] == jsonformat.PRETTY_PATTERN  # the layout's, as ever
+    assert own.schema["x-guidance"]["lenient"] is False  # a new constraint: this one is unchanged
+    with pytest.raises(ValueError, match="json_schema"):
+        Constraint.regex("a+").with_guidance(lenient=True)

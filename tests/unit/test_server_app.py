@@ -222,7 +222,7 @@ def test_a_stream_that_fails_after_it_started_ends_with_an_error_in_its_routes_s
             "param": "logit_bias",
             "code": "validation",
         },
-        "error_type": "validation",  # TGI's, for huggingface_hub's chat stream
+        "error_type": "validation",  # TGI's, beside it
     }
 
 

@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -162,11 +162,10 @@ def test_a_token_known_not_to_be_the_last_is_sent_before_the_next_is_decoded() -
 class HangsUp:
     """A request whose client goes away after `after` checks."""
 
-    headers: ClassVar[dict[str, str]] = {}
-
-    def __init__(self, after: int) -> None:
+    def __init__(self, after: int, headers: dict[str, str] | None = None) -> None:
         self.checks = 0
         self.after = after
+        self.headers = headers or {}
 
     async def is_disconnected(self) -> bool:
         self.checks += 1
@@ -268,7 +267,7 @@ class StreamsMeeting(MeetingProvider):
             self.closed.append(inputs)
 
 
-def _stream(provider: MeetingProvider, prompts: list[str]) -> list[dict]:
+def _stream(provider: MeetingProvider, prompts: list[str], headers: dict[str, str] | None = None) -> list[dict]:
     """The stream's JSON events; it must end with [DONE] (vLLM sends it after an error event too)."""
     from types import SimpleNamespace
 
@@ -288,7 +287,8 @@ def _stream(provider: MeetingProvider, prompts: list[str]) -> list[dict]:
             "respond": None,
             "names": {"inputs": "prompt"},
         }
-        response = await answer(HangsUp(after=10**9), provider, "m", [(p, None) for p in prompts], body, **kwargs)
+        request = HangsUp(after=10**9, headers=headers)
+        response = await answer(request, provider, "m", [(p, None) for p in prompts], body, **kwargs)
         return [event async for event in response.body_iterator]
 
     events = asyncio.run(read())
@@ -305,6 +305,12 @@ def test_streamed_choices_decode_together_and_one_failing_ends_the_stream_and_st
     provider = StreamsMeeting(3, fail="b")
     events = _stream(provider, ["a", "b", "c"])
     assert events[-1]["error"]["message"] == "b failed" and events[-1]["error"]["param"] == "prompt"
+    # huggingface_hub's chat stream reads `error` as its message: TGI's event (it showed OpenAI's object as text)
+    hub = {"user-agent": "unknown/None; hf_hub/2.4.0; python/3.11.2"}
+    assert _stream(StreamsMeeting(3, fail="b"), ["a", "b", "c"], hub)[-1] == {
+        "error": "b failed",
+        "error_type": "generation",
+    }
     deadline = time.monotonic() + 30
     while len(provider.closed) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -220,7 +220,7 @@ def test_parallel_calls_cut_by_max_tokens_keep_the_whole_calls_before_the_cut() 
 
 
 def test_auto_ignores_a_keyword_llguidance_cannot_enforce_and_says_so() -> None:
-    """pydantic's `set[...]` fields carry uniqueItems; `auto` refused such a tool where `required` fell back."""
+    """pydantic's `set[...]` fields carry uniqueItems; `auto` refused such a tool where `required` read it leniently."""
     tags = {
         "type": "object",
         "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True}},

@@ -1,4 +1,5 @@
-"""llguidance: every kind, Lark and GBNF grammars; refuses what it cannot enforce instead of ignoring it.
+"""llguidance: every kind, Lark and GBNF grammars; refuses what it cannot enforce instead of ignoring it (chosen
+by name: `auto` then takes its lenient reading of a JSON schema, playground.constraints.compiler.lenient_form).
 
 The worker's payload is nothing: the grammar is text, and the matcher the server builds from it is
 bounded by llguidance's own parser and lexer limits (fuel, lexer states, grammar size). The worker still
