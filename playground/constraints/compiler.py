@@ -236,13 +236,15 @@ LENIENT_NOTE = (
 
 def lenient_form(constraint: Constraint, engine: str, error: ConstraintError) -> Constraint | None:
     """What `auto` tries next when llguidance refuses a JSON schema for keywords it does not implement (`not`,
-    `uniqueItems`, `contains`): the same schema under its `lenient` option, whose mask leaves out just those
-    keywords (its warning names them) and enforces the rest. Leaving a keyword out only widens what the mask
-    allows, and the verdict and the EOS gate still judge the output by every keyword; the next engines ignore what
+    `uniqueItems`, `contains`) or a `format` it does not know: the same schema under its `lenient` option, whose
+    mask leaves out just those (its warning names them) and enforces the rest. Leaving a keyword out only widens
+    what the mask allows, and the verdict and the EOS gate still judge the output by every keyword; the next engines ignore what
     they cannot enforce without a word (xgrammar dropped a whole `allOf` of an `enum` and a `not`: MaskBench's
     draft 2019-09 `not` schemas came out as objects, refused at their end). None where that does not apply, or
     where the schema sets `lenient` itself."""
-    if engine != "llguidance" or constraint.kind != "json_schema" or "Unimplemented keys" not in error.message:
+    if engine != "llguidance" or constraint.kind != "json_schema":
+        return None
+    if "Unimplemented keys" not in error.message and "Unknown format" not in error.message:
         return None
     own = constraint.schema.get("x-guidance")
     if isinstance(own, dict) and "lenient" in own:

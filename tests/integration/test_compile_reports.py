@@ -41,6 +41,8 @@ def test_auto_reads_a_keyword_llguidance_does_not_implement_leniently_and_says_s
     assert compiled.constraint.validate('"x"').valid is False
     strict = Constraint.json_schema({"type": "integer", "not": {"const": 3}, "x-guidance": {"lenient": False}})
     assert engine.compiler.compile(strict, "auto").engine == "xgrammar"  # a schema's own `lenient` stands
+    phone = engine.compiler.compile(Constraint.json_schema({"type": "string", "format": "phone-number"}), "auto")
+    assert phone.engine == "llguidance" and "Unknown format: phone-number" in phone.warnings  # a free string, named
     # refused leniently too (patterns it cannot intersect): xgrammar, and the report says both reasons
     both = Constraint.json_schema({**_llguidance_refuses("both"), "not": {"const": "x"}})
     fell_back = engine.compiler.compile(both, "auto")
