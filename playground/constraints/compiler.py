@@ -238,10 +238,10 @@ def lenient_form(constraint: Constraint, engine: str, error: ConstraintError) ->
     """What `auto` tries next when llguidance refuses a JSON schema for keywords it does not implement (`not`,
     `uniqueItems`, `contains`) or a `format` it does not know: the same schema under its `lenient` option, whose
     mask leaves out just those (its warning names them) and enforces the rest. Leaving a keyword out only widens
-    what the mask allows, and the verdict and the EOS gate still judge the output by every keyword; the next engines ignore what
-    they cannot enforce without a word (xgrammar dropped a whole `allOf` of an `enum` and a `not`: MaskBench's
-    draft 2019-09 `not` schemas came out as objects, refused at their end). None where that does not apply, or
-    where the schema sets `lenient` itself."""
+    what the mask allows, and the verdict and the EOS gate still judge the output by every keyword; the next
+    engines ignore what they cannot enforce without a word (xgrammar dropped a whole `allOf` of an `enum` and a
+    `not`: MaskBench's draft 2019-09 `not` schemas came out as objects, refused at their end). None where that
+    does not apply, or where the schema sets `lenient` itself."""
     if engine != "llguidance" or constraint.kind != "json_schema":
         return None
     if "Unimplemented keys" not in error.message and "Unknown format" not in error.message:

@@ -16,7 +16,7 @@ backends translate those options into theirs (see `layout_of`).
 Keys: `closed` adds `additionalProperties: false` to every object schema that lists properties and says
 nothing about others, so a model never invents keys: OpenAI's strict contract, used for tool arguments,
 `strict: true` schemas and the anchors whose engines do it by default (TGI, vLLM). The keys its `required`
-names stay allowed, listed or not.
+(or `dependentRequired`) names stay allowed, listed or not.
 """
 
 from __future__ import annotations

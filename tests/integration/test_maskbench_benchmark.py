@@ -29,7 +29,7 @@ KEYS = [
 FILES = [
     "BFCL_simple_1.json",  # llguidance compiles it; one valid instance
     "Github_medium---o4838.json",  # llguidance reads its oneOf as anyOf: the EOS gate refuses 6 invalid ones
-    # llguidance reads its `dependencies` leniently (auto); its mask keeps the schema's key order, refusing the valid one
+    # llguidance reads its `dependencies` leniently (auto); its mask keeps the schema's key order: the valid one refused
     "Glaiveai2K---calculate_area_3c2d01ed.json",
 ]
 
