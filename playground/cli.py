@@ -160,10 +160,22 @@ def adapters_problem(adapters: tuple[str, ...] | None) -> str | None:
 
 def reasoning_problem(setting: str) -> str | None:
     """Why --reasoning names no family (START,END and auto/none are read as they are)."""
-    from playground.decoding.reasoning import setting_problem
+    from playground.decoding.reasoning_formats import setting_problem
 
     problem = setting_problem(setting)
     return f"--reasoning {setting!r}: {problem}" if problem else None
+
+
+def providers_file_problem(path: str | None) -> None:
+    """A providers file's mistake stops start-up at once (exit code 2), before torch and the models load (~6 s)."""
+    if not path:
+        return
+    from playground.providers.config import ProvidersFileError, read_providers_file
+
+    try:
+        read_providers_file(path)
+    except ProvidersFileError as exc:
+        _stop(exc.message, 2)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -177,6 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:  # a Space's environment (PORT=abc)
         _stop(str(exc), 2)
     import_spaces_first()
+    providers_file_problem(args.providers)
     import torch
 
     torch.set_num_threads(args.threads)

@@ -18,62 +18,12 @@ from typing import Any
 
 import torch
 
+from playground.decoding.reasoning_formats import BY_FAMILY, FAMILIES, PLAIN_THINK, ReasoningFormat
 from playground.decoding.runner import RowText, text_joins
 from playground.errors import ModelError, ParameterError
 from playground.types import GeneratedToken, GenerateParameters, ReasoningSpan, segment_figures
 
 THINK_FIRST_BUDGET = 128  # think_first without max_reasoning_tokens: this many tokens of thought at most
-
-
-@dataclass(frozen=True)
-class ReasoningFormat:
-    """One family's delimiters; `close` is what a budget forces when it is more than `end` (gpt-oss)."""
-
-    family: str
-    start: str
-    end: str
-    close: str = ""
-    models: str = ""  # who writes it, for the README and errors
-    auto: bool = True  # found in templates; plain-text families whose templates write them only on request are not
-
-    @property
-    def forced_close(self) -> str:
-        return self.close or self.end
-
-    def public(self) -> dict[str, str]:
-        """What /info says about it."""
-        return {"family": self.family, "start": self.start, "end": self.end}
-
-
-# Most specific first: the first family whose delimiters the template writes wins.
-FAMILIES: tuple[ReasoningFormat, ...] = (
-    ReasoningFormat(
-        "gpt-oss",
-        "<|channel|>analysis<|message|>",
-        "<|channel|>final<|message|>",
-        close="<|end|><|start|>assistant<|channel|>final<|message|>",
-        models="gpt-oss (harmony's analysis channel, then the final channel)",
-    ),
-    ReasoningFormat("seed", "<seed:think>", "</seed:think>", models="Seed-OSS"),
-    ReasoningFormat("mistral", "[THINK]", "[/THINK]", models="Magistral"),
-    ReasoningFormat("thought", "<|begin_of_thought|>", "<|end_of_thought|>", models="Sky-T1, OpenThinker-style"),
-    ReasoningFormat(
-        "think",
-        "<think>",
-        "</think>",
-        models="Qwen3, QwQ, DeepSeek-R1 and its distills, SmolLM3, Phi-4-reasoning, Hunyuan, GLM-4.5",
-    ),
-    ReasoningFormat(
-        "granite",
-        "Here is my thought process:",
-        "Here is my response:",
-        models="Granite 3.2/3.3 (plain text, with their `thinking` template option)",
-        auto=False,
-    ),
-)
-BY_FAMILY = {f.family: f for f in FAMILIES}
-# think_first on a model without reasoning of its own: the same markup, as plain text for its tokenizer.
-PLAIN_THINK = ReasoningFormat("think-first", "<think>\n", "</think>", close="\n</think>\n", models="any model")
 
 
 def model_format(tokenizer: Any, setting: str = "auto") -> ReasoningFormat | None:
@@ -290,11 +240,3 @@ class ReasoningGate:
         )
         answer_tokens = tokens[self.answer_token :] if self.answer_token is not None else []
         return text[start:], answer_tokens, span
-
-
-def setting_problem(setting: str) -> str | None:
-    """Why a reasoning setting (--reasoning, a providers file's `reasoning`) names no family (START,END and auto/none
-    are read as they are), in the words after its name."""
-    if "," in setting or setting in ("auto", "none", *BY_FAMILY):
-        return None
-    return f"not auto, none, a family ({', '.join(BY_FAMILY)}) or START,END"

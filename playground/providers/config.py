@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from playground import options
-from playground.decoding.reasoning import setting_problem
+from playground.decoding.reasoning_formats import setting_problem
 from playground.errors import ModelError, PlaygroundError, ProviderError, first_line
 from playground.providers.base import Provider
 from playground.providers.hf_inference import HFInferenceProvider

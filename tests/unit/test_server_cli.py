@@ -15,7 +15,7 @@ import torch
 from playground import cli
 from playground.constraints.compile_pool import CompileLimits
 from playground.options import LocalOptions, ServerOptions
-from tests.support import child_env, run_app
+from tests.support import REPO_ROOT, child_env, run_app
 
 FLAGS = [
     "--model",
@@ -280,6 +280,18 @@ def test_a_providers_file_s_mistake_exits_2_and_a_local_model_that_cannot_load_n
     path.write_text("providers: [")
     out = run_app("--no-ui", "--port", "0", "--providers", str(path))
     assert out.returncode == 2 and f"error: {path}: not valid YAML" in out.stderr, out.stderr
+    # said before torch and the models load (~6 s of imports): the file is read first
+    check = "import sys\nfrom playground import cli\ntry:\n    cli.main(sys.argv[1:])\nexcept SystemExit as e:\n"
+    check += "    print(e.code, 'torch' in sys.modules)\n"
+    out = subprocess.run(
+        [sys.executable, "-c", check, "--no-ui", "--providers", str(path)],
+        cwd=REPO_ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.stdout.split() == ["2", "False"], out.stderr
 
 
 def test_a_file_that_is_no_gguf_is_one_line(tmp_path: Path) -> None:
