@@ -1,5 +1,6 @@
 """One error mapping for the whole HTTP API: TGI's `{"error", "error_type"}`, and OpenAI's
-`{"error": {"message", "type", "param", "code"}}` (400 for an invalid request) on `/v1/*`."""
+`{"error": {"message", "type", "param", "code"}}` (400 for an invalid request) on `/v1/*` (to every client but
+huggingface_hub's, which reads TGI's shape everywhere)."""
 
 from __future__ import annotations
 
@@ -70,10 +71,15 @@ def openai_route(path: str) -> bool:
 
 
 def hf_hub_client(headers: Mapping[str, str]) -> bool:
-    """huggingface_hub's clients (their user agent names `hf_hub/`): their chat stream reads an error event as TGI
-    writes it, `error` its message and `error_type` its exception (OpenAI's object came out as text, `{'message':
-    ...}`); OpenAI's SDK reads `error.message` (a string there: "An error occurred during streaming")."""
+    """huggingface_hub's clients (their user agent names `hf_hub/`): they read an error as TGI writes it, `error` its
+    message and `error_type` its exception, on every route (OpenAI's object came out as text in their exceptions,
+    `{'message': ...}`); OpenAI's SDK reads `error.message` (a string there: "An error occurred during streaming")."""
     return "hf_hub/" in headers.get("user-agent", "")
+
+
+def openai_shaped(path: str, headers: Mapping[str, str]) -> bool:
+    """Whether an error goes out in OpenAI's shape: on OpenAI's routes, to every client but huggingface_hub's."""
+    return openai_route(path) and not hf_hub_client(headers)
 
 
 def openai_status(status: int) -> int:
@@ -101,17 +107,18 @@ def error_response(
     message: str,
     error_type: str,
     *,
-    path: str = "",
+    request: Request,
     param: str | None = None,
     headers: Mapping[str, str] | None = None,
     started: bool = False,
     code: str | None = None,
     kind: str | None = None,
 ) -> JSONResponse:
-    """The error in the shape the route's protocol uses (`started`: it came after tokens had been decoded; `code`,
-    `kind`: OpenAI's own code and type for it)."""
-    if openai_route(path):
+    """The error with the status the route's protocol uses, in the shape its client reads (openai_shaped; `started`:
+    it came after tokens had been decoded; `code`, `kind`: OpenAI's own code and type for it)."""
+    if openai_route(request.url.path):
         status = openai_status(status)
+    if openai_shaped(request.url.path, request.headers):
         body = openai_error_body(status, message, error_type, param, code, kind)
         return JSONResponse(body, status_code=status, headers=headers)
     body = error_body(message, tgi_error_type(status, error_type, started=started))
@@ -120,13 +127,12 @@ def error_response(
 
 async def _playground_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PlaygroundError)
-    path, field = request.url.path, exc.field
     return error_response(
         exc.status,
         exc.message,
         exc.error_type,
-        path=path,
-        param=field,
+        request=request,
+        param=exc.field,
         started=exc.generating,
         code=exc.openai_code,
         kind=exc.openai_type,
@@ -145,9 +151,9 @@ async def _request_validation_error(request: Request, exc: Exception) -> JSONRes
         # is never taken for one): say so, as TGI does with its 415, rather than that the body is no object
         got = f"got {shorten(sent, 100)!r}" if sent else "none was sent"
         message = f"the request body must be sent with `Content-Type: application/json` ({got})"
-        return error_response(415, message, "unsupported_media_type", path=request.url.path)
+        return error_response(415, message, "unsupported_media_type", request=request)
     param = error_field(errors[0]) if errors else None
-    return error_response(422, validation_message(errors), "validation", path=request.url.path, param=param or None)
+    return error_response(422, validation_message(errors), "validation", request=request, param=param or None)
 
 
 def _parse_failure(cause: BaseException | None) -> str:
@@ -165,21 +171,20 @@ def _parse_failure(cause: BaseException | None) -> str:
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    path = request.url.path
     if exc.status_code == 400 and exc.detail == _BODY_PARSE_FAILED:
-        return error_response(422, _parse_failure(exc.__cause__), "validation", path=path)
+        return error_response(422, _parse_failure(exc.__cause__), "validation", request=request)
     error_type = _HTTP_ERROR_TYPES.get(exc.status_code, "http")
     detail = str(exc.detail)
     if exc.status_code == 413 and detail == "Content Too Large":  # a chunked body past the routes' max_body_size
         detail = f"request body is over {MAX_BODY_BYTES} bytes; this server takes at most {MAX_BODY_BYTES}"
-    return error_response(exc.status_code, detail, error_type, path=path, headers=exc.headers)
+    return error_response(exc.status_code, detail, error_type, request=request, headers=exc.headers)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     """A genuine server bug: log the traceback, answer without it."""
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     message = f"internal server error ({type(exc).__name__}); see the server log"
-    return error_response(500, message, "internal", path=request.url.path)
+    return error_response(500, message, "internal", request=request)
 
 
 def stream_failure(exc: BaseException) -> tuple[int, str, str, str | None]:

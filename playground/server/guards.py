@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from playground.errors import ParameterError
 from playground.server.bodies import rewriting
-from playground.server.errors import error_body, openai_error_body, openai_route, openai_status
+from playground.server.errors import error_body, openai_error_body, openai_shaped, openai_status
 from playground.wire.errors import field_name
 
 # Only a JSON escape can put a lone UTF-16 surrogate into a string (raw surrogate bytes are not UTF-8).
@@ -141,7 +141,8 @@ class HostCheck:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
-            host = host_name(Headers(scope=scope).get("host", ""))
+            sent = Headers(scope=scope)
+            host = host_name(sent.get("host", ""))
             if host not in self.names:
                 if scope["type"] == "websocket":
                     await send({"type": "websocket.close", "code": 1008})
@@ -152,7 +153,7 @@ class HostCheck:
                 )
                 shaped = (  # (this layer sits outside ErrorShape: it shapes its own answer as the route's)
                     openai_error_body(400, message, "forbidden_host")
-                    if openai_route(scope["path"])
+                    if openai_shaped(scope["path"], sent)
                     else error_body(message, "forbidden_host")
                 )
                 await JSONResponse(shaped, status_code=400)(scope, receive, send)
@@ -188,7 +189,8 @@ class ApiCors:
 
 class ErrorShape:
     """Error answers in our shapes: FastAPI's `{"detail": ...}` 404 and 405 (the mounted UI's) in TGI's, and on
-    `/v1/*` every error from the layers around the routes (401, 413, 429) in OpenAI's."""
+    `/v1/*` every error from the layers around the routes (401, 413, 429) in OpenAI's (errors.openai_shaped: not to
+    huggingface_hub's clients)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -197,7 +199,7 @@ class ErrorShape:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        openai = openai_route(scope["path"])
+        openai = openai_shaped(scope["path"], Headers(scope=scope))
 
         def reshape(start: Message, body: bytes) -> tuple[Message, bytes]:
             status, body = _reshaped(body, start["status"], openai)

@@ -229,16 +229,21 @@ def test_huggingface_hub_chat_completion_with_a_bare_string_tool_choice(
     assert call.function.name == "describe_pet"
 
 
-def test_a_chat_stream_that_fails_midway_raises_the_server_s_message_in_each_client(
+def test_a_chat_error_raises_the_server_s_message_in_each_client(
     server_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """huggingface_hub's chat stream takes an error event's `error` as its message (TGI's string: OpenAI's object
-    came out as `{'message': ...}`); OpenAI's SDK takes `error.message`. The mask writes `[1, 1]`, whose end the EOS
-    gate refuses (uniqueItems), after the stream started."""
+    """huggingface_hub's clients take an error's `error` as their message (TGI's string: OpenAI's object came out as
+    `{'message': ...}`), refused at once or after the stream started; OpenAI's SDK takes `error.message`. The mask
+    writes `[1, 1]`, whose end the EOS gate refuses (uniqueItems), after the stream started."""
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # the suite is offline; ours is local
     schema = {"type": "array", "items": {"const": 1}, "minItems": 2, "maxItems": 2, "uniqueItems": True}
     ask = [{"role": "user", "content": "Two ones."}]
     hub = InferenceClient(base_url=server_url, timeout=120)
+    with pytest.raises(huggingface_hub.errors.BadRequestError) as refused:
+        hub.chat_completion(ask, max_tokens=2, response_format={"type": "regex", "value": "(("})
+    assert str(refused.value).endswith(
+        "\ninvalid regex at position 1: unclosed group (the engines read Rust regex syntax)"
+    )
     chunks = hub.chat_completion(ask, max_tokens=12, stream=True, response_format={"type": "json", "value": schema})
     with pytest.raises(huggingface_hub.errors.GenerationError) as hub_failed:
         for _ in chunks:

@@ -165,6 +165,27 @@ def test_unknown_route_uses_the_same_shape(client: TestClient) -> None:
     assert response.json() == {"error": "Not Found", "error_type": "not_found"}
 
 
+def test_huggingface_hub_s_clients_get_tgi_s_error_shape_on_the_openai_routes_too() -> None:
+    """Its exceptions show `error` when it is a string (OpenAI's object came out as `{'message': ...}`); the status
+    stays the route's, and every other client keeps OpenAI's shape."""
+    app = TestClient(create_app(Registry([]), api_key=KEY, ui=False, allowed_hosts=["testserver"]))
+    hub = {"user-agent": "unknown/None; hf_hub/1.1.4; python/3.11.7"}
+    openai_sdk = {"user-agent": "OpenAI/Python 2.8.1"}
+    chat = {"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}
+    cases = [  # (headers, body): a field the route refuses, a model nobody serves, the key, a Host not this server's
+        ({**AUTH}, {**chat, "temperature": -1}),
+        ({**AUTH}, chat),
+        ({}, chat),
+        ({**AUTH, "host": "evil.example"}, chat),
+    ]
+    for sent, body in cases:
+        tgi = app.post("/v1/chat/completions", headers={**sent, **hub}, json=body)
+        openai = app.post("/v1/chat/completions", headers={**sent, **openai_sdk}, json=body)
+        assert tgi.status_code == openai.status_code != 422, (sent, tgi.json())
+        assert tgi.json() == {"error": openai.json()["error"]["message"], "error_type": tgi.json()["error_type"]}
+    assert app.post("/v1/chat/completions", headers={**AUTH, **hub}, json=chat).json()["error_type"] == "model"
+
+
 def test_validation_message_joins_every_error() -> None:
     errors = [
         {"loc": ("body", "parameters", "seed"), "msg": "Input should be greater than or equal to 0", "type": "x"},
