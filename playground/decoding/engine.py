@@ -22,7 +22,7 @@ from playground.decoding.rows import Decode, Row
 from playground.decoding.runner import ModelRunner
 from playground.decoding.scheduler import Job, Scheduler
 from playground.decoding.stats import EngineStats
-from playground.decoding.stopping import StopCriteria
+from playground.decoding.stopping import StopCriteria, checked_stop_ids
 from playground.errors import (
     InvalidConstraintError,
     ParameterError,
@@ -317,6 +317,7 @@ class Engine:
         plan, prompt, prompt_ids = self.reasoning_plan(inputs, params, prompt, prompt_ids)
         prefix_ids = continuation.prefix_ids(self, params.continue_from, len(prompt_ids))
         best_of, max_new = self._check(params, len(prompt_ids) + len(prefix_ids))
+        stop_ids = checked_stop_ids(params.stop_token_ids, self.vocab_size)
         compile_start = time.perf_counter()
         constraint, compiled = self.compile(params)
         compile_s = time.perf_counter() - compile_start
@@ -326,7 +327,7 @@ class Engine:
             self._new_row(base_seed, i, compiled, constraint, params, len(prompt_ids), plan) for i in range(best_of)
         ]
         continuation.start_rows(self, rows, prompt_ids, prefix_ids)
-        stopping = StopCriteria(params.stop, max_new, self.runner.eos_ids)
+        stopping = StopCriteria(params.stop, max_new, self.runner.eos_ids, stop_ids)
         self.adapters.prepare(params.adapter_id)  # a slow lookup waits here, not in the decode loop
         decode = Decode(
             self.runner,
@@ -447,6 +448,7 @@ class Engine:
             tokens=row.tokens,
             seed=row.seed,
             stop_sequence=row.stop_sequence,
+            stop_token=row.stop_token,
             total_logprob=sum(t.logprob for t in row.tokens if t.logprob is not None),
             validation=_verdict(constraint, answer, row.finish_reason),
             trimmed_validation=_trimmed_verdict(constraint, answer, row),

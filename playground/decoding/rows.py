@@ -62,6 +62,7 @@ class Row:
     emitted: str = ""
     finish_reason: str | None = None
     stop_sequence: str | None = None
+    stop_token: int | None = None  # the stop_token_ids token that ended it
     prefix: str = ""  # the answer this row continues (continue_from), forced through the constraint
     fed: int = 0  # generated tokens already run through the model
     unscored: list[Forced] = field(default_factory=list)
@@ -291,7 +292,7 @@ class Decode:
         del row.ids[len(row.ids) - len(row.unscored) :]
         row.unscored.clear()
         row.text, row.emitted = first.text_before, first.emitted_before
-        row.finish_reason, row.stop_sequence = None, None
+        row.finish_reason, row.stop_sequence, row.stop_token = None, None, None
         row.chooser.rewind(len(self.prompt_ids) + len(row.generated))
 
     @staticmethod
@@ -359,7 +360,7 @@ class Decode:
         generated = len(row.tokens) + 1 if generated is None else generated
         stop = self.stopping.check(token_id, row.text, before, generated)
         if stop is not None:
-            row.finish_reason, row.stop_sequence = stop.reason, stop.sequence
+            row.finish_reason, row.stop_sequence, row.stop_token = stop.reason, stop.sequence, stop.token
         if token_id not in r.eos_ids:
             # A character split across tokens decodes as U+FFFD until its last byte arrives: hold it back while
             # the row goes on, so the pieces streamed add up to the text (the last piece carries what is left).

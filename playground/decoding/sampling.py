@@ -85,7 +85,7 @@ class LogitBias:
 
 
 class MinTokens:
-    """vLLM's min_tokens: the end-of-sequence tokens are out until the answer has this many tokens."""
+    """vLLM's min_tokens: the end-of-sequence tokens (and stop_token_ids') are out until the answer has this many."""
 
     def __init__(self, min_tokens: int, prompt_length: int, eos_ids: Iterable[int]) -> None:
         self.min_tokens = min_tokens
@@ -121,7 +121,7 @@ def shared_processors(
     if params.logit_bias:
         processors.append(LogitBias(params.logit_bias, vocab_size))
     if params.min_tokens:
-        processors.append(MinTokens(params.min_tokens, prompt_length, eos_ids))
+        processors.append(MinTokens(params.min_tokens, prompt_length, {*eos_ids, *(params.stop_token_ids or ())}))
     return processors
 
 

@@ -2,29 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from playground.errors import ParameterError
 
 
 @dataclass(frozen=True)
 class Stop:
-    """Why a row ended: a TGI finish reason and the stop sequence that matched, if any."""
+    """Why a row ended: a TGI finish reason, the stop sequence that matched and the stop_token_ids token, if any."""
 
     reason: str
     sequence: str | None = None
+    token: int | None = None
 
 
 class StopCriteria:
     """One request's stop rules, checked after every token of every row."""
 
-    def __init__(self, stops: list[str], max_new_tokens: int, eos_ids: set[int]) -> None:
+    def __init__(self, stops: list[str], max_new_tokens: int, eos_ids: set[int], stop_ids: Iterable[int] = ()) -> None:
         self.stops = [s for s in stops if s]
         self.max_new_tokens = max_new_tokens
         self.eos_ids = eos_ids
+        self.stop_ids = frozenset(stop_ids) - eos_ids  # (an end-of-text token named there is one already)
 
     def check(self, token_id: int, text: str, before: int, generated: int) -> Stop | None:
         """The stop after a token: `text` is the row's text now, `before` its length before the token."""
         if token_id in self.eos_ids:
             return Stop("eos_token")
+        if token_id in self.stop_ids:  # vLLM's stop_token_ids: an end of text the request named (its text kept)
+            return Stop("eos_token", token=token_id)
         for stop in self.stops:
             # the stop sequence ends in the text added (it may start earlier)
             if stop in text[max(0, before - len(stop) + 1) :]:
@@ -32,3 +39,14 @@ class StopCriteria:
         if generated >= self.max_new_tokens:
             return Stop("length")
         return None
+
+
+def checked_stop_ids(ids: list[int] | None, vocab_size: int) -> list[int]:
+    """vLLM's stop_token_ids, each a token of the model's vocabulary."""
+    outside = [i for i in ids or () if i >= vocab_size]
+    if outside:
+        raise ParameterError(
+            f"stop_token_ids: token id {outside[0]} is not in the vocabulary (size {vocab_size})",
+            field="stop_token_ids",
+        )
+    return list(ids or ())

@@ -121,6 +121,7 @@ def openai_sequence(
         text += stop  # ours keeps it, as TGI's /generate does
     # the server's own count wins: its logprobs leave out the end-of-text token that its usage counts
     count = usage_tokens if usage_tokens is not None else len(tokens)
+    stop_reason = choice.get("stop_reason")
     return Sequence(
         generated_text=text,
         finish_reason=reason,
@@ -128,6 +129,8 @@ def openai_sequence(
         tokens=tokens,
         seed=choice.get("seed", params.seed),  # a playground remote reports each choice's own seed
         stop_sequence=stop,
+        # vLLM's stop_reason: the stop_token_ids token that ended it
+        stop_token=stop_reason if reason == "eos_token" and stop_reason in (params.stop_token_ids or ()) else None,
         total_logprob=total_logprob(tokens),
         validation=judge(constraint, text, reason),
         trimmed_validation=trimmed,

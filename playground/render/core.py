@@ -109,7 +109,9 @@ def verdict(validation: Validation, kind: str) -> tuple[str, str]:
 
 
 def finish_text(sequence: Sequence) -> str:
-    """The finish reason, with the stop sequence that ended it."""
+    """The finish reason, with the stop sequence or the stop_token_ids token that ended it."""
+    if sequence.stop_token is not None:
+        return f"{sequence.finish_reason} (stop token {sequence.stop_token})"
     if sequence.stop_sequence is None:
         return sequence.finish_reason
     return f"{sequence.finish_reason} ({quoted(sequence.stop_sequence)})"

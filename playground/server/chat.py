@@ -102,7 +102,8 @@ def choice_extras(
     result: GenerationResult, notes: list[str] | None = None, names: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """Non-standard keys on each choice (SDKs keep unknown keys): the verdict, the seed, the warnings and vLLM's
-    stop_reason (the stop sequence that ended the answer; null for the end of text or a length cut); `names`: the
+    stop_reason (the stop sequence or the stop_token_ids token that ended the answer; null for the model's end of text
+    or a length cut); `names`: the
     engine's field names in them (`max_new_tokens`) as the route's client sent them."""
     seq = result.best
     validation = (seq.trimmed_validation or seq.validation).model_dump()  # the verdict on the text returned
@@ -112,7 +113,7 @@ def choice_extras(
         "warnings": [renamed(w, names) if names else w for w in [*(notes or []), *result.warnings]],
         "validation": validation,
         "seed": seq.seed,
-        "stop_reason": seq.stop_sequence if seq.finish_reason == "stop_sequence" else None,  # vLLM's: what stopped it
+        "stop_reason": seq.stop_sequence if seq.finish_reason == "stop_sequence" else seq.stop_token,  # vLLM's
         "constraint_kind": result.constraint_kind,
         "constraint_engine": result.constraint_engine,
         **debugger_extras(seq),

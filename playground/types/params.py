@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_serializer
 
@@ -13,6 +13,7 @@ from playground.types.sizes import (
     MAX_PROCESSORS,
     MAX_SEED,
     MAX_STOP_SEQUENCES,
+    MAX_STOP_TOKEN_IDS,
 )
 
 
@@ -63,7 +64,15 @@ class Sampling(Strict):
     logit_bias: dict[str, float] | None = Field(
         default=None, max_length=1024, description="OpenAI's: token id (as a string) -> bias added to its logit."
     )
-    min_tokens: int | None = Field(default=None, ge=0, description="vLLM's: no end of sequence before this many.")
+    min_tokens: int | None = Field(
+        default=None, ge=0, description="vLLM's: no end of sequence (nor a stop_token_ids token) before this many."
+    )
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None,
+        max_length=MAX_STOP_TOKEN_IDS,
+        description="vLLM's: token ids that end the answer as its end-of-text token does (finish_reason eos_token); "
+        "the token's text stays in the answer unless it is a special token.",
+    )
 
 
 class GenerateParameters(Sampling):

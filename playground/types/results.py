@@ -133,6 +133,10 @@ class Sequence(BaseModel):
     tokens: list[GeneratedToken] = Field(default_factory=list)
     seed: int | None = None
     stop_sequence: str | None = None
+    stop_token: int | None = Field(
+        default=None,
+        description="The stop_token_ids token that ended it (finish_reason eos_token; vLLM's stop_reason).",
+    )
     total_logprob: float = 0.0
     validation: Validation = Field(default_factory=Validation)
     trimmed_validation: Validation | None = Field(

@@ -38,6 +38,7 @@ MAX_NAME_CHARS = 512
 # What a local model accepts per request (TGI's --max-best-of, --max-stop-sequences, --max-top-n-tokens).
 MAX_BEST_OF = 4
 MAX_STOP_SEQUENCES = 4
+MAX_STOP_TOKEN_IDS = 64  # vLLM's stop_token_ids
 MAX_TOP_N_TOKENS = 20
 # Choices of one chat or completions request (n), as vLLM caps them by default.
 MAX_CHOICES = 8

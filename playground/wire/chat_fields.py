@@ -39,16 +39,26 @@ IGNORED_OPTIONS: dict[tuple[str, str], str] = {
 
 
 # vLLM's sampling extras that both its chat and completions routes take: their defaults are what we do anyway
-VLLM_EXTRAS = "stop_token_ids bad_words allowed_token_ids use_beam_search length_penalty return_tokens_as_token_ids"
+VLLM_EXTRAS = "bad_words allowed_token_ids use_beam_search length_penalty return_tokens_as_token_ids"
 
 
 def vllm_extra_refusal(name: str, value: Any) -> str | None:
     """Why one of VLLM_EXTRAS set to `value` is refused, or None when that value is vLLM's default."""
-    if name in ("stop_token_ids", "bad_words", "allowed_token_ids"):
+    if name in ("bad_words", "allowed_token_ids"):
         return None if not value else "not supported; use logit_bias or a constraint"
     if name == "length_penalty":
         return None if value == 1 else "only beam search uses it, and it is not supported"
     return None if value is False else "not supported"
+
+
+def ignore_eos_refusal(max_tokens: bool, stop_token_ids: list[int] | None) -> str | None:
+    """Why ignore_eos (true) is refused, or None: it holds every end off until max_tokens (min_tokens set to it), the
+    stop_token_ids' tokens too, where vLLM would still stop at them."""
+    if not max_tokens:
+        return "needs max_tokens (the answer then has exactly that many tokens)"
+    if stop_token_ids:
+        return "not with stop_token_ids (it holds their tokens off too, until max_tokens)"
+    return None
 
 
 def _refusal(name: str, value: Any, req: ChatCompletionRequest) -> str | None:
@@ -65,8 +75,8 @@ def _refusal(name: str, value: Any, req: ChatCompletionRequest) -> str | None:
         return None if value is False else "not supported"
     if name == "skip_special_tokens":
         return None if value is True else "special tokens are always left out of the text"
-    if name == "ignore_eos" and value is True and not (req.max_tokens or req.max_completion_tokens):
-        return "needs max_tokens (the answer then has exactly that many tokens)"
+    if name == "ignore_eos" and value is True:
+        return ignore_eos_refusal(bool(req.max_tokens or req.max_completion_tokens), req.stop_token_ids)
     if name == "prompt_logprobs" and req.stream:
         return "not available when stream is true (as vLLM)"
     return None
@@ -74,7 +84,7 @@ def _refusal(name: str, value: Any, req: ChatCompletionRequest) -> str | None:
 
 REFUSABLE = (
     "functions function_call audio web_search_options documents chat_template verbosity modalities "
-    "stop_token_ids bad_words allowed_token_ids echo include_stop_str_in_output use_beam_search add_special_tokens "
+    "bad_words allowed_token_ids echo include_stop_str_in_output use_beam_search add_special_tokens "
     "return_tokens_as_token_ids skip_special_tokens length_penalty ignore_eos prompt_logprobs"
 ).split()
 

@@ -122,6 +122,10 @@ def _check(req: CompletionRequest) -> None:
     if req.truncate is not None and req.truncate_prompt_tokens not in (None, req.truncate):
         raise ParameterError("truncate_prompt_tokens: vLLM's name for truncate; give one of them", field="truncate")
     refused = {
+        "ignore_eos": (
+            bool(req.ignore_eos and req.stop_token_ids),
+            chat_fields.ignore_eos_refusal(True, req.stop_token_ids) or "",
+        ),
         "skip_special_tokens": (req.skip_special_tokens is False, "special tokens are always left out of the text"),
         "include_stop_str_in_output": (bool(req.include_stop_str_in_output), "not supported"),
         "prompt_logprobs": (req.prompt_logprobs is not None, "use echo with logprobs: the prompt's tokens come first"),

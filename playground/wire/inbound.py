@@ -305,6 +305,7 @@ def openai_values(req: OpenAISampling) -> dict[str, Any]:
         "presence_penalty": req.presence_penalty or None,
         "logit_bias": req.logit_bias or None,
         "min_tokens": req.min_tokens,
+        "stop_token_ids": req.stop_token_ids or None,
         "stop": [req.stop] if isinstance(req.stop, str) else list(req.stop or []),
         "logits_processors": [spec.model_dump() for spec in req.logits_processors],
         "constraint_engine": req.constraint_engine,

@@ -26,11 +26,19 @@ _NOT_OPENAI = ("watermark", "truncate", "adapter_id", "decoder_input_details", "
 # Extensions of ours that a dialect's chat body carries by the same name (OpenAI's own, vLLM's).
 CARRIED: dict[Dialect, tuple[str, ...]] = {
     "openai": ("presence_penalty", "logit_bias"),
-    "vllm": ("presence_penalty", "logit_bias", "min_tokens", "chat_template_kwargs", "add_generation_prompt"),
+    "vllm": (
+        "presence_penalty",
+        "logit_bias",
+        "min_tokens",
+        "stop_token_ids",
+        "chat_template_kwargs",
+        "add_generation_prompt",
+    ),
     "chat": (
         "presence_penalty",
         "logit_bias",
         "min_tokens",
+        "stop_token_ids",
         "chat_template_kwargs",
         "add_generation_prompt",
         "max_reasoning_tokens",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 CHAT = [{"role": "user", "content": "Say hello."}]
@@ -34,6 +35,36 @@ def test_logit_bias_bans_the_greedy_token_and_min_tokens_holds_off_the_end(serve
     held = chat(server_url, logit_bias={eos: 100}, min_tokens=3)
     assert held["usage"]["completion_tokens"] >= 3 and held["choices"][0]["message"]["content"]
     assert held["choices"][0]["finish_reason"] == "stop"
+
+
+def test_stop_token_ids_end_the_answer_at_the_named_token_as_vllm_s_do(server_url: str) -> None:
+    """vLLM's stop_token_ids (refused here before): the answer ends at the first token named, its text kept,
+    finish_reason stop and stop_reason the id, streamed or not, on chat and completions; min_tokens holds it off."""
+    client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0)
+    ask: dict[str, Any] = {"model": "embedded", "messages": CHAT, "temperature": 0, "max_tokens": 12}
+    free = client.chat.completions.create(**ask).choices[0].message.content or ""
+    tokens = httpx.post(f"{server_url}/tokenize", json={"inputs": free}, timeout=30).json()
+    stop = tokens[2]["id"]
+    kept = "".join(t["text"] for t in tokens[: [t["id"] for t in tokens].index(stop) + 1])
+    assert free.startswith(kept) and len(kept) < len(free)
+    named = {"stop_token_ids": [stop, stop + 1]}
+    choice = client.chat.completions.create(**ask, extra_body=named).choices[0]
+    assert (choice.message.content, choice.finish_reason, choice.model_extra["stop_reason"]) == (kept, "stop", stop)
+    chunks = list(client.chat.completions.create(**ask, stream=True, extra_body=named))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == kept
+    assert (chunks[-1].choices[0].finish_reason, chunks[-1].choices[0].model_extra["stop_reason"]) == ("stop", stop)
+    held = client.chat.completions.create(**ask, extra_body={**named, "min_tokens": 4})
+    assert held.usage.completion_tokens >= 4 and held.choices[0].message.content != kept
+    prompt = "One, two, three,"
+    text = client.completions.create(model="embedded", prompt=prompt, max_tokens=8, temperature=0).choices[0].text
+    first = httpx.post(f"{server_url}/tokenize", json={"inputs": text}, timeout=30).json()[1]
+    cut = client.completions.create(model="embedded", prompt=prompt, max_tokens=8, temperature=0, extra_body={
+        "stop_token_ids": [first["id"]]}).choices[0]  # fmt: skip
+    assert (
+        text.startswith(cut.text) and cut.text.endswith(first["text"]) and cut.model_extra["stop_reason"] == first["id"]
+    )
+    with pytest.raises(openai.BadRequestError, match="stop_token_ids: token id 99999999 is not in the vocabulary"):
+        client.chat.completions.create(**ask, extra_body={"stop_token_ids": [99999999]})
 
 
 def test_presence_penalty_lowers_each_repeated_token(server_url: str) -> None:
@@ -87,7 +118,7 @@ def test_fields_without_effect_are_named_in_warnings(server_url: str, fields: di
 
 
 def test_fields_that_would_change_the_answer_are_refused_by_name(server_url: str) -> None:
-    refused = [("functions", [{"name": "f"}]), ("use_beam_search", True), ("stop_token_ids", [5])]
+    refused = [("functions", [{"name": "f"}]), ("use_beam_search", True), ("bad_words", ["the"])]
     refused.append(("stream_options", {"include_usage": True}))  # without stream: OpenAI and vLLM refuse it too
     for field, value in refused:
         body = {"messages": CHAT, "max_tokens": 1, field: value}

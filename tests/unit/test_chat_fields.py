@@ -14,6 +14,7 @@ from text_generation.types import Message
 
 from playground.constraints import Constraint
 from playground.decoding import chat_template, sampling
+from playground.decoding.stopping import Stop, StopCriteria, checked_stop_ids
 from playground.errors import InvalidConstraintError, ParameterError
 from playground.types import ChatMessage, GenerateParameters
 from playground.wire import chat_fields, completions, inbound, responses, tools
@@ -89,14 +90,19 @@ def test_new_sampling_fields_reach_the_parameters() -> None:
         add_generation_prompt=False,
         chat_template_kwargs={"enable_thinking": False},
         truncate_prompt_tokens=100,
+        stop_token_ids=[42, 7],
     )
     params = inbound.chat_parameters(req, seed=1)
     assert (params.presence_penalty, params.logit_bias, params.min_tokens) == (0.5, {"42": -100, "7": 3.5}, 4)
+    assert params.stop_token_ids == [42, 7]
     assert (params.top_k, params.repetition_penalty, params.truncate) == (5, 1.2, 100)
     assert params.decoder_input_details is True
     assert (params.add_generation_prompt, params.chat_template_kwargs) == (False, {"enable_thinking": False})
     assert inbound.chat_parameters(_request(ignore_eos=True, max_tokens=9), seed=1).min_tokens == 9
     assert inbound.chat_parameters(_request(truncate_prompt_tokens=-1), seed=1).truncate == -1  # vLLM's: fit
+    # ignore_eos holds every end off until max_tokens (min_tokens): stop_token_ids' tokens too, where vLLM stops
+    with pytest.raises(ParameterError, match=r"ignore_eos: not with stop_token_ids"):
+        inbound.chat_parameters(_request(ignore_eos=True, max_tokens=9, stop_token_ids=[5]), seed=1)
 
 
 @pytest.mark.parametrize("value", [0, -2])
@@ -171,6 +177,27 @@ def test_min_tokens_keeps_eos_out_until_enough_tokens() -> None:
     early = rule(torch.zeros((1, 4), dtype=torch.long), _scores())
     assert early[0, 5] == float("-inf") and early[0, 4] == 0
     assert rule(torch.zeros((1, 5), dtype=torch.long), _scores())[0, 5] == 0
+    # vLLM's min_tokens holds the stop_token_ids' tokens off too
+    params = GenerateParameters(min_tokens=2, stop_token_ids=[1])
+    (held,) = sampling.shared_processors(params, 6, "cpu", prompt_length=3, eos_ids={5})
+    assert held(torch.zeros((1, 4), dtype=torch.long), _scores())[0].tolist() == [
+        0,
+        float("-inf"),
+        0,
+        0,
+        0,
+        float("-inf"),
+    ]
+
+
+def test_stop_token_ids_end_a_row_as_its_end_of_text_does_and_must_be_in_the_vocabulary() -> None:
+    rules = StopCriteria(["zz"], max_new_tokens=9, eos_ids={2}, stop_ids=[2, 7])
+    assert rules.check(2, "a", 1, 1) == Stop("eos_token")  # the model's own end: no stop token named
+    assert rules.check(7, "ab", 1, 1) == Stop("eos_token", token=7)
+    assert rules.check(8, "ab", 1, 1) is None and rules.check(8, "abzz", 2, 2) == Stop("stop_sequence", "zz")
+    assert checked_stop_ids([0, 5], vocab_size=6) == [0, 5] and checked_stop_ids(None, vocab_size=6) == []
+    with pytest.raises(ParameterError, match=r"stop_token_ids: token id 6 is not in the vocabulary \(size 6\)"):
+        checked_stop_ids([1, 6], vocab_size=6)
 
 
 def test_a_vanishing_repetition_penalty_keeps_the_logits_finite() -> None:
@@ -348,6 +375,7 @@ def test_completions_take_vllm_s_extras_as_chat_does() -> None:
         completions.CompletionRequest(prompt="hi", return_full_text=True, echo=False)  # it echoed without a word
     assert completions.CompletionRequest(prompt="hi", return_full_text=True, echo=True).echo
     assert completion(min_tokens=3).min_tokens == 3 and completion(truncate_prompt_tokens=50).truncate == 50
+    assert completion(stop_token_ids=[2, 9]).stop_token_ids == [2, 9]
     assert completion(skip_special_tokens=True, include_stop_str_in_output=False).max_new_tokens == 16
     request = completions.CompletionRequest(prompt="hi", guided_decoding_backend="xgrammar")
     assert completions.warnings(request) == [
@@ -358,7 +386,8 @@ def test_completions_take_vllm_s_extras_as_chat_does() -> None:
         ({"include_stop_str_in_output": True}, "include_stop_str_in_output: not supported"),
         ({"prompt_logprobs": 1}, "prompt_logprobs: use echo with logprobs"),
         ({"truncate": 5, "truncate_prompt_tokens": 6}, "truncate_prompt_tokens: vLLM's name for truncate"),
-        ({"stop_token_ids": [2]}, "stop_token_ids: not supported; use logit_bias or a constraint"),
+        ({"stop_token_ids": [2], "ignore_eos": True}, "ignore_eos: not with stop_token_ids"),
+        ({"allowed_token_ids": [2]}, "allowed_token_ids: not supported; use logit_bias or a constraint"),
         ({"use_beam_search": True}, "use_beam_search: not supported"),
         ({"length_penalty": 0.5}, "length_penalty: only beam search uses it"),
         ({"add_special_tokens": False}, "add_special_tokens: false is not supported for a text prompt"),

@@ -66,13 +66,15 @@ def test_openai_finish_reasons(serve) -> None:
         "length": ({"finish_reason": "length"}, "length", None),
         "vllm stop string": ({"finish_reason": "stop", "stop_reason": "END"}, "stop_sequence", "END"),
         "vllm eos": ({"finish_reason": "stop", "stop_reason": None}, "eos_token", None),
+        "vllm stop token": ({"finish_reason": "stop", "stop_reason": 42}, "eos_token", None),
     }
     for name, (fields, reason, stop) in cases.items():
         answer = chat_completion("abc")
         answer["choices"][0].update(fields)
         stub = serve({"POST /v1/chat/completions": StubReply(json=answer)})
-        best = vllm(stub.url).generate("m", ASKED, GenerateParameters(stop=["END"])).best
+        best = vllm(stub.url).generate("m", ASKED, GenerateParameters(stop=["END"], stop_token_ids=[42])).best
         assert (best.finish_reason, best.stop_sequence) == (reason, stop), name
+        assert best.stop_token == (42 if name == "vllm stop token" else None), name
         # vLLM's text leaves the stop string out (its tokens keep it); the result keeps it, as TGI's /generate does
         assert best.generated_text == ("abcEND" if stop else "abc"), name
 

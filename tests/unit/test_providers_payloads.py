@@ -404,7 +404,8 @@ def test_the_api_key_never_appears_in_errors_or_reprs(serve, monkeypatch) -> Non
 
 
 def test_penalties_bias_and_template_options_reach_the_servers_that_take_them(serve) -> None:
-    """OpenAI takes presence_penalty and logit_bias; vLLM also min_tokens and the template options; TGI none."""
+    """OpenAI takes presence_penalty and logit_bias; vLLM also min_tokens, stop_token_ids and the template options; TGI
+    none."""
     stub = serve(CHAT)
     params = GenerateParameters(max_new_tokens=3, presence_penalty=0.5, logit_bias={"7": -100.0})
     openai(stub.url).generate("gpt-x", MESSAGES, params)
@@ -412,12 +413,16 @@ def test_penalties_bias_and_template_options_reach_the_servers_that_take_them(se
     assert (sent["presence_penalty"], sent["logit_bias"]) == (0.5, {"7": -100.0}) and "min_tokens" not in sent
     with pytest.raises(ParameterError, match="min_tokens is not supported by"):
         openai(stub.url).generate("gpt-x", MESSAGES, GenerateParameters(min_tokens=2))
+    with pytest.raises(ParameterError, match="stop_token_ids is not supported by"):
+        openai(stub.url).generate("gpt-x", MESSAGES, GenerateParameters(stop_token_ids=[2]))
     extras = {"min_tokens": 2, "chat_template_kwargs": {"enable_thinking": False}, "add_generation_prompt": False}
+    extras["stop_token_ids"] = [7, 9]
     vllm(stub.url).generate("m", MESSAGES, params.model_copy(update=extras))
     sent = stub.last("/v1/chat/completions").body
     assert {k: sent[k] for k in extras} == extras and sent["presence_penalty"] == 0.5
-    with pytest.raises(ParameterError, match="presence_penalty is not supported by"):
-        tgi(stub.url).generate("m", "count", GenerateParameters(presence_penalty=0.5))
+    for refused in ({"presence_penalty": 0.5}, {"stop_token_ids": [7]}):
+        with pytest.raises(ParameterError, match=f"{next(iter(refused))} is not supported by"):
+            tgi(stub.url).generate("m", "count", GenerateParameters(**refused))
 
 
 def test_truncate_reaches_vllm_as_truncate_prompt_tokens_and_tgi_refuses_minus_one(serve) -> None:

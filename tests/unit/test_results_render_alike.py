@@ -27,7 +27,8 @@ GREY = "background:hsl(0, 0%, 90%)"
 
 
 def _result() -> GenerationResult:
-    """A quarter-likely token, a token whose probability nobody reported, hostile text, candidates out of order."""
+    """A quarter-likely token, a token whose probability nobody reported, hostile text, candidates out of order (one
+    ended by a stop_token_ids token)."""
     quarter = GeneratedToken(
         id=1,
         text=HOSTILE,
@@ -47,15 +48,18 @@ def _result() -> GenerationResult:
         validation=Validation(valid=False, message=HOSTILE),
     )
 
-    def other(text: str, logprob: float) -> Sequence:
-        return Sequence(generated_text=text, finish_reason="length", generated_tokens=1, total_logprob=logprob)
+    def other(text: str, logprob: float, stop_token: int | None = None) -> Sequence:
+        reason = "length" if stop_token is None else "eos_token"
+        return Sequence(
+            generated_text=text, finish_reason=reason, generated_tokens=1, total_logprob=logprob, stop_token=stop_token
+        )
 
     return GenerationResult(
         model_id=HOSTILE,
         prompt="p",
         input_length=3,
         best=best,
-        best_of_sequences=[other("low", -9.0), other(HOSTILE, -2.0), other("mid", -5.0)],
+        best_of_sequences=[other("low", -9.0), other(HOSTILE, -2.0), other("mid", -5.0, stop_token=7)],
         constraint_kind="regex",
     )
 

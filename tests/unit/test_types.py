@@ -33,6 +33,7 @@ OUR_EXTENSIONS = {"logits_processors", "constraint_engine", "min_p", "continue_f
     "presence_penalty",
     "logit_bias",
     "min_tokens",
+    "stop_token_ids",
     "add_generation_prompt",
     "chat_template_kwargs",
     "max_reasoning_tokens",

@@ -40,8 +40,11 @@ export function verdict(validation, kind) {
   return ["muted", v.message || "no constraint \u2014 nothing to validate"];
 }
 
-/** The finish reason, with the stop sequence that ended it. */
+/** The finish reason, with the stop sequence or the stop_token_ids token that ended it. */
 export function finishText(seq) {
+  if (seq.stop_token !== null && seq.stop_token !== undefined) {
+    return `${seq.finish_reason} (stop token ${seq.stop_token})`;
+  }
   if (seq.stop_sequence === null || seq.stop_sequence === undefined) return seq.finish_reason;
   return `${seq.finish_reason} (${JSON.stringify(seq.stop_sequence)})`;
 }
