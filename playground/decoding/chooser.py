@@ -65,8 +65,10 @@ class TokenChooser:
         self.generator = generator
         self.top_n = max(params.top_n_tokens or 0, 1)
         self.shared = sampling.shared_processors(
-            params, runner.vocab_size, runner.device, prompt_length, runner.eos_ids
+            params, runner.vocab_size, runner.device, prompt_length, runner.eos_ids, lambda t: runner.encode_words(t)
         )
+        # the tokens that end the row: never forced or drafted, so that min_tokens holds them off as it holds EOS
+        self.end_ids = frozenset(runner.eos_ids) | frozenset(params.stop_token_ids or ())
         self.warpers = sampling.warpers(params)
         # Only a lone constraint processor can be probed ahead: custom processors may change any logit.
         self.fast_forward = fast_forward
@@ -266,7 +268,7 @@ class TokenChooser:
         if self.drafts is None or self.pending is None or self.pending_key is None:
             return None
         token = self.drafts.get(self.pending_key)
-        if token is None or token in self.runner.eos_ids or not self.processors[0].allows(token):
+        if token is None or token in self.end_ids or not self.processors[0].allows(token):
             return None
         drafted = (token, self.pending, self.pending_key)
         self.pending, self.pending_key = None, None
@@ -303,7 +305,7 @@ class TokenChooser:
             token = int(allowed.nonzero()[0, 0])
         else:
             return None
-        if token is None or token in self.runner.eos_ids or not bool(allowed[token]):
+        if token is None or token in self.end_ids or not bool(allowed[token]):
             return None
         return token
 

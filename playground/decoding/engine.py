@@ -429,8 +429,13 @@ class Engine:
     ) -> TokenChooser:
         """A fresh per-row token pipeline: the request's processors and a new copy of its constraint."""
         processors = self._row_processors(compiled, params)
-        # Probing ahead needs the constraint alone: custom processors may change any logit.
-        fast_forward = params.fast_forward and compiled is not None and not params.logits_processors
+        # Probing ahead needs the constraint alone: custom processors may change any logit, and allowed_token_ids and
+        # bad_words may take a token the constraint forces
+        fast_forward = (
+            params.fast_forward
+            and compiled is not None
+            and not (params.logits_processors or params.allowed_token_ids or params.bad_words)
+        )
         chooser = TokenChooser(
             self.runner, params, processors, constraint, prompt_length, generator, fast_forward=fast_forward
         )

@@ -133,6 +133,10 @@ class ModelRunner:
         kept = [i for i in token_ids if i not in self.special_ids]
         return self.tokenizer.decode(kept, skip_special_tokens=False)
 
+    def encode_words(self, text: str) -> list[int]:
+        """`text`'s token ids, no special tokens added (how bad_words are spelled)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
     def ids(self, token_ids: list[int]) -> torch.Tensor:
         """A one-row batch of ids on the model's device."""
         return torch.tensor([token_ids], device=self.device)

@@ -1,7 +1,8 @@
 """One decoding step's scoring: penalties, custom processors, the constraint mask, warpers, logprobs.
 
 transformers' own processors and warpers are used wherever they exist; only OpenAI's frequency and
-presence penalties and logit bias, and vLLM's min_tokens (which transformers lacks in these forms), are written here.
+presence penalties and logit bias, and vLLM's min_tokens, allowed_token_ids and bad_words (which transformers lacks in
+these forms), are written here.
 """
 
 from __future__ import annotations
@@ -103,10 +104,70 @@ class MinTokens:
         return scores.index_fill(1, torch.tensor(eos, dtype=torch.long, device=scores.device), NEG_INF)
 
 
+class AllowedTokens:
+    """vLLM's allowed_token_ids: every other token is out, the end-of-text token too unless listed."""
+
+    def __init__(self, ids: list[int], vocab_size: int) -> None:
+        outside = [i for i in ids if i >= vocab_size]
+        if outside:
+            raise ParameterError(
+                f"allowed_token_ids: token id {outside[0]} is not in the vocabulary (size {vocab_size})",
+                field="allowed_token_ids",
+            )
+        self.bias = torch.full((vocab_size,), NEG_INF)
+        self.bias[ids] = 0.0
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return scores + self.bias[: scores.shape[-1]].to(scores.device, scores.dtype)
+
+
+def bad_word_ids(words: list[str], encode: Callable[[str], list[int]]) -> list[list[int]]:
+    """vLLM's reading of bad_words: each word's tokens alone, and after a space where that spells it with another first
+    token in as many tokens (a word's form inside a sentence)."""
+    out: list[list[int]] = []
+    for word in words:
+        alone = encode(word.lstrip())
+        if alone:
+            out.append(alone)
+        spaced = encode(" " + word.lstrip())
+        if spaced and (not alone or (spaced[0] != alone[0] and len(spaced) == len(alone))):
+            out.append(spaced)
+    return out
+
+
+class BadWords:
+    """vLLM's bad_words: a word's last token is out where the answer's last tokens are the rest of it (a one-token
+    word: always). Only the answer's tokens count, not the prompt's."""
+
+    def __init__(self, words: list[list[int]], prompt_length: int, vocab_size: int) -> None:
+        self.always = sorted({w[0] for w in words if len(w) == 1 and w[0] < vocab_size})
+        self.after = [(w[:-1], w[-1]) for w in words if len(w) > 1 and w[-1] < vocab_size]
+        self.longest = max((len(before) for before, _ in self.after), default=0)
+        self.prompt_length = prompt_length
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        banned = list(self.always)
+        if self.after:
+            answer = input_ids.shape[1] - self.prompt_length
+            tail = input_ids[0, input_ids.shape[1] - min(self.longest, answer) :].tolist() if answer > 0 else []
+            banned += [
+                last for before, last in self.after if len(before) <= len(tail) and tail[-len(before) :] == before
+            ]
+        if not banned:
+            return scores
+        return scores.index_fill(1, torch.tensor(banned, dtype=torch.long, device=scores.device), NEG_INF)
+
+
 def shared_processors(
-    params: GenerateParameters, vocab_size: int, device: Any, prompt_length: int, eos_ids: Iterable[int] = ()
+    params: GenerateParameters,
+    vocab_size: int,
+    device: Any,
+    prompt_length: int,
+    eos_ids: Iterable[int] = (),
+    encode: Callable[[str], list[int]] | None = None,
 ) -> LogitsProcessorList:
-    """Stateless processors applied to the whole batch before the per-row masks (TGI's order)."""
+    """Stateless processors applied to the whole batch before the per-row masks (TGI's order); `encode` (text -> token
+    ids, no special tokens) spells bad_words."""
     processors = LogitsProcessorList()
     if params.watermark:
         processors.append(WatermarkLogitsProcessor(vocab_size=vocab_size, device=device))
@@ -122,6 +183,12 @@ def shared_processors(
         processors.append(LogitBias(params.logit_bias, vocab_size))
     if params.min_tokens:
         processors.append(MinTokens(params.min_tokens, prompt_length, {*eos_ids, *(params.stop_token_ids or ())}))
+    if params.allowed_token_ids:
+        processors.append(AllowedTokens(params.allowed_token_ids, vocab_size))
+    if params.bad_words:
+        if encode is None:
+            raise ParameterError("bad_words: this route cannot spell words as tokens", field="bad_words")
+        processors.append(BadWords(bad_word_ids(params.bad_words, encode), prompt_length, vocab_size))
     return processors
 
 
@@ -292,9 +359,9 @@ def token_record(
         top = top_tokens(step.logprobs, top_n, text_of, special)
     raw_top = top if step.logprobs is step.raw_logprobs else top_tokens(step.raw_logprobs, top_n, text_of, special)
     own = text_of(token_id)
-    # its own text where its share is not: part of a character, or whole characters after bytes that never made
-    # one (their U+FFFD lands in this token's share)
-    apart = is_byte_piece(own) or ("\ufffd" in text and "\ufffd" not in own)
+    # its own text where its share is not: part of a character, whole characters after bytes that never made one
+    # (their U+FFFD lands in this token's share), or a stop_token_ids token (no share: the answer ended before it)
+    apart = is_byte_piece(own) or ("\ufffd" in text and "\ufffd" not in own) or (bool(own) and not text)
     return GeneratedToken(
         id=token_id,
         text=text,

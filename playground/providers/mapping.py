@@ -100,6 +100,8 @@ def openai_finish(reason: str | None, stop_reason: Any, stops: list[str], text: 
         return "length", None
     if isinstance(stop_reason, str):
         return "stop_sequence", stop_reason
+    if isinstance(stop_reason, int) and not isinstance(stop_reason, bool):  # a stop_token_ids token
+        return "eos_token", None
     ended = next((s for s in stops if text.endswith(s)), None)
     return ("stop_sequence", ended) if ended else ("eos_token", None)
 

@@ -116,13 +116,13 @@ def error_response(
 ) -> JSONResponse:
     """The error with the status the route's protocol uses, in the shape its client reads (openai_shaped; `started`:
     it came after tokens had been decoded; `code`, `kind`: OpenAI's own code and type for it)."""
+    tgi_type = tgi_error_type(status, error_type, started=started)  # (by TGI's status, before OpenAI's)
     if openai_route(request.url.path):
         status = openai_status(status)
     if openai_shaped(request.url.path, request.headers):
         body = openai_error_body(status, message, error_type, param, code, kind)
         return JSONResponse(body, status_code=status, headers=headers)
-    body = error_body(message, tgi_error_type(status, error_type, started=started))
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(error_body(message, tgi_type), status_code=status, headers=headers)
 
 
 async def _playground_error(request: Request, exc: Exception) -> JSONResponse:

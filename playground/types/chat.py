@@ -280,8 +280,6 @@ class OpenAISampling(Request, Sampling):
     user: Name | None = None
     # vLLM's sampling extras both routes take: their defaults accepted, other values refused by name
     # (playground.wire.chat_fields.VLLM_EXTRAS)
-    bad_words: Any = None
-    allowed_token_ids: Any = None
     use_beam_search: Any = None
     length_penalty: Any = None
     return_tokens_as_token_ids: Any = None

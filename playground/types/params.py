@@ -8,10 +8,13 @@ from pydantic import Field, field_validator, model_serializer
 
 from playground.types.base import EngineName, KeptTokens, Name, ParamText, StopText, Strict
 from playground.types.sizes import (
+    MAX_ALLOWED_TOKEN_IDS,
+    MAX_BAD_WORDS,
     MAX_PREFIX_CHARS,
     MAX_PROCESSOR_PARAMS,
     MAX_PROCESSORS,
     MAX_SEED,
+    MAX_STOP_CHARS,
     MAX_STOP_SEQUENCES,
     MAX_STOP_TOKEN_IDS,
 )
@@ -70,8 +73,19 @@ class Sampling(Strict):
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(
         default=None,
         max_length=MAX_STOP_TOKEN_IDS,
-        description="vLLM's: token ids that end the answer as its end-of-text token does (finish_reason eos_token); "
-        "the token's text stays in the answer unless it is a special token.",
+        description="vLLM's: token ids that end the answer as its end-of-text token does (finish_reason eos_token), "
+        "their text left out, as vLLM's engine leaves it out.",
+    )
+    allowed_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None,
+        max_length=MAX_ALLOWED_TOKEN_IDS,
+        description="vLLM's: only these token ids may be generated (the end-of-text token too only when listed).",
+    )
+    bad_words: list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]] | None = Field(
+        default=None,
+        max_length=MAX_BAD_WORDS,
+        description="vLLM's: words the answer may not write, each as the tokenizer spells it alone and after a space "
+        "(its last token is out where the answer's last tokens are the rest of it).",
     )
 
 

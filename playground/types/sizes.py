@@ -39,6 +39,8 @@ MAX_NAME_CHARS = 512
 MAX_BEST_OF = 4
 MAX_STOP_SEQUENCES = 4
 MAX_STOP_TOKEN_IDS = 64  # vLLM's stop_token_ids
+MAX_BAD_WORDS = 64  # vLLM's bad_words
+MAX_ALLOWED_TOKEN_IDS = 65_536  # vLLM's allowed_token_ids (a vocabulary's worth)
 MAX_TOP_N_TOKENS = 20
 # Choices of one chat or completions request (n), as vLLM caps them by default.
 MAX_CHOICES = 8

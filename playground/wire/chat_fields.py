@@ -39,13 +39,11 @@ IGNORED_OPTIONS: dict[tuple[str, str], str] = {
 
 
 # vLLM's sampling extras that both its chat and completions routes take: their defaults are what we do anyway
-VLLM_EXTRAS = "bad_words allowed_token_ids use_beam_search length_penalty return_tokens_as_token_ids"
+VLLM_EXTRAS = "use_beam_search length_penalty return_tokens_as_token_ids"
 
 
 def vllm_extra_refusal(name: str, value: Any) -> str | None:
     """Why one of VLLM_EXTRAS set to `value` is refused, or None when that value is vLLM's default."""
-    if name in ("bad_words", "allowed_token_ids"):
-        return None if not value else "not supported; use logit_bias or a constraint"
     if name == "length_penalty":
         return None if value == 1 else "only beam search uses it, and it is not supported"
     return None if value is False else "not supported"
@@ -84,7 +82,7 @@ def _refusal(name: str, value: Any, req: ChatCompletionRequest) -> str | None:
 
 REFUSABLE = (
     "functions function_call audio web_search_options documents chat_template verbosity modalities "
-    "bad_words allowed_token_ids echo include_stop_str_in_output use_beam_search add_special_tokens "
+    "echo include_stop_str_in_output use_beam_search add_special_tokens "
     "return_tokens_as_token_ids skip_special_tokens length_penalty ignore_eos prompt_logprobs"
 ).split()
 

@@ -306,6 +306,8 @@ def openai_values(req: OpenAISampling) -> dict[str, Any]:
         "logit_bias": req.logit_bias or None,
         "min_tokens": req.min_tokens,
         "stop_token_ids": req.stop_token_ids or None,
+        "allowed_token_ids": req.allowed_token_ids or None,
+        "bad_words": req.bad_words or None,
         "stop": [req.stop] if isinstance(req.stop, str) else list(req.stop or []),
         "logits_processors": [spec.model_dump() for spec in req.logits_processors],
         "constraint_engine": req.constraint_engine,

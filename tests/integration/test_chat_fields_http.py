@@ -38,33 +38,66 @@ def test_logit_bias_bans_the_greedy_token_and_min_tokens_holds_off_the_end(serve
 
 
 def test_stop_token_ids_end_the_answer_at_the_named_token_as_vllm_s_do(server_url: str) -> None:
-    """vLLM's stop_token_ids (refused here before): the answer ends at the first token named, its text kept,
-    finish_reason stop and stop_reason the id, streamed or not, on chat and completions; min_tokens holds it off."""
+    """vLLM's stop_token_ids (refused here before): the answer ends at the first token named, before its text (the
+    token is in the logprobs), finish_reason stop and stop_reason the id, streamed or not, on chat and completions;
+    min_tokens holds it off, even where the constraint forces it."""
     client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0)
-    ask: dict[str, Any] = {"model": "embedded", "messages": CHAT, "temperature": 0, "max_tokens": 12}
+    ask: dict[str, Any] = {"model": "embedded", "messages": CHAT, "temperature": 0, "max_tokens": 12, "logprobs": True}
     free = client.chat.completions.create(**ask).choices[0].message.content or ""
     tokens = httpx.post(f"{server_url}/tokenize", json={"inputs": free}, timeout=30).json()
     stop = tokens[2]["id"]
-    kept = "".join(t["text"] for t in tokens[: [t["id"] for t in tokens].index(stop) + 1])
-    assert free.startswith(kept) and len(kept) < len(free)
+    at = [t["id"] for t in tokens].index(stop)
+    kept = "".join(t["text"] for t in tokens[:at])
+    assert free.startswith(kept + tokens[at]["text"])
     named = {"stop_token_ids": [stop, stop + 1]}
     choice = client.chat.completions.create(**ask, extra_body=named).choices[0]
     assert (choice.message.content, choice.finish_reason, choice.model_extra["stop_reason"]) == (kept, "stop", stop)
+    assert [t.token for t in choice.logprobs.content] == [t["text"] for t in tokens[: at + 1]]
     chunks = list(client.chat.completions.create(**ask, stream=True, extra_body=named))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == kept
     assert (chunks[-1].choices[0].finish_reason, chunks[-1].choices[0].model_extra["stop_reason"]) == ("stop", stop)
     held = client.chat.completions.create(**ask, extra_body={**named, "min_tokens": 4})
     assert held.usage.completion_tokens >= 4 and held.choices[0].message.content != kept
+    dot = token_id(server_url, ".")
+    forced = {"guided_regex": r"abc\.def", "stop_token_ids": [dot]}
+    choice = client.chat.completions.create(**ask, extra_body=forced).choices[0]
+    assert (choice.message.content, choice.model_extra["stop_reason"]) == ("abc", dot)
+    with pytest.raises(openai.BadRequestError, match="min_tokens: the constraint allows nothing but the end"):
+        client.chat.completions.create(**ask, extra_body={**forced, "min_tokens": 3})  # fast-forward wrote "abc."
     prompt = "One, two, three,"
     text = client.completions.create(model="embedded", prompt=prompt, max_tokens=8, temperature=0).choices[0].text
-    first = httpx.post(f"{server_url}/tokenize", json={"inputs": text}, timeout=30).json()[1]
+    words = httpx.post(f"{server_url}/tokenize", json={"inputs": text}, timeout=30).json()
     cut = client.completions.create(model="embedded", prompt=prompt, max_tokens=8, temperature=0, extra_body={
-        "stop_token_ids": [first["id"]]}).choices[0]  # fmt: skip
-    assert (
-        text.startswith(cut.text) and cut.text.endswith(first["text"]) and cut.model_extra["stop_reason"] == first["id"]
-    )
+        "stop_token_ids": [words[1]["id"]]}).choices[0]  # fmt: skip
+    assert (cut.text, cut.model_extra["stop_reason"]) == (words[0]["text"], words[1]["id"])
     with pytest.raises(openai.BadRequestError, match="stop_token_ids: token id 99999999 is not in the vocabulary"):
         client.chat.completions.create(**ask, extra_body={"stop_token_ids": [99999999]})
+
+
+def test_bad_words_and_allowed_token_ids_keep_the_answer_off_and_to_the_tokens_named(server_url: str) -> None:
+    """vLLM's bad_words and allowed_token_ids (refused here before): a word the greedy answer wrote is not written,
+    and only the tokens allowed are, the end of text only when listed."""
+    client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0)
+    ask: dict[str, Any] = {"model": "embedded", "messages": CHAT, "temperature": 0, "max_tokens": 6, "logprobs": True}
+    free = client.chat.completions.create(**ask).choices[0].message.content or ""
+    word = free.split()[0].strip(".,!")
+    assert word
+    kept_off = client.chat.completions.create(**ask, extra_body={"bad_words": [word]}).choices[0].message.content
+    assert word not in (kept_off or "") and kept_off
+    tokens = httpx.post(f"{server_url}/tokenize", json={"inputs": " yes no maybe"}, timeout=30).json()
+    allowed = [t["id"] for t in tokens]
+    only = client.chat.completions.create(**ask, extra_body={"allowed_token_ids": allowed}).choices[0]
+    assert {t.token for t in only.logprobs.content} <= {t["text"] for t in tokens}
+    assert only.finish_reason == "length"  # the end of text was not allowed
+    ended = client.chat.completions.create(
+        **ask, extra_body={"allowed_token_ids": [*allowed, token_id(server_url, "<|im_end|>")]}
+    )
+    assert ended.choices[0].finish_reason == "stop" or ended.usage.completion_tokens == 6
+    with pytest.raises(openai.BadRequestError, match="allowed_token_ids: token id 99999999 is not in the vocabulary"):
+        client.chat.completions.create(**ask, extra_body={"allowed_token_ids": [99999999]})
+    # text the constraint forces is not written past them (fast-forward would append it unasked)
+    with pytest.raises(openai.BadRequestError, match="every token was masked out"):
+        client.chat.completions.create(**ask, extra_body={"guided_regex": "Red dog", "bad_words": ["dog"]})
 
 
 def test_presence_penalty_lowers_each_repeated_token(server_url: str) -> None:
@@ -118,7 +151,7 @@ def test_fields_without_effect_are_named_in_warnings(server_url: str, fields: di
 
 
 def test_fields_that_would_change_the_answer_are_refused_by_name(server_url: str) -> None:
-    refused = [("functions", [{"name": "f"}]), ("use_beam_search", True), ("bad_words", ["the"])]
+    refused = [("functions", [{"name": "f"}]), ("use_beam_search", True), ("return_tokens_as_token_ids", True)]
     refused.append(("stream_options", {"include_usage": True}))  # without stream: OpenAI and vLLM refuse it too
     for field, value in refused:
         body = {"messages": CHAT, "max_tokens": 1, field: value}

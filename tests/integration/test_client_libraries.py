@@ -244,6 +244,7 @@ def test_a_chat_error_raises_the_server_s_message_in_each_client(
     assert str(refused.value).endswith(
         "\ninvalid regex at position 1: unclosed group (the engines read Rust regex syntax)"
     )
+    assert refused.value.response.json()["error_type"] == "validation"  # TGI's word for a refused request
     chunks = hub.chat_completion(ask, max_tokens=12, stream=True, response_format={"type": "json", "value": schema})
     with pytest.raises(huggingface_hub.errors.GenerationError) as hub_failed:
         for _ in chunks:

@@ -91,10 +91,12 @@ def test_new_sampling_fields_reach_the_parameters() -> None:
         chat_template_kwargs={"enable_thinking": False},
         truncate_prompt_tokens=100,
         stop_token_ids=[42, 7],
+        allowed_token_ids=[3, 4],
+        bad_words=["no way"],
     )
     params = inbound.chat_parameters(req, seed=1)
     assert (params.presence_penalty, params.logit_bias, params.min_tokens) == (0.5, {"42": -100, "7": 3.5}, 4)
-    assert params.stop_token_ids == [42, 7]
+    assert (params.stop_token_ids, params.allowed_token_ids, params.bad_words) == ([42, 7], [3, 4], ["no way"])
     assert (params.top_k, params.repetition_penalty, params.truncate) == (5, 1.2, 100)
     assert params.decoder_input_details is True
     assert (params.add_generation_prompt, params.chat_template_kwargs) == (False, {"enable_thinking": False})
@@ -188,6 +190,35 @@ def test_min_tokens_keeps_eos_out_until_enough_tokens() -> None:
         0,
         float("-inf"),
     ]
+
+
+def test_allowed_token_ids_leave_only_those_tokens_the_end_of_text_too() -> None:
+    params = GenerateParameters(allowed_token_ids=[1, 3])
+    (only,) = sampling.shared_processors(params, 6, "cpu", prompt_length=0, eos_ids={5})
+    assert torch.isfinite(only(torch.zeros((1, 2), dtype=torch.long), _scores())[0]).tolist() == [
+        False, True, False, True, False, False,
+    ]  # fmt: skip
+    with pytest.raises(ParameterError, match=r"allowed_token_ids: token id 6 is not in the vocabulary \(size 6\)"):
+        sampling.shared_processors(GenerateParameters(allowed_token_ids=[6]), 6, "cpu", prompt_length=0)
+
+
+def test_bad_words_are_spelled_as_vllm_spells_them_and_banned_where_the_answer_would_finish_them() -> None:
+    spelled = {"cat": [1], " cat": [2], "hot dog": [3, 4], " hot dog": [5, 4], "ab": [1, 2], " ab": [1, 2]}
+    # a word alone, and after a space where that is another first token in as many tokens (vLLM's rule)
+    assert sampling.bad_word_ids(["cat", " hot dog", "ab"], lambda text: spelled[text]) == [
+        [1], [2], [3, 4], [5, 4], [1, 2],
+    ]  # fmt: skip
+    rule = sampling.BadWords([[1], [3, 4], [5, 4]], prompt_length=2, vocab_size=6)
+
+    def banned(ids: list[int]) -> list[int]:
+        out = rule(torch.tensor([ids]), _scores())[0]
+        return [i for i in range(6) if not torch.isfinite(out[i])]
+
+    assert banned([0, 0]) == [1]  # nothing written yet: only the one-token word
+    assert banned([0, 0, 3]) == banned([0, 0, 9, 5]) == [1, 4]  # "hot" or " hot" written: "dog" is out
+    assert banned([3, 0]) == [1]  # the prompt's tokens do not count
+    with pytest.raises(ParameterError, match="bad_words: this route cannot spell words as tokens"):
+        sampling.shared_processors(GenerateParameters(bad_words=["x"]), 6, "cpu", prompt_length=0)
 
 
 def test_stop_token_ids_end_a_row_as_its_end_of_text_does_and_must_be_in_the_vocabulary() -> None:
@@ -387,7 +418,6 @@ def test_completions_take_vllm_s_extras_as_chat_does() -> None:
         ({"prompt_logprobs": 1}, "prompt_logprobs: use echo with logprobs"),
         ({"truncate": 5, "truncate_prompt_tokens": 6}, "truncate_prompt_tokens: vLLM's name for truncate"),
         ({"stop_token_ids": [2], "ignore_eos": True}, "ignore_eos: not with stop_token_ids"),
-        ({"allowed_token_ids": [2]}, "allowed_token_ids: not supported; use logit_bias or a constraint"),
         ({"use_beam_search": True}, "use_beam_search: not supported"),
         ({"length_penalty": 0.5}, "length_penalty: only beam search uses it"),
         ({"add_special_tokens": False}, "add_special_tokens: false is not supported for a text prompt"),

@@ -34,6 +34,8 @@ OUR_EXTENSIONS = {"logits_processors", "constraint_engine", "min_p", "continue_f
     "logit_bias",
     "min_tokens",
     "stop_token_ids",
+    "allowed_token_ids",
+    "bad_words",
     "add_generation_prompt",
     "chat_template_kwargs",
     "max_reasoning_tokens",
