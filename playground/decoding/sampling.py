@@ -125,7 +125,9 @@ def bad_word_ids(words: list[str], encode: Callable[[str], list[int]]) -> list[l
     """vLLM's reading of bad_words: each word's tokens alone, and after a space where that spells it with another first
     token in as many tokens (a word's form inside a sentence)."""
     out: list[list[int]] = []
-    for word in words:
+    for index, word in enumerate(words):
+        if not word.strip():
+            raise ParameterError(f"bad_words[{index}]: whitespace alone is no word", field="bad_words")
         alone = encode(word.lstrip())
         if alone:
             out.append(alone)

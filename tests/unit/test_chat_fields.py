@@ -217,6 +217,8 @@ def test_bad_words_are_spelled_as_vllm_spells_them_and_banned_where_the_answer_w
     assert banned([0, 0]) == [1]  # nothing written yet: only the one-token word
     assert banned([0, 0, 3]) == banned([0, 0, 9, 5]) == [1, 4]  # "hot" or " hot" written: "dog" is out
     assert banned([3, 0]) == [1]  # the prompt's tokens do not count
+    with pytest.raises(ParameterError, match=r"bad_words\[1\]: whitespace alone is no word"):
+        sampling.bad_word_ids(["cat", " "], lambda text: spelled[text])
     with pytest.raises(ParameterError, match="bad_words: this route cannot spell words as tokens"):
         sampling.shared_processors(GenerateParameters(bad_words=["x"]), 6, "cpu", prompt_length=0)
 
