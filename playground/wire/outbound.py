@@ -24,31 +24,20 @@ TGI_FIELDS = frozenset(
 EXTENSIONS = tuple(n for n in GenerateParameters.model_fields if n not in TGI_FIELDS and n not in BY_NAME)
 _NOT_OPENAI = ("watermark", "truncate", "adapter_id", "decoder_input_details", "return_full_text", *EXTENSIONS)
 # Extensions of ours that a dialect's chat body carries by the same name (OpenAI's own, vLLM's).
+_VLLM_EXTENSIONS = (
+    "presence_penalty",
+    "logit_bias",
+    "min_tokens",
+    "stop_token_ids",
+    "allowed_token_ids",
+    "bad_words",
+    "chat_template_kwargs",
+    "add_generation_prompt",
+)
 CARRIED: dict[Dialect, tuple[str, ...]] = {
     "openai": ("presence_penalty", "logit_bias"),
-    "vllm": (
-        "presence_penalty",
-        "logit_bias",
-        "min_tokens",
-        "stop_token_ids",
-        "allowed_token_ids",
-        "bad_words",
-        "chat_template_kwargs",
-        "add_generation_prompt",
-    ),
-    "chat": (
-        "presence_penalty",
-        "logit_bias",
-        "min_tokens",
-        "stop_token_ids",
-        "allowed_token_ids",
-        "bad_words",
-        "chat_template_kwargs",
-        "add_generation_prompt",
-        "max_reasoning_tokens",
-        "think_first",
-        "fast_forward",
-    ),
+    "vllm": _VLLM_EXTENSIONS,
+    "chat": (*_VLLM_EXTENSIONS, "max_reasoning_tokens", "think_first", "fast_forward"),
 }
 # Fields of ours that a dialect's chat body carries under its own name: vLLM's truncate_prompt_tokens (-1 too).
 RENAMED: dict[Dialect, dict[str, str]] = {
