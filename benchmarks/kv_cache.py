@@ -1,11 +1,13 @@
-"""A batch's decode step on short and long caches: keys and values grown in place against concatenated.
+"""A batch's decode step on short and long caches: keys and values grown in place against concatenated, and the
+C kernel's attention against torch's sdpa.
 
 python -m benchmarks.kv_cache [--runs 5] [--steps 12] [--threads 1]
 For each (rows, cached positions), the embedded model's lean step (playground/models/llama_step.py) on a batch
 of distinct prompts, ms per step: `room`, the cache grown in place within spare room of its buffers (the default
-from ROOM_FROM positions on), and `cat`, transformers' concatenation at every step (ROOM_FROM past the cache).
+from ROOM_FROM positions on), and `cat`, transformers' concatenation at every step (ROOM_FROM past the cache),
+both with the C kernel's attention (the default where a C compiler is); `room_sdpa`, in place with torch's sdpa.
 Interleaved in one process, each run on a fresh copy of the same batch, medians; `cat_vs_room` > 1 is the
-in-place cache's gain. One JSON line of figures last.
+in-place cache's gain, `sdpa_vs_kernel` > 1 the kernel's. One JSON line of figures last.
 """
 
 from __future__ import annotations
@@ -35,17 +37,19 @@ def _batch(runner: ModelRunner, rows: int, length: int) -> BatchCache:
     return batch
 
 
-def _ms_per_step(base: BatchCache, steps: int, room_from: int) -> float:
+def _ms_per_step(base: BatchCache, steps: int, room_from: int, attend: llama_step.Attend | None) -> float:
     batch = BatchCache(base.runner)  # a fresh copy of the cache (the runner and its model shared)
     batch.kv, batch.mask, batch.positions = copy.deepcopy(base.kv), base.mask.clone(), base.positions.clone()
-    saved, llama_step.ROOM_FROM = llama_step.ROOM_FROM, room_from
+    step = base.runner._lean_step
+    saved = llama_step.ROOM_FROM, step.attend
+    llama_step.ROOM_FROM, step.attend = room_from, attend
     try:
         start = time.perf_counter()
         for k in range(steps):
             batch.forward([[500 + k]] * batch.rows)
         return (time.perf_counter() - start) * 1000 / steps
     finally:
-        llama_step.ROOM_FROM = saved
+        llama_step.ROOM_FROM, step.attend = saved
 
 
 def main() -> None:
@@ -54,23 +58,34 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    runner = ModelRunner(load_model("embedded", threads=args.threads))
+    loaded = load_model("embedded", threads=args.threads)
+    runner = ModelRunner(loaded)
     if runner._lean_step is None:
         raise SystemExit("the embedded model takes no lean step here: nothing to compare")
-    figures: dict[str, object] = {"threads": args.threads, "runs": args.runs, "room_from": llama_step.ROOM_FROM}
+    attend = loaded.attend
+    figures: dict[str, object] = {
+        "threads": args.threads,
+        "runs": args.runs,
+        "room_from": llama_step.ROOM_FROM,
+        "attention_kernel": attend is not None,
+    }
     with torch.inference_mode():
         for rows, length in SHAPES:
             base = _batch(runner, rows, length)
-            room, cat = [], []
-            for _ in range(args.runs):
-                room.append(_ms_per_step(base, args.steps, 0))
-                cat.append(_ms_per_step(base, args.steps, 10**9))
+            room, cat, sdpa = [], [], []
+            arms = [(room, 0, attend), (cat, 10**9, attend), (sdpa, 0, None)]
+            for run in range(args.runs):  # the arms take turns going first: none always meets a colder cache
+                for times, room_from, attention in arms[run % 3 :] + arms[: run % 3]:
+                    times.append(_ms_per_step(base, args.steps, room_from, attention))
             name = f"r{rows}_len{length}"
             figures[f"{name}_room_ms"] = round(statistics.median(room), 2)
             figures[f"{name}_cat_ms"] = round(statistics.median(cat), 2)
+            figures[f"{name}_room_sdpa_ms"] = round(statistics.median(sdpa), 2)
             figures[f"{name}_cat_vs_room"] = round(statistics.median(cat) / statistics.median(room), 3)
+            figures[f"{name}_sdpa_vs_kernel"] = round(statistics.median(sdpa) / statistics.median(room), 3)
             print(
-                f"{rows} rows, {length} positions: room {figures[f'{name}_room_ms']} ms, cat {figures[f'{name}_cat_ms']} ms"
+                f"{rows} rows, {length} positions: room {figures[f'{name}_room_ms']} ms, "
+                f"cat {figures[f'{name}_cat_ms']} ms, room with sdpa {figures[f'{name}_room_sdpa_ms']} ms"
             )
     print(json.dumps(figures))
 

@@ -305,6 +305,14 @@ class LocalOptions:
         "compiler (cc, or $CC), without one nothing changes (default: auto)",
         choices=("auto", "off"),
     )
+    cpu_attention_kernel: str = option(
+        "auto",
+        "on the CPU, run a decode step's attention (one new token per row, the step batching and chats repeat) "
+        "with a small C kernel compiled for this machine on first use instead of torch's sdpa, whose overhead "
+        "outweighs the arithmetic there (float32, the same sums in another order); off: sdpa; needs a C compiler "
+        "(cc, or $CC), without one nothing changes (default: auto)",
+        choices=("auto", "off"),
+    )
     max_new_tokens: int = option(
         256,
         "max_new_tokens when a request leaves it unset, on local models; a remote server applies its own "

@@ -50,7 +50,7 @@ class ModelRunner:
         self.text_joins = text_joins(self.tokenizer)
         # transformers 5 renamed the KV cache argument and output from past_key_values to cache.
         self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-        self._lean_step = LlamaStep.for_model(self.model)
+        self._lean_step = LlamaStep.for_model(self.model, loaded.attend)
         self.drops_positions = _plain_cache(self.model.config)
 
     def lone_step(self, token_id: int, position: int, cache: Any) -> torch.Tensor | None:

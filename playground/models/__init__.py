@@ -42,6 +42,7 @@ class LoadedModel:
     source: str = ""
     batch_weights_mb: int = 0  # CPU: memory of the linear layers' second, blocked copy for batches (0: none)
     gguf_blocks_mb: int = 0  # CPU: memory of the GGUF blocks linear layers multiply from (0: none)
+    attend: Any = None  # CPU: the C kernel's attention for one new token per row (llama_step.Attend); None: sdpa
 
     @property
     def context_length(self) -> int:
@@ -300,13 +301,15 @@ def load_model(
     threads: int | None = None,
     batch_weights: str = "auto",
     gguf_kernels: str = "auto",
+    attention_kernel: str = "auto",
 ) -> LoadedModel:
     """Load `name`: 'embedded', a .gguf path, a local folder or a hub id.
 
     `batch_weights` (auto, on, off): on the CPU, whether linear layers keep a second copy of their
     weights for batches of rows (playground/models/cpu_weights.py). `gguf_kernels` (auto, off): on the
     CPU, whether a GGUF's float32 layers multiply from its own blocks where that is faster
-    (playground/models/quant_weights.py).
+    (playground/models/quant_weights.py). `attention_kernel` (auto, off): on the CPU, whether a decode step's
+    attention (one new token per row) runs in the same C library instead of torch's sdpa (llama_step.py).
     """
     import torch
 
@@ -342,6 +345,7 @@ def load_model(
         model.eval()
         attention_for(target)
         batch_weights_mb = gguf_blocks_mb = 0
+        attend = None
         if target == "cpu":
             from playground.models import quant_weights
             from playground.models.cpu_weights import blocked_mb, pack_for_cpu
@@ -351,6 +355,7 @@ def load_model(
                 saved = _converted(gguf) / "gguf-blocks.safetensors"
                 gguf_blocks_mb = quant_weights.attach(model, gguf, gguf_kernels, cache_root() / "kernels", saved)
                 batch_weights_mb = blocked_mb(model)  # (less the copies the blocks made useless)
+            attend = quant_weights.attention(attention_kernel, cache_root() / "kernels")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     elapsed = time.perf_counter() - start
@@ -366,4 +371,5 @@ def load_model(
         source=source,
         batch_weights_mb=batch_weights_mb,
         gguf_blocks_mb=gguf_blocks_mb,
+        attend=attend,
     )

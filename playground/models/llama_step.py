@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -40,17 +41,24 @@ ROOM = 64  # positions of spare room at least, when a cache's buffer grows
 PACK_FROM = 0.1
 
 
+# A decode step's attention for one new token per row (quant_weights.Kernels.attend): q (rows x heads x 1 x dim),
+# keys, values, allowed positions (rows x positions, uint8) or None, scale -> rows x 1 x heads * dim, or None (sdpa)
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None", float], "torch.Tensor | None"]
+
+
 class LlamaStep:
     """The decode step of one Llama model."""
 
-    def __init__(self, model: LlamaForCausalLM) -> None:
+    def __init__(self, model: LlamaForCausalLM, attend: Attend | None = None) -> None:
         self.model = model
         self.inner: LlamaModel = model.model
         self.layers: list[LlamaDecoderLayer] = list(self.inner.layers)
+        self.attend = attend
 
     @classmethod
-    def for_model(cls, model: Any) -> LlamaStep | None:
-        """The step for `model`, or None when its forward is not the one this step reproduces."""
+    def for_model(cls, model: Any, attend: Attend | None = None) -> LlamaStep | None:
+        """The step for `model`, or None when its forward is not the one this step reproduces. `attend`: the
+        attention of steps of one new token per row, where sdpa's overhead outweighs its arithmetic."""
         if type(model) is not LlamaForCausalLM or type(model.model) is not LlamaModel:
             return None
         if model.device.type != "cpu" or getattr(model, "hf_device_map", None):
@@ -67,7 +75,7 @@ class LlamaStep:
             return None
         if any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):
             return None
-        return cls(model)
+        return cls(model, attend)
 
     def __call__(self, token_id: int, position: int, cache: Any) -> torch.Tensor | None:
         """Logits (1 x 1 x vocab) of `token_id` at `position` after `cache` (updated in place), or None when
@@ -109,6 +117,9 @@ class LlamaStep:
         cos, sin = self.inner.rotary_emb(hidden, place)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         allowed = _allowed(mask, layers[0].get_seq_length(), n, width)
+        # one new token per row, none packed: the kernel's attention where there is one (sdpa where it declines)
+        attend = self.attend if width == 1 and real is None else None
+        flags = None if attend is None or mask is None else mask.to(torch.uint8)
         for layer, kv, (q_proj, k_proj, v_proj, o_proj, gate, up, down) in zip(self.layers, layers, projections):
             attn = layer.self_attn
             x = _rms(hidden, layer.input_layernorm)
@@ -120,10 +131,12 @@ class LlamaStep:
             if real is not None:
                 q, k, v = (_block(t, real, n, width) for t in (q, k, v))
             keys, values = _append(kv, k, v)
-            out = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=allowed, scale=attn.scaling, enable_gqa=True
-            )
-            out = out.transpose(1, 2).reshape(n, width, -1)
+            out = None if attend is None else attend(q, keys, values, flags, attn.scaling)
+            if out is None:
+                out = F.scaled_dot_product_attention(
+                    q, keys, values, attn_mask=allowed, scale=attn.scaling, enable_gqa=True
+                )
+                out = out.transpose(1, 2).reshape(n, width, -1)
             if real is not None:
                 out = out.view(n * width, -1)[real][None]
             hidden = hidden + o_proj.forward(out)

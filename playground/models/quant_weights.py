@@ -154,12 +154,44 @@ class Kernels:
         lib.q8_0_linear.argtypes = lib.q8_16_linear.argtypes = [p, i, i, p, p, p, p, i, i]
         lib.q4_1_linear.restype = lib.q8_0_linear.restype = lib.q8_16_linear.restype = None
         lib.qlinear_isa.restype = ctypes.c_char_p
+        long = ctypes.c_long
+        lib.attend.argtypes = [p, i, i, i, i, p, p, long, long, long, long, i, p, ctypes.c_float, p, i]
+        lib.attend.restype = i
         self.isa: str = lib.qlinear_isa().decode()
         self.path = path
         self._lib = lib
 
     def matmul(self, blocks: Blocks) -> QuantMatmul:
         return QuantMatmul(self, blocks)
+
+    def attend(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor | None, scale: float
+    ) -> torch.Tensor | None:
+        """sdpa for one new query per row: q (rows x heads x 1 x dim), keys and values (rows x kv_heads x
+        positions x dim, each position's dim floats together: a cache's buffer may hold more positions),
+        `allowed` (rows x positions, uint8: 0 where a row has no token) or None. Returns (rows x 1 x heads * dim),
+        the heads side by side as attention's output projection takes them; None where the kernel does not take
+        these tensors (sdpa must run)."""
+        rows, heads, width, dim = q.shape
+        kv_heads, positions = keys.shape[1], keys.shape[2]
+        if (
+            width != 1
+            or any(t.dtype != torch.float32 or not t.is_cpu for t in (q, keys, values))
+            or keys.shape != (rows, kv_heads, positions, dim)
+            or values.shape != keys.shape
+            or any(t.stride(-1) != 1 or t.stride(-2) != dim for t in (keys, values))
+            or (allowed is not None and (allowed.dtype != torch.uint8 or allowed.shape != (rows, positions)))
+        ):
+            return None
+        q = q.contiguous()
+        allowed = None if allowed is None else allowed.contiguous()
+        out = torch.empty(rows, 1, heads * dim)
+        failed = self._lib.attend(
+            q.data_ptr(), rows, heads, kv_heads, dim, keys.data_ptr(), values.data_ptr(),
+            keys.stride(0), keys.stride(1), values.stride(0), values.stride(1), positions,
+            None if allowed is None else allowed.data_ptr(), scale, out.data_ptr(), torch.get_num_threads(),
+        )  # fmt: skip
+        return None if failed else out
 
 
 class QuantMatmul:
@@ -244,6 +276,17 @@ def build(cache_dir: Path | None) -> Kernels | None:
     except OSError as exc:
         log.info("GGUF kernels built but not loadable (%s): float32 weights", exc)
         return None
+
+
+def attention(mode: str, cache_dir: Path | None) -> Any:
+    """The kernels' attention for a decode step's one new token per row (Kernels.attend), or None: `mode` off,
+    or no C compiler (torch's sdpa serves)."""
+    if mode not in MODES:
+        raise ValueError(f"attention_kernel must be one of {', '.join(MODES)}, not {mode!r}")
+    kernels = build(cache_dir) if mode == "auto" else None
+    if kernels is not None:
+        log.info("a decode step's attention: the C kernel (%s)", kernels.isa)
+    return None if kernels is None else kernels.attend
 
 
 def _compile(compiler: str, path: Path, extra: list[str]) -> bool:

@@ -50,6 +50,7 @@ def make_local(options: LocalOptions | None = None, model: str | None = None) ->
     load = {"device": options.device, "dtype": options.dtype, "threads": options.threads}
     load["batch_weights"] = options.cpu_batch_weights
     load["gguf_kernels"] = options.cpu_gguf_kernels
+    load["attention_kernel"] = options.cpu_attention_kernel
     local = LocalProvider(
         load_options={**load, "trust_remote_code": options.trust_remote_code},
         engine_options={

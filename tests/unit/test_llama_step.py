@@ -1,8 +1,8 @@
 """The lean step on a tiny random Llama (no download): the model's own logits and cache, or no step at all.
 
 Its speed is benchmarks/step.py's and benchmarks/decode.py's; here only that it computes what the model's
-forward computes (one token or several per row, ragged batches), that the steps take it, and that it stands
-aside wherever it could differ.
+forward computes (one token or several per row, ragged batches, with the C kernel's attention or sdpa), that
+the steps take it, and that it stands aside wherever it could differ.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from playground.decoding.batch import BatchCache
 from playground.decoding.runner import ModelRunner
-from playground.models import LoadedModel
+from playground.models import LoadedModel, quant_weights
 from playground.models.llama_step import LlamaStep, _allowed
 from tests.support import TinyTokenizer, tiny_llama
 
@@ -69,6 +69,57 @@ def test_a_lone_rows_steps_take_it_one_token_or_several() -> None:
             for k in range(len(tokens)):
                 torch.testing.assert_close(logprobs(got[k]), logprobs(want[k]), atol=1e-4, rtol=0)
         assert forwards == []  # the lean step ran, not the model's forward
+
+
+@pytest.fixture(scope="module")
+def attend(tmp_path_factory: pytest.TempPathFactory):
+    """The C kernel's attention (quant_weights.Kernels.attend), each call's row and query counts recorded."""
+    kernels = quant_weights.build(tmp_path_factory.mktemp("kernels"))
+    assert kernels is not None, "qlinear.c must compile here (make test installs a C compiler)"
+    calls: list[tuple[int, int]] = []
+
+    def counted(q, keys, values, allowed, scale):
+        calls.append((q.shape[0], q.shape[2]))
+        return kernels.attend(q, keys, values, allowed, scale)
+
+    counted.calls = calls
+    return counted
+
+
+def test_with_the_kernel_s_attention_one_token_a_row_still_gets_the_model_s_logits(attend) -> None:
+    """Steps of one new token per row (a lone row's, a ragged batch's) take the kernel's attention instead of
+    sdpa; steps of several tokens keep sdpa; every logit stays the model's."""
+    model = tiny_llama(vocab_size=VOCAB, head_dim=16)  # (a head a whole number of vectors, as real models have)
+    runner, reference = runner_for(model), runner_for(copy.deepcopy(model))
+    runner._lean_step = LlamaStep.for_model(model, attend)
+    reference._lean_step = None
+    with torch.inference_mode():
+        mine, theirs = ragged_batches(runner, reference, [PROMPT, PROMPT[:2], [4, 8, 15, 16]])
+        attend.calls.clear()
+        for tokens in ([[7], [40], [2]], [[8, 9, 63], [3], [5, 6]], [[63], [1], [9]]):
+            for row_got, row_want in zip(mine.forward(tokens), theirs.forward(tokens)):
+                for k in range(row_got.shape[0]):
+                    torch.testing.assert_close(logprobs(row_got[k]), logprobs(row_want[k]), atol=1e-4, rtol=0)
+        same_real_columns(mine, theirs)
+        assert attend.calls == [(3, 1)] * 2 * model.config.num_hidden_layers  # the two one-token steps, every layer
+
+        attend.calls.clear()
+        _, ours = runner.forward(runner.ids(PROMPT))
+        _, plain = reference.forward(reference.ids(PROMPT))
+        for position, token in enumerate([7, 40, 2], start=len(PROMPT)):
+            got = runner.lone_step(token, position, ours)
+            want, plain = reference.forward(reference.ids([token]), plain)
+            torch.testing.assert_close(logprobs(got), logprobs(want), atol=1e-4, rtol=0)
+        assert attend.calls == [(1, 1)] * 3 * model.config.num_hidden_layers
+
+    declined = []  # where the kernel declines (None), sdpa serves the same step
+    step = LlamaStep.for_model(model, lambda *args: declined.append(1))
+    with torch.inference_mode():
+        _, ours = runner.forward(runner.ids(PROMPT))
+        got = step(7, len(PROMPT), ours)
+        want = reference.forward(reference.ids([*PROMPT, 7]))[0]
+    torch.testing.assert_close(logprobs(got), logprobs(want), atol=1e-4, rtol=0)
+    assert len(declined) == model.config.num_hidden_layers
 
 
 def test_it_stands_aside_where_it_could_differ() -> None:

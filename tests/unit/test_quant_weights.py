@@ -1,11 +1,13 @@
-"""A GGUF's layers multiplied from the file's own blocks (playground/models/quant_weights.py, qlinear.c).
+"""A GGUF's layers multiplied from the file's own blocks (playground/models/quant_weights.py, qlinear.c), and the
+same library's attention for a decode step.
 
 The kernel is compiled here, as on a user's machine, and checked against float32 products of the same
 weights for every row count a batch can have; every GGUF block type read (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K)
 must dequantize as gguf's own dequantizer does, and the embedded GGUF's blocks bit for bit to the weights
 transformers loaded (q and k rows reordered, the tied output layer included); layers route
 the row counts the probe chose (given here: speed is benchmarks/decode.py's) and fall back to float32
-once their weight changes. Greedy tokens and logprobs stay those of the float32 weights.
+once their weight changes. Greedy tokens and logprobs stay those of the float32 weights. The attention gives
+sdpa's output for one new query per row, over a batch's padded rows and a cache's views of larger buffers.
 """
 
 from __future__ import annotations
@@ -275,6 +277,89 @@ def test_the_flag_reaches_the_loader() -> None:
     with pytest.raises(SystemExit):
         cli.parse_args(["--cpu-gguf-kernels", "on"])
     assert make_local(LocalOptions(cpu_gguf_kernels="off")).load_options["gguf_kernels"] == "off"
+
+
+def sdpa_heads(q, keys, values, allowed, scale) -> torch.Tensor:
+    """torch's attention for the same tensors, its heads side by side (rows x 1 x heads * dim)."""
+    mask = None if allowed is None else allowed.bool()[:, None, None, :]
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale, enable_gqa=True)
+    return out.transpose(1, 2).reshape(q.shape[0], 1, -1)
+
+
+@pytest.mark.parametrize(
+    ("rows", "heads", "kv_heads", "dim", "positions"),
+    [
+        (1, 9, 3, 64, 1),  # a first token: its own key alone
+        (1, 9, 3, 64, 50),
+        (8, 9, 3, 64, 37),  # keys not a whole number of vectors
+        (3, 4, 1, 128, 300),
+        (2, 8, 8, 48, 17),  # no grouping, a head size the kernel does not specialize
+        (5, 16, 2, 32, 1000),
+    ],
+)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_attention_is_sdpa_s_for_one_query_a_row(
+    kernels, rows: int, heads: int, kv_heads: int, dim: int, positions: int, threads: int
+) -> None:
+    if dim % 16 and kernels.isa == "avx512":
+        pytest.skip("a head size that is not a whole number of 16-float vectors: AVX-512's kernel declines it")
+    generator = torch.Generator().manual_seed(rows * positions)
+    q = torch.randn(rows, heads, 1, dim, generator=generator)
+    # the cache's keys and values: views of buffers with room for more positions, as a grown cache holds them
+    buffers = torch.randn(2, rows, kv_heads, positions + 24, dim, generator=generator) * 3
+    keys, values = buffers[0, :, :, :positions], buffers[1, :, :, 5 : positions + 5]
+    allowed = torch.ones(rows, positions, dtype=torch.uint8)
+    for row in range(1, rows):  # a batch's rows joined later: padding on their left
+        allowed[row, : (row * 7) % positions] = 0
+    scale = dim**-0.5
+    with _threads(threads):
+        got = kernels.attend(q, keys, values, allowed, scale)
+        alone = kernels.attend(q, keys, values, None if rows == 1 else allowed, scale)
+    assert got is not None and alone is not None
+    # float32 sums of up to 1,000 terms of a few units, in another order than sdpa's
+    torch.testing.assert_close(got, sdpa_heads(q, keys, values, allowed, scale), atol=2e-5, rtol=1e-5)
+    if rows == 1:  # no mask at all: every key
+        torch.testing.assert_close(alone, sdpa_heads(q, keys, values, None, scale), atol=2e-5, rtol=1e-5)
+
+
+def test_the_attention_declines_what_it_does_not_take(kernels) -> None:
+    q, keys = torch.randn(2, 4, 1, 64), torch.randn(2, 2, 10, 64)
+    assert kernels.attend(q, keys, keys, None, 0.125) is not None
+    assert kernels.attend(torch.randn(2, 4, 3, 64), keys, keys, None, 0.125) is None  # several queries a row
+    assert kernels.attend(q.double(), keys.double(), keys.double(), None, 0.125) is None
+    assert kernels.attend(q, keys.transpose(2, 3).contiguous().transpose(2, 3), keys, None, 0.125) is None
+    assert kernels.attend(q, keys, keys, torch.ones(2, 10, dtype=torch.bool), 0.125) is None  # (uint8 flags)
+    assert kernels.attend(q, keys, keys, torch.ones(2, 9, dtype=torch.uint8), 0.125) is None
+    odd = torch.randn(2, 4, 1, 12), torch.randn(2, 2, 10, 12)  # a head size that is no whole vector
+    assert kernels.attend(odd[0], odd[1], odd[1], None, 0.125) is None
+    assert kernels.attend(torch.randn(2, 5, 1, 64), keys, keys, None, 0.125) is None  # heads not in groups
+
+
+class _threads:
+    """torch's thread count for a block (the kernel splits rows' heads across it)."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.before = count, torch.get_num_threads()
+
+    def __enter__(self) -> None:
+        torch.set_num_threads(self.count)
+
+    def __exit__(self, *_: object) -> None:
+        torch.set_num_threads(self.before)
+
+
+def test_the_attention_flag_reaches_the_loader(tmp_path, monkeypatch) -> None:
+    assert LocalOptions.from_flags(cli.parse_args([])).cpu_attention_kernel == "auto"
+    assert LocalOptions.from_flags(cli.parse_args(["--cpu-attention-kernel", "off"])).cpu_attention_kernel == "off"
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--cpu-attention-kernel", "on"])
+    assert make_local(LocalOptions(cpu_attention_kernel="off")).load_options["attention_kernel"] == "off"
+    assert quant_weights.attention("off", tmp_path) is None
+    assert quant_weights.attention("auto", tmp_path) is not None
+    with pytest.raises(ValueError, match="attention_kernel must be one of auto, off, not 'on'"):
+        quant_weights.attention("on", tmp_path)
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    assert quant_weights.attention("auto", tmp_path / "elsewhere") is None  # no compiler: sdpa
 
 
 def test_the_probe_races_the_blocks_against_each_layer_s_own_route(kernels) -> None:
