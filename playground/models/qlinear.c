@@ -331,18 +331,30 @@ of values one row of registers. float32 throughout; the sums differ from sdpa's 
 #define MAX_HEAD_DIM 256
 #define MAX_GROUP 64 /* query heads per key-value head */
 
-/* s[j] = exp(s[j] - best) for j < n, in Cephes' expf form (within 2 units in the last place); 0 below
-   2^-126, so for a masked key's -infinity. Integer selects and no float-to-int conversion, so the compiler
-   vectorizes the loop without relaxed floating-point flags. */
+/* s[j] = exp(s[j] - best) for j < n (each s[j] <= best), in Cephes' expf form (within 2 units in the last
+   place): 0 below e^-87 (a masked key's -infinity too), NaN for NaN (a broken score shows, as in sdpa). Only
+   integer selects on the floats' bits, no float-to-int conversion and no overflow, so the compiler vectorizes
+   the loop without relaxed floating-point flags. */
 static void exp_shifted(float *s, int n, float best)
 {
+    const float lowest = -87.0f;
+    const float not_a_number = NAN;
+    int32_t lowest_bits, nan_bits;
+    memcpy(&lowest_bits, &lowest, sizeof lowest_bits);
+    memcpy(&nan_bits, &not_a_number, sizeof nan_bits);
     for (int j = 0; j < n; j++) {
         float x = s[j] - best;
+        int32_t bits, k, out;
+        memcpy(&bits, &x, sizeof bits);
+        const int32_t magnitude = bits & 0x7FFFFFFF;
+        /* all bits set where x is below -87 (or NaN), where x is NaN */
+        const int32_t low = -(int32_t)(magnitude > (lowest_bits & 0x7FFFFFFF)), broken = -(int32_t)(magnitude > 0x7F800000);
+        bits = (bits & ~low) | (lowest_bits & low);
+        memcpy(&x, &bits, sizeof x);
         const float t = x * 1.44269504088896341f + 12582912.0f; /* 1.5 * 2^23: t's low bits hold x / ln 2, rounded */
         const float fx = t - 12582912.0f;
-        int32_t k, bits, out;
         memcpy(&k, &t, sizeof k);
-        k -= 0x4B400000;
+        k -= 0x4B400000; /* x / ln 2 rounded: -126..0 */
         x = x - fx * 0.693359375f + fx * 2.12194440e-4f; /* x - fx ln 2, ln 2 in two parts */
         float y = 1.9875691500e-4f;
         y = y * x + 1.3981999507e-3f;
@@ -356,7 +368,7 @@ static void exp_shifted(float *s, int n, float best)
         memcpy(&two, &bits, sizeof two);
         const float e = y * two;
         memcpy(&out, &e, sizeof out);
-        out &= -(int32_t)(k >= -126);
+        out = (out & ~low) | (nan_bits & broken);
         memcpy(&s[j], &out, sizeof out);
     }
 }
@@ -412,7 +424,13 @@ static inline __attribute__((always_inline)) void attend_heads(
             }
         }
     }
-    for (int h = 0; h < group; h++) exp_shifted(scores + room * h, keys, best[h]);
+    for (int h = 0; h < group; h++) { /* a head that sees no key at all gets zeros, as sdpa gives */
+        float *s = scores + room * h;
+        if (best[h] == -INFINITY)
+            for (int j = 0; j < keys; j++) s[j] = 0.0f;
+        else
+            exp_shifted(s, keys, best[h]);
+    }
     for (int h = 0; h < group; h++)
         for (int d = 0; d < dim; d++) out[(size_t)h * dim + d] = 0.0f;
     vec o[MAX_HEAD_DIM / LANES];
@@ -436,7 +454,7 @@ static inline __attribute__((always_inline)) void attend_heads(
         }
     }
     for (int h = 0; h < group; h++) {
-        const float inv = total[h] > 0.0f ? 1.0f / total[h] : 0.0f; /* (no key at all: zeros, as sdpa gives) */
+        const float inv = total[h] == 0.0f ? 0.0f : 1.0f / total[h]; /* (no key at all: zeros; NaN stays NaN) */
         for (int d = 0; d < dim; d++) out[(size_t)h * dim + d] *= inv;
     }
 }
@@ -461,7 +479,7 @@ static __attribute__((noinline)) void attend_group(
    NULL; out: rows x heads x dim. Heads a multiple of kv_heads (grouped-query attention), dim a multiple of
    LANES up to MAX_HEAD_DIM (else 1 is returned and nothing written; 2: no memory for the scores). Rows' heads split across `threads`. */
 int attend(const float *q, int rows, int heads, int kv_heads, int dim, const float *k, const float *v,
-           long k_row, long k_head, long v_row, long v_head, int keys, const uint8_t *allowed, float scale,
+           ptrdiff_t k_row, ptrdiff_t k_head, ptrdiff_t v_row, ptrdiff_t v_head, int keys, const uint8_t *allowed, float scale,
            float *out, int threads)
 {
     (void)threads; /* (a build without OpenMP) */

@@ -154,8 +154,8 @@ class Kernels:
         lib.q8_0_linear.argtypes = lib.q8_16_linear.argtypes = [p, i, i, p, p, p, p, i, i]
         lib.q4_1_linear.restype = lib.q8_0_linear.restype = lib.q8_16_linear.restype = None
         lib.qlinear_isa.restype = ctypes.c_char_p
-        long = ctypes.c_long
-        lib.attend.argtypes = [p, i, i, i, i, p, p, long, long, long, long, i, p, ctypes.c_float, p, i]
+        stride = ctypes.c_ssize_t
+        lib.attend.argtypes = [p, i, i, i, i, p, p, stride, stride, stride, stride, i, p, ctypes.c_float, p, i]
         lib.attend.restype = i
         self.isa: str = lib.qlinear_isa().decode()
         self.path = path
@@ -185,7 +185,7 @@ class Kernels:
             return None
         q = q.contiguous()
         allowed = None if allowed is None else allowed.contiguous()
-        out = torch.empty(rows, 1, heads * dim)
+        out = torch.empty(rows, 1, heads * dim, dtype=torch.float32)
         failed = self._lib.attend(
             q.data_ptr(), rows, heads, kv_heads, dim, keys.data_ptr(), values.data_ptr(),
             keys.stride(0), keys.stride(1), values.stride(0), values.stride(1), positions,

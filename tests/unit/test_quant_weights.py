@@ -322,6 +322,36 @@ def test_the_attention_is_sdpa_s_for_one_query_a_row(
         torch.testing.assert_close(alone, sdpa_heads(q, keys, values, None, scale), atol=2e-5, rtol=1e-5)
 
 
+def test_the_attention_s_edges_are_sdpa_s(kernels) -> None:
+    """Keys far below the best one weigh nothing (not garbage), a NaN score makes the row NaN as in sdpa, a row
+    that sees no key gets zeros, and the output is float32 whatever torch's default dtype."""
+    q = torch.ones(2, 4, 1, 16)
+    keys = torch.zeros(2, 2, 6, 16)
+    keys[:, :, 0] = 1.0
+    keys[:, :, 1] = -2.5e6  # scores 1e7 below the others (q . k = -4e7, scaled by 1/4)
+    keys[:, :, 2] = -4.5e6
+    values = torch.randn(2, 2, 6, 16, generator=torch.Generator().manual_seed(0))
+    allowed = torch.ones(2, 6, dtype=torch.uint8)
+    torch.testing.assert_close(
+        kernels.attend(q, keys, values, allowed, 0.25), sdpa_heads(q, keys, values, allowed, 0.25), atol=1e-5, rtol=0
+    )
+    broken = keys.clone()
+    broken[1, 0, 3, 0] = float("nan")  # row 1, key-value head 0: its two query heads
+    got, want = kernels.attend(q, broken, values, allowed, 0.25), sdpa_heads(q, broken, values, allowed, 0.25)
+    assert torch.equal(got.isnan(), want.isnan()) and bool(got.isnan().any())
+    torch.testing.assert_close(got.nan_to_num(), want.nan_to_num(), atol=1e-5, rtol=0)
+    allowed[0] = 0  # (a lean step never asks this: a row's new token always sees itself)
+    assert torch.equal(kernels.attend(q, keys, values, allowed, 0.25)[0], torch.zeros(1, 64))
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        got = kernels.attend(q, keys, values, None, 0.25)
+    finally:
+        torch.set_default_dtype(before)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, sdpa_heads(q, keys, values, None, 0.25), atol=1e-5, rtol=0)
+
+
 def test_the_attention_declines_what_it_does_not_take(kernels) -> None:
     q, keys = torch.randn(2, 4, 1, 64), torch.randn(2, 2, 10, 64)
     assert kernels.attend(q, keys, keys, None, 0.125) is not None
