@@ -58,11 +58,26 @@ def pick_kind(page: Page, label: str) -> None:
 
 
 def paste_constraint(page: Page, text: str) -> None:
+    """`text` in the constraint editor in place of what it held, as a user's paste puts it there.
+
+    The editor is read back and the paste tried again when it did not arrive: under load CI once saw the
+    selection deleted and the inserted text never reach the editor (the status then said the schema was empty).
+    A long text is not read back: CodeMirror renders only the lines in view."""
     editor = page.locator("#constraint-text .cm-content")
-    editor.click()
-    page.keyboard.press("Control+A")
-    page.keyboard.press("Delete")
-    page.keyboard.insert_text(text)
+    wanted = "".join(text.split())
+    for _ in range(3):
+        editor.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.press("Delete")
+        page.keyboard.insert_text(text)
+        if len(text) > 2_000 or text.count("\n") > 20:
+            return
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if "".join(editor.inner_text().split()) == wanted:
+                return
+            page.wait_for_timeout(100)
+    raise AssertionError(f"the constraint editor did not take the pasted text; it holds {editor.inner_text()!r}")
 
 
 def use_constraint(page: Page, kind: str, text: str, max_new_tokens: int | None = None) -> None:
