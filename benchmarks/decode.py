@@ -1,11 +1,11 @@
 """Engine vs transformers' generate, unconstrained and per constraint kind.
 
 python -m benchmarks.decode [--runs 5] [--tokens 48] [--model embedded] [--threads 1] [--cpu-batch-weights auto]
-    [--cpu-gguf-kernels auto]
+    [--cpu-gguf-kernels auto] [--cpu-attention-kernel auto]
 Prints a table, then one JSON line of figures last. Runs are interleaved in one process and timed in
 process CPU seconds on CPU (other processes on a 2-core machine don't skew them); medians over runs.
 `engine_vs_generate` races generate on the model loaded without the CPU kernels (no blocked copies, no
-GGUF blocks: transformers' products, in MKL's one-row layout); `engine_vs_generate_same_model` races
+GGUF blocks: transformers' products, in MKL's one-row layout; generate never takes the attention kernel); `engine_vs_generate_same_model` races
 generate on the engine's own model, so the kernels speed both and the ratio is the loop's alone.
 """
 
@@ -98,9 +98,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cpu-batch-weights", choices=MODES, default="auto")
     parser.add_argument("--cpu-gguf-kernels", choices=quant_weights.MODES, default="auto")
+    parser.add_argument("--cpu-attention-kernel", choices=quant_weights.MODES, default="auto")
     args = parser.parse_args()
     loaded = load_model(
-        args.model, threads=args.threads, batch_weights=args.cpu_batch_weights, gguf_kernels=args.cpu_gguf_kernels
+        args.model,
+        threads=args.threads,
+        batch_weights=args.cpu_batch_weights,
+        gguf_kernels=args.cpu_gguf_kernels,
+        attention_kernel=args.cpu_attention_kernel,
     )
     engine = Engine(loaded)
     plain = load_model(args.model, threads=args.threads, batch_weights="off", gguf_kernels="off").model
