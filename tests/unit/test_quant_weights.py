@@ -301,8 +301,6 @@ def sdpa_heads(q, keys, values, allowed, scale) -> torch.Tensor:
 def test_the_attention_is_sdpa_s_for_one_query_a_row(
     kernels, rows: int, heads: int, kv_heads: int, dim: int, positions: int, threads: int
 ) -> None:
-    if dim % 16 and kernels.isa == "avx512":
-        pytest.skip("a head size that is not a whole number of 16-float vectors: AVX-512's kernel declines it")
     generator = torch.Generator().manual_seed(rows * positions)
     q = torch.randn(rows, heads, 1, dim, generator=generator)
     # the cache's keys and values: views of buffers with room for more positions, as a grown cache holds them
@@ -315,6 +313,9 @@ def test_the_attention_is_sdpa_s_for_one_query_a_row(
     with _threads(threads):
         got = kernels.attend(q, keys, values, allowed, scale)
         alone = kernels.attend(q, keys, values, None if rows == 1 else allowed, scale)
+    if dim % 16 and kernels.isa == "avx512":  # no whole number of AVX-512's 16-float vectors: left to sdpa
+        assert got is None and alone is None
+        return
     assert got is not None and alone is not None
     # float32 sums of up to 1,000 terms of a few units, in another order than sdpa's
     torch.testing.assert_close(got, sdpa_heads(q, keys, values, allowed, scale), atol=2e-5, rtol=1e-5)
