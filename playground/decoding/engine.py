@@ -22,7 +22,7 @@ from playground.decoding.rows import Decode, Row
 from playground.decoding.runner import ModelRunner
 from playground.decoding.scheduler import Job, Scheduler
 from playground.decoding.stats import EngineStats
-from playground.decoding.stopping import StopCriteria, checked_stop_ids
+from playground.decoding.stopping import StopCriteria, checked_stop_ids, stop_cut
 from playground.errors import (
     InvalidConstraintError,
     ParameterError,
@@ -327,7 +327,7 @@ class Engine:
             self._new_row(base_seed, i, compiled, constraint, params, len(prompt_ids), plan) for i in range(best_of)
         ]
         continuation.start_rows(self, rows, prompt_ids, prefix_ids)
-        stopping = StopCriteria(params.stop, max_new, self.runner.eos_ids, stop_ids)
+        stopping = StopCriteria(params.stop, max_new, self.runner.eos_ids, stop_ids, params.include_stop_str_in_output)
         self.adapters.prepare(params.adapter_id)  # a slow lookup waits here, not in the decode loop
         decode = Decode(
             self.runner,
@@ -364,7 +364,7 @@ class Engine:
             job.cancelled.set()  # a reader that stops early (a closed stream, Stop) leaves the batch
             events.close()
         total = time.perf_counter() - start
-        sequences = [self._sequence(row, constraint) for row in rows]
+        sequences = [self._sequence(row, constraint, stopping.keep) for row in rows]
         best = max(range(len(sequences)), key=lambda i: sequences[i].total_logprob)
         generated = sum(s.generated_tokens for s in sequences)
         decode_time = total - ((first_token_at or start) - start)
@@ -442,7 +442,7 @@ class Engine:
         chooser.compile_notes = list(compiled.warnings) if compiled is not None else []
         return chooser
 
-    def _sequence(self, row: Row, constraint: Constraint) -> Sequence:
+    def _sequence(self, row: Row, constraint: Constraint, keep_stop: bool) -> Sequence:
         answer, answer_tokens, span = row.text, row.tokens, None
         if row.chooser.gate is not None:  # the constraint and the verdict judge the answer, after the reasoning
             answer, answer_tokens, span = row.chooser.gate.split(row.text, row.tokens, len(row.prefix))
@@ -456,7 +456,7 @@ class Engine:
             stop_token=row.stop_token,
             total_logprob=sum(t.logprob for t in row.tokens if t.logprob is not None),
             validation=_verdict(constraint, answer, row.finish_reason),
-            trimmed_validation=_trimmed_verdict(constraint, answer, row),
+            trimmed_validation=_trimmed_verdict(constraint, answer, row, keep_stop),
             continued_from=row.prefix or None,
             fields=field_confidence(answer, answer_tokens, len(row.prefix))
             if constraint.kind == "json_schema"
@@ -585,13 +585,14 @@ def _verdict(constraint: Constraint, answer: str, finish_reason: str | None) -> 
     return verdict
 
 
-def _trimmed_verdict(constraint: Constraint, answer: str, row: Row) -> Validation | None:
+def _trimmed_verdict(constraint: Constraint, answer: str, row: Row, keep_stop: bool) -> Validation | None:
     """The verdict on the answer as OpenAI's routes return it, the stop sequence and what follows it left out
-    (server.chat.trim_stop), where that cut it; None where it did not."""
+    (server.chat.trim_stop; `keep_stop`, vLLM's include_stop_str_in_output: only what follows it), where that cut
+    it; None where it did not."""
     if row.finish_reason != "stop_sequence" or not row.stop_sequence or constraint.kind == "none":
         return None
-    cut = answer.find(row.stop_sequence)
-    return _verdict(constraint, answer[:cut], row.finish_reason) if cut >= 0 else None
+    cut = stop_cut(answer, row.stop_sequence, keep_stop)
+    return _verdict(constraint, answer[:cut], row.finish_reason) if cut is not None and cut < len(answer) else None
 
 
 def _check_unicode(text: str) -> None:

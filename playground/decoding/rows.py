@@ -356,8 +356,8 @@ class Decode:
         before = len(row.text.rstrip("\ufffd"))
         piece = r.token_text(token_id)
         # the model's end of text, or a stop_token_ids token: the answer ends before its text (vLLM's engine leaves a
-        # stop token's text out too), which stays the token's own (`piece`)
-        named = token_id in self.stopping.stop_ids
+        # stop token's text out too, unless include_stop_str_in_output), which stays the token's own (`piece`)
+        named = token_id in self.stopping.stop_ids and not self.stopping.keep
         if token_id not in r.eos_ids and not named:
             row.text = row.chooser.decode(row.ids)
         generated = len(row.tokens) + 1 if generated is None else generated

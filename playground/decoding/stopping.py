@@ -20,17 +20,25 @@ class Stop:
 class StopCriteria:
     """One request's stop rules, checked after every token of every row."""
 
-    def __init__(self, stops: list[str], max_new_tokens: int, eos_ids: set[int], stop_ids: Iterable[int] = ()) -> None:
+    def __init__(
+        self,
+        stops: list[str],
+        max_new_tokens: int,
+        eos_ids: set[int],
+        stop_ids: Iterable[int] = (),
+        keep: bool = False,
+    ) -> None:
         self.stops = [s for s in stops if s]
         self.max_new_tokens = max_new_tokens
         self.eos_ids = eos_ids
         self.stop_ids = frozenset(stop_ids) - eos_ids  # (an end-of-text token named there is one already)
+        self.keep = keep  # vLLM's include_stop_str_in_output: a stop_token_ids token's text stays in the answer
 
     def check(self, token_id: int, text: str, before: int, generated: int) -> Stop | None:
         """The stop after a token: `text` is the row's text now, `before` its length before the token."""
         if token_id in self.eos_ids:
             return Stop("eos_token")
-        if token_id in self.stop_ids:  # vLLM's stop_token_ids: an end of text the request named (its text kept)
+        if token_id in self.stop_ids:  # vLLM's stop_token_ids: an end of text the request named
             return Stop("eos_token", token=token_id)
         for stop in self.stops:
             # the stop sequence ends in the text added (it may start earlier)
@@ -39,6 +47,15 @@ class StopCriteria:
         if generated >= self.max_new_tokens:
             return Stop("length")
         return None
+
+
+def stop_cut(text: str, stop: str, keep: bool) -> int | None:
+    """Where the OpenAI routes end a text that the stop sequence `stop` ended: before its first match (OpenAI's), or
+    after it (`keep`, vLLM's include_stop_str_in_output); None where the text does not hold it."""
+    found = text.find(stop)
+    if found < 0:
+        return None
+    return found + len(stop) if keep else found
 
 
 def checked_stop_ids(ids: list[int] | None, vocab_size: int) -> list[int]:

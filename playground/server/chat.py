@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from playground.decoding.stopping import stop_cut
 from playground.server.convert import VERSION, debugger_extras
 from playground.types import ChatCompletion, ChatCompletionRequest, GeneratedToken, GenerationResult, Sequence
 from playground.types.pieces import piece_bytes
@@ -18,20 +19,25 @@ FINISH_REASONS = {"eos_token": "stop", "stop_sequence": "stop", "length": "lengt
 FINGERPRINT = f"structured-playground-{VERSION}"
 
 
-def trim_stop(text: str, seq: Sequence) -> str:
-    """OpenAI leaves the matched stop sequence (and anything after it) out of the text."""
+def trim_stop(text: str, seq: Sequence, keep: bool = False) -> str:
+    """OpenAI leaves the matched stop sequence (and anything after it) out of the text; `keep` (vLLM's
+    include_stop_str_in_output) leaves out only what follows it."""
     if seq.finish_reason == "stop_sequence" and seq.stop_sequence:
-        cut = text.find(seq.stop_sequence)
-        if cut >= 0:
+        cut = stop_cut(text, seq.stop_sequence, keep)
+        if cut is not None:
             return text[:cut]
     return text
 
 
 class StopHoldback:
-    """Streams text while holding back a tail that could still become a stop sequence."""
+    """Streams text while holding back a tail that could still become a stop sequence; `keep` (vLLM's
+    include_stop_str_in_output): only what may follow a stop sequence matched, since the stop itself is sent.
+    `held`: strings held back from their first character whatever `keep` says (a tool-call envelope's trigger)."""
 
-    def __init__(self, stops: list[str]) -> None:
+    def __init__(self, stops: list[str], keep: bool = False, held: tuple[str, ...] = ()) -> None:
         self.stops = [s for s in stops if s]
+        self.keep = keep
+        self.held = [s for s in held if s]
         self.text = ""
         self.sent = 0
 
@@ -44,19 +50,21 @@ class StopHoldback:
         return out
 
     def finish(self, seq: Sequence) -> str:
-        """The rest of the text, with the stop sequence cut off."""
-        final = trim_stop(self.text, seq)
+        """The rest of the text, with the stop sequence cut off (or, `keep`, what followed it)."""
+        final = trim_stop(self.text, seq, self.keep)
         out = final[self.sent :]
         self.sent = len(final)
         return out
 
     def _partial_tail(self) -> int:
-        """Length of the longest tail that is a prefix of, or contains, a stop sequence."""
+        """Length of the longest tail that is a prefix of, or contains, a stop sequence (`keep`: that follows one)."""
         longest = 0
-        for stop in self.stops:
-            found = self.text.find(stop)
-            if found >= 0:
-                longest = max(longest, len(self.text) - found)
+        for stop, kept in [*((s, self.keep) for s in self.stops), *((s, False) for s in self.held)]:
+            cut = stop_cut(self.text, stop, kept)
+            if cut is not None:
+                longest = max(longest, len(self.text) - cut)
+                continue
+            if kept:  # a stop that may still come is sent as it comes
                 continue
             for size in range(min(len(stop) - 1, len(self.text)), 0, -1):
                 if stop.startswith(self.text[-size:]):
@@ -129,9 +137,10 @@ def completion_response(
     formatted = inbound.constraint_of(req) is not None  # a response format beside tools (see tools.answer)
     for index, result in enumerate(results):
         seq = result.best
-        text = trim_stop(seq.answer, seq)
+        keep = bool(req.include_stop_str_in_output)
+        text = trim_stop(seq.answer, seq, keep)
         message, finish, cut_off = tools.answer(req, text, seq.finish_reason, fmt, seq.continued_from or "", formatted)
-        message.update(reasoning_fields(seq))
+        message.update(reasoning_fields(seq, keep))
         choices.append(
             {
                 "index": index,
@@ -169,13 +178,13 @@ def envelope(model: str, kind: str, completion_id: str | None = None) -> dict[st
     }
 
 
-def reasoning_fields(seq: Sequence) -> dict[str, str]:
-    """A thinking model's reasoning apart from the content, under both names vLLM has used."""
+def reasoning_fields(seq: Sequence, keep: bool = False) -> dict[str, str]:
+    """A thinking model's reasoning apart from the content, under both names vLLM has used; `keep`: as trim_stop."""
     if seq.reasoning is None or seq.reasoning.ended_by == "prompt":
         return {}
     text = seq.reasoning.text
     if seq.reasoning.answer_token is None:  # the turn ended inside the reasoning: a stop sequence there is cut off
-        text = trim_stop(text, seq)
+        text = trim_stop(text, seq, keep)
     return {"reasoning": text, "reasoning_content": text}
 
 

@@ -61,7 +61,7 @@ def _envelope(model_id: str, completion_id: str) -> dict[str, Any]:
 def _choice(index: int, prompt: str, result: GenerationResult, req: CompletionRequest) -> dict[str, Any]:
     seq = result.best
     only = completions.echo_only(req)
-    text = "" if only else chat.trim_stop(seq.generated_text, seq)
+    text = "" if only else chat.trim_stop(seq.generated_text, seq, bool(req.include_stop_str_in_output))
     logprobs = None
     if req.logprobs is not None:
         tokens = [] if only else completions.generated(seq.tokens, req.logprobs)
@@ -136,7 +136,7 @@ async def _choice_chunks(
 ) -> AsyncIterator[str | GenerationResult]:
     """One choice's text as it is decoded (stop sequences held back), then its finish chunk and result."""
     prompt, params = job
-    holdback = chat.StopHoldback(params.stop)
+    holdback = chat.StopHoldback(params.stop, params.include_stop_str_in_output)
     offset = len(prompt) if req.echo else 0  # text_offset counts on from chunk to chunk, as in one answer
     if completions.echo_only(req):  # the prompt with its logprobs, known with the result, and nothing more
         async for event in events:

@@ -133,7 +133,7 @@ async def choice_chunks(
     # unstreamed answer does, not ""); an answer that may be text opens with "", as vLLM's does
     yield chunk(delta={"role": "assistant", "content": None if tools.mode(req) in ("required", "named") else ""})
     feed, ending = _tool_deltas(req, params, fmt) if tools.mode(req) is not None else _content_deltas(req, params)
-    thought = _ReasoningDeltas(params.stop)
+    thought = _ReasoningDeltas(params.stop, params.include_stop_str_in_output)
     async for deltas, tokens, result in decoded(events, feed, thought.feed):
         if result is not None:
             deltas, finish, notes = ending(result, tokens)
@@ -151,9 +151,11 @@ async def choice_chunks(
 class _ReasoningDeltas:
     """Reasoning deltas as vLLM streams them (`reasoning`, and its older name `reasoning_content`), before content."""
 
-    def __init__(self, stops: list[str]) -> None:
+    def __init__(self, stops: list[str], keep: bool) -> None:
         self.sent = ""
-        self.holdback = chat.StopHoldback(stops)  # a stop sequence may match inside the reasoning, and ends it there
+        self.keep = keep
+        # a stop sequence may match inside the reasoning, and ends it there
+        self.holdback = chat.StopHoldback(stops, keep)
 
     def feed(self, text: str) -> list[dict[str, Any]]:
         return self._send(self.holdback.feed(text))
@@ -164,7 +166,7 @@ class _ReasoningDeltas:
 
     def rest(self, result: GenerationResult) -> list[dict[str, Any]]:
         """What the stream held back (a tail that could have become the end delimiter, in a turn cut short)."""
-        fields = chat.reasoning_fields(result.best)
+        fields = chat.reasoning_fields(result.best, self.keep)
         full = fields.get("reasoning", "")
         return self._send(full[len(self.sent) :]) if full.startswith(self.sent) else []
 
@@ -175,7 +177,7 @@ Ending = Callable[[GenerationResult, list[Any]], tuple[list[dict[str, Any]], str
 
 def _content_deltas(req: ChatRequest, params: GenerateParameters) -> tuple[Deltas, Ending]:
     """Text as it is decoded, holding back what may start a stop sequence."""
-    holdback = chat.StopHoldback(params.stop)
+    holdback = chat.StopHoldback(params.stop, params.include_stop_str_in_output)
 
     def feed(text: str) -> list[dict[str, Any]]:
         piece = holdback.feed(text)
@@ -191,9 +193,11 @@ def _content_deltas(req: ChatRequest, params: GenerateParameters) -> tuple[Delta
 
 def _tool_deltas(req: ChatRequest, params: GenerateParameters, fmt: ToolFormat | None) -> tuple[Deltas, Ending]:
     """A choice that may call tools: each call's id and name first, then its arguments as they are decoded."""
-    stream = ToolStream(req, params.stop, fmt, params.continue_from or "", inbound.constraint_of(req) is not None)
+    keep = params.include_stop_str_in_output
+    formatted = inbound.constraint_of(req) is not None
+    stream = ToolStream(req, params.stop, fmt, params.continue_from or "", formatted, keep)
 
     def ending(result: GenerationResult, tokens: list[Any]) -> tuple[list[dict[str, Any]], str, list[str]]:
-        return stream.finish(result, chat.trim_stop(result.best.answer, result.best))
+        return stream.finish(result, chat.trim_stop(result.best.answer, result.best, keep))
 
     return stream.feed, ending

@@ -24,7 +24,9 @@ class ToolStream:
         fmt: ToolFormat | None = None,
         prefix: str = "",
         formatted: bool = False,
+        keep: bool = False,
     ) -> None:
+        """`keep`: vLLM's include_stop_str_in_output (see chat.StopHoldback)."""
         self.req = req
         self.formatted = formatted  # beside a response format: see tools.answer
         self.prefix = prefix  # a continued final message: part of the calls, never sent again as content
@@ -34,10 +36,10 @@ class ToolStream:
         self.parallel = tools.parallel(req)
         self.text = prefix
         self.kind: str | None = "call" if self.how in ("named", "required") else None  # auto: decided by 1st char
-        self.content = StopHoldback(stops)
+        self.content = StopHoldback(stops, keep)
         if fmt is not None:  # free text until the envelope's trigger; the calls are read out of the envelope
             self.kind = "envelope"
-            self.content = StopHoldback([*stops, fmt.trigger])
+            self.content = StopHoldback(stops, keep, held=(fmt.trigger,))
             self.streamed = ""
         self.ids: list[str] = []
         self.sent: list[str] = []  # each call's arguments text already sent

@@ -277,6 +277,11 @@ class OpenAISampling(Request, Sampling):
     logits_processors: list[ProcessorSpec] = Field(default_factory=list, max_length=MAX_PROCESSORS)
     constraint_engine: EngineName = "auto"
     fast_forward: bool = True
+    include_stop_str_in_output: bool | None = Field(
+        default=None,
+        description="vLLM's: the stop sequence that ended the answer stays at its end (and a "
+        "stop_token_ids token's text).",
+    )
     user: Name | None = None
     # vLLM's sampling extras both routes take: their defaults accepted, other values refused by name
     # (playground.wire.chat_fields.VLLM_EXTRAS)
@@ -362,7 +367,6 @@ class ChatCompletionRequest(OpenAISampling):
     verbosity: Any = None
     echo: Any = None
     ignore_eos: Any = None
-    include_stop_str_in_output: Any = None
     chat_template: Any = None
     documents: Any = None
     mm_processor_kwargs: Any = None

@@ -122,6 +122,11 @@ class GenerateParameters(Sampling):
     fast_forward: bool = Field(
         default=True, description="Append tokens the constraint forces without sampling, in one forward (local)."
     )
+    include_stop_str_in_output: bool = Field(
+        default=False,
+        description="vLLM's: the OpenAI routes keep the stop sequence that ended the answer (cut after it, not before), "
+        "and a stop_token_ids token's text; TGI's routes keep a stop sequence anyway.",
+    )
     add_generation_prompt: bool = Field(default=True, description="vLLM's: the chat template's assistant header.")
     chat_template_kwargs: dict[str, Any] | None = Field(
         default=None, max_length=32, description="vLLM's: extra variables for the chat template (enable_thinking)."

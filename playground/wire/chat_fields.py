@@ -69,7 +69,7 @@ def _refusal(name: str, value: Any, req: ChatCompletionRequest) -> str | None:
         return None if value == ["text"] else "only text output is supported"
     if name in VLLM_EXTRAS.split():
         return vllm_extra_refusal(name, value)
-    if name in ("echo", "include_stop_str_in_output", "add_special_tokens"):  # (the chat template adds them)
+    if name in ("echo", "add_special_tokens"):  # (the chat template adds them)
         return None if value is False else "not supported"
     if name == "skip_special_tokens":
         return None if value is True else "special tokens are always left out of the text"
@@ -82,7 +82,7 @@ def _refusal(name: str, value: Any, req: ChatCompletionRequest) -> str | None:
 
 REFUSABLE = (
     "functions function_call audio web_search_options documents chat_template verbosity modalities "
-    "echo include_stop_str_in_output use_beam_search add_special_tokens "
+    "echo use_beam_search add_special_tokens "
     "return_tokens_as_token_ids skip_special_tokens length_penalty ignore_eos prompt_logprobs"
 ).split()
 

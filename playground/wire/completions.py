@@ -61,7 +61,6 @@ class CompletionRequest(OpenAISampling):
     ignore_eos: bool | None = Field(default=None, description="vLLM's: the answer has exactly max_tokens tokens.")
     truncate_prompt_tokens: KeptTokens | None = Field(default=None, description="vLLM's name for `truncate`.")
     skip_special_tokens: bool | None = None
-    include_stop_str_in_output: bool | None = None
     spaces_between_special_tokens: bool | None = None
     guided_decoding_backend: str | None = Field(default=None, max_length=64)
     prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
@@ -127,7 +126,6 @@ def _check(req: CompletionRequest) -> None:
             chat_fields.ignore_eos_refusal(True, req.stop_token_ids) or "",
         ),
         "skip_special_tokens": (req.skip_special_tokens is False, "special tokens are always left out of the text"),
-        "include_stop_str_in_output": (bool(req.include_stop_str_in_output), "not supported"),
         "prompt_logprobs": (req.prompt_logprobs is not None, "use echo with logprobs: the prompt's tokens come first"),
         "add_special_tokens": (  # (token ids are read as sent, with or without it, as vLLM reads them)
             req.add_special_tokens is False and any(isinstance(p, str) for p in req.prompts()),

@@ -312,6 +312,7 @@ def openai_values(req: OpenAISampling) -> dict[str, Any]:
         "logits_processors": [spec.model_dump() for spec in req.logits_processors],
         "constraint_engine": req.constraint_engine,
         "fast_forward": req.fast_forward,
+        "include_stop_str_in_output": req.include_stop_str_in_output or None,
     }
 
 

@@ -29,6 +29,7 @@ _VLLM_EXTENSIONS = (
     "logit_bias",
     "min_tokens",
     "stop_token_ids",
+    "include_stop_str_in_output",
     "allowed_token_ids",
     "bad_words",
     "chat_template_kwargs",

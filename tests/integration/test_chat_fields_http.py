@@ -74,6 +74,30 @@ def test_stop_token_ids_end_the_answer_at_the_named_token_as_vllm_s_do(server_ur
         client.chat.completions.create(**ask, extra_body={"stop_token_ids": [99999999]})
 
 
+def test_include_stop_str_in_output_keeps_the_stop_that_ended_the_answer_as_vllm_does(server_url: str) -> None:
+    """vLLM's include_stop_str_in_output (refused here before): the answer ends after the stop sequence that ended it,
+    not before it (what the same token wrote past it still cut), streamed or not, on chat and completions; a
+    stop_token_ids token's text stays too."""
+    client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0)
+    ask: dict[str, Any] = {"model": "embedded", "messages": CHAT, "temperature": 0, "max_tokens": 12}
+    regex = {"guided_regex": r"abc\.def"}
+    keep = {**regex, "include_stop_str_in_output": True}
+    for stop, cut, kept in (("c.", "ab", "abc."), ("b", "a", "ab")):
+        plain = client.chat.completions.create(**ask, stop=[stop], extra_body=regex).choices[0]
+        assert plain.message.content == cut
+        choice = client.chat.completions.create(**ask, stop=[stop], extra_body=keep).choices[0]
+        assert (choice.message.content, choice.finish_reason, choice.model_extra["stop_reason"]) == (kept, "stop", stop)
+        chunks = list(client.chat.completions.create(**ask, stop=[stop], stream=True, extra_body=keep))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == kept
+        text = {"model": "embedded", "prompt": "Letters:", "max_tokens": 12, "temperature": 0, "stop": [stop]}
+        assert client.completions.create(**text, extra_body=keep).choices[0].text == kept
+        streamed = client.completions.create(**text, stream=True, extra_body=keep)
+        assert "".join(c.choices[0].text for c in streamed if c.choices) == kept
+    dot = token_id(server_url, ".")
+    named = client.chat.completions.create(**ask, extra_body={**keep, "stop_token_ids": [dot]}).choices[0]
+    assert (named.message.content, named.model_extra["stop_reason"]) == ("abc.", dot)
+
+
 def test_bad_words_and_allowed_token_ids_keep_the_answer_off_and_to_the_tokens_named(server_url: str) -> None:
     """vLLM's bad_words and allowed_token_ids (refused here before): a word the greedy answer wrote is not written,
     and only the tokens allowed are, the end of text only when listed."""

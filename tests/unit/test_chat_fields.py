@@ -410,13 +410,13 @@ def test_completions_take_vllm_s_extras_as_chat_does() -> None:
     assert completion(min_tokens=3).min_tokens == 3 and completion(truncate_prompt_tokens=50).truncate == 50
     assert completion(stop_token_ids=[2, 9]).stop_token_ids == [2, 9]
     assert completion(skip_special_tokens=True, include_stop_str_in_output=False).max_new_tokens == 16
+    assert completion(include_stop_str_in_output=True).include_stop_str_in_output
     request = completions.CompletionRequest(prompt="hi", guided_decoding_backend="xgrammar")
     assert completions.warnings(request) == [
         "guided_decoding_backend: accepted and ignored (use constraint_engine to choose the engine)"
     ]
     for fields, message in (
         ({"skip_special_tokens": False}, "skip_special_tokens: special tokens are always left out"),
-        ({"include_stop_str_in_output": True}, "include_stop_str_in_output: not supported"),
         ({"prompt_logprobs": 1}, "prompt_logprobs: use echo with logprobs"),
         ({"truncate": 5, "truncate_prompt_tokens": 6}, "truncate_prompt_tokens: vLLM's name for truncate"),
         ({"stop_token_ids": [2], "ignore_eos": True}, "ignore_eos: not with stop_token_ids"),

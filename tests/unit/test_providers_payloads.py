@@ -404,8 +404,8 @@ def test_the_api_key_never_appears_in_errors_or_reprs(serve, monkeypatch) -> Non
 
 
 def test_penalties_bias_and_template_options_reach_the_servers_that_take_them(serve) -> None:
-    """OpenAI takes presence_penalty and logit_bias; vLLM also min_tokens, stop_token_ids, allowed_token_ids, bad_words
-    and the template options; TGI none."""
+    """OpenAI takes presence_penalty and logit_bias; vLLM also min_tokens, stop_token_ids, include_stop_str_in_output,
+    allowed_token_ids, bad_words and the template options; TGI none."""
     stub = serve(CHAT)
     params = GenerateParameters(max_new_tokens=3, presence_penalty=0.5, logit_bias={"7": -100.0})
     openai(stub.url).generate("gpt-x", MESSAGES, params)
@@ -416,11 +416,18 @@ def test_penalties_bias_and_template_options_reach_the_servers_that_take_them(se
     with pytest.raises(ParameterError, match="stop_token_ids is not supported by"):
         openai(stub.url).generate("gpt-x", MESSAGES, GenerateParameters(stop_token_ids=[2]))
     extras = {"min_tokens": 2, "chat_template_kwargs": {"enable_thinking": False}, "add_generation_prompt": False}
-    extras.update(stop_token_ids=[7, 9], allowed_token_ids=[1, 2, 7], bad_words=["no"])
+    extras.update(stop_token_ids=[7, 9], include_stop_str_in_output=True, allowed_token_ids=[1, 2, 7], bad_words=["no"])
     vllm(stub.url).generate("m", MESSAGES, params.model_copy(update=extras))
     sent = stub.last("/v1/chat/completions").body
     assert {k: sent[k] for k in extras} == extras and sent["presence_penalty"] == 0.5
-    for refused in ({"presence_penalty": 0.5}, {"stop_token_ids": [7]}, {"bad_words": ["x"]}):
+    with pytest.raises(ParameterError, match="include_stop_str_in_output is not supported by"):
+        openai(stub.url).generate("gpt-x", MESSAGES, GenerateParameters(include_stop_str_in_output=True))
+    for refused in (
+        {"presence_penalty": 0.5},
+        {"stop_token_ids": [7]},
+        {"bad_words": ["x"]},
+        {"include_stop_str_in_output": True},
+    ):
         with pytest.raises(ParameterError, match=f"{next(iter(refused))} is not supported by"):
             tgi(stub.url).generate("m", "count", GenerateParameters(**refused))
 

@@ -185,6 +185,21 @@ def test_stop_holdback_never_sends_part_of_the_stop() -> None:
     assert released.finish(_seq("aEx", reason="length", stop=None)) == ""
 
 
+def test_with_include_stop_str_in_output_the_stop_is_kept_and_only_what_follows_it_cut() -> None:
+    """vLLM's include_stop_str_in_output: the text ends after the stop sequence's first match; streamed, nothing that
+    may still become a stop is held back (it would be sent anyway), only what follows a match; a tool-call envelope's
+    trigger (`held`) is still held back from its first character."""
+    assert chat.trim_stop("abcEND", _seq("abcEND"), keep=True) == "abcEND"
+    assert chat.trim_stop("abcENDxyEND", _seq("abcENDxyEND"), keep=True) == "abcEND"
+    assert chat.trim_stop("abc", _seq("abc", reason="length", stop=None), keep=True) == "abc"
+    holdback = chat.StopHoldback(["END"], keep=True)
+    assert [holdback.feed(piece) for piece in ["ab", "cE", "N", "D!", "?"]] == ["ab", "cE", "N", "D", ""]
+    assert holdback.finish(_seq("abcEND!?")) == ""
+    envelope = chat.StopHoldback(["END"], keep=True, held=("<tool",))
+    assert [envelope.feed(piece) for piece in ["a<t", "oo", "l>"]] == ["a", "", ""]
+    assert envelope.finish(_seq("a<tool>", reason="length", stop=None)) == "<tool>"
+
+
 def _result(text: str, reason: str) -> GenerationResult:
     top = [Token(id=1, text="<", logprob=-0.1), Token(id=2, text="é", logprob=-2.0)]
     tokens = [
