@@ -74,7 +74,7 @@ class Sampling(Strict):
         default=None,
         max_length=MAX_STOP_TOKEN_IDS,
         description="vLLM's: token ids that end the answer as its end-of-text token does (finish_reason eos_token), "
-        "their text left out, as vLLM's engine leaves it out.",
+        "their text left out (unless include_stop_str_in_output), as vLLM's engine leaves it out.",
     )
     allowed_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(
         default=None,
