@@ -127,17 +127,29 @@ def _setup_constraint_events(demo: gr.Blocks, c: Components) -> None:
         return gr.update(value=drafts.example_title(kind, text)) if text_kind == kind else gr.skip()
 
     status = (controls.constraint_status, [ed.kind, ed.text], ed.status)
+    # The kind, the example and typing run one at a time, in the order they came (one queue): each listener with a
+    # queue of its own let a kind's answer overtake the typing just before it, whose blank title (the user's own
+    # text) then landed on the new kind's example (CI: the regex kind showed no title after a pasted schema).
+    in_order = {"concurrency_id": "constraint-editor", "concurrency_limit": 1}
     ed.kind.input(
-        on_kind, [ed.kind, c.chat.input, c.drafts, ed.text, ed.text_kind], [*ed.view, c.chat.input, c.drafts]
+        on_kind,
+        [ed.kind, c.chat.input, c.drafts, ed.text, ed.text_kind],
+        [*ed.view, c.chat.input, c.drafts],
+        **in_order,
     ).then(*status, show_progress="hidden")
-    ed.example.input(on_example, [ed.kind, ed.example, c.chat.input], [ed.text, ed.text_kind, c.chat.input]).then(
-        *status, show_progress="hidden"
-    )
+    ed.example.input(
+        on_example, [ed.kind, ed.example, c.chat.input], [ed.text, ed.text_kind, c.chat.input], **in_order
+    ).then(*status, show_progress="hidden")
     # Typing, not every change: an editor change event with outputs beside the status and the panel made Gradio 6
     # fire the editor's change events again and again after a keystroke, ~5 requests a second for as long as the
     # page stayed open (an example, a kind or a restored session sets the title itself).
     ed.text.input(
-        on_text, [ed.kind, ed.text_kind, ed.text], ed.example, show_progress="hidden", trigger_mode="always_last"
+        on_text,
+        [ed.kind, ed.text_kind, ed.text],
+        ed.example,
+        show_progress="hidden",
+        trigger_mode="always_last",
+        **in_order,
     )
     ed.processor.input(controls.processor_help, ed.processor, [ed.processor_help, ed.processor_params])
     demo.load(lambda: gr.update(choices=controls.processor_choices()), None, ed.processor)
