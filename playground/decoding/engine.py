@@ -587,12 +587,15 @@ def _verdict(constraint: Constraint, answer: str, finish_reason: str | None) -> 
 
 def _trimmed_verdict(constraint: Constraint, answer: str, row: Row, keep_stop: bool) -> Validation | None:
     """The verdict on the answer as OpenAI's routes return it, the stop sequence and what follows it left out
-    (server.chat.trim_stop; `keep_stop`, vLLM's include_stop_str_in_output: only what follows it), where that cut
-    it; None where it did not."""
+    (server.chat.trim_stop, on the new text: a continued prefix stays whole; `keep_stop`, vLLM's
+    include_stop_str_in_output: only what follows it), where that cut it; None where it did not."""
     if row.finish_reason != "stop_sequence" or not row.stop_sequence or constraint.kind == "none":
         return None
-    cut = stop_cut(answer, row.stop_sequence, keep_stop)
-    return _verdict(constraint, answer[:cut], row.finish_reason) if cut is not None and cut < len(answer) else None
+    new = max(0, len(row.prefix) - (len(row.text) - len(answer)))  # where the new text begins in the answer
+    cut = stop_cut(answer[new:], row.stop_sequence, keep_stop)
+    if cut is None or new + cut >= len(answer):
+        return None
+    return _verdict(constraint, answer[: new + cut], row.finish_reason)
 
 
 def _check_unicode(text: str) -> None:

@@ -361,7 +361,7 @@ class Decode:
         if token_id not in r.eos_ids and not named:
             row.text = row.chooser.decode(row.ids)
         generated = len(row.tokens) + 1 if generated is None else generated
-        stop = self.stopping.check(token_id, row.text, before, generated)
+        stop = self.stopping.check(token_id, row.text, before, generated, len(row.prefix))
         if stop is not None:
             row.finish_reason, row.stop_sequence, row.stop_token = stop.reason, stop.sequence, stop.token
         if token_id not in r.eos_ids:

@@ -34,15 +34,17 @@ class StopCriteria:
         self.stop_ids = frozenset(stop_ids) - eos_ids  # (an end-of-text token named there is one already)
         self.keep = keep  # vLLM's include_stop_str_in_output: a stop_token_ids token's text stays in the answer
 
-    def check(self, token_id: int, text: str, before: int, generated: int) -> Stop | None:
-        """The stop after a token: `text` is the row's text now, `before` its length before the token."""
+    def check(self, token_id: int, text: str, before: int, generated: int, start: int = 0) -> Stop | None:
+        """The stop after a token: `text` is the row's text now, `before` its length before the token, `start` where
+        the new text begins in it (after the answer a row continues: a stop sequence matches the new text alone, as
+        vLLM's does with continue_final_message)."""
         if token_id in self.eos_ids:
             return Stop("eos_token")
         if token_id in self.stop_ids:  # vLLM's stop_token_ids: an end of text the request named
             return Stop("eos_token", token=token_id)
         for stop in self.stops:
-            # the stop sequence ends in the text added (it may start earlier)
-            if stop in text[max(0, before - len(stop) + 1) :]:
+            # the stop sequence ends in the text added (it may start earlier, not before the new text)
+            if stop in text[max(start, before - len(stop) + 1) :]:
                 return Stop("stop_sequence", stop)
         if generated >= self.max_new_tokens:
             return Stop("length")

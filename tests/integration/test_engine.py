@@ -436,6 +436,31 @@ def test_a_stop_sequence_ending_in_a_character_split_across_tokens_stops(engine)
         assert best.generated_text == text[: text.index(stop) + len(stop)]
 
 
+def test_a_stop_sequence_matches_the_new_text_of_a_continued_answer_alone(engine):
+    """With continue_from (continue_final_message), a stop sequence begun in the continued answer ended the row at its
+    first new token (`bc` here) while the OpenAI routes' trim, of the new text, found nothing to cut, and the trimmed
+    verdict cut inside the prefix: vLLM matches stop sequences in the new text alone."""
+    params = GenerateParameters(
+        max_new_tokens=12, grammar={"type": "regex", "value": r"abc\.def"}, continue_from="ab", stop=["bc", "c.d"]
+    )
+    best = engine.generate("Say: ", params).best
+    assert (best.finish_reason, best.stop_sequence) == ("stop_sequence", "c.d")
+    assert best.generated_text.startswith("c.d") and "abc.def".startswith("ab" + best.generated_text)
+    assert best.trimmed_validation is not None and best.trimmed_validation.valid is False  # "ab", the prefix kept
+    whole = engine.generate("Say: ", params.model_copy(update={"stop": ["bc"]})).best
+    assert (whole.finish_reason, whole.generated_text, whole.validation.valid) == ("eos_token", "c.def", True)
+    # the stop in the prefix too: the answer as returned (kept up to the stop, include_stop_str_in_output) is whole
+    again = GenerateParameters(
+        max_new_tokens=12,
+        grammar={"type": "regex", "value": r"ab\.ab\."},
+        continue_from="ab.",
+        stop=["ab."],
+        include_stop_str_in_output=True,
+    )
+    kept = engine.generate("Say: ", again).best
+    assert (kept.finish_reason, kept.generated_text, kept.trimmed_validation) == ("stop_sequence", "ab.", None)
+
+
 def test_min_tokens_past_the_constraint_s_end_is_named(engine):
     """A choice ends after its word; min_tokens (ignore_eos) held the end off and nothing was left: the error said only
     that every token was masked out, naming neither field."""
