@@ -349,6 +349,7 @@ class Engine:
             self.scheduler.submit(job)
             events = job.events()
         prefill = []  # the prompt's tokens with their logprobs, when decoder_input_details asks
+        read = list(decode.prompt_ids) if params.return_token_ids else None  # what the model read, when asked
         first_token_at = None
         try:
             for event in events:
@@ -357,8 +358,14 @@ class Engine:
                     continue
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
-                    if prefill:  # the prompt's details go out with the first token, for a stream's echo
-                        event = event.model_copy(update={"prefill": prefill, "prefill_top_tokens": decode.prefill_top})
+                    # the prompt's details and ids go out with the first token, for a stream's echo and first chunk
+                    if prefill or read is not None:
+                        update = {
+                            "prefill": prefill or None,
+                            "prefill_top_tokens": decode.prefill_top,
+                            "prompt_ids": read,
+                        }
+                        event = event.model_copy(update=update)
                 yield event
         finally:
             job.cancelled.set()  # a reader that stops early (a closed stream, Stop) leaves the batch
@@ -376,6 +383,7 @@ class Engine:
             input_length=len(decode.prompt_ids),
             cached_tokens=decode.cached_tokens,
             prefill=prefill,
+            prompt_ids=read,
             prefill_top_tokens=decode.prefill_top,
             best=sequences[best],
             best_of_sequences=[s for i, s in enumerate(sequences) if i != best],

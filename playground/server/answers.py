@@ -23,10 +23,11 @@ Chunk = Callable[..., str]  # one choice's chunk from its fields: `chunk` with t
 ChoiceChunks = Callable[[AsyncIterator[Any], Job, Chunk], AsyncIterator["str | GenerationResult"]]
 
 
-def chunk(base: dict[str, Any], index: int, **fields: Any) -> str:
+def chunk(base: dict[str, Any], index: int, *, root: Mapping[str, Any] | None = None, **fields: Any) -> str:
     """One choice's server-sent chunk: its fields (`delta` or `text`), `logprobs` and `finish_reason` null unless
-    given."""
-    return sse({**base, "choices": [{"index": index, "logprobs": None, "finish_reason": None, **fields}]})
+    given; `root`: fields of the chunk itself (vLLM's prompt_token_ids)."""
+    choice = {"index": index, "logprobs": None, "finish_reason": None, **fields}
+    return sse({**base, **(root or {}), "choices": [choice]})
 
 
 @contextmanager

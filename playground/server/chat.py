@@ -10,7 +10,7 @@ from typing import Any
 from playground.decoding.stopping import stop_cut
 from playground.server.convert import VERSION, debugger_extras
 from playground.types import ChatCompletion, ChatCompletionRequest, GeneratedToken, GenerationResult, Sequence
-from playground.types.pieces import piece_bytes
+from playground.types.pieces import piece_bytes, token_name
 from playground.wire import chat_fields, inbound, tools
 from playground.wire.errors import renamed
 from playground.wire.tool_formats import ToolFormat
@@ -76,17 +76,18 @@ class StopHoldback:
 # --- responses -----------------------------------------------------------------------------------
 
 
-def _top(token: Any) -> dict[str, Any]:
-    """A token as OpenAI writes it: its own text (a part of a character as `bytes:\\xe4\\xbd`) and its bytes."""
+def _top(token: Any, as_ids: bool) -> dict[str, Any]:
+    """A token as OpenAI writes it: its own text (a part of a character as `bytes:\\xe4\\xbd`) and its bytes (the
+    text's, named by id or not)."""
     own = getattr(token, "piece", None) or token.text
-    return {"token": own, "logprob": token.logprob, "bytes": list(piece_bytes(own))}
+    return {"token": token_name(token.id, own, as_ids), "logprob": token.logprob, "bytes": list(piece_bytes(own))}
 
 
-def logprob_entry(token: GeneratedToken, top_logprobs: int) -> dict[str, Any]:
+def logprob_entry(token: GeneratedToken, top_logprobs: int, as_ids: bool = False) -> dict[str, Any]:
     """OpenAI's ChatCompletionTokenLogprob, plus what the model wanted and the mass the constraint kept."""
     return {
-        **_top(token),
-        "top_logprobs": [_top(t) for t in token.top_tokens[:top_logprobs]],
+        **_top(token, as_ids),
+        "top_logprobs": [_top(t, as_ids) for t in token.top_tokens[:top_logprobs]],
         "raw_logprob": token.raw_logprob,
         "mass_kept": token.mass_kept,
         "forced": token.forced,
@@ -98,7 +99,8 @@ def logprob_entry(token: GeneratedToken, top_logprobs: int) -> dict[str, Any]:
 def choice_logprobs(tokens: list[GeneratedToken], req: ChatCompletionRequest) -> dict[str, Any] | None:
     if not req.logprobs:
         return None
-    return {"content": [logprob_entry(t, req.top_logprobs or 0) for t in tokens if not t.special]}
+    as_ids = bool(req.return_tokens_as_token_ids)
+    return {"content": [logprob_entry(t, req.top_logprobs or 0, as_ids) for t in tokens if not t.special]}
 
 
 def length_field(req: ChatCompletionRequest) -> dict[str, str]:
@@ -148,13 +150,21 @@ def completion_response(
                 "logprobs": choice_logprobs(seq.tokens, req),
                 "finish_reason": finish,
                 **choice_extras(result, [*notes, *cut_off], length_field(req)),
+                **({"token_ids": token_ids(seq.tokens)} if req.return_token_ids else {}),
             }
         )
     body = {**envelope(model, "chat.completion"), "choices": choices, "usage": usage(results)}
+    if req.return_token_ids and results:
+        body["prompt_token_ids"] = results[0].prompt_ids
     body["warnings"] = list(dict.fromkeys(w for choice in choices for w in choice["warnings"]))
     if req.prompt_logprobs is not None and results:
         body["prompt_logprobs"] = prompt_logprobs(results[0])
     return ChatCompletion.model_validate(body).model_dump(exclude_unset=True)
+
+
+def token_ids(tokens: list[GeneratedToken]) -> list[int]:
+    """vLLM's token_ids (return_token_ids): every token generated, an end-of-text one too, as vLLM lists them."""
+    return [t.id for t in tokens]
 
 
 def prompt_logprobs(result: GenerationResult) -> list[dict[str, Any] | None]:

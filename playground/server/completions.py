@@ -15,7 +15,7 @@ from playground.providers.base import Provider, local_engine
 from playground.server import chat
 from playground.server.answers import Chunk, Job, answer
 from playground.server.docs import JSON_OR_STREAM
-from playground.server.streaming import decoded
+from playground.server.streaming import StreamedIds, decoded, started
 from playground.server.tgi import echoed_model, resolve_with_adapter, with_adapter
 from playground.types import GenerationResult, TokenEvent
 from playground.types.sizes import nth_seed
@@ -37,6 +37,7 @@ async def _jobs(request: Request, req: CompletionRequest) -> tuple[Provider, str
     checks.check_lengths(params[0], info, field="max_tokens")
     checks.check_top_n(params[0], info.max_top_n_tokens, field="logprobs")
     checks.check_best_of(params[0], info.max_best_of, field="best_of")
+    checks.check_token_ids(req.return_tokens_as_token_ids, provider.capabilities.local_engine)
     prompts = await run_in_threadpool(_texts, provider, model_id, req)  # (decoding 8 x 131,072 ids takes a while)
     return provider, model_id, [(prompt, params[j]) for prompt in prompts for j in range(req.n)]
 
@@ -63,17 +64,20 @@ def _choice(index: int, prompt: str, result: GenerationResult, req: CompletionRe
     only = completions.echo_only(req)
     text = "" if only else chat.trim_stop(seq.generated_text, seq, bool(req.include_stop_str_in_output))
     logprobs = None
+    as_ids = bool(req.return_tokens_as_token_ids)
     if req.logprobs is not None:
-        tokens = [] if only else completions.generated(seq.tokens, req.logprobs)
+        tokens = [] if only else completions.generated(seq.tokens, req.logprobs, as_ids)
         if req.echo:
-            tokens = completions.prompt_tokens(result, req.logprobs) + tokens
+            tokens = completions.prompt_tokens(result, req.logprobs, as_ids) + tokens
         logprobs = completions.logprobs(tokens)
+    ids = {"prompt_token_ids": result.prompt_ids, "token_ids": [] if only else chat.token_ids(seq.tokens)}
     return {
         "index": index,
         "text": (prompt if req.echo else "") + text,
         "logprobs": logprobs,
         "finish_reason": "length" if only else chat.FINISH_REASONS[seq.finish_reason],
         **chat.choice_extras(result, completions.warnings(req), NAMES),
+        **(ids if req.return_token_ids else {}),
     }
 
 
@@ -138,14 +142,29 @@ async def _choice_chunks(
     prompt, params = job
     holdback = chat.StopHoldback(params.stop, params.include_stop_str_in_output)
     offset = len(prompt) if req.echo else 0  # text_offset counts on from chunk to chunk, as in one answer
+    as_ids = bool(req.return_tokens_as_token_ids)
+    ids = StreamedIds() if req.return_token_ids else None
+    if ids is not None:  # the prompt's ids come with the first token, for the first chunk
+        events = await started(ids.watch(events))
+    first_chunk = True
+
+    def id_fields(generated: bool = True) -> dict[str, Any]:
+        """vLLM's return_token_ids: the prompt's on the choice's first chunk, on each the tokens' since the last."""
+        nonlocal first_chunk
+        if ids is None:
+            return {}
+        fields = {"prompt_token_ids": ids.prompt} if first_chunk else {}
+        first_chunk = False
+        return {**fields, "token_ids": ids.new() if generated else []}
+
     if completions.echo_only(req):  # the prompt with its logprobs, known with the result, and nothing more
         async for event in events:
             if isinstance(event, GenerationResult):
-                scored = None if req.logprobs is None else completions.prompt_tokens(event, req.logprobs)
-                yield chunk(text=prompt, logprobs=None if scored is None else completions.logprobs(scored))
-                yield chunk(
-                    text="", finish_reason="length", **chat.choice_extras(event, completions.warnings(req), NAMES)
-                )
+                scored = None if req.logprobs is None else completions.prompt_tokens(event, req.logprobs, as_ids)
+                logprobs = None if scored is None else completions.logprobs(scored)
+                yield chunk(text=prompt, logprobs=logprobs, **id_fields(generated=False))
+                extras = chat.choice_extras(event, completions.warnings(req), NAMES)
+                yield chunk(text="", finish_reason="length", **extras, **id_fields(generated=False))
                 yield event
         return
     if req.echo:
@@ -153,28 +172,29 @@ async def _choice_chunks(
         if req.logprobs is not None:  # the prompt's logprobs come with the first token (a remote's: none)
             first = await anext(events, None)
             if isinstance(first, TokenEvent) and first.prefill is not None:
-                scored = completions.logprobs(completions.prompt_tokens(first, req.logprobs))
+                scored = completions.logprobs(completions.prompt_tokens(first, req.logprobs, as_ids))
             if first is not None:
                 events = _resumed(first, events)
-        yield chunk(text=prompt, logprobs=scored)
+        yield chunk(text=prompt, logprobs=scored, **id_fields(generated=False))
 
     def logprobs(tokens: list[Any]) -> dict[str, Any] | None:
         nonlocal offset
         if req.logprobs is None:
             return None
-        found = completions.logprobs(completions.generated(tokens, req.logprobs), offset)
+        found = completions.logprobs(completions.generated(tokens, req.logprobs, as_ids), offset)
         offset += sum(len(t.text) for t in tokens if not t.special)
         return found
 
     async for text, tokens, result in decoded(events, holdback.feed):
         if result is None:
-            yield chunk(text=text, logprobs=logprobs(tokens))
+            yield chunk(text=text, logprobs=logprobs(tokens), **id_fields())
             continue
         rest = holdback.finish(result.best)
         if rest or tokens:
-            yield chunk(text=rest, logprobs=logprobs(tokens))
+            yield chunk(text=rest, logprobs=logprobs(tokens), **id_fields())
         finish = chat.FINISH_REASONS[result.best.finish_reason]
-        yield chunk(text="", finish_reason=finish, **chat.choice_extras(result, completions.warnings(req), NAMES))
+        extras = chat.choice_extras(result, completions.warnings(req), NAMES)
+        yield chunk(text="", finish_reason=finish, **extras, **id_fields())
         yield result
 
 

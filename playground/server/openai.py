@@ -14,7 +14,7 @@ from playground.providers.base import Provider
 from playground.server import chat
 from playground.server.answers import Chunk, Job, answer
 from playground.server.docs import JSON_OR_STREAM
-from playground.server.streaming import decoded
+from playground.server.streaming import StreamedIds, decoded, started
 from playground.server.tgi import echoed_model, registry_of, resolve_with_adapter, with_adapter
 from playground.server.tool_stream import ToolStream
 from playground.types import GenerateParameters, GenerationResult, Name, Strict, TokenEvent
@@ -80,6 +80,7 @@ async def chat_jobs(request: Request, req: ChatRequest) -> tuple[Provider, str, 
     params = [with_adapter(inbound.chat_parameters(req, nth_seed(seed, i), fmt), adapter) for i in range(req.n)]
     checks.check_lengths(params[0], info, field="max_completion_tokens" if req.max_completion_tokens else "max_tokens")
     checks.check_top_n(params[0], info.max_top_n_tokens, field="top_logprobs")
+    checks.check_token_ids(req.return_tokens_as_token_ids, provider.capabilities.local_engine)
     messages = inbound.prompt_messages(req, fmt)
     return provider, model_id, fmt, [(messages, choice_params) for choice_params in params]
 
@@ -129,22 +130,30 @@ async def choice_chunks(
 ) -> AsyncIterator[str | GenerationResult]:
     """The chunks of one choice (content, or each tool call's head then its arguments), then its result."""
     params = job[1]
+    ids = StreamedIds() if req.return_token_ids else None
+    if ids is not None:  # the prompt's ids come with the first token, for the first chunk
+        events = await started(ids.watch(events))
+
+    def new_ids() -> dict[str, Any]:
+        return {"token_ids": ids.new()} if ids is not None else {}
+
     # a forced call has no content: null, as OpenAI streams it (the SDK's stream helper then ends with None, as the
     # unstreamed answer does, not ""); an answer that may be text opens with "", as vLLM's does
-    yield chunk(delta={"role": "assistant", "content": None if tools.mode(req) in ("required", "named") else ""})
+    opening = {"role": "assistant", "content": None if tools.mode(req) in ("required", "named") else ""}
+    yield chunk(delta=opening, root={"prompt_token_ids": ids.prompt} if ids is not None else None)
     feed, ending = _tool_deltas(req, params, fmt) if tools.mode(req) is not None else _content_deltas(req, params)
     thought = _ReasoningDeltas(params.stop, params.include_stop_str_in_output)
     async for deltas, tokens, result in decoded(events, feed, thought.feed):
         if result is not None:
             deltas, finish, notes = ending(result, tokens)
             deltas = [*thought.rest(result), *deltas]
-        for k, delta in enumerate(deltas):  # the tokens' logprobs ride on the first delta they made
-            yield chunk(delta=delta, logprobs=chat.choice_logprobs(tokens if k == 0 else [], req))
+        for k, delta in enumerate(deltas):  # the tokens' logprobs (and ids) ride on the first delta they made
+            yield chunk(delta=delta, logprobs=chat.choice_logprobs(tokens if k == 0 else [], req), **new_ids())
         if result is not None:
             extras = chat.choice_extras(result, [*chat_fields.warnings(req), *notes], chat.length_field(req))
             # tokens held back that made no delta of their own (a call's closing `}`): on the last chunk
             held = chat.choice_logprobs(tokens, req) if tokens and not deltas else None
-            yield chunk(delta={}, finish_reason=finish, **({"logprobs": held} if held else {}), **extras)
+            yield chunk(delta={}, finish_reason=finish, **({"logprobs": held} if held else {}), **extras, **new_ids())
             yield result
 
 

@@ -109,6 +109,35 @@ async def started(stream: AsyncIterator[T]) -> AsyncIterator[T]:
     return chained()
 
 
+class StreamedIds:
+    """vLLM's return_token_ids on a stream: the prompt's ids (they come with the first token) for a choice's first
+    chunk, and for each chunk the ids of the tokens generated since the chunk before (an end of text's too)."""
+
+    def __init__(self) -> None:
+        self.prompt: list[int] | None = None
+        self.seen: list[int] = []
+        self.sent = 0
+
+    async def watch(self, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """`events`, noting each token's id as it passes (and the prompt's ids, on the first); closing it closes
+        `events`."""
+        try:
+            async for item in events:
+                if isinstance(item, TokenEvent):
+                    self.seen.append(item.token.id)
+                    if item.prompt_ids is not None:
+                        self.prompt = item.prompt_ids
+                yield item
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+
+    def new(self) -> list[int]:
+        """The ids not sent yet, now sent."""
+        out = self.seen[self.sent :]
+        self.sent = len(self.seen)
+        return out
+
+
 async def decoded(
     events: AsyncIterator[Any], feed: Callable[[str], Any], reasoning: Callable[[str], Any] | None = None
 ) -> AsyncIterator[tuple[Any, list[Any], Any | None]]:

@@ -282,12 +282,19 @@ class OpenAISampling(Request, Sampling):
         description="vLLM's: the stop sequence that ended the answer stays at its end (and a "
         "stop_token_ids token's text).",
     )
+    return_token_ids: bool | None = Field(
+        default=None,
+        description="vLLM's: the answer carries the prompt's token ids (prompt_token_ids) and each choice's "
+        "(token_ids); a stream, each chunk's.",
+    )
+    return_tokens_as_token_ids: bool | None = Field(
+        default=None, description="vLLM's: logprobs name each token `token_id:<id>` instead of by its text."
+    )
     user: Name | None = None
     # vLLM's sampling extras both routes take: their defaults accepted, other values refused by name
     # (playground.wire.chat_fields.VLLM_EXTRAS)
     use_beam_search: Any = None
     length_penalty: Any = None
-    return_tokens_as_token_ids: Any = None
 
     @field_validator("stop", mode="wrap")
     @classmethod

@@ -127,6 +127,11 @@ class GenerateParameters(Sampling):
         description="vLLM's: the OpenAI routes keep the stop sequence that ended the answer (cut after it, not before), "
         "and a stop_token_ids token's text; TGI's routes keep a stop sequence anyway.",
     )
+    return_token_ids: bool = Field(
+        default=False,
+        description="vLLM's: the result carries the token ids the model read (`prompt_ids`; a stream's first token "
+        "too), beside the generated tokens' own ids (local models).",
+    )
     add_generation_prompt: bool = Field(default=True, description="vLLM's: the chat template's assistant header.")
     chat_template_kwargs: dict[str, Any] | None = Field(
         default=None, max_length=32, description="vLLM's: extra variables for the chat template (enable_thinking)."

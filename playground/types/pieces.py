@@ -29,6 +29,11 @@ def piece_bytes(text: str) -> bytes:
     return text.encode("utf-8")
 
 
+def token_name(token_id: int, own: str, as_ids: bool) -> str:
+    """How a logprobs entry names a token: its own text, or `token_id:<id>` (vLLM's return_tokens_as_token_ids)."""
+    return f"token_id:{token_id}" if as_ids else own
+
+
 def shares(pieces: list[str]) -> list[str]:
     """Each token's share of the text its pieces spell: a character split over tokens counts at its last one."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")

@@ -181,6 +181,11 @@ class GenerationResult(BaseModel):
         description="Of the prompt's tokens, those the prefix cache held (not run again); None where not known.",
     )
     prefill: list[PrefillToken] = Field(default_factory=list)
+    prompt_ids: list[int] | None = Field(
+        default=None,
+        description="The token ids the model read before its first new token, when return_token_ids asks (vLLM's "
+        "prompt_token_ids).",
+    )
     prefill_top_tokens: list[list[Token]] = Field(
         default_factory=list,
         description="The likeliest tokens at each prompt position (top_n_tokens of them; none before the first), "
@@ -208,6 +213,10 @@ class TokenEvent(BaseModel):
         default=None,
         description="True on its sequence's last token (the result follows), False on the others; None where the "
         "source cannot tell (a remote stream that sends the finish reason after its last token).",
+    )
+    prompt_ids: list[int] | None = Field(
+        default=None,
+        description="On a local request's first token, when return_token_ids asks: the result's `prompt_ids`.",
     )
     prefill: list[PrefillToken] | None = Field(
         default=None,

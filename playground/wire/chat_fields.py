@@ -39,7 +39,7 @@ IGNORED_OPTIONS: dict[tuple[str, str], str] = {
 
 
 # vLLM's sampling extras that both its chat and completions routes take: their defaults are what we do anyway
-VLLM_EXTRAS = "use_beam_search length_penalty return_tokens_as_token_ids"
+VLLM_EXTRAS = "use_beam_search length_penalty"
 
 
 def vllm_extra_refusal(name: str, value: Any) -> str | None:
@@ -83,7 +83,7 @@ def _refusal(name: str, value: Any, req: ChatCompletionRequest) -> str | None:
 REFUSABLE = (
     "functions function_call audio web_search_options documents chat_template verbosity modalities "
     "echo use_beam_search add_special_tokens "
-    "return_tokens_as_token_ids skip_special_tokens length_penalty ignore_eos prompt_logprobs"
+    "skip_special_tokens length_penalty ignore_eos prompt_logprobs"
 ).split()
 
 

@@ -78,9 +78,24 @@ def check_limits(params: GenerateParameters, info: ModelInfo, *, streaming: bool
             field="parameters.decoder_input_details",
         )
     check_top_n(params, info.max_top_n_tokens)
+    if params.return_token_ids:  # (an extension TGI's answer has no place for)
+        raise ParameterError(
+            "parameters.return_token_ids: an OpenAI route's field (vLLM's); here `details` lists each token's id, "
+            "and `decoder_input_details` the prompt's",
+            field="parameters.return_token_ids",
+        )
     if len(params.stop) > info.max_stop_sequences:
         raise ParameterError(
             f"parameters.stop: at most {info.max_stop_sequences} stop sequences, got {len(params.stop)}",
             field="parameters.stop",
         )
     check_lengths(params, info)
+
+
+def check_token_ids(as_ids: bool | None, local: bool) -> None:
+    """vLLM's return_tokens_as_token_ids names each token by its id: a remote model's come by their text alone."""
+    if as_ids and not local:
+        raise ParameterError(
+            "return_tokens_as_token_ids: a remote model's tokens come by their text alone, without their ids",
+            field="return_tokens_as_token_ids",
+        )

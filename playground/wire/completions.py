@@ -205,12 +205,19 @@ def logprobs(tokens: list[Logprob], start: int = 0) -> dict[str, Any]:
     }
 
 
-def _likeliest(alternatives: list[Token], top_n: int, text: str, logprob: float | None) -> dict[str, float]:
-    """The `top_n` likeliest tokens, and the token itself (up to top_n + 1 entries, as OpenAI and vLLM send: a
-    client finds the token's own logprob there, and tells greedy from not by comparing it with the largest)."""
-    top = {alt.text: alt.logprob for alt in alternatives[:top_n] if alt.logprob is not None}
+def _likeliest(
+    alternatives: list[Token], top_n: int, name: str, logprob: float | None, as_ids: bool
+) -> dict[str, float]:
+    """The `top_n` likeliest tokens, and the token itself (`name`: as named; up to top_n + 1 entries, as OpenAI and
+    vLLM send: a client finds the token's own logprob there, and tells greedy from not by comparing it with the
+    largest); `as_ids`: each named `token_id:<id>`."""
+    top = {
+        pieces.token_name(alt.id, alt.text, as_ids): alt.logprob
+        for alt in alternatives[:top_n]
+        if alt.logprob is not None
+    }
     if logprob is not None:
-        top[text] = logprob
+        top[name] = logprob
     return top
 
 
@@ -219,27 +226,32 @@ def echo_only(req: CompletionRequest) -> bool:
     return req.echo and req.max_tokens == 0
 
 
-def generated(tokens: list[GeneratedToken], top_n: int) -> list[Logprob]:
-    """The answer's tokens (EOS left out, as from the text), each by its own text as its alternatives are."""
+def generated(tokens: list[GeneratedToken], top_n: int, as_ids: bool = False) -> list[Logprob]:
+    """The answer's tokens (EOS left out, as from the text), each by its own text as its alternatives are (`as_ids`:
+    by `token_id:<id>`, vLLM's return_tokens_as_token_ids)."""
     return [
-        (own, t.logprob, _likeliest(t.top_tokens, top_n, own, t.logprob), t.text)
+        (name, t.logprob, _likeliest(t.top_tokens, top_n, name, t.logprob, as_ids), t.text)
         for t in tokens
         if not t.special
-        for own in [t.piece or t.text]
+        for name in [pieces.token_name(t.id, t.piece or t.text, as_ids)]
     ]
 
 
-def prompt_tokens(source: GenerationResult | TokenEvent, top_n: int) -> list[Logprob]:
+def prompt_tokens(source: GenerationResult | TokenEvent, top_n: int, as_ids: bool = False) -> list[Logprob]:
     """The prompt's tokens for echo, from the result or a stream's first token: the first has no logprob and no
-    alternatives (null, as in OpenAI's answer)."""
+    alternatives (null, as in OpenAI's answer); `as_ids`: as `generated`."""
     prefill, tops = source.prefill or [], source.prefill_top_tokens or []
     spelled = pieces.shares([p.text for p in prefill])
-    return [
-        (
-            p.text,
-            p.logprob,
-            None if p.logprob is None else _likeliest(tops[k] if k < len(tops) else [], top_n, p.text, p.logprob),
-            spelled[k],
+    out: list[Logprob] = []
+    for k, p in enumerate(prefill):
+        name = pieces.token_name(p.id, p.text, as_ids)
+        top = tops[k] if k < len(tops) else []
+        out.append(
+            (
+                name,
+                p.logprob,
+                None if p.logprob is None else _likeliest(top, top_n, name, p.logprob, as_ids),
+                spelled[k],
+            )
         )
-        for k, p in enumerate(prefill)
-    ]
+    return out

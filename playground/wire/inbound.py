@@ -313,6 +313,7 @@ def openai_values(req: OpenAISampling) -> dict[str, Any]:
         "constraint_engine": req.constraint_engine,
         "fast_forward": req.fast_forward,
         "include_stop_str_in_output": req.include_stop_str_in_output or None,
+        "return_token_ids": req.return_token_ids or None,
     }
 
 

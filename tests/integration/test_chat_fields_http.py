@@ -98,6 +98,43 @@ def test_include_stop_str_in_output_keeps_the_stop_that_ended_the_answer_as_vllm
     assert (named.message.content, named.model_extra["stop_reason"]) == ("abc.", dot)
 
 
+def test_return_token_ids_gives_the_ids_read_and_written_as_vllm_does_streamed_or_not(server_url: str) -> None:
+    """vLLM's return_token_ids (an unknown field here before): the prompt's ids as the model read them (those
+    /chat_tokenize and /tokenize list) and each choice's generated ids, an end of text's too; a stream sends the
+    prompt's on a choice's first chunk and each chunk's tokens' on it. return_tokens_as_token_ids (refused before)
+    names each logprobs token `token_id:<id>`."""
+    client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0)
+    ask: dict[str, Any] = {"model": "embedded", "messages": CHAT, "temperature": 0, "max_tokens": 40}
+    ids = {"return_token_ids": True}
+    read = httpx.post(f"{server_url}/chat_tokenize", json={"messages": CHAT}, timeout=60).json()["tokenize_response"]
+    whole = client.chat.completions.create(**ask, logprobs=True, top_logprobs=2, extra_body=ids).model_dump()
+    choice = whole["choices"][0]
+    assert whole["prompt_token_ids"] == [t["id"] for t in read] and whole["usage"]["prompt_tokens"] == len(read)
+    assert choice["finish_reason"] == "stop" and len(choice["token_ids"]) == whole["usage"]["completion_tokens"]
+    named = client.chat.completions.create(
+        **ask, logprobs=True, top_logprobs=2, extra_body={**ids, "return_tokens_as_token_ids": True}
+    ).model_dump()["choices"][0]
+    assert named["message"]["content"] == choice["message"]["content"]
+    entries, plain = named["logprobs"]["content"], choice["logprobs"]["content"]
+    assert [e["token"] for e in entries] == [f"token_id:{i}" for i in choice["token_ids"][:-1]]  # (the end: no entry)
+    assert [e["bytes"] for e in entries] == [e["bytes"] for e in plain]  # the text's bytes, as vLLM's
+    assert all(t["token"].startswith("token_id:") for e in entries for t in e["top_logprobs"])
+    chunks = [c.model_dump() for c in client.chat.completions.create(**ask, stream=True, extra_body=ids)]
+    assert chunks[0]["prompt_token_ids"] == whole["prompt_token_ids"]
+    assert all("prompt_token_ids" not in c for c in chunks[1:])
+    assert [i for c in chunks for ch in c["choices"] for i in ch.get("token_ids") or []] == choice["token_ids"]
+    text = {"model": "embedded", "prompt": "1, 2, 3,", "max_tokens": 5, "temperature": 0, "logprobs": 1}
+    written = client.completions.create(**text, extra_body=ids).model_dump()["choices"][0]
+    prompt = httpx.post(f"{server_url}/tokenize", json={"inputs": "1, 2, 3,"}, timeout=60).json()
+    assert written["prompt_token_ids"] == [t["id"] for t in prompt] and len(written["token_ids"]) == 5
+    by_id = client.completions.create(**text, extra_body={"return_tokens_as_token_ids": True}).choices[0].logprobs
+    assert by_id.tokens == [f"token_id:{i}" for i in written["token_ids"]]
+    assert [list(top) for top in by_id.top_logprobs] == [[f"token_id:{i}"] for i in written["token_ids"]]
+    streamed = [c.model_dump()["choices"][0] for c in client.completions.create(**text, stream=True, extra_body=ids)]
+    assert streamed[0]["prompt_token_ids"] == written["prompt_token_ids"]
+    assert [i for c in streamed for i in c["token_ids"]] == written["token_ids"]
+
+
 def test_bad_words_and_allowed_token_ids_keep_the_answer_off_and_to_the_tokens_named(server_url: str) -> None:
     """vLLM's bad_words and allowed_token_ids (refused here before): a word the greedy answer wrote is not written,
     and only the tokens allowed are, the end of text only when listed."""
@@ -175,7 +212,7 @@ def test_fields_without_effect_are_named_in_warnings(server_url: str, fields: di
 
 
 def test_fields_that_would_change_the_answer_are_refused_by_name(server_url: str) -> None:
-    refused = [("functions", [{"name": "f"}]), ("use_beam_search", True), ("return_tokens_as_token_ids", True)]
+    refused = [("functions", [{"name": "f"}]), ("use_beam_search", True), ("echo", True)]
     refused.append(("stream_options", {"include_usage": True}))  # without stream: OpenAI and vLLM refuse it too
     for field, value in refused:
         body = {"messages": CHAT, "max_tokens": 1, field: value}

@@ -422,6 +422,9 @@ def test_penalties_bias_and_template_options_reach_the_servers_that_take_them(se
     assert {k: sent[k] for k in extras} == extras and sent["presence_penalty"] == 0.5
     with pytest.raises(ParameterError, match="include_stop_str_in_output is not supported by"):
         openai(stub.url).generate("gpt-x", MESSAGES, GenerateParameters(include_stop_str_in_output=True))
+    for remote in (openai, vllm):  # (their tokens come back by their text: no ids to return)
+        with pytest.raises(ParameterError, match="return_token_ids is not supported by"):
+            remote(stub.url).generate("m", MESSAGES, GenerateParameters(return_token_ids=True))
     for refused in (
         {"presence_penalty": 0.5},
         {"stop_token_ids": [7]},

@@ -35,6 +35,7 @@ OUR_EXTENSIONS = {"logits_processors", "constraint_engine", "min_p", "continue_f
     "min_tokens",
     "stop_token_ids",
     "include_stop_str_in_output",
+    "return_token_ids",
     "allowed_token_ids",
     "bad_words",
     "add_generation_prompt",

@@ -63,6 +63,12 @@ def test_limits_refuse_best_of_when_streaming() -> None:
         checks.check_limits(GenerateParameters(best_of=2, do_sample=True), INFO, streaming=True)
 
 
+def test_tgi_routes_refuse_return_token_ids_and_name_where_the_ids_are() -> None:
+    """vLLM's return_token_ids has no place in TGI's answer: it was taken and ignored on /generate."""
+    with pytest.raises(ParameterError, match=r"^parameters.return_token_ids: .*`details` lists each token's id"):
+        checks.check_limits(GenerateParameters(return_token_ids=True), INFO, streaming=False)
+
+
 @pytest.mark.parametrize(
     ("field", "min_field"), [("parameters.max_new_tokens", "parameters.min_tokens"), ("max_tokens", "min_tokens")]
 )
@@ -71,6 +77,14 @@ def test_min_tokens_past_max_new_tokens_is_refused_by_the_names_sent(field: str,
         checks.check_lengths(GenerateParameters(min_tokens=10, max_new_tokens=5), INFO, field)
     assert caught.value.field == min_field
     checks.check_lengths(GenerateParameters(min_tokens=5, max_new_tokens=5), INFO, field)
+
+
+def test_tokens_named_by_id_need_a_local_model() -> None:
+    """return_tokens_as_token_ids names tokens by their ids: a remote model's come by their text (stand-in ids)."""
+    checks.check_token_ids(True, local=True)
+    checks.check_token_ids(None, local=False)
+    with pytest.raises(ParameterError, match="^return_tokens_as_token_ids: a remote model's tokens come by their text"):
+        checks.check_token_ids(True, local=False)
 
 
 def test_parameter_error_names_every_field_under_a_prefix() -> None:
