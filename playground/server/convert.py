@@ -116,8 +116,11 @@ def _top_tokens(tokens: list[GeneratedToken]) -> list[list[dict[str, Any]]]:
     return [[plain_token(t) for t in token.top_tokens] for token in tokens]
 
 
-def _full_text(result: GenerationResult, text: str, params: GenerateParameters) -> str:
-    return result.prompt + text if params.return_full_text else text
+def _full_text(result: GenerationResult, seq: Sequence, params: GenerateParameters) -> str:
+    """TGI's generated_text; return_full_text: after the prompt, and the answer it continued (continue_from)."""
+    if not params.return_full_text:
+        return seq.generated_text
+    return result.prompt + (seq.continued_from or "") + seq.generated_text
 
 
 def _sequence_details(result: GenerationResult, seq: Sequence, params: GenerateParameters) -> dict[str, Any]:
@@ -180,13 +183,13 @@ def generate_response(result: GenerationResult, params: GenerateParameters) -> d
         if params.best_of and params.best_of > 1:
             details.best_of_sequences = [
                 BestOfSequence(
-                    generated_text=_full_text(result, seq.generated_text, params),
+                    generated_text=_full_text(result, seq, params),
                     **_sequence_details(result, seq, params),
                 )
                 for seq in result.best_of_sequences
             ]
     response = GenerateResponse(
-        generated_text=_full_text(result, result.best.generated_text, params), details=details, **result_extras(result)
+        generated_text=_full_text(result, result.best, params), details=details, **result_extras(result)
     )
     return response.model_dump(exclude_unset=True)
 
@@ -224,6 +227,6 @@ def stream_final_event(
             **reasoning_extras(result.best),
         )
     event = _stream_response(index, last, params, **result_extras(result))
-    event.generated_text = _full_text(result, result.best.generated_text, params)
+    event.generated_text = _full_text(result, result.best, params)
     event.details = details
     return event.model_dump(exclude_unset=True)

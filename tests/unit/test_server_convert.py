@@ -101,6 +101,16 @@ def test_generate_response_with_every_detail() -> None:
     assert details["stop_sequence"] == "}"
 
 
+def test_full_text_holds_the_answer_a_continuation_continued() -> None:
+    """return_full_text with continue_from gave the prompt and the new text alone ("P: }"), text nobody wrote."""
+    result = _result()
+    result.best = result.best.model_copy(update={"generated_text": "}", "continued_from": "{"})
+    full = GenerateParameters(return_full_text=True, continue_from="{")
+    assert convert.generate_response(result, full)["generated_text"] == "P: {}"
+    assert convert.stream_final_event(0, None, result, full)["generated_text"] == "P: {}"
+    assert convert.generate_response(result, GenerateParameters(continue_from="{"))["generated_text"] == "}"
+
+
 def test_stream_events_validate_and_only_the_last_carries_text() -> None:
     params = GenerateParameters(details=True, top_n_tokens=2)
     result = _result()
