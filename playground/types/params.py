@@ -78,6 +78,7 @@ class Sampling(Strict):
     )
     allowed_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(
         default=None,
+        min_length=1,  # none allowed would leave nothing to write: vLLM refuses it too
         max_length=MAX_ALLOWED_TOKEN_IDS,
         description="vLLM's: only these token ids may be generated (the end-of-text token too only when listed).",
     )

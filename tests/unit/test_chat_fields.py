@@ -527,3 +527,14 @@ def test_a_stop_is_refused_with_the_error_of_the_shape_sent(stop: Any, message: 
     assert parameter_error(caught.value).message == message
     with pytest.raises(ValidationError, match="an empty stop sequence would stop before every token"):
         GenerateParameters.model_validate({"stop": ["\n", ""]})
+
+
+def test_no_allowed_token_ids_at_all_is_refused_by_name_as_vllm_refuses_it() -> None:
+    """`allowed_token_ids: []` read as unset: any token was written where the field said none may be."""
+    for make in (
+        lambda: _request(allowed_token_ids=[]),
+        lambda: completions.CompletionRequest(prompt="hi", allowed_token_ids=[]),
+        lambda: GenerateParameters(allowed_token_ids=[]),
+    ):
+        with pytest.raises(ValidationError, match=r"allowed_token_ids\n  List should have at least 1 item"):
+            make()
