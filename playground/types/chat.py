@@ -49,6 +49,15 @@ class ChatMessage(BaseModel):
         return value
 
     @model_validator(mode="after")
+    def _content_unless_the_assistant_s(self) -> ChatMessage:
+        """Only an assistant's message may go without content (its tool calls say it), as OpenAI's API has it: a
+        misspelt `content` was an empty message."""
+        if self.content is None and self.role != "assistant":
+            others = ", ".join(sorted(self.model_extra or {}))
+            raise ValueError(f"a {self.role} message needs `content`" + (f" (it has: {others})" if others else ""))
+        return self
+
+    @model_validator(mode="after")
     def _refusals_are_the_assistants(self) -> ChatMessage:
         if self.role != "assistant" and isinstance(self.content, list):
             if any(part["type"] == "refusal" for part in self.content):

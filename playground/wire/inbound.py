@@ -95,6 +95,10 @@ def from_controls(
 # --- the OpenAI / vLLM chat body ------------------------------------------------------------------
 
 
+# OpenAI's response_format.json_schema (vLLM's too)
+JSON_SCHEMA_KEYS = frozenset({"name", "description", "schema", "strict"})
+
+
 class ChatResponseFormat(Request):
     """OpenAI's response_format, and TGI's `{type: json|json_object|regex|json_schema, value}` that
     huggingface_hub's InferenceClient sends."""
@@ -122,6 +126,11 @@ class ChatResponseFormat(Request):
         ):
             # as OpenAI and vLLM refuse it: an app that runs here must not fail there
             raise ValueError("json_schema.name: required (a name for the schema, such as 'answer')")
+        unknown = sorted(set(self.json_schema or ()) - JSON_SCHEMA_KEYS)
+        if unknown:  # (a misspelt `strict` did nothing, as OpenAI's API refuses it)
+            raise ValueError(
+                f"json_schema.{unknown[0]}: unknown field (it takes {', '.join(sorted(JSON_SCHEMA_KEYS))})"
+            )
         if self.type in ("json", "regex") and self.value is None:
             raise ValueError(f"type {self.type!r} needs a value")
         tag_fields = self.structures is not None or self.triggers is not None or self.format is not None

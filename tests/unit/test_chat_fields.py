@@ -538,3 +538,23 @@ def test_no_allowed_token_ids_at_all_is_refused_by_name_as_vllm_refuses_it() -> 
     ):
         with pytest.raises(ValidationError, match=r"allowed_token_ids\n  List should have at least 1 item"):
             make()
+
+
+def test_a_message_without_content_is_refused_unless_the_assistant_s() -> None:
+    """A misspelt `content` (`contents`) was an empty user message, answered without a word: OpenAI's API refuses a
+    user, system, developer or tool message without content; an assistant's may have tool calls instead."""
+    with pytest.raises(ValidationError, match=r"a user message needs `content` \(it has: contents\)"):
+        _request(messages=[{"role": "user", "contents": "What is 2+2?"}])
+    for role in ("system", "developer", "tool", "user"):
+        with pytest.raises(ValidationError, match=f"a {role} message needs `content` \\["):
+            ChatMessage(role=role)
+    assert ChatMessage(role="assistant", tool_calls=[]).text() == ""
+
+
+def test_json_schema_keys_outside_openai_s_are_refused_by_name() -> None:
+    """A misspelt `strict` (`stict`) did nothing: the objects stayed closed, with no word of it."""
+    schema = {"name": "p", "schema": {"type": "object"}}
+    with pytest.raises(ValidationError, match=r"json_schema\.stict: unknown field \(it takes description, name"):
+        _request(response_format={"type": "json_schema", "json_schema": {**schema, "stict": False}})
+    full = {**schema, "description": "a pet", "strict": False}
+    assert _request(response_format={"type": "json_schema", "json_schema": full}).response_format is not None
