@@ -157,8 +157,8 @@ class GenerateParameters(Sampling):
     @classmethod
     def _bias_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
         for key, bias in (value or {}).items():
-            if not key.isdigit():
-                raise ValueError(f"keys are token ids, got {key[:40]!r}")
+            if not (key.isascii() and key.isdigit()):  # ("²" is a digit int() refuses; "３３" one OpenAI does)
+                raise ValueError(f"keys are token ids (ASCII digits), got {key[:40]!r}")
             if not -100 <= bias <= 100:
                 raise ValueError(f"a bias is between -100 and 100, got {bias} for token {key}")
         return value

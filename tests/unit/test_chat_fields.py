@@ -126,8 +126,10 @@ def test_continue_final_message_keeps_the_generation_prompt_as_vllm_users_send_i
 
 
 def test_logit_bias_keys_must_be_token_ids() -> None:
-    with pytest.raises(ParameterError, match="logit_bias: keys are token ids"):
-        inbound.chat_parameters(_request(logit_bias={"hello": 1}), seed=1)
+    """A key of digits other than ASCII's passed: "３３" read as token 33, and "²" (a digit int() refuses) was a 500."""
+    for key in ("hello", "²", "３３", "+5"):
+        with pytest.raises(ParameterError, match=r"logit_bias: keys are token ids \(ASCII digits\)"):
+            inbound.chat_parameters(_request(logit_bias={key: 1}), seed=1)
     with pytest.raises(ParameterError, match="between -100 and 100"):
         inbound.chat_parameters(_request(logit_bias={"1": 101}), seed=1)
 
