@@ -150,7 +150,7 @@ class Constraint:
         if isinstance(schema, bool):
             schema = {} if schema else {"not": {}}
         if not isinstance(schema, dict):
-            raise InvalidConstraintError(f"a JSON schema must be an object, got {type(schema).__name__}")
+            raise schema_check.not_a_schema(schema)
         schema_check.check_schema(schema)
         if closed:
             schema = jsonformat.closed(schema)

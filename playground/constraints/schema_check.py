@@ -80,6 +80,14 @@ def _validator(cls: type, schema: Any) -> Any:
     return cls(schema, registry=REGISTRY, format_checker=_format_checker(cls))
 
 
+def not_a_schema(value: Any) -> InvalidConstraintError:
+    """The error for a schema that is not a JSON object (nor true or false), naming what it is in JSON's words."""
+    kinds = {type(None): "null", bool: "a boolean", str: "a string", list: "an array", int: "a number", float: "a number"}
+    return InvalidConstraintError(
+        f"a JSON schema must be an object (or true or false), got {kinds.get(type(value), type(value).__name__)}"
+    )
+
+
 def check_schema(schema: dict) -> None:
     """A valid schema whose references all resolve inside it; otherwise a ConstraintError saying where."""
     _check_finite(schema)

@@ -123,7 +123,7 @@ def _schema(schema: Any) -> dict[str, Any]:
     if schema is False:
         return {"not": {}}
     if not isinstance(schema, dict):
-        raise InvalidConstraintError(f"a JSON schema must be an object, got {type(schema).__name__}")
+        raise schema_check.not_a_schema(schema)
     schema_check.check_schema(schema)
     return schema
 

@@ -323,3 +323,12 @@ def test_regex_refusals_name_what_is_not_supported_where(pattern: str, message: 
     with pytest.raises(UnsupportedConstraintError) as caught:
         Constraint.regex(pattern)
     assert caught.value.message.startswith(f"invalid regex {message}")
+
+
+@pytest.mark.parametrize(("schema", "got"), [(None, "null"), ([1], "an array"), ('"x"', "a string"), (3, "a number")])
+def test_a_schema_that_is_no_object_is_named_in_json_s_words(schema: object, got: str) -> None:
+    """It said "got NoneType" (Python's name) for a schema sent as null."""
+    with pytest.raises(
+        InvalidConstraintError, match=rf"^a JSON schema must be an object \(or true or false\), got {got}$"
+    ):
+        Constraint.json_schema(schema)
