@@ -3,6 +3,7 @@ invalid Unicode, empty chats. Each gets our error shape and a message naming the
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Iterator
 
 import pytest
@@ -89,6 +90,17 @@ def test_an_unparseable_body_is_422_saying_why(client: TestClient, body: bytes, 
     response = client.post("/generate", content=body, headers=JSON)
     assert response.status_code == 422
     assert response.json() == {"error": message, "error_type": "validation"}
+
+
+def test_a_compressed_body_is_415_naming_its_encoding(client: TestClient) -> None:
+    """A gzip body (`Content-Encoding: gzip`) was "not valid UTF-8", which sent its client looking at its text."""
+    body = gzip.compress(b'{"inputs": "hi"}')
+    response = client.post("/generate", content=body, headers={**JSON, "content-encoding": "gzip"})
+    assert response.status_code == 415
+    assert response.json() == {
+        "error": "Content-Encoding 'gzip': this server reads request bodies uncompressed",
+        "error_type": "unsupported_media_type",
+    }
 
 
 @pytest.mark.parametrize("path", ["/generate", "/v1/chat/completions", "/v1/completions"])
