@@ -310,9 +310,14 @@ def _tool_choice(choice: dict[str, Any], names: list[str | None]) -> str | dict[
                 field="tool_choice",
             )
         for j, tool in enumerate(allowed):
-            if not isinstance(tool, dict) or tool.get("type") != "function" or tool.get("name") not in names:
+            if not isinstance(tool, dict) or tool.get("type") != "function":
                 raise ParameterError(
                     f"tool_choice.tools[{j}]: a function tool of `tools` by name ({{'type': 'function', 'name': ...}})",
+                    field="tool_choice",
+                )
+            if tool.get("name") not in names:
+                raise ParameterError(
+                    f"tool_choice.tools[{j}].name: {tool.get('name')!r} is not one of the function tools",
                     field="tool_choice",
                 )
         return mode

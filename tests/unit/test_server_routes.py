@@ -190,6 +190,10 @@ def test_responses_tools_and_their_items_are_the_chat_request_they_mean() -> Non
         ({"tools": tools, "tool_choice": {"type": "mcp"}}, "tool_choice.type: 'mcp' is not supported here"),
         ({"tools": tools, "tool_choice": {"type": "function", "name": "z"}}, "tool_choice.name: 'z' is not one of"),
         ({"tools": tools, "tool_choice": {**subset, "mode": "none"}}, "allowed_tools needs `mode`"),
+        (  # (it said only that a tool of `tools` was wanted)
+            {"tools": tools, "tool_choice": {**subset, "tools": [{"type": "function", "name": "nope"}]}},
+            "tool_choice.tools[0].name: 'nope' is not one of the function tools",
+        ),
         ({"tool_choice": {"type": "function", "name": "a"}}, "tool_choice.name: 'a' is not one of the function tools"),
         ({"input": [{"type": "function_call", "call_id": "c", "name": "a", "arguments": "{"}]}, "input[0].arguments"),
         ({"input": [items[0], {"type": "function_call_output", "call_id": "x", "output": 1}]}, "input[1].call_id"),
