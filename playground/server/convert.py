@@ -132,6 +132,7 @@ def _sequence_details(result: GenerationResult, seq: Sequence, params: GenerateP
         "prefill": [p.model_dump() for p in result.prefill] if params.decoder_input_details else [],
         "tokens": [token_json(t, params) for t in seq.tokens],
         "stop_sequence": seq.stop_sequence,
+        "stop_token": seq.stop_token,  # the stop_token_ids token that ended it (finish_reason eos_token)
         "total_logprob": seq.total_logprob,
         "validation": seq.validation.model_dump(),
         **reasoning_extras(seq),

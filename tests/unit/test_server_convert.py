@@ -101,6 +101,16 @@ def test_generate_response_with_every_detail() -> None:
     assert details["stop_sequence"] == "}"
 
 
+def test_details_name_the_stop_token_that_ended_the_answer() -> None:
+    """A stop_token_ids token ended it (finish_reason eos_token): details said nothing of which (chat's stop_reason did)."""
+    result = _result()
+    result.best = result.best.model_copy(update={"finish_reason": "eos_token", "stop_sequence": None, "stop_token": 7})
+    body = convert.generate_response(result, GenerateParameters(details=True))
+    validate(body, "GenerateResponse")
+    assert (body["details"]["finish_reason"], body["details"]["stop_token"]) == ("eos_token", 7)
+    assert convert.generate_response(_result(), GenerateParameters(details=True))["details"]["stop_token"] is None
+
+
 def test_full_text_holds_the_answer_a_continuation_continued() -> None:
     """return_full_text with continue_from gave the prompt and the new text alone ("P: }"), text nobody wrote."""
     result = _result()
