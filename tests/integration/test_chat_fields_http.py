@@ -3,6 +3,7 @@ peers' does, or is named in `warnings`."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -133,6 +134,35 @@ def test_return_token_ids_gives_the_ids_read_and_written_as_vllm_does_streamed_o
     streamed = [c.model_dump()["choices"][0] for c in client.completions.create(**text, stream=True, extra_body=ids)]
     assert streamed[0]["prompt_token_ids"] == written["prompt_token_ids"]
     assert [i for c in streamed for i in c["token_ids"]] == written["token_ids"]
+
+
+TIME = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}
+TOOL = {"type": "function", "function": {"name": "get_time", "parameters": TIME}}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"stop": [" "], "n": 2, "temperature": 0.8, "seed": 5},  # a stop held back; sampled choices
+        {"stop": [" "], "include_stop_str_in_output": True},
+        {"tools": [TOOL], "tool_choice": "required"},  # a call's arguments, its closing `}` held back
+        {"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "get_time"}}, "n": 2},
+    ],
+    ids=["stop-n2", "stop-kept", "tool-required", "tool-named-n2"],
+)
+def test_streamed_token_ids_add_up_to_each_choice_s_token_ids(server_url: str, extra: dict[str, Any]) -> None:
+    """However a stream holds text back (a stop sequence, a call's envelope), every token's id rides on a chunk,
+    in order, the end of text's on the last: each choice's adds up to the unstreamed answer's `token_ids`."""
+    body = {"messages": CHAT, "temperature": 0, "max_tokens": 20, "return_token_ids": True, **extra}
+    whole = httpx.post(f"{server_url}/v1/chat/completions", json=body, timeout=120).json()
+    streamed: dict[int, list[int]] = {}
+    with httpx.stream("POST", f"{server_url}/v1/chat/completions", json={**body, "stream": True}, timeout=120) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[len("data: ") :])["choices"]:
+                    streamed.setdefault(choice["index"], []).extend(choice.get("token_ids") or [])
+    assert {c["index"]: c["token_ids"] for c in whole["choices"]} == streamed
+    assert all(c["token_ids"] for c in whole["choices"])
 
 
 def test_bad_words_and_allowed_token_ids_keep_the_answer_off_and_to_the_tokens_named(server_url: str) -> None:
