@@ -80,12 +80,13 @@ def _validator(cls: type, schema: Any) -> Any:
     return cls(schema, registry=REGISTRY, format_checker=_format_checker(cls))
 
 
+_JSON_KINDS = {type(None): "null", bool: "a boolean", str: "a string", list: "an array", int: "a number"}
+
+
 def not_a_schema(value: Any) -> InvalidConstraintError:
     """The error for a schema that is not a JSON object (nor true or false), naming what it is in JSON's words."""
-    kinds = {type(None): "null", bool: "a boolean", str: "a string", list: "an array", int: "a number", float: "a number"}
-    return InvalidConstraintError(
-        f"a JSON schema must be an object (or true or false), got {kinds.get(type(value), type(value).__name__)}"
-    )
+    kind = _JSON_KINDS.get(type(value), "a number" if isinstance(value, float) else type(value).__name__)
+    return InvalidConstraintError(f"a JSON schema must be an object (or true or false), got {kind}")
 
 
 def check_schema(schema: dict) -> None:
