@@ -97,16 +97,19 @@ def with_layout(schema: dict, layout: str) -> dict:
     return {**schema, "x-guidance": {**guidance_options(layout), **own}}
 
 
-def closed(schema: Any, depth: int = 0) -> Any:
+def closed(schema: Any, depth: int = 0, *, other_keys: bool = False) -> Any:
     """The schema with `additionalProperties: false` on every object schema that lists properties alone
     (none beside it says more about the object's keys). A key the object's `required` (or `dependentRequired`)
     names but its `properties` do not (real schemas do it: a PayPal instrument's `id`, a JSON:API resource's) is
-    listed, any value allowed, as JSON Schema allows it: closed without it, the object could not be written."""
+    listed, any value allowed, as JSON Schema allows it: closed without it, the object could not be written.
+
+    `other_keys`: `additionalProperties: true` there instead, for a server whose engine closes such objects itself
+    (xgrammar's strict mode) when the request wants the schema as written (strict: false)."""
     if not isinstance(schema, dict) or depth > 64:
         return schema
     out = dict(schema)
     if isinstance(out.get("properties"), dict) and not any(k in out for k in (*_OTHER_KEYS, *_IN_PLACE)):
-        out["additionalProperties"] = False
+        out["additionalProperties"] = other_keys
         named = [
             out.get("required"),
             *(out["dependentRequired"].values() if isinstance(out.get("dependentRequired"), dict) else ()),
@@ -118,17 +121,22 @@ def closed(schema: Any, depth: int = 0) -> Any:
             for k in keys
             if isinstance(k, str) and k not in out["properties"]
         ]
-        if unlisted:
+        if unlisted and not other_keys:
             out["properties"] = {**out["properties"], **{key: {} for key in unlisted}}
     for key in _SUBSCHEMA_MAPS:
         if isinstance(out.get(key), dict):
-            out[key] = {name: closed(sub, depth + 1) for name, sub in out[key].items()}
+            out[key] = {name: closed(sub, depth + 1, other_keys=other_keys) for name, sub in out[key].items()}
     for key in _BRANCHES:
         if isinstance(out.get(key), list) and "properties" not in out:
-            out[key] = [closed(sub, depth + 1) for sub in out[key]]
+            out[key] = [closed(sub, depth + 1, other_keys=other_keys) for sub in out[key]]
     for key in _SUBSCHEMAS:
         if isinstance(out.get(key), list):
-            out[key] = [closed(sub, depth + 1) for sub in out[key]]
+            out[key] = [closed(sub, depth + 1, other_keys=other_keys) for sub in out[key]]
         elif key in out:
-            out[key] = closed(out[key], depth + 1)
+            out[key] = closed(out[key], depth + 1, other_keys=other_keys)
     return out
+
+
+def is_closed(schema: Any) -> bool:
+    """Whether the schema already closes every object `closed` would (a strict request's, or one written so)."""
+    return closed(schema) == schema

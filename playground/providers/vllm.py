@@ -41,7 +41,7 @@ class VLLMProvider(OpenAICompatProvider):
     def constraint_fields(self, constraint: Constraint) -> dict[str, Any]:
         """The grammar kind is sent as text; vLLM's backend (xgrammar or guidance) must accept its syntax."""
         guided = getattr(self.config, "constraint_field", "structured_outputs") == "guided"
-        return outbound.vllm_structured(constraint, guided=guided)
+        return outbound.vllm_structured(constraint, guided=guided, who=self.who)
 
     def continuation(self, inputs: Inputs, prefix: str) -> dict[str, Any]:
         """vLLM can resume a partial assistant answer (continue_final_message), so any prefix works."""

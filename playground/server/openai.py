@@ -116,7 +116,8 @@ async def chat_completions(request: Request, body: ChatRequest) -> Any:
             # vLLM's fields read as ours: a provider that cannot carry ours names the client's
             "min_tokens": "ignore_eos" if body.ignore_eos else None,
             "decoder_input_details": "prompt_logprobs" if body.prompt_logprobs is not None else None,
-            "continue_from": "messages",  # continue_final_message: the final message is the answer continued
+            # the final message continued: what a remote provider cannot take, or the constraint refuses in it
+            "continue_from": "continue_final_message",
         },
     )
 

@@ -245,7 +245,8 @@ def constraint_field(req: OpenAISampling) -> str | None:
         return f"tools[{[t.function.name for t in req.tools or []].index(named)}].function.parameters"  # type: ignore[attr-defined]
     if how == "required":
         return "tools"
-    return _own_constraint_field(req)
+    # auto: a grammar of text or a call, beside the request's own constraint if any (what a remote may not enforce)
+    return _own_constraint_field(req) or ("tool_choice" if how == "auto" else None)
 
 
 def _own_constraint_field(req: OpenAISampling) -> str | None:

@@ -171,11 +171,13 @@ def test_chat_continues_the_final_assistant_message(server_url: str) -> None:
 
 
 def test_a_continued_message_the_constraint_refuses_is_named_as_the_chat_client_sent_it(server_url: str) -> None:
-    """The error's param was `continue_from`, /generate's field, which a chat client never sends."""
+    """The error's param was `continue_from`, /generate's field, which a chat client never sends (a remote provider's
+    refusal names it so too)."""
     messages = [{"role": "user", "content": "Pick"}, {"role": "assistant", "content": "gr"}]
     body = {"messages": messages, "continue_final_message": True, "max_tokens": 3, "guided_choice": ["red", "blue"]}
     error = post(server_url, "/v1/chat/completions", body).json()["error"]
-    assert error["param"] == "messages" and error["message"].startswith("messages: the constraint refuses token 0")
+    assert error["param"] == "continue_final_message"
+    assert error["message"].startswith("continue_final_message: the constraint refuses token 0")
 
 
 def test_continue_final_message_needs_an_assistant_message(server_url: str) -> None:

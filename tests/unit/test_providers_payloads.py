@@ -14,6 +14,7 @@ from tests.stub_server import StubReply, chat_completion, completion, serve, tgi
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 CLOSED = {**SCHEMA, "additionalProperties": False}  # what a schema becomes unless `strict: false`: what is sent on
+OPEN = {**SCHEMA, "additionalProperties": True}  # `strict: false` as sent to engines that close what is left unsaid
 CHAT = {"POST /v1/chat/completions": StubReply(json=chat_completion('{"n": 1}', logprobs=[('{"n": 1}', -0.1)]))}
 MESSAGES = [ChatMessage(role="system", content="be brief"), ChatMessage(role="user", content="count")]
 
@@ -233,7 +234,8 @@ def test_vllm_reads_a_plain_prompt_whole_at_its_completions_route(serve) -> None
     ("grammar", "expected"),
     [
         ({"type": "json", "value": SCHEMA}, {"type": "json", "value": CLOSED}),
-        ({"type": "json", "value": SCHEMA, "strict": False}, {"type": "json", "value": SCHEMA}),
+        # open said open: TGI's engine closes what a schema leaves unsaid
+        ({"type": "json", "value": SCHEMA, "strict": False}, {"type": "json", "value": OPEN}),
         ({"type": "json_schema", "value": {"name": "x", "schema": SCHEMA}}, {"type": "json", "value": CLOSED}),
         ({"type": "regex", "value": r"\d+"}, {"type": "regex", "value": r"\d+"}),
         ({"type": "choice", "value": ["a.b", "c|d", "e f"]}, {"type": "regex", "value": r"(a\.b|c\|d|e f)"}),
@@ -433,6 +435,31 @@ def test_penalties_bias_and_template_options_reach_the_servers_that_take_them(se
     ):
         with pytest.raises(ParameterError, match=f"{next(iter(refused))} is not supported by"):
             tgi(stub.url).generate("m", "count", GenerateParameters(**refused))
+
+
+def test_json_whitespace_and_strict_false_reach_the_servers_or_are_refused_never_dropped(serve) -> None:
+    """A whitespace asked for (guided_whitespace_pattern, structured_outputs' options) and `strict: false` were
+    dropped on the way: vLLM got neither, OpenAI got `strict: true` (the provider's default) for an open schema, and
+    the answers changed without a word."""
+    stub = serve(CHAT)
+    asked = {"type": "json", "value": SCHEMA}
+    for whitespace, sent in (("compact", {"disable_any_whitespace": True}), (r"[ ]?", {"whitespace_pattern": r"[ ]?"})):
+        vllm(stub.url).generate("m", MESSAGES, GenerateParameters(grammar={**asked, "whitespace": whitespace}))
+        assert stub.last("/v1/chat/completions").body["structured_outputs"] == {"json": CLOSED, **sent}
+    vllm(stub.url).generate("m", MESSAGES, GenerateParameters(grammar={**asked, "whitespace": "free"}))
+    assert stub.last("/v1/chat/completions").body["structured_outputs"] == {"json": CLOSED}  # (vLLM's own default)
+    for remote in (openai, tgi):
+        with pytest.raises(
+            UnsupportedConstraintError, match=r"its JSON whitespace is the server's own \(asked: 'compact'\)"
+        ):
+            remote(stub.url).generate("m", MESSAGES, GenerateParameters(grammar={**asked, "whitespace": "compact"}))
+    vllm(stub.url).generate("m", MESSAGES, GenerateParameters(grammar={**asked, "strict": False}))
+    assert stub.last("/v1/chat/completions").body["structured_outputs"] == {"json": OPEN}
+    openai(stub.url).generate("gpt-x", MESSAGES, GenerateParameters(grammar={**asked, "strict": False}))
+    sent_format = stub.last("/v1/chat/completions").body["response_format"]["json_schema"]
+    assert (sent_format["schema"], sent_format["strict"]) == (SCHEMA, False)
+    openai(stub.url).generate("gpt-x", MESSAGES, GenerateParameters(grammar=asked))
+    assert stub.last("/v1/chat/completions").body["response_format"]["json_schema"]["strict"] is True
 
 
 def test_truncate_reaches_vllm_as_truncate_prompt_tokens_and_tgi_refuses_minus_one(serve) -> None:
