@@ -19,7 +19,7 @@ from playground.server.streaming import StreamedIds, decoded, started
 from playground.server.tgi import echoed_model, resolve_with_adapter, with_adapter
 from playground.types import GenerationResult, TokenEvent
 from playground.types.sizes import nth_seed
-from playground.wire import checks, completions, inbound
+from playground.wire import checks, completions, inbound, outbound
 from playground.wire.completions import CompletionRequest
 
 # the engine's field names as this route's client sends them, in errors, verdicts and warnings
@@ -33,6 +33,9 @@ async def _jobs(request: Request, req: CompletionRequest) -> tuple[Provider, str
     provider, model_id, adapter = resolve_with_adapter(request, req.model)
     base = inbound.base_seed(req)
     params = [with_adapter(completions.parameters(req, nth_seed(base, j)), adapter) for j in range(req.n)]
+    if params[0].decoder_input_details and not _prompt_logprobs_from(provider, req.stream):
+        # echo with logprobs: the prompt comes back without its logprobs from a server that has none to give
+        params = [p.model_copy(update={"decoder_input_details": False}) for p in params]
     info = await run_in_threadpool(provider.info, model_id)
     checks.check_lengths(params[0], info, field="max_tokens")
     checks.check_top_n(params[0], info.max_top_n_tokens, field="logprobs")
@@ -40,6 +43,15 @@ async def _jobs(request: Request, req: CompletionRequest) -> tuple[Provider, str
     checks.check_token_ids(req.return_tokens_as_token_ids, provider.capabilities.local_engine)
     prompts = await run_in_threadpool(_texts, provider, model_id, req)  # (decoding 8 x 131,072 ids takes a while)
     return provider, model_id, [(prompt, params[j]) for prompt in prompts for j in range(req.n)]
+
+
+def _prompt_logprobs_from(provider: Provider, stream: bool) -> bool:
+    """Whether the provider gives a prompt's logprobs (TGI's decoder_input_details: a local model, a remote TGI unless
+    streamed, as TGI refuses it then; an OpenAI-style server carries no such field)."""
+    if provider.capabilities.local_engine:
+        return True
+    dialect = getattr(provider, "dialect", None)
+    return dialect is not None and not stream and "decoder_input_details" not in outbound.unsupported(dialect)
 
 
 def _texts(provider: Provider, model_id: str, req: CompletionRequest) -> list[str]:
@@ -67,9 +79,10 @@ def _choice(index: int, prompt: str, result: GenerationResult, req: CompletionRe
     as_ids = bool(req.return_tokens_as_token_ids)
     if req.logprobs is not None:
         tokens = [] if only else completions.generated(seq.tokens, req.logprobs, as_ids)
-        if req.echo:
-            tokens = completions.prompt_tokens(result, req.logprobs, as_ids) + tokens
-        logprobs = completions.logprobs(tokens)
+        echoed = completions.prompt_tokens(result, req.logprobs, as_ids) if req.echo else []
+        # a remote server's echoed prompt has no tokens here: the answer's offsets count past its text
+        start = len(prompt) if req.echo and not echoed else 0
+        logprobs = completions.logprobs(echoed + tokens, start)
     ids = {"prompt_token_ids": result.prompt_ids, "token_ids": [] if only else chat.token_ids(seq.tokens)}
     return {
         "index": index,
@@ -116,6 +129,7 @@ async def create_completion(request: Request, body: CompletionRequest) -> Any:
             **NAMES,
             "grammar": inbound.constraint_field(body),
             "min_tokens": "ignore_eos" if body.ignore_eos else None,  # (vLLM's, read as ours)
+            "truncate": "truncate_prompt_tokens" if body.truncate_prompt_tokens is not None else None,
         },
     )
 
