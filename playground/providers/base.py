@@ -39,6 +39,9 @@ class Capabilities:
     model_loading: bool = False  # loads a model by name at run time (hub id, folder, .gguf)
     decodes_here: bool = False  # decoding runs in this process: a stream that stops frees the CPU
     local_engine: bool = False  # lends its engine (tokenizer, compiler, masks) and heartbeat: see EngineLender
+    # the prompt's logprobs (TGI's decoder_input_details; completions' echo with logprobs): "always", "unstreamed"
+    # (TGI refuses them on a stream), or None (an OpenAI-style server carries no such field)
+    prompt_logprobs: Literal["always", "unstreamed"] | None = None
 
     def as_json(self) -> dict[str, object]:
         """For /info: plain JSON values."""

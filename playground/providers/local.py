@@ -80,6 +80,7 @@ class LocalProvider:
         model_loading=True,
         decodes_here=True,
         local_engine=True,
+        prompt_logprobs="always",
     )
 
     def __init__(

@@ -63,7 +63,9 @@ class TGIProvider(RemoteProvider):
     provider_type: ClassVar[str] = "remote::tgi"
     config_class: ClassVar[type[RemoteConfig]] = TGIConfig
     dialect: ClassVar[str] = "tgi"
-    capabilities: ClassVar[Capabilities] = Capabilities(constraint_kinds=frozenset({"json_schema", "regex", "choice"}))
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        constraint_kinds=frozenset({"json_schema", "regex", "choice"}), prompt_logprobs="unstreamed"
+    )
 
     def __init__(self, provider_id: str, config: RemoteConfig, *, declared: list[str] | None = None) -> None:
         super().__init__(provider_id, config, declared=declared)

@@ -19,7 +19,7 @@ from playground.server.streaming import StreamedIds, decoded, started
 from playground.server.tgi import echoed_model, resolve_with_adapter, with_adapter
 from playground.types import GenerationResult, TokenEvent
 from playground.types.sizes import nth_seed
-from playground.wire import checks, completions, inbound, outbound
+from playground.wire import checks, completions, inbound
 from playground.wire.completions import CompletionRequest
 
 # the engine's field names as this route's client sends them, in errors, verdicts and warnings
@@ -46,12 +46,9 @@ async def _jobs(request: Request, req: CompletionRequest) -> tuple[Provider, str
 
 
 def _prompt_logprobs_from(provider: Provider, stream: bool) -> bool:
-    """Whether the provider gives a prompt's logprobs (TGI's decoder_input_details: a local model, a remote TGI unless
-    streamed, as TGI refuses it then; an OpenAI-style server carries no such field)."""
-    if provider.capabilities.local_engine:
-        return True
-    dialect = getattr(provider, "dialect", None)
-    return dialect is not None and not stream and "decoder_input_details" not in outbound.unsupported(dialect)
+    """Whether the provider gives a prompt's logprobs (TGI's decoder_input_details) to this request."""
+    given = provider.capabilities.prompt_logprobs
+    return given == "always" or (given == "unstreamed" and not stream)
 
 
 def _texts(provider: Provider, model_id: str, req: CompletionRequest) -> list[str]:
