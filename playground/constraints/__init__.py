@@ -69,6 +69,9 @@ class Constraint:
     # a JSON schema's name as the client gave it (OpenAI's json_schema.name), passed on to servers that read it;
     # it does not change what the constraint allows
     name: str | None = field(default=None, compare=False)
+    # a JSON schema's strictness as asked (closed: no keys it does not declare), passed on to servers that read it
+    # (OpenAI's json_schema.strict) or said in the schema for those that close what it leaves unsaid
+    strict: bool = field(default=True, compare=False)
 
     @classmethod
     def none(cls) -> Constraint:
@@ -154,7 +157,7 @@ class Constraint:
         schema_check.check_schema(schema)
         if closed:
             schema = jsonformat.closed(schema)
-        return cls("json_schema", _Frozen(schema), jsonformat.check_layout(layout), name)
+        return cls("json_schema", _Frozen(schema), jsonformat.check_layout(layout), name, strict=closed)
 
     @classmethod
     def regex(cls, pattern: Any) -> Constraint:

@@ -135,8 +135,3 @@ def closed(schema: Any, depth: int = 0, *, other_keys: bool = False) -> Any:
         elif key in out:
             out[key] = closed(out[key], depth + 1, other_keys=other_keys)
     return out
-
-
-def is_closed(schema: Any) -> bool:
-    """Whether the schema already closes every object `closed` would (a strict request's, or one written so)."""
-    return closed(schema) == schema

@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
+from playground.errors import ParameterError
 from playground.providers.base import Provider, local_engine
 from playground.server import chat
 from playground.server.answers import Chunk, Job, answer
@@ -34,8 +35,14 @@ async def _jobs(request: Request, req: CompletionRequest) -> tuple[Provider, str
     base = inbound.base_seed(req)
     params = [with_adapter(completions.parameters(req, nth_seed(base, j)), adapter) for j in range(req.n)]
     if params[0].decoder_input_details and not _prompt_logprobs_from(provider, req.stream):
-        # echo with logprobs: the prompt comes back without its logprobs from a server that has none to give
-        params = [p.model_copy(update={"decoder_input_details": False}) for p in params]
+        # echo with logprobs is scoring (lm-evaluation-harness reads the prompt's logprobs): refused, not left out
+        unstreamed = provider.capabilities.prompt_logprobs == "unstreamed"
+        why = "on a stream" if unstreamed else "(an OpenAI-style server has no such field)"
+        raise ParameterError(
+            f"echo: with logprobs it lists the prompt's logprobs, which provider {provider.provider_id!r} does not "
+            f"give {why}",
+            field="echo",
+        )
     info = await run_in_threadpool(provider.info, model_id)
     checks.check_lengths(params[0], info, field="max_tokens")
     checks.check_top_n(params[0], info.max_top_n_tokens, field="logprobs")
@@ -76,10 +83,9 @@ def _choice(index: int, prompt: str, result: GenerationResult, req: CompletionRe
     as_ids = bool(req.return_tokens_as_token_ids)
     if req.logprobs is not None:
         tokens = [] if only else completions.generated(seq.tokens, req.logprobs, as_ids)
-        echoed = completions.prompt_tokens(result, req.logprobs, as_ids) if req.echo else []
-        # a remote server's echoed prompt has no tokens here: the answer's offsets count past its text
-        start = len(prompt) if req.echo and not echoed else 0
-        logprobs = completions.logprobs(echoed + tokens, start)
+        if req.echo:
+            tokens = completions.prompt_tokens(result, req.logprobs, as_ids) + tokens
+        logprobs = completions.logprobs(tokens)
     ids = {"prompt_token_ids": result.prompt_ids, "token_ids": [] if only else chat.token_ids(seq.tokens)}
     return {
         "index": index,

@@ -172,7 +172,7 @@ def _parse_failure(cause: BaseException | None) -> str:
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and exc.detail == _BODY_PARSE_FAILED:
-        encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        encoding = request.headers.get("content-encoding", "").strip().lower() or "identity"
         if encoding != "identity":  # (a gzip body read as it came was "not valid UTF-8")
             message = f"Content-Encoding {shorten(encoding, 40)!r}: this server reads request bodies uncompressed"
             return error_response(415, message, "unsupported_media_type", request=request)

@@ -157,7 +157,8 @@ class GenerateParameters(Sampling):
     @classmethod
     def _bias_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
         for key, bias in (value or {}).items():
-            if not (key.isascii() and key.isdigit()):  # ("²" is a digit int() refuses; "３３" one OpenAI does)
+            # ("²" is a digit int() refuses, "３３" one OpenAI does; past 4,300 digits int() refuses any)
+            if not (key.isascii() and key.isdigit() and len(key) <= 18):
                 raise ValueError(f"keys are token ids (ASCII digits), got {key[:40]!r}")
             if not -100 <= bias <= 100:
                 raise ValueError(f"a bias is between -100 and 100, got {bias} for token {key}")

@@ -121,30 +121,19 @@ def refuse(who: str, constraint: Constraint, why: str) -> UnsupportedConstraintE
 ANY_OBJECT = {"type": "object"}  # the schema json_object means
 
 
-def open_said(schema: dict[str, Any]) -> dict[str, Any]:
-    """A schema left open (strict: false) with `additionalProperties: true` said where it says nothing: vLLM's and
+def open_said(constraint: Constraint) -> dict[str, Any]:
+    """A schema asked open (strict: false) with `additionalProperties: true` said where it says nothing: vLLM's and
     TGI's engines close such objects (xgrammar's strict mode, Outlines' regexes), which would change the answer."""
-    return schema if jsonformat.is_closed(schema) else jsonformat.closed(schema, other_keys=True)
+    return constraint.schema if constraint.strict else jsonformat.closed(constraint.schema, other_keys=True)
 
 
-def own_layout(constraint: Constraint, who: str) -> None:
-    """A server that lays JSON out its own way cannot take a whitespace asked for (guided_whitespace_pattern,
-    structured_outputs' whitespace options): refused, not dropped."""
-    if constraint.kind == "json_schema" and constraint.layout != jsonformat.DEFAULT_LAYOUT:
-        raise refuse(who, constraint, f"its JSON whitespace is the server's own (asked: {constraint.layout!r})")
-
-
-def vllm_layout(constraint: Constraint, who: str, *, guided: bool = False) -> dict[str, Any]:
-    """The JSON whitespace asked for, in vLLM's options: a pattern as whitespace_pattern, compact (one space at most)
-    as disable_any_whitespace, free as vLLM's own default; pretty (ours) has none, and is its default here."""
-    layout = constraint.layout if constraint.kind == "json_schema" else jsonformat.DEFAULT_LAYOUT
-    if layout in ("pretty", "free"):
-        return {}
-    if layout == "compact":
-        if guided:
-            raise refuse(who, constraint, "its guided_* fields have no compact whitespace (disable_any_whitespace)")
-        return {"disable_any_whitespace": True}
-    return {"guided_whitespace_pattern" if guided else "whitespace_pattern": layout}
+def own_layout(constraint: Constraint, who: str, native: str | None = None) -> None:
+    """A server lays JSON out its own way (`native`: the layout it writes, where that is one of ours): a whitespace
+    asked for (guided_whitespace_pattern, structured_outputs' whitespace options) that differs is refused, not
+    dropped. vLLM's per-request whitespace fields exist but its V1 engines read only the server's own settings."""
+    layout = constraint.layout
+    if constraint.kind == "json_schema" and layout not in (jsonformat.DEFAULT_LAYOUT, native):
+        raise refuse(who, constraint, f"its JSON whitespace is the server's own (asked: {layout!r})")
 
 
 def openai_response_format(constraint: Constraint, who: str, *, name: str = "output", strict: bool = True) -> dict:
@@ -155,8 +144,8 @@ def openai_response_format(constraint: Constraint, who: str, *, name: str = "out
     if constraint.kind != "json_schema":
         raise refuse(who, constraint, "only json_schema (response_format) is enforced by the OpenAI API")
     own_layout(constraint, who)
-    # a schema left open (strict: false) goes as OpenAI's non-strict json_schema, whatever the provider's default
-    return _response_format(constraint.schema, name, strict and jsonformat.is_closed(constraint.schema))
+    # a schema asked open (strict: false) goes as OpenAI's non-strict json_schema, whatever the provider's default
+    return _response_format(constraint.schema, name, strict and constraint.strict)
 
 
 def _response_format(schema: dict[str, Any], name: str, strict: bool) -> dict[str, Any]:
@@ -172,29 +161,29 @@ def tgi_grammar(constraint: Constraint, who: str) -> dict[str, Any] | None:
     if constraint.kind == "none":
         return None
     if constraint.kind == "json_schema":
-        own_layout(constraint, who)
-        return {"type": "json", "value": open_said(constraint.schema)}
+        own_layout(constraint, who, native="compact")  # (Outlines' default whitespace, `[ ]?`, is our compact)
+        return {"type": "json", "value": open_said(constraint)}
     if constraint.kind in ("regex", "choice"):
         return {"type": "regex", "value": constraint.engine_input()}
     raise refuse(who, constraint, "TGI's grammar parameter knows only json and regex")
 
 
 def vllm_structured(constraint: Constraint, *, guided: bool = False, who: str = "vLLM") -> dict[str, Any]:
-    """vLLM's structured_outputs (>= 0.10.2) or the older guided_* fields; every kind, sent as text, with the JSON
-    whitespace asked for (vllm_layout)."""
+    """vLLM's structured_outputs (>= 0.10.2) or the older guided_* fields; every kind, sent as text (a schema asked
+    open said open)."""
     if constraint.kind == "none":
         return {}
     if constraint.kind == "structural_tag":  # vLLM takes it as a response_format (xgrammar's `format` form)
         if guided:
             raise refuse("a vLLM server before 0.10.2", constraint, "its guided_* fields have no structural tag")
         return {"response_format": segments.to_xgrammar(constraint.schema)}
-    value: Any = open_said(constraint.schema) if constraint.kind == "json_schema" else constraint.value
+    value: Any = open_said(constraint) if constraint.kind == "json_schema" else constraint.value
     if constraint.kind == "choice":
         value = list(value)
-    layout = vllm_layout(constraint, who, guided=guided)
+    own_layout(constraint, who, native="free")  # (xgrammar's any whitespace, its default)
     if guided:
-        return {_GUIDED[constraint.kind]: value, **layout}
-    return {"structured_outputs": {_STRUCTURED[constraint.kind]: value, **layout}}
+        return {_GUIDED[constraint.kind]: value}
+    return {"structured_outputs": {_STRUCTURED[constraint.kind]: value}}
 
 
 def playground_constraint(constraint: Constraint) -> dict[str, Any]:
@@ -206,7 +195,7 @@ def playground_constraint(constraint: Constraint) -> dict[str, Any]:
             if layout == jsonformat.DEFAULT_LAYOUT
             else jsonformat.with_layout(constraint.schema, layout)
         )
-        return _response_format(schema, constraint.name or "answer", True)
+        return _response_format(schema, constraint.name or "answer", constraint.strict)
     return vllm_structured(constraint)
 
 

@@ -126,8 +126,9 @@ def test_continue_final_message_keeps_the_generation_prompt_as_vllm_users_send_i
 
 
 def test_logit_bias_keys_must_be_token_ids() -> None:
-    """A key of digits other than ASCII's passed: "３３" read as token 33, and "²" (a digit int() refuses) was a 500."""
-    for key in ("hello", "²", "３３", "+5"):
+    """A key of digits other than ASCII's passed: "３３" read as token 33, and "²" (a digit int() refuses) was a 500, as
+    was one of 5,000 digits (past Python's int() limit)."""
+    for key in ("hello", "²", "３３", "+5", "1" * 5000):
         with pytest.raises(ParameterError, match=r"logit_bias: keys are token ids \(ASCII digits\)"):
             inbound.chat_parameters(_request(logit_bias={key: 1}), seed=1)
     with pytest.raises(ParameterError, match="between -100 and 100"):

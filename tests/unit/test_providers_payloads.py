@@ -439,25 +439,31 @@ def test_penalties_bias_and_template_options_reach_the_servers_that_take_them(se
 
 def test_json_whitespace_and_strict_false_reach_the_servers_or_are_refused_never_dropped(serve) -> None:
     """A whitespace asked for (guided_whitespace_pattern, structured_outputs' options) and `strict: false` were
-    dropped on the way: vLLM got neither, OpenAI got `strict: true` (the provider's default) for an open schema, and
-    the answers changed without a word."""
-    stub = serve(CHAT)
+    dropped on the way: OpenAI got `strict: true` (the provider's default) for an open schema, vLLM and TGI the schema
+    their engines close, and the answers changed without a word. A layout a server writes anyway is taken (vLLM's
+    any whitespace, TGI's one space at most); another is refused (vLLM's V1 engines read only its server's options)."""
+    stub = serve({**CHAT, "POST /generate": StubReply(json=tgi_generation("x"))})
     asked = {"type": "json", "value": SCHEMA}
-    for whitespace, sent in (("compact", {"disable_any_whitespace": True}), (r"[ ]?", {"whitespace_pattern": r"[ ]?"})):
-        vllm(stub.url).generate("m", MESSAGES, GenerateParameters(grammar={**asked, "whitespace": whitespace}))
-        assert stub.last("/v1/chat/completions").body["structured_outputs"] == {"json": CLOSED, **sent}
     vllm(stub.url).generate("m", MESSAGES, GenerateParameters(grammar={**asked, "whitespace": "free"}))
-    assert stub.last("/v1/chat/completions").body["structured_outputs"] == {"json": CLOSED}  # (vLLM's own default)
-    for remote in (openai, tgi):
-        with pytest.raises(
-            UnsupportedConstraintError, match=r"its JSON whitespace is the server's own \(asked: 'compact'\)"
-        ):
-            remote(stub.url).generate("m", MESSAGES, GenerateParameters(grammar={**asked, "whitespace": "compact"}))
+    assert stub.last("/v1/chat/completions").body["structured_outputs"] == {"json": CLOSED}
+    tgi(stub.url).generate("m", "p", GenerateParameters(grammar={**asked, "whitespace": "compact"}))
+    assert stub.last("/generate").body["parameters"]["grammar"] == {"type": "json", "value": CLOSED}
+    for remote, whitespace in (
+        (vllm, "compact"),
+        (vllm, r"[ ]?"),
+        (openai, "compact"),
+        (openai, "free"),
+        (tgi, "free"),
+    ):
+        with pytest.raises(UnsupportedConstraintError, match=r"its JSON whitespace is the server's own \(asked: '"):
+            remote(stub.url).generate("m", MESSAGES, GenerateParameters(grammar={**asked, "whitespace": whitespace}))
     vllm(stub.url).generate("m", MESSAGES, GenerateParameters(grammar={**asked, "strict": False}))
     assert stub.last("/v1/chat/completions").body["structured_outputs"] == {"json": OPEN}
-    openai(stub.url).generate("gpt-x", MESSAGES, GenerateParameters(grammar={**asked, "strict": False}))
-    sent_format = stub.last("/v1/chat/completions").body["response_format"]["json_schema"]
-    assert (sent_format["schema"], sent_format["strict"]) == (SCHEMA, False)
+    closed_as_written = {"type": "json", "value": CLOSED, "strict": False}  # (optional keys: OpenAI's strict refuses)
+    for grammar, schema in (({**asked, "strict": False}, SCHEMA), (closed_as_written, CLOSED)):
+        openai(stub.url).generate("gpt-x", MESSAGES, GenerateParameters(grammar=grammar))
+        sent_format = stub.last("/v1/chat/completions").body["response_format"]["json_schema"]
+        assert (sent_format["schema"], sent_format["strict"]) == (schema, False)
     openai(stub.url).generate("gpt-x", MESSAGES, GenerateParameters(grammar=asked))
     assert stub.last("/v1/chat/completions").body["response_format"]["json_schema"]["strict"] is True
 
