@@ -406,7 +406,7 @@ def _alongside(masks: list[tuple[bitmask.BitmaskProcessor, list[int]]]) -> Itera
     if not masks:
         yield
         return
-    done = _mask_pool().submit(bitmask.prepare, masks)
+    done = _mask_pool().submit(bitmask.prepare, masks, row_budget.STEP_CPU_S)
     try:
         yield
     finally:

@@ -102,9 +102,9 @@ def test_a_batch_steps_masks_are_computed_together_and_change_no_token(engine, m
     sizes: list[int] = []
     real = bitmask.prepare
 
-    def counted(rows: list) -> None:
+    def counted(rows: list, wall_limit_s: float) -> None:
         sizes.append(len(rows))
-        real(rows)
+        real(rows, wall_limit_s)
 
     grammars = [REQUESTS[0]["grammar"], REQUESTS[1]["grammar"]]
     params = [GenerateParameters(max_new_tokens=8, grammar=g, fast_forward=False, top_n_tokens=1) for g in grammars]

@@ -189,3 +189,25 @@ def test_a_lone_row_s_prepared_mask_is_billed_its_cpu_time_not_the_wall_clock(lo
     monkeypatch.setattr(bitmask.time, "perf_counter", lambda: float(next(ticks)))  # 10 s pass at every look
     bitmask.prepare([(row, [0, *ids[:3]])])
     assert 0 < row.prepared_s < 1
+
+
+def test_rows_prepared_together_past_the_wall_limit_compute_their_own_masks_billed_in_cpu_time(
+    loaded_model, monkeypatch
+) -> None:
+    """A pooled call is timed by the wall clock (its threads' CPU time is out of reach): on a loaded machine two
+    rows of a one-key schema were billed 0.28 s each and refused. Past the limit their masks are dropped, and
+    each row's own call computes its mask, where its CPU time is what counts."""
+    llg, spec, vocab, ids = _setup(loaded_model)
+    slow, fast = ([LLGuidanceProcessor(spec, llg) for _ in range(2)] for _ in range(2))
+    reference = LLGuidanceProcessor(spec, llg)
+    prefixes = [[0, *ids[:2]], [0, *ids[:3]]]
+    for processor in [*slow, *fast, reference]:
+        processor(torch.tensor([[0]]), torch.zeros(1, vocab))
+    ticks = iter(range(0, 1000, 10))
+    monkeypatch.setattr(bitmask.time, "perf_counter", lambda: float(next(ticks)))  # 10 s pass at every look
+    bitmask.prepare(list(zip(slow, prefixes)), wall_limit_s=1.0)
+    assert all(p._bits is None and p.prepared_s < 1 for p in slow)
+    row, expected = (p.allowed(torch.tensor([prefixes[1]]), vocab) for p in (slow[1], reference))
+    assert torch.equal(row, expected)
+    bitmask.prepare(list(zip(fast, prefixes)), wall_limit_s=100.0)  # within it: the masks are kept, billed 10 s
+    assert all(p._bits is not None and p.prepared_s >= 5 for p in fast)

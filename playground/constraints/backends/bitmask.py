@@ -10,6 +10,7 @@ their masks together (`prepare`): one engine call for all of them, which may run
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -154,10 +155,13 @@ class BitmaskProcessor:
         return scores + torch.from_numpy(_fit(bias, scores.shape[-1], -np.inf)).to(scores.device, scores.dtype)
 
 
-def prepare(rows: Sequence[tuple[BitmaskProcessor, Sequence[int]]]) -> None:
+def prepare(rows: Sequence[tuple[BitmaskProcessor, Sequence[int]]], wall_limit_s: float = math.inf) -> None:
     """Compute the masks of several rows at once (one engine call per kind of processor), ready for their call.
 
-    Each processor's share of the time goes to `prepared_s`, for its row's budget.
+    Each processor's share of the time goes to `prepared_s`, for its row's budget. A pooled call's share is its
+    wall time, which a loaded machine stretches: past `wall_limit_s` the masks are dropped, and each row computes
+    its own when asked, on its own thread, where its CPU time is billed (two rows of a one-key schema were refused
+    on a busy machine, their 0.56 s being the machine's, not theirs).
     """
     pending: dict[type, list[BitmaskProcessor]] = {}
     for processor, ids in rows:
@@ -175,6 +179,8 @@ def prepare(rows: Sequence[tuple[BitmaskProcessor, Sequence[int]]]) -> None:
         # llguidance call), whose CPU time is out of reach: wall time.
         pooled = kind.pooled and len(processors) > 1
         share = (time.perf_counter() - wall if pooled else time.thread_time() - cpu) / len(processors)
+        if pooled and share > wall_limit_s:
+            continue
         for processor, row in zip(processors, out):
             processor._bits = row
             processor.prepared_s += share
