@@ -402,11 +402,13 @@ def _alongside(masks: list[tuple[bitmask.BitmaskProcessor, list[int]]]) -> Itera
 
     The engines release the GIL while they compute, so on a CPU the masks cost the step nothing when a
     core is free. A failure here is left for the row's own call to meet, where it fails that request alone.
+    A pooled call is billed its wall time, so past half a step's budget (the other half is the row's own work)
+    its masks are dropped for the rows to compute on their own thread, billed in CPU time.
     """
     if not masks:
         yield
         return
-    done = _mask_pool().submit(bitmask.prepare, masks, row_budget.STEP_CPU_S)
+    done = _mask_pool().submit(bitmask.prepare, masks, row_budget.STEP_CPU_S / 2)
     try:
         yield
     finally:
