@@ -91,15 +91,59 @@ _LARK = re.compile(r"(?m)^[ \t]*(%llguidance\b|\??start[ \t]*:(?!:=))")
 
 def lark_text(text: str) -> str:
     """The grammar in llguidance's Lark: as written, or converted from GBNF (ValueError when it cannot be)."""
-    from llguidance.gbnf_to_lark import gbnf_to_lark
-
     text = normal_grammar(text)
     if grammar_dialect(text) == "lark":
         return text
     try:
-        return gbnf_to_lark(_renamed_start(_GBNF_UNICODE.sub(_unicode_escape, text)))
+        return _gbnf_to_lark(_renamed_start(_GBNF_UNICODE.sub(_unicode_escape, text)))
     except Exception as exc:  # the converter raises its own error type
         raise ValueError(f"Failed to convert the grammar from GBNF to Lark: {exc}") from None
+
+
+def _gbnf_to_lark(text: str) -> str:
+    """llguidance's `gbnf_to_lark`, with a repeated repetition in parentheses: it wrote `([0-9]{2})*` as
+    `/[0-9]/{2,2}*` and `("a"+)?` as `"a"+?`, which Lark cannot read (llama.cpp and xgrammar take both)."""
+    from llguidance import gbnf_to_lark as converter
+
+    rules = converter.GrammarParser().parse(text)
+    converter.resolve(rules)
+    for rule in rules.values():
+        _group_repeated(rule)
+    out, after_block = "%llguidance {}\n\n", True  # laid out as the converter lays out its rules
+    for rule in sorted(rules.values(), key=lambda r: r.order):
+        written = str(rule)
+        out += ("\n" if not after_block and "\n" in written else "") + written + "\n"
+        after_block = "\n" in written
+        out += "\n" if after_block else ""
+    return out
+
+
+class _Grouped:
+    """A node written in parentheses, as a repetition's operand."""
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+
+    def __str__(self) -> str:
+        return f"({self.node})"
+
+    def is_atomic(self) -> bool:
+        return True
+
+    def is_terminal(self) -> bool:
+        return bool(self.node.is_terminal())
+
+    def children(self) -> list[Any]:
+        return [self.node]
+
+
+def _group_repeated(node: Any) -> None:
+    from llguidance.gbnf_to_lark import RepetitionNode
+
+    for child in node.children():
+        _group_repeated(child)
+    if isinstance(node, RepetitionNode) and isinstance(node.node, RepetitionNode):
+        node.node = _Grouped(node.node)
 
 
 def _renamed_start(text: str) -> str:
@@ -175,7 +219,8 @@ def _build(kind: str, text: str) -> Any:
 
     matcher = llguidance.LLMatcher(_tokenizer(), grammar_spec(kind, text), log_level=0, limits=_limits())
     if matcher.is_error():
-        raise DialectError(_condense(matcher.get_error()))
+        problem = _condense(matcher.get_error())
+        raise DialectError(_in_conversion(text, problem) if kind == "grammar" else problem)
     return matcher
 
 
@@ -260,6 +305,18 @@ def _gbnf_problem(text: str) -> str | None:
         # (a Lark grammar without its start rule reads as GBNF: say what would make it Lark too)
         return f"not Lark (no `start:` rule) and not GBNF: {reason}"
     return None
+
+
+def _in_conversion(text: str, problem: str) -> str:
+    """A Lark error's `line(column)` in GBNF is a place in the Lark it converts to: that line, to read it by."""
+    found = re.search(r"\bat (\d+)\((\d+)\)", problem)
+    if found is None or grammar_dialect(text) == "lark":
+        return problem
+    lines = lark_text(text).splitlines()
+    number = int(found[1])
+    if not 0 < number <= len(lines):
+        return problem
+    return f"{problem} (line {number} of the Lark this GBNF converts to: {lines[number - 1].strip()})"
 
 
 def _feed(matcher: Any, data: bytes, deadline: float) -> Outcome | None:

@@ -87,6 +87,9 @@ def test_gbnf_grammars_are_accepted_and_get_a_verdict():
     assert "not GBNF" in check_constraint("grammar", "root ::= [")
     # Lark without its start rule: the message names what is missing, not GBNF's `::=` alone
     assert "not Lark (no `start:` rule) and not GBNF: Expected ::=" in check_constraint("grammar", 'foo: "x"')
+    # Lark's line(column) in a GBNF grammar is a place in its Lark conversion: the message shows that line
+    converted = check_constraint("grammar", 'root ::= "x"{3,1}')
+    assert 'at 3(8)' in converted and 'line 3 of the Lark this GBNF converts to: start: "x"{3,1}' in converted
 
 
 @pytest.mark.parametrize(
@@ -97,6 +100,11 @@ def test_gbnf_grammars_are_accepted_and_get_a_verdict():
         # llama.cpp's \u and \U escapes, in literals and classes (the converter wrote \u00e9 as \ue9)
         ('root ::= "\\u00e9" [\\u00e0-\\u00ff] "\\U0001F600" "\\u0041"', "éà😀A", "éa😀A"),
         ('root ::= "\\\\u0041"', "\\u0041", "A"),  # an escaped backslash before u: no escape
+        # a repeated repetition: the converter wrote /[0-9]/{2,2}* and "a"+?, which Lark cannot read
+        ("root ::= ([0-9]{2})*", "1234", "123"),
+        ('root ::= ("a"+)? "b"', "aab", "ab b"),
+        ('root ::= (("a")*)* "b"', "aaab", "ba"),
+        ('root ::= (("x" | "y"){1,2} ",")+', "xy,x,", "xyx,"),
     ],
 )
 def test_gbnf_reads_llama_cpp_grammars_the_converter_missed(grammar: str, good: str, bad: str) -> None:
