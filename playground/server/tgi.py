@@ -237,9 +237,10 @@ async def tokenize(request: Request, body: GenerateRequest, model: str | None = 
 async def chat_tokenize(request: Request, body: ChatRequest, model: str | None = ModelQuery) -> dict[str, Any]:
     """TGI's /chat_tokenize: the messages (with the tools and template options) through the model's chat template,
     as /v1/chat/completions would send them, and that text's tokens with their offsets. A continued final
-    message (continue_final_message) is not in the template: the answer starts with it; nor is the opening of a
-    thinking model's reasoning that think_first or a reasoning budget adds after the template. With truncate_prompt_tokens,
-    the tokens are the last ones the model would read. The body's `model` wins over `?model=`."""
+    message (continue_final_message) follows the template, tokenized on its own as the model reads it (as vLLM's
+    /tokenize shows it, and usage counts it); the opening of a thinking model's reasoning that think_first or a
+    reasoning budget adds is not shown. With truncate_prompt_tokens, the tokens are the last ones the model would
+    read. The body's `model` wins over `?model=`."""
     provider, model_id = resolve(request, body.model or model)
     engine = local_engine(provider, model_id, "/chat_tokenize")
     fmt = tool_formats.by_name(engine.tool_format)
@@ -249,7 +250,15 @@ async def chat_tokenize(request: Request, body: ChatRequest, model: str | None =
         # the same checks as a chat request's prompt; the tokens it keeps (truncate_prompt_tokens)
         with named_as_sent({"inputs": "messages", "truncate": "truncate_prompt_tokens"}):
             prompt, _ = engine.encode_prompt(messages, params.truncate, params)
-            return prompt, engine.tokenize(prompt, special=False, params=params)
+            tokens = engine.tokenize(prompt, special=False, params=params)
+        if not params.continue_from:
+            return prompt, tokens
+        with named_as_sent({"inputs": "messages"}):
+            continued = engine.tokenize(params.continue_from, special=False)
+        shift = len(prompt)
+        return prompt + params.continue_from, tokens + [
+            {**t, "start": t["start"] + shift, "stop": t["stop"] + shift} for t in continued
+        ]
 
     text, tokens = await run_in_threadpool(templated)
     return {"tokenize_response": tokens, "templated_text": text}

@@ -67,7 +67,7 @@ class ChatMessage(BaseModel):
     @model_validator(mode="after")
     def _tool_calls_shape(self) -> ChatMessage:
         """Past `tool_calls` (kept as extra fields) in OpenAI's shape, arguments a JSON text (TGI's JSON object
-        written out as one): else a 422."""
+        written out as one, empty text as `{}`): else a 422."""
         calls = (self.model_extra or {}).get("tool_calls")
         if calls is not None:
             try:
@@ -81,10 +81,8 @@ class ChatMessage(BaseModel):
                         for e in exc.errors()
                     ],
                 ) from None
-            self.__pydantic_extra__["tool_calls"] = [
+            self.__pydantic_extra__["tool_calls"] = [  # arguments as read: an object or "" written out as JSON text
                 {**raw, "function": {**raw["function"], "arguments": call.function.arguments}}
-                if isinstance(raw["function"].get("arguments"), dict)
-                else raw
                 for raw, call in zip(calls, checked)
             ]
         return self
@@ -109,7 +107,8 @@ class ChatMessage(BaseModel):
 
 class FunctionCall(BaseModel):
     """OpenAI's function call of a past assistant turn: `arguments` is JSON text (TGI writes it as a JSON object,
-    and a conversation replayed from TGI's answers sends it so: written out as text here)."""
+    and a conversation replayed from TGI's answers sends it so: written out as text here). Empty text or null is a
+    call without arguments, `{}`, as vLLM reads it (histories of tools without parameters carry `""`)."""
 
     name: str = Field(max_length=MAX_INPUT_CHARS)
     arguments: str = Field(max_length=MAX_INPUT_CHARS)
@@ -117,6 +116,8 @@ class FunctionCall(BaseModel):
     @field_validator("arguments", mode="before")
     @classmethod
     def _json(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return "{}"
         if not isinstance(value, (dict, str)):
             return value  # (refused as not a string)
         try:

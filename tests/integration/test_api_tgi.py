@@ -260,6 +260,19 @@ def test_chat_tokenize_is_the_prompt_a_chat_request_decodes_after(server_url: st
     as_system = post(server_url, "/chat_tokenize", {"messages": developer}).json()["templated_text"]
     assert as_system.startswith("<|im_start|>system\nBe brief.<|im_end|>")  # OpenAI's developer: the system role
 
+    # a continued final message follows the template, as the model reads it (it was left out)
+    go_on = {
+        "messages": [*CHAT, {"role": "assistant", "content": '{"kind": "'}],
+        "continue_final_message": True,
+        "add_generation_prompt": False,
+    }
+    continued = post(server_url, "/chat_tokenize", go_on).json()
+    assert continued["templated_text"] == text + '{"kind": "'
+    read = continued["tokenize_response"]
+    assert all(continued["templated_text"][t["start"] : t["stop"]] == t["text"] for t in read)
+    ids = post(server_url, "/v1/chat/completions", {**go_on, "max_tokens": 1, "return_token_ids": True}).json()
+    assert ids["prompt_token_ids"] == [t["id"] for t in read] and ids["usage"]["prompt_tokens"] == len(read)
+
 
 def test_chat_tokenize_names_a_bad_request(server_url: str) -> None:
     reply = post(server_url, "/chat_tokenize", {"messages": [{"role": "user", "content": "x"}], "top_p": 2})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -163,6 +164,15 @@ def test_a_past_call_s_bad_arguments_are_named_where_the_client_wrote_them(argum
     with pytest.raises(ValidationError) as caught:
         ChatRequest.model_validate({"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]})
     assert validation_message(caught.value.errors()) == f"messages[0].tool_calls[0].function.arguments: {message}"
+
+
+@pytest.mark.parametrize("arguments", ["", "  ", None])
+def test_a_past_call_without_arguments_text_is_a_call_without_arguments(arguments: Any) -> None:
+    """vLLM reads empty or null arguments as `{}`: histories of tools without parameters carry `""` (a 400 here)."""
+    call = {"id": "a", "type": "function", "function": {"name": "now", "arguments": arguments}}
+    turn = ChatRequest.model_validate({"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]})
+    assert turn.messages[0].model_extra["tool_calls"][0]["function"]["arguments"] == "{}"
+    assert turn.messages[0].written_calls() == json.dumps({"name": "now", "arguments": {}})
 
 
 def _seq(text: str, reason: str = "stop_sequence", stop: str | None = "END") -> Sequence:
