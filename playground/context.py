@@ -4,11 +4,16 @@ use, the verdict and walk budgets) across threads and tasks without globals."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TypeVar
 
 T = TypeVar("T")
+
+# A request's events read on another thread than the one decoding them (the HTTP server's): set once that reader has
+# gone, so a job still waiting for its first event (a long prefill) leaves then, not when it next has one to give.
+reader_gone: ContextVar[threading.Event | None] = ContextVar("reader_gone", default=None)
 
 
 @contextlib.contextmanager

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from playground import context
 from playground.constraints.backends import bitmask
 from playground.decoding import row_budget
 from playground.decoding.batch import BatchCache, can_batch
@@ -53,6 +54,14 @@ PREFILL_CHUNK = 256
 Entry = tuple[str, Any]
 
 
+_LOOK_S = 0.25  # how often a job's wait looks whether its reader has gone
+
+
+class ReaderGone(GeneratorExit):
+    """The job's reader went away while it waited (a client that hung up during a long prefill): the stream stops as
+    a closed one does."""
+
+
 @dataclass
 class Job:
     """One request in the scheduler: its decode, whether it needs the model alone, and its outbox."""
@@ -63,15 +72,23 @@ class Job:
     outbox: queue.Queue[Entry] = field(default_factory=queue.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     deadline: float = field(default_factory=row_budget.deadline)  # its wall-clock bound (monotonic)
+    reader_gone: threading.Event | None = field(default_factory=context.reader_gone.get)
 
     def events(self) -> Iterator[list[PrefillToken] | TokenEvent]:
         """The prompt details first, then token events as they come; raises what the decode raised.
 
-        Past the job's deadline the reader stops waiting, even if a step never returns."""
+        Past the job's deadline the reader stops waiting, even if a step never returns. A reader that has gone
+        (`reader_gone`) is noticed while it waits, and the job leaves: ReaderGone."""
         while True:
+            left = max(0.0, self.deadline - time.monotonic())
             try:
-                kind, value = self.outbox.get(timeout=max(0.0, self.deadline - time.monotonic()))
+                kind, value = self.outbox.get(timeout=left if self.reader_gone is None else min(left, _LOOK_S))
             except queue.Empty:
+                if self.reader_gone is not None and self.reader_gone.is_set():
+                    self.cancelled.set()
+                    raise ReaderGone from None
+                if time.monotonic() < self.deadline:
+                    continue
                 self.cancelled.set()
                 raise row_budget.past_deadline() from None
             if kind == "done":

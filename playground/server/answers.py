@@ -90,7 +90,7 @@ async def answer(
     `param` of an error."""
     if body.stream:
         with named_as_sent(names):
-            first = await started(events(provider, model_id, jobs[0]))
+            first = await started(events(provider, model_id, jobs[0]), request)
         chunks = choice_stream(
             provider,
             model_id,

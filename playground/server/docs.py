@@ -29,7 +29,9 @@ API_ERRORS: dict[int | str, dict[str, Any]] = {
     413: _error("The request body is larger than the server takes."),
     415: _error("The request body was not sent as JSON (`Content-Type: application/json`)."),
     422: _error("Invalid request: the message names the field or the problem (a bad constraint, a limit)."),
-    424: _error("A remote provider answered with an error."),
+    424: _error(
+        "Decoding failed after it began (TGI's Generation Error), or a remote provider answered with an error."
+    ),
     429: _error("Too many requests waiting (max_queue), or too many wrong API keys; see Retry-After."),
     502: _error("A remote provider could not be reached, or answered something that is not its protocol."),
 }

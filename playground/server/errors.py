@@ -119,6 +119,8 @@ def error_response(
     tgi_type = tgi_error_type(status, error_type, started=started)  # (by TGI's status, before OpenAI's)
     if openai_route(request.url.path):
         status = openai_status(status)
+    elif tgi_type == "generation":
+        status = 424  # TGI's Generation Error: the request was valid, its decoding failed
     if openai_shaped(request.url.path, request.headers):
         body = openai_error_body(status, message, error_type, param, code, kind)
         return JSONResponse(body, status_code=status, headers=headers)

@@ -11,13 +11,15 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
+from playground.providers.base import local_engine
 from playground.server import chat, openai
 from playground.server.answers import Job, events, named_as_sent
 from playground.server.docs import JSON_OR_STREAM
 from playground.server.errors import stream_failure
 from playground.server.streaming import generate_while_connected, started
-from playground.server.tgi import echoed_model
+from playground.server.tgi import chat_prompt, echoed_model, resolve
 from playground.types import GenerationResult
 from playground.wire import responses
 from playground.wire.inbound import ChatRequest
@@ -41,7 +43,7 @@ async def create_response(request: Request, body: ResponsesRequest) -> Any:
     ids, created, shown = responses.new_ids(), int(time.time()), echoed_model(model_id, jobs[0][1])
     if body.stream:
         with named_as_sent(names):
-            first = await started(events(provider, model_id, jobs[0]))
+            first = await started(events(provider, model_id, jobs[0]), request)
         stream = _events(body, chat_req, ids, shown, first, jobs[0], fmt, created)
         return StreamingResponse(stream, media_type="text/event-stream")
     with named_as_sent(names):
@@ -50,6 +52,19 @@ async def create_response(request: Request, body: ResponsesRequest) -> Any:
         return Response(status_code=499)
     completion = chat.completion_response(shown, [result], chat_req, fmt)
     return responses.response_body(body, ids, shown, completion, created_at=created)
+
+
+@router.post("/responses/input_tokens", summary="How many tokens a Responses request's input is to the model")
+async def input_tokens(request: Request, body: ResponsesRequest) -> dict[str, Any]:
+    """OpenAI's `responses.input_tokens.count`: the tokens the model would read for this request (instructions,
+    input, tools and the chat template's own), counted as a response's `usage.input_tokens` is. Local models only.
+    """
+    with named_as_sent(responses.names(body)):
+        chat_req = responses.chat_request(body)
+        provider, model_id = resolve(request, chat_req.model)
+        engine = local_engine(provider, model_id, "/v1/responses/input_tokens")
+        _, tokens = await run_in_threadpool(chat_prompt, engine, chat_req)
+    return {"object": "response.input_tokens", "input_tokens": len(tokens)}
 
 
 @router.get("/responses/{response_id}", summary="Stored responses: none are kept (404)", include_in_schema=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
 import threading
@@ -11,6 +12,7 @@ from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
+from playground.context import bound, reader_gone
 from playground.errors import PlaygroundError
 from playground.types import TokenEvent
 
@@ -19,14 +21,16 @@ _ITEM, _ERROR, _DONE = "item", "error", "done"
 
 
 def _produce(make: Callable[[], Iterator[Any]], put: Callable[[tuple[str, Any]], None], stop: threading.Event) -> None:
-    """Runs in its own thread: pull items until the end, an error, or the consumer went away."""
+    """Runs in its own thread: pull items until the end, an error, or the consumer went away (which a decode job
+    waiting for its first token notices through `reader_gone`)."""
     iterator: Iterator[Any] | None = None
     try:
-        iterator = make()
-        for item in iterator:
-            put((_ITEM, item))
-            if stop.is_set():
-                break
+        with bound(reader_gone, stop):
+            iterator = make()
+            for item in iterator:
+                put((_ITEM, item))
+                if stop.is_set():
+                    break
     except BaseException as exc:  # handed to the consumer, which maps it
         put((_ERROR, exc))
     finally:
@@ -66,6 +70,36 @@ async def iterate_in_thread(make: Callable[[], Iterator[T]]) -> AsyncIterator[T]
         stop.set()
 
 
+class ClientGone(PlaygroundError):
+    """The client hung up before its answer began (nobody reads this 499)."""
+
+    status = 499
+    error_type = "cancelled"
+
+
+_LOOK_S = 0.5  # how often a wait for a stream's next item looks whether the client is still there
+
+
+async def _next(stream: AsyncIterator[T], request: Any) -> T:
+    """The stream's next item (StopAsyncIteration at its end); ClientGone once the client has hung up (a long
+    prefill's first token): the stream is closed then, and so stops decoding."""
+    if request is None:
+        return await stream.__anext__()
+    step = asyncio.ensure_future(stream.__anext__())
+    try:
+        while True:
+            done, _ = await asyncio.wait({step}, timeout=_LOOK_S)
+            if done:
+                return step.result()
+            if await request.is_disconnected():
+                raise ClientGone("the client hung up before its answer began")
+    finally:
+        if not step.done():
+            step.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await step
+
+
 async def generate_while_connected(request: Any, provider: Any, model_id: str, inputs: Any, params: Any) -> Any:
     """A non-streaming generation; a local one runs as a stream, so a client that hangs up frees the CPU.
 
@@ -77,23 +111,29 @@ async def generate_while_connected(request: Any, provider: Any, model_id: str, i
     last = None
     stream = iterate_in_thread(lambda: provider.stream(model_id, inputs, params))
     try:
-        async for last in stream:  # noqa: B007 - the last event is the result
+        while True:
+            try:
+                last = await _next(stream, request)
+            except StopAsyncIteration:
+                return last
             if await request.is_disconnected():
                 return None
+    except ClientGone:
+        return None
     except PlaygroundError as exc:
         exc.generating = last is not None  # a failure after tokens came is TGI's `generation`, as a stream says
         raise
     finally:
         await stream.aclose()
-    return last
 
 
-async def started(stream: AsyncIterator[T]) -> AsyncIterator[T]:
+async def started(stream: AsyncIterator[T], request: Any = None) -> AsyncIterator[T]:
     """Wait for the first item before answering, so errors raised before it become plain HTTP errors; closing
-    what it returns closes `stream` (a provider stream then stops decoding)."""
+    what it returns closes `stream` (a provider stream then stops decoding). With the `request`, a client that hangs
+    up meanwhile stops it: ClientGone."""
     missing = object()
     try:
-        first: Any = await stream.__anext__()
+        first: Any = await _next(stream, request)
     except StopAsyncIteration:
         first = missing
 

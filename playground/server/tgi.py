@@ -118,7 +118,9 @@ _TGI_NAMES = {"truncate": "parameters.truncate"}
 async def _stream_response(request: Request, body: GenerateRequest, model: str | None) -> StreamingResponse:
     provider, model_id = await _prepared(request, model, body.parameters, streaming=True)
     with named_as_sent(_TGI_NAMES):
-        items = await started(iterate_in_thread(lambda: provider.stream(model_id, body.inputs, body.parameters)))
+        items = await started(
+            iterate_in_thread(lambda: provider.stream(model_id, body.inputs, body.parameters)), request
+        )
     return StreamingResponse(_tgi_events(items, body.parameters), media_type="text/event-stream")
 
 
@@ -243,25 +245,26 @@ async def chat_tokenize(request: Request, body: ChatRequest, model: str | None =
     read. The body's `model` wins over `?model=`."""
     provider, model_id = resolve(request, body.model or model)
     engine = local_engine(provider, model_id, "/chat_tokenize")
+    text, tokens = await run_in_threadpool(chat_prompt, engine, body)
+    return {"tokenize_response": tokens, "templated_text": text}
+
+
+def chat_prompt(engine: Any, body: ChatRequest) -> tuple[str, list[dict]]:
+    """A chat request's prompt as the model reads it, with the same checks: the templated text and its tokens (the
+    ones truncate_prompt_tokens keeps), then a continued final message's, tokenized on their own."""
     fmt = tool_formats.by_name(engine.tool_format)
     messages, params = inbound.prompt_messages(body, fmt), inbound.chat_parameters(body, 0, fmt)
-
-    def templated() -> tuple[str, list[dict]]:
-        # the same checks as a chat request's prompt; the tokens it keeps (truncate_prompt_tokens)
-        with named_as_sent({"inputs": "messages", "truncate": "truncate_prompt_tokens"}):
-            prompt, _ = engine.encode_prompt(messages, params.truncate, params)
-            tokens = engine.tokenize(prompt, special=False, params=params)
-        if not params.continue_from:
-            return prompt, tokens
-        with named_as_sent({"inputs": "messages"}):
-            continued = engine.tokenize(params.continue_from, special=False)
-        shift = len(prompt)
-        return prompt + params.continue_from, tokens + [
-            {**t, "start": t["start"] + shift, "stop": t["stop"] + shift} for t in continued
-        ]
-
-    text, tokens = await run_in_threadpool(templated)
-    return {"tokenize_response": tokens, "templated_text": text}
+    with named_as_sent({"inputs": "messages", "truncate": "truncate_prompt_tokens"}):
+        prompt, _ = engine.encode_prompt(messages, params.truncate, params)
+        tokens = engine.tokenize(prompt, special=False, params=params)
+    if not params.continue_from:
+        return prompt, tokens
+    with named_as_sent({"inputs": "messages"}):
+        continued = engine.tokenize(params.continue_from, special=False)
+    shift = len(prompt)
+    return prompt + params.continue_from, tokens + [
+        {**t, "start": t["start"] + shift, "stop": t["stop"] + shift} for t in continued
+    ]
 
 
 @router.post("/next_token", summary="The next token's distribution, raw and constrained, without sampling")

@@ -10,6 +10,7 @@ import json
 from typing import Literal
 
 import agents
+import httpx
 import huggingface_hub
 import instructor
 import jsonschema
@@ -24,6 +25,8 @@ from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from text_generation import Client as TGIClient
 from text_generation.types import Grammar, GrammarType, Message, Tool
+
+from tests.spec import validate
 
 
 class Pet(BaseModel):
@@ -253,6 +256,11 @@ def test_a_chat_error_raises_the_server_s_message_in_each_client(
         for _ in chunks:
             pass
     assert str(hub_failed.value).startswith("the output breaks the schema (schema violation at (root): [1, 1]")
+    grammar = {"type": "json", "value": schema}
+    body = {"inputs": "Two ones: ", "parameters": {"max_new_tokens": 12, "grammar": grammar}}
+    failed = httpx.post(f"{server_url}/generate", json=body, timeout=120)
+    assert failed.status_code == 424 and failed.json()["error_type"] == "generation"  # TGI's Generation Error (422)
+    validate(failed.json(), "ErrorResponse")
     client = openai.OpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0)
     response_format = {"type": "json_schema", "json_schema": {"name": "ones", "schema": schema}}
     stream = client.chat.completions.create(

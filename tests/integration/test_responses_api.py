@@ -331,3 +331,20 @@ def test_a_stored_response_is_a_404_that_says_none_are_kept(client: openai.OpenA
     for call in calls:
         with pytest.raises(openai.NotFoundError, match="this server keeps no responses"):
             call()
+
+
+def test_input_tokens_counts_what_a_response_reads(client: openai.OpenAI) -> None:
+    """The SDK's responses.input_tokens.count was a 405 naming the stored responses' route; a past call whose
+    arguments are empty (a tool without parameters, as other servers' histories carry it) was a 400."""
+    history = [
+        {"role": "user", "content": "What time is it?"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_time", "arguments": ""},
+        {"type": "function_call_output", "call_id": "call_1", "output": "12:00"},
+    ]
+    ask = {"model": "embedded", "input": history, "instructions": "Be brief.", "tools": [WEATHER, CLOCK]}
+    counted = client.responses.input_tokens.count(**ask)
+    assert counted.object == "response.input_tokens"
+    answered = client.responses.create(**ask, tool_choice="none", max_output_tokens=1, temperature=0)
+    assert counted.input_tokens == answered.usage.input_tokens
+    bare = client.responses.input_tokens.count(model="embedded", input="What time is it?")
+    assert 0 < bare.input_tokens < counted.input_tokens

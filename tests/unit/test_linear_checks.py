@@ -89,7 +89,7 @@ def test_gbnf_grammars_are_accepted_and_get_a_verdict():
     assert "not Lark (no `start:` rule) and not GBNF: Expected ::=" in check_constraint("grammar", 'foo: "x"')
     # Lark's line(column) in a GBNF grammar is a place in its Lark conversion: the message shows that line
     converted = check_constraint("grammar", 'root ::= "x"{3,1}')
-    assert 'at 3(8)' in converted and 'line 3 of the Lark this GBNF converts to: start: "x"{3,1}' in converted
+    assert "at 3(8)" in converted and 'line 3 of the Lark this GBNF converts to: start: "x"{3,1}' in converted
 
 
 @pytest.mark.parametrize(

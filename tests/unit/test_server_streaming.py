@@ -16,12 +16,13 @@ from huggingface_hub.inference._common import _parse_text_generation_error
 from openai.types.responses import ResponseFailedEvent, ResponseOutputItem
 from pydantic import TypeAdapter
 
+from playground.decoding.scheduler import Job, ReaderGone
 from playground.errors import ConstraintError, ProcessorError
 from playground.providers.base import Capabilities
 from playground.providers.registry import Registry
 from playground.server import create_app
 from playground.server import responses as responses_route
-from playground.server.streaming import iterate_in_thread, started
+from playground.server.streaming import ClientGone, iterate_in_thread, started
 from playground.server.tgi import _tgi_events
 from playground.types import GeneratedToken, GenerateParameters, GenerationResult, Sequence, TokenEvent
 from playground.wire import responses as responses_wire
@@ -128,9 +129,9 @@ def test_a_generate_that_fails_after_its_first_tokens_says_generation_as_its_str
     fake = FailsMidway(models=("m",), capabilities=Capabilities(decodes_here=True))
     client = TestClient(create_app(Registry([fake]), ui=False))
     replies = {}
-    for tokens, kind in [(4, "generation"), (1, "validation")]:
+    for tokens, kind, status in [(4, "generation", 424), (1, "validation", 422)]:  # TGI's Generation Error: 424
         reply = client.post("/generate", json={"inputs": "Hi", "parameters": {"max_new_tokens": tokens}})
-        assert reply.status_code == 422 and reply.json()["error_type"] == kind, reply.text
+        assert reply.status_code == status and reply.json()["error_type"] == kind, reply.text
         validate(reply.json(), "ErrorResponse")
         replies[kind] = reply.json()
     assert isinstance(_parse_text_generation_error(replies["generation"]["error"], "generation"), GenerationError)
@@ -196,6 +197,48 @@ def test_a_local_generation_stops_when_the_client_hangs_up() -> None:
         generate_while_connected(HangsUp(after=100), CountingProvider(True, Counter(5)), "m", "p", None)
     )
     assert finished == 4
+
+
+class Prefilling:
+    """A local provider whose request waits for its first event as a long prefill does: nothing ever comes."""
+
+    capabilities = Capabilities(decodes_here=True)
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+
+    def stream(self, model, inputs, params):
+        job = Job(decode=None)  # type: ignore[arg-type] - never scheduled: its outbox stays empty
+        self.jobs.append(job)
+        yield from job.events()
+
+
+def test_a_client_that_hangs_up_before_the_first_token_stops_the_job_waiting_for_it() -> None:
+    """The hang-up was seen only once a first token came: a 2,500-word prompt prefilled for 15 s for nobody, holding
+    the server's only place. The wait for that token looks at the client; the job, at its reader."""
+    from playground.server.streaming import generate_while_connected
+
+    plain = Prefilling()
+    assert asyncio.run(generate_while_connected(HangsUp(after=0), plain, "m", "p", None)) is None
+    assert plain.jobs and plain.jobs[0].cancelled.wait(timeout=10)
+
+    streamed = Prefilling()
+
+    async def start() -> None:
+        await started(iterate_in_thread(lambda: streamed.stream("m", "p", None)), HangsUp(after=0))
+
+    with pytest.raises(ClientGone):
+        asyncio.run(start())
+    assert streamed.jobs and streamed.jobs[0].cancelled.wait(timeout=10)
+
+
+def test_a_job_whose_reader_has_gone_stops_waiting_as_a_closed_stream() -> None:
+    gone = threading.Event()
+    job = Job(decode=None, reader_gone=gone)  # type: ignore[arg-type]
+    gone.set()
+    with pytest.raises(ReaderGone):
+        next(job.events())
+    assert job.cancelled.is_set() and isinstance(ReaderGone(), GeneratorExit)  # counted as a reader that left
 
 
 def test_a_remote_generation_is_one_plain_call() -> None:
