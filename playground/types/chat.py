@@ -16,6 +16,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from playground.types.base import EngineName, KeptTokens, Name, ResponseBody, StopText, Strict
 from playground.types.params import ProcessorSpec, Sampling
@@ -261,8 +262,26 @@ class NamedToolChoice(Request):
     function: ToolName
 
 
+class AllowedFunction(Request):
+    type: Literal["function"] = "function"
+    function: ToolName
+
+
+class AllowedTools(Request):
+    mode: Literal["auto", "required"]
+    tools: list[AllowedFunction] = Field(min_length=1, max_length=64)
+
+
+class AllowedToolsChoice(Request):
+    """OpenAI's allowed_tools tool choice: the model may call only these of `tools`, under `mode` (the request is read
+    as those tools under that tool_choice, as the Responses route reads its own allowed_tools)."""
+
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedTools
+
+
 # "none", "auto", "required", or (TGI's and huggingface_hub's form) the name of the function to call.
-ToolChoice = Annotated[str, Field(max_length=64)] | NamedToolChoice
+ToolChoice = Annotated[str, Field(max_length=64)] | NamedToolChoice | AllowedToolsChoice
 
 
 class OpenAISampling(Request, Sampling):
@@ -415,6 +434,25 @@ class ChatCompletionRequest(OpenAISampling):
     @classmethod
     def _total_size(cls, messages: list[ChatMessage]) -> list[ChatMessage]:
         return check_messages_size(messages)
+
+    @model_validator(mode="after")
+    def _allowed_tools(self) -> ChatCompletionRequest:
+        """An allowed_tools tool_choice: `tools` cut to the ones it names, `tool_choice` its mode."""
+        if not isinstance(self.tool_choice, AllowedToolsChoice):
+            return self
+        allowed = self.tool_choice.allowed_tools
+        known = [t.function.name for t in self.tools or []]
+        for j, tool in enumerate(allowed.tools):
+            if tool.function.name not in known:
+                problem = PydanticCustomError("unknown_tool", f"{tool.function.name[:64]!r} is not one of `tools`")
+                where = ("tool_choice", "allowed_tools", "tools", j, "function", "name")
+                raise ValidationError.from_exception_data(
+                    "tool_choice", [{"type": problem, "loc": where, "input": tool.function.name}]
+                )
+        names = {tool.function.name for tool in allowed.tools}
+        self.tools = [t for t in self.tools or [] if t.function.name in names]
+        self.tool_choice = allowed.mode
+        return self
 
     @model_validator(mode="after")
     def _total_size_with_tools(self) -> ChatCompletionRequest:

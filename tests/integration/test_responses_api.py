@@ -341,10 +341,16 @@ def test_input_tokens_counts_what_a_response_reads(client: openai.OpenAI) -> Non
         {"type": "function_call", "call_id": "call_1", "name": "get_time", "arguments": ""},
         {"type": "function_call_output", "call_id": "call_1", "output": "12:00"},
     ]
-    ask = {"model": "embedded", "input": history, "instructions": "Be brief.", "tools": [WEATHER, CLOCK]}
+    ask = {
+        "model": "embedded",
+        "input": history,
+        "instructions": "Be brief.",
+        "tools": [WEATHER, CLOCK],
+        "tool_choice": "required",  # the tools are described in the prompt (under `none` they are not, here)
+    }
     counted = client.responses.input_tokens.count(**ask)
     assert counted.object == "response.input_tokens"
-    answered = client.responses.create(**ask, tool_choice="none", max_output_tokens=1, temperature=0)
+    answered = client.responses.create(**ask, max_output_tokens=1, temperature=0)
     assert counted.input_tokens == answered.usage.input_tokens
     bare = client.responses.input_tokens.count(model="embedded", input="What time is it?")
     assert 0 < bare.input_tokens < counted.input_tokens

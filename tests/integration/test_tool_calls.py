@@ -55,6 +55,15 @@ def test_required_picks_one_of_the_tools(client: openai.OpenAI) -> None:
     jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
 
 
+def test_allowed_tools_calls_only_the_tools_it_names_under_its_mode(client: openai.OpenAI) -> None:
+    """OpenAI's allowed_tools tool_choice on chat (a 400 of union members before; the Responses route had it)."""
+    allowed = {"mode": "required", "tools": [{"type": "function", "function": {"name": "get_time"}}]}
+    choice = create(client, tool_choice={"type": "allowed_tools", "allowed_tools": allowed}, temperature=0).choices[0]
+    (call,) = choice.message.tool_calls  # the question is about the weather: only the allowed tool may be called
+    assert call.function.name == "get_time" and choice.finish_reason == "tool_calls"
+    jsonschema.validate(json.loads(call.function.arguments), TIME)
+
+
 def test_a_tool_declared_without_parameters_is_called_with_none(client: openai.OpenAI) -> None:
     ping = [{"type": "function", "function": {"name": "ping"}}]  # OpenAI: an empty parameter list
     choice = client.chat.completions.create(

@@ -199,6 +199,10 @@ def test_validation_message_joins_every_error() -> None:
     )
 
 
+CLOCK = {"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}}
+NOW, SUN = ({"type": "function", "function": {"name": name}} for name in ("now", "sun"))
+
+
 @pytest.mark.parametrize(
     ("body", "param", "message"),
     [
@@ -210,6 +214,22 @@ def test_validation_message_joins_every_error() -> None:
             "tool_choice.function.name: field required",
         ),
         ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "messages[0].content: Input should be"),
+        (
+            {
+                "tools": [CLOCK],
+                "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "x", "tools": [NOW]}},
+            },
+            "tool_choice",
+            "tool_choice.allowed_tools.mode: Input should be 'auto' or 'required'",
+        ),
+        (
+            {
+                "tools": [CLOCK],
+                "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [SUN]}},
+            },
+            "tool_choice.allowed_tools.tools[0].function.name",
+            "tool_choice.allowed_tools.tools[0].function.name: 'sun' is not one of `tools`",
+        ),
     ],
 )
 def test_a_bad_field_is_named_as_the_client_wrote_it_not_by_pydantic_s_union_member(
