@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from playground.errors import ParameterError
 from playground.server.bodies import rewriting
-from playground.server.errors import error_body, openai_error_body, openai_shaped, openai_status
+from playground.server.errors import error_body, openai_error_body, openai_shaped, openai_status, shorten
 from playground.wire.errors import field_name
 
 # Only a JSON escape can put a lone UTF-16 surrogate into a string (raw surrogate bytes are not UTF-8).
@@ -93,8 +93,9 @@ def _refuse(path: str, methods: set[str]):
     allow = ", ".join(sorted(methods))
 
     async def refuse(request: Request) -> None:
+        where = shorten(request.url.path, 200)  # the path as sent (`path` is the route's template, {model:path})
         raise HTTPException(
-            status_code=405, detail=f"{request.method} is not allowed on {path}; use {allow}", headers={"Allow": allow}
+            status_code=405, detail=f"{request.method} is not allowed on {where}; use {allow}", headers={"Allow": allow}
         )
 
     return refuse

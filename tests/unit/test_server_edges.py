@@ -26,8 +26,8 @@ def client(request: pytest.FixtureRequest) -> TestClient:
 # The methods a route allows, and calls to such routes with a method they do not.
 WRONG_METHODS = {
     "POST": [("GET", "/generate"), ("PUT", "/v1/chat/completions"), ("GET", "/next_token"), ("PATCH", "/tokenize")],
-    "GET": [("POST", "/health"), ("POST", "/info")],
     "GET, POST": [("DELETE", "/v1/models")],
+    "GET": [("POST", "/health"), ("POST", "/info"), ("DELETE", "/v1/models/embedded")],  # the path as sent
 }
 
 
