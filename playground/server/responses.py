@@ -19,7 +19,7 @@ from playground.server.answers import Job, events, named_as_sent
 from playground.server.docs import JSON_OR_STREAM
 from playground.server.errors import stream_failure
 from playground.server.streaming import generate_while_connected, started
-from playground.server.tgi import chat_prompt, echoed_model, resolve
+from playground.server.tgi import chat_prompt, echoed_model, resolve_with_adapter
 from playground.types import GenerationResult
 from playground.wire import responses
 from playground.wire.inbound import ChatRequest
@@ -61,7 +61,7 @@ async def input_tokens(request: Request, body: ResponsesRequest) -> dict[str, An
     """
     with named_as_sent(responses.names(body)):
         chat_req = responses.chat_request(body)
-        provider, model_id = resolve(request, chat_req.model)
+        provider, model_id, _ = resolve_with_adapter(request, chat_req.model)  # (an adapter reads as its model)
         engine = local_engine(provider, model_id, "/v1/responses/input_tokens")
         _, tokens = await run_in_threadpool(chat_prompt, engine, chat_req)
     return {"object": "response.input_tokens", "input_tokens": len(tokens)}

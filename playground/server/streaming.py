@@ -96,8 +96,8 @@ async def _next(stream: AsyncIterator[T], request: Any) -> T:
     finally:
         if not step.done():
             step.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await step
+        with contextlib.suppress(asyncio.CancelledError, Exception, StopAsyncIteration):
+            await step  # (done meanwhile: its item or error is nobody's now)
 
 
 async def generate_while_connected(request: Any, provider: Any, model_id: str, inputs: Any, params: Any) -> Any:
@@ -136,6 +136,9 @@ async def started(stream: AsyncIterator[T], request: Any = None) -> AsyncIterato
         first: Any = await _next(stream, request)
     except StopAsyncIteration:
         first = missing
+    except ClientGone:
+        await stream.aclose()  # (a first item that came as the client left holds the stream at its yield)
+        raise
 
     async def chained() -> AsyncIterator[T]:
         try:

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from playground.constraints import backends
+from playground.decoding import continuation
 from playground.errors import ModelError
 from playground.processors import list_factories
 from playground.providers.base import Provider, local_engine, stalled_s
@@ -243,7 +244,7 @@ async def chat_tokenize(request: Request, body: ChatRequest, model: str | None =
     /tokenize shows it, and usage counts it); the opening of a thinking model's reasoning that think_first or a
     reasoning budget adds is not shown. With truncate_prompt_tokens, the tokens are the last ones the model would
     read. The body's `model` wins over `?model=`."""
-    provider, model_id = resolve(request, body.model or model)
+    provider, model_id, _ = resolve_with_adapter(request, body.model or model)  # (an adapter reads as its model)
     engine = local_engine(provider, model_id, "/chat_tokenize")
     text, tokens = await run_in_threadpool(chat_prompt, engine, body)
     return {"tokenize_response": tokens, "templated_text": text}
@@ -259,7 +260,8 @@ def chat_prompt(engine: Any, body: ChatRequest) -> tuple[str, list[dict]]:
         tokens = engine.tokenize(prompt, special=False, params=params)
     if not params.continue_from:
         return prompt, tokens
-    with named_as_sent({"inputs": "messages"}):
+    with named_as_sent({"inputs": "messages", "continue_from": "continue_final_message"}):
+        continuation.prefix_ids(engine, params.continue_from, len(tokens))  # as a chat request refuses one too long
         continued = engine.tokenize(params.continue_from, special=False)
     shift = len(prompt)
     return prompt + params.continue_from, tokens + [

@@ -9,8 +9,10 @@ from pydantic import (
     AliasChoices,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
+    Tag,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -280,8 +282,41 @@ class AllowedToolsChoice(Request):
     allowed_tools: AllowedTools
 
 
-# "none", "auto", "required", or (TGI's and huggingface_hub's form) the name of the function to call.
-ToolChoice = Annotated[str, Field(max_length=64)] | NamedToolChoice | AllowedToolsChoice
+def _choice_kind(value: Any) -> str:
+    """The ToolChoice form a value is (tags named as pydantic names union members, which errors leave out)."""
+    if isinstance(value, (dict, BaseModel)):
+        kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+        return "AllowedToolsChoice" if kind == "allowed_tools" else "NamedToolChoice"
+    return "str"
+
+
+# "none", "auto", "required", or (TGI's and huggingface_hub's form) the name of the function to call; an object by its
+# `type` (a bad allowed_tools is named alone, not beside every other form's complaint).
+ToolChoice = Annotated[
+    Annotated[Annotated[str, Field(max_length=64)], Tag("str")]
+    | Annotated[NamedToolChoice, Tag("NamedToolChoice")]
+    | Annotated[AllowedToolsChoice, Tag("AllowedToolsChoice")],
+    Discriminator(_choice_kind),
+]
+
+
+def narrowed_tools(
+    tools: list[ToolSpec] | None, choice: str | NamedToolChoice | AllowedToolsChoice | None
+) -> tuple[list[ToolSpec] | None, str | NamedToolChoice | None]:
+    """An allowed_tools tool_choice read as `tools` cut to the ones it names under its mode (a name not in `tools` is a
+    validation error at its place); any other choice as it is."""
+    if not isinstance(choice, AllowedToolsChoice):
+        return tools, choice
+    known = [t.function.name for t in tools or []]
+    for j, tool in enumerate(choice.allowed_tools.tools):
+        if tool.function.name not in known:
+            problem = PydanticCustomError("unknown_tool", f"{tool.function.name[:64]!r} is not one of `tools`")
+            where = ("tool_choice", "allowed_tools", "tools", j, "function", "name")
+            raise ValidationError.from_exception_data(
+                "tool_choice", [{"type": problem, "loc": where, "input": tool.function.name}]
+            )
+    names = {tool.function.name for tool in choice.allowed_tools.tools}
+    return [t for t in tools or [] if t.function.name in names], choice.allowed_tools.mode
 
 
 class OpenAISampling(Request, Sampling):
@@ -437,21 +472,7 @@ class ChatCompletionRequest(OpenAISampling):
 
     @model_validator(mode="after")
     def _allowed_tools(self) -> ChatCompletionRequest:
-        """An allowed_tools tool_choice: `tools` cut to the ones it names, `tool_choice` its mode."""
-        if not isinstance(self.tool_choice, AllowedToolsChoice):
-            return self
-        allowed = self.tool_choice.allowed_tools
-        known = [t.function.name for t in self.tools or []]
-        for j, tool in enumerate(allowed.tools):
-            if tool.function.name not in known:
-                problem = PydanticCustomError("unknown_tool", f"{tool.function.name[:64]!r} is not one of `tools`")
-                where = ("tool_choice", "allowed_tools", "tools", j, "function", "name")
-                raise ValidationError.from_exception_data(
-                    "tool_choice", [{"type": problem, "loc": where, "input": tool.function.name}]
-                )
-        names = {tool.function.name for tool in allowed.tools}
-        self.tools = [t for t in self.tools or [] if t.function.name in names]
-        self.tool_choice = allowed.mode
+        self.tools, self.tool_choice = narrowed_tools(self.tools, self.tool_choice)
         return self
 
     @model_validator(mode="after")

@@ -17,7 +17,7 @@ import json
 import uuid
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from playground.constraints import Constraint, jsonformat
 from playground.errors import (
@@ -28,7 +28,7 @@ from playground.errors import (
     json_problem,
 )
 from playground.types import ChatCompletionRequest, ChatMessage, GrammarType, Strict, ToolSpec
-from playground.types.chat import ToolChoice, describe_tools
+from playground.types.chat import ToolChoice, describe_tools, narrowed_tools
 from playground.wire import tool_calls, tool_formats, tool_schema
 from playground.wire.errors import parameter_error
 from playground.wire.tool_formats import ToolFormat
@@ -45,6 +45,11 @@ class ToolsConstraint(Strict):
     tools: list[ToolSpec] = Field(min_length=1, max_length=64)
     tool_choice: ToolChoice | None = "auto"
     tool_prompt: str | None = None
+
+    @model_validator(mode="after")
+    def _allowed_tools(self) -> ToolsConstraint:
+        self.tools, self.tool_choice = narrowed_tools(self.tools, self.tool_choice)  # type: ignore[assignment]
+        return self
 
 
 ToolRequest = ChatCompletionRequest | ToolsConstraint

@@ -3,6 +3,7 @@ accepted with a warning, or refused by name), and the new sampling fields reach 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import openai.types.chat.completion_create_params as openai_params
@@ -143,6 +144,19 @@ def test_tgi_bare_string_tool_choice_names_the_function() -> None:
     assert "Call `get_time` now" in tools.with_tools(req, req.messages)[0].text()
     with pytest.raises(ParameterError, match=r"no tool named 'requierd' in `tools` \(a string is none, auto, required"):
         tools.mode(_request(tools=TOOLS, tool_choice="requierd"))  # a misspelt mode is read as a tool's name
+
+
+def test_allowed_tools_reads_as_the_tools_it_names_under_its_mode_in_chat_and_the_ui() -> None:
+    """OpenAI's allowed_tools: chat's tool_choice and the UI's tools editor share the form (the editor's crashed on it
+    with an AttributeError); a bad one is named alone, not beside every other form's complaint."""
+    only = {"mode": "required", "tools": [{"type": "function", "function": {"name": "get_time"}}]}
+    choice = {"type": "allowed_tools", "allowed_tools": only}
+    req = _request(tools=TOOLS, tool_choice=choice)
+    assert tools.mode(req) == "required" and [t.function.name for t in tools.callable_tools(req)] == ["get_time"]
+    editor = tools.from_text(json.dumps({"tools": TOOLS, "tool_choice": choice}))
+    assert tools.mode(editor) == "required" and [t.function.name for t in editor.tools] == ["get_time"]
+    bad = {"tools": TOOLS, "tool_choice": {"type": "allowed_tools", "allowed_tools": {**only, "mode": "none"}}}
+    assert tools.problem(json.dumps(bad)) == "tool_choice.allowed_tools.mode: Input should be 'auto' or 'required'"
 
 
 def test_tgi_tool_prompt_replaces_our_words() -> None:

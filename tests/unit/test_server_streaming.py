@@ -232,6 +232,37 @@ def test_a_client_that_hangs_up_before_the_first_token_stops_the_job_waiting_for
     assert streamed.jobs and streamed.jobs[0].cancelled.wait(timeout=10)
 
 
+class SlowToSayGone:
+    """A request whose disconnect check takes 2 s and then says the client is gone."""
+
+    headers: dict[str, str] = {}
+
+    async def is_disconnected(self) -> bool:
+        await asyncio.sleep(2)
+        return True
+
+
+def test_a_first_item_that_comes_as_the_client_leaves_still_stops_the_stream() -> None:
+    """The first item arrived while the disconnect check ran: the stream was left at its yield, decoding on."""
+    closed = threading.Event()
+
+    def slow() -> Iterator[int]:
+        try:
+            time.sleep(1.5)  # during the check (which starts at 0.5 s and ends at 2.5 s)
+            while True:
+                yield 1
+                time.sleep(0.01)
+        finally:
+            closed.set()
+
+    async def start() -> bool:
+        with pytest.raises(ClientGone):
+            await started(iterate_in_thread(slow), SlowToSayGone())
+        return closed.wait(timeout=10)  # while the loop still runs: no shutdown closes the stream for us
+
+    assert asyncio.run(start())
+
+
 def test_a_job_whose_reader_has_gone_stops_waiting_as_a_closed_stream() -> None:
     gone = threading.Event()
     job = Job(decode=None, reader_gone=gone)  # type: ignore[arg-type]
