@@ -68,14 +68,18 @@ def seconds(default: float, help: str) -> Any:
 
 
 def duration(text: str) -> float:
-    """Seconds: a finite number above 0 (0, a negative or nan would stop every compile, or make /health 503)."""
+    """Seconds: a finite number above 0 (0, a negative or nan would stop every compile, or make /health 503), at
+    most a day (past the clock's range a worker's limit failed every compile, blamed on memory)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text!r}")
+    if not math.isfinite(value) or value <= 0 or value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, at most {MAX_SECONDS}, got {text!r}")
     return value
+
+
+MAX_SECONDS = 86_400
 
 
 def port(text: str) -> int:
@@ -244,9 +248,14 @@ def positive(text: str) -> int:
 
 def megabytes(text: str) -> int:
     value = positive(text)
-    if value < MIN_COMPILE_MEMORY_MB:
-        raise argparse.ArgumentTypeError(f"must be at least {MIN_COMPILE_MEMORY_MB} (MB), got {value}")
+    if not MIN_COMPILE_MEMORY_MB <= value <= MAX_COMPILE_MEMORY_MB:  # (past a C long in bytes: every compile failed)
+        raise argparse.ArgumentTypeError(
+            f"must be from {MIN_COMPILE_MEMORY_MB} to {MAX_COMPILE_MEMORY_MB} (MB), got {value}"
+        )
     return value
+
+
+MAX_COMPILE_MEMORY_MB = 2**20  # a tebibyte
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,8 @@ def space_overrides(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
         port = int(port_text)
     except ValueError:
         raise ValueError(f"PORT must be an integer, got {port_text!r}") from None
+    if not 1 <= port <= 65535:  # (bind() refused it with a traceback)
+        raise ValueError(f"PORT must be a port number from 1 to 65535, got {port}")
     return {
         "host": "0.0.0.0",
         "port": port,

@@ -23,7 +23,7 @@ from playground.providers.base import Provider
 from playground.providers.hf_inference import HFInferenceProvider
 from playground.providers.openai_compat import OpenAICompatProvider
 from playground.providers.registry import Registry
-from playground.providers.remote import RemoteProvider
+from playground.providers.remote import BadKeyError, RemoteProvider
 from playground.providers.tgi import TGIProvider
 from playground.providers.vllm import VLLMProvider
 from playground.wire.errors import describe
@@ -50,7 +50,7 @@ class _Strict(BaseModel):
 class LocalConfig(_Strict):
     """`config:` of local::transformers: what playground.models.load_model takes."""
 
-    model: str = "embedded"
+    model: str = Field(default="embedded", min_length=1)  # ("" was served as a model named "", as --model refuses it)
     device: str | None = None
     dtype: str | None = None
     trust_remote_code: bool = False
@@ -99,7 +99,11 @@ def read_providers_file(path: str | Path) -> tuple[ProvidersFile, list[BaseModel
     """The validated file and each provider's typed config; every mistake names the file and field."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        with path.open("rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise ProvidersFileError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB; not a providers file")
+        raw = yaml.load(data.decode("utf-8"), Loader=_UniqueKeysLoader)  # noqa: S506 - a SafeLoader
     except OSError as exc:
         raise ProvidersFileError(f"cannot read providers file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -182,7 +186,10 @@ def _make_provider(
             ) from None
         provider.provider_id = entry.provider_id
         return provider, None
-    remote = REMOTE_TYPES[entry.provider_type](entry.provider_id, config, declared=declared)  # type: ignore[arg-type]
+    try:
+        remote = REMOTE_TYPES[entry.provider_type](entry.provider_id, config, declared=declared)  # type: ignore[arg-type]
+    except BadKeyError as exc:
+        raise ProvidersFileError(f"{path}: provider {entry.provider_id!r}: {exc}") from None
     return remote, remote
 
 
@@ -284,6 +291,25 @@ def _owner(cls: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None
             return None
         cls = models[0]
     return cls
+
+
+MAX_FILE_BYTES = 2**20  # (/dev/zero was read until memory ran out)
+
+
+class _UniqueKeysLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key said twice in one mapping (the last one won without a word: a second
+    `providers:` block dropped the first one's providers)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark, f"found the key {key!r} twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

@@ -68,6 +68,7 @@ class RemoteClient:
 
     def __init__(self, provider_id: str, base_url: str, *, api_key: str | None = None, timeout_s: float = 60.0) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._key = api_key
         self.provider_id = provider_id
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
@@ -108,7 +109,10 @@ class RemoteClient:
         self._client.close()
 
     def fail(self, cause: str, status: int = BAD_GATEWAY, upstream: int | None = None) -> ProviderError:
-        """A ProviderError for this provider (raise it); `upstream`: the HTTP status the remote answered."""
+        """A ProviderError for this provider (raise it); `upstream`: the HTTP status the remote answered. The API key
+        never shows in it, whatever the cause quotes."""
+        if self._key:
+            cause = cause.replace(self._key, "[API key]")
         return ProviderError(self.provider_id, cause, status=status, upstream=upstream)
 
     @contextmanager

@@ -6,6 +6,7 @@ import os
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from playground.constraints import Constraint
@@ -29,7 +30,7 @@ class RemoteConfig(BaseModel):
         description="http:// or https:// and a host (a server that can never be asked stops start-up)."
     )
     api_key_env: str | None = Field(default=None, description="Name of the environment variable holding the API key.")
-    timeout_s: float = Field(default=60.0, gt=0)
+    timeout_s: float = Field(default=60.0, gt=0, le=86_400)  # (past the clock's range a huge one crashed start-up)
     model: str | None = Field(
         default=None, description="A model this provider serves, registered like a `models:` entry."
     )
@@ -50,7 +51,16 @@ class RemoteConfig(BaseModel):
         parts = urlsplit(value.strip())
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http:// or https:// URL with a host: {value!r}")
+        try:
+            parts.port  # noqa: B018 - read for its check: a port that is no number, or past 65535
+            httpx.URL(value.strip())
+        except (ValueError, httpx.InvalidURL) as exc:
+            raise ValueError(f"not a URL the server can be asked at: {value!r} ({exc})") from None
         return value.strip()
+
+
+class BadKeyError(ValueError):
+    """The API key a provider's api_key_env holds cannot go in an HTTP header."""
 
 
 class RemoteProvider:
@@ -65,7 +75,13 @@ class RemoteProvider:
     def __init__(self, provider_id: str, config: RemoteConfig, *, declared: list[str] | None = None) -> None:
         self.provider_id = provider_id
         self.config = config
-        key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        key = os.environ.get(config.api_key_env, "").strip() if config.api_key_env else None
+        if key and not (key.isascii() and key.isprintable() and " " not in key):
+            # (httpx refused the header and its message quoted the key: in the log and in clients' 502s)
+            raise BadKeyError(
+                f"the API key in {config.api_key_env} (api_key_env) holds a character an HTTP header cannot carry "
+                "(a space, a control or a non-ASCII character)"
+            )
         self.key_problem = (
             f"environment variable {config.api_key_env} (api_key_env) is not set; requests go without an API key"
             if config.api_key_env and not key

@@ -19,6 +19,7 @@ from playground.providers.config import (
     load_registry,
     read_providers_file,
 )
+from playground.providers.http import RemoteClient
 from playground.providers.loading import LoadingPolicy, LoadingRefused
 from playground.providers.registry import Registry
 from playground.providers.tgi import TGIProvider
@@ -116,6 +117,31 @@ def build(tmp_path: Path, text: str):
         ),
         ("providers:\n  - {provider_id: a, provider_type: local::transformers\n", "not valid YAML"),
         ("- just a list\n", "expected a mapping with `providers:`"),
+        # what started, then failed with a traceback or served nonsense
+        (
+            "providers:\n  - {provider_id: v, provider_type: remote::vllm, config: {base_url: 'http://127.0.0.1:abc/v1'}}\n",
+            "providers[0].config.base_url: not a URL the server can be asked at: 'http://127.0.0.1:abc/v1'",
+        ),
+        (
+            "providers:\n  - {provider_id: v, provider_type: remote::vllm, config: {base_url: 'http://h:99999/v1'}}\n",
+            "providers[0].config.base_url: not a URL the server can be asked at",
+        ),
+        (
+            "providers:\n  - {provider_id: v, provider_type: remote::tgi, config: {base_url: http://x, timeout_s: 1e10}}\n",
+            "providers[0].config.timeout_s: Input should be less than or equal to 86400",
+        ),
+        (
+            "providers:\n  - {provider_id: l, provider_type: local::transformers, config: {model: ''}}\n",
+            "providers[0].config.model: String should have at least 1 character",
+        ),
+        (  # the last one won without a word: the first block's providers were gone
+            "providers:\n  - {provider_id: a, provider_type: local::transformers}\nproviders:\n  - {provider_id: b, provider_type: local::transformers}\n",
+            "found the key 'providers' twice at line 3, column 1",
+        ),
+        (
+            "providers:\n  - {provider_id: v, provider_type: remote::vllm, config: {base_url: http://a, base_url: http://b}}\n",
+            "found the key 'base_url' twice",
+        ),
     ],
 )
 def test_mistakes_name_the_file_and_the_field(tmp_path: Path, text: str, message: str) -> None:
@@ -124,6 +150,34 @@ def test_mistakes_name_the_file_and_the_field(tmp_path: Path, text: str, message
         read_providers_file(path)
     assert caught.value.message.startswith(str(path))
     assert message in caught.value.message
+
+
+def test_a_file_past_a_mebibyte_is_refused_unread(tmp_path: Path) -> None:
+    """/dev/zero was read until memory ran out."""
+    with pytest.raises(ProvidersFileError, match="larger than 1 MiB; not a providers file"):
+        read_providers_file("/dev/zero")
+
+
+@pytest.mark.parametrize("key", ["sk-SECRET\r\nX", "sk-SEC RET", "sécret", "sk-\x00SECRET"])
+def test_an_api_key_a_header_cannot_carry_stops_start_up_without_showing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    """httpx refused such a header and its message quoted the key, in the log and in every client's 502."""
+    monkeypatch.setenv("PROBE_KEY", key.replace("\x00", "\x01"))  # (the environment takes no NUL: a control alike)
+    path = write(
+        tmp_path,
+        "providers:\n  - {provider_id: v, provider_type: remote::vllm,"
+        " config: {base_url: 'http://127.0.0.1:9', api_key_env: PROBE_KEY}}\n",
+    )
+    with pytest.raises(ProvidersFileError) as caught:
+        build_registry(path, local_factory=lambda config: pytest.fail("no local entry"))
+    assert "provider 'v': the API key in PROBE_KEY (api_key_env) holds a character" in caught.value.message
+    assert "SECRET" not in caught.value.message and "cret" not in caught.value.message
+
+
+def test_a_provider_error_never_shows_its_api_key() -> None:
+    client = RemoteClient("v", "http://127.0.0.1:9", api_key="sk-SECRET")
+    assert "sk-SECRET" not in client.fail("Illegal header value b'Bearer sk-SECRET'").message
 
 
 def test_yaml_errors_say_where_and_missing_files_say_so(tmp_path: Path) -> None:

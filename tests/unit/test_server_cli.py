@@ -163,6 +163,9 @@ def test_a_loopback_bind_answers_to_loopback_names_unless_told_otherwise() -> No
         (["--port", "70000"], "argument --port: must be 0 to 65535, got 70000"),
         (["--stall-timeout", "-1"], "argument --stall-timeout: must be a number of seconds above 0"),
         (["--compile-timeout", "nan"], "argument --compile-timeout: must be a number of seconds above 0"),
+        # past the clock's range (or a C long of bytes) every constrained request failed, blamed on memory
+        (["--compile-timeout", "1e300"], "argument --compile-timeout: must be a number of seconds above 0, at most"),
+        (["--compile-memory", "10000000000000"], "argument --compile-memory: must be from 64 to 1048576 (MB)"),
         (["--max-new-tokens", "0"], "argument --max-new-tokens: must be at least 1"),
         (["--reasoning", "a,b,c"], "argument --reasoning: 'a,b,c' is not auto, none, a family name or START,END"),
         # every request a 400 forbidden_host, /health included; a proxy never matched

@@ -317,6 +317,9 @@ def test_space_overrides_fall_back_to_gradios_port_variable() -> None:
 def test_space_overrides_reject_a_bad_port() -> None:
     with pytest.raises(ValueError, match="PORT must be an integer, got 'eighty'"):
         space.space_overrides({"PORT": "eighty"})
+    for port in ("99999", "-5", "0"):  # bind() refused them with a traceback
+        with pytest.raises(ValueError, match=f"PORT must be a port number from 1 to 65535, got {port}"):
+            space.space_overrides({"PORT": port})
 
 
 def test_apply_space_settings_only_on_a_space() -> None:
