@@ -131,7 +131,7 @@ def device_problem(device: str | None) -> str | None:
         return "not a device (cuda, cuda:N, mps or cpu)"
     available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
     if kind not in available:
-        return "cuda, cuda:N, mps or cpu"
+        return f"not a device this server can use ({kind}: cuda, cuda:N, mps or cpu)"
     if not available[kind]:
         return f"this torch build or machine has no {kind.upper()} device"
     return None
@@ -221,6 +221,17 @@ def some_names(text: str) -> str:
     """A comma-separated list with at least one entry (`,,` would answer no Host, /health included)."""
     if not any(part.strip() for part in text.split(",")):
         raise argparse.ArgumentTypeError(f"no names in {text!r}: comma-separated names, or *")
+    return text
+
+
+def host_names(text: str) -> str:
+    """Host header names (comma-separated), or *: a URL is refused (`http://example.com` was kept as the name http)."""
+    for part in some_names(text).split(","):
+        entry = part.strip()
+        if "/" in entry or "@" in entry:
+            raise argparse.ArgumentTypeError(
+                f"{entry!r} is not a host name: name the host as the Host header does (example.com, example.com:8080)"
+            )
     return text
 
 
@@ -417,7 +428,7 @@ class ServerOptions:
         "(127.0.0.1, localhost, ::1) when --host is one of them, so no web page can call it through DNS "
         "rebinding, and any name otherwise",
         metavar="NAMES",
-        type=some_names,
+        type=host_names,
     )
     cors_allow_origin: str | None = option(
         None,

@@ -143,6 +143,8 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        if args.output is not None and args.output.exists() and not args.output.is_dir():
+            raise DeployError(f"--output {args.output} is not a folder; give a new or empty folder")
         if args.output is not None and args.output.exists() and any(args.output.iterdir()):
             raise DeployError(f"--output {args.output} is not empty; give a new or empty folder")
         if args.output is not None:

@@ -170,6 +170,7 @@ def test_a_loopback_bind_answers_to_loopback_names_unless_told_otherwise() -> No
         (["--reasoning", "a,b,c"], "argument --reasoning: 'a,b,c' is not auto, none, a family name or START,END"),
         # every request a 400 forbidden_host, /health included; a proxy never matched
         (["--allowed-hosts", ",,"], "argument --allowed-hosts: no names in ',,': comma-separated names, or *"),
+        (["--allowed-hosts", "a.com,http://b.com"], "argument --allowed-hosts: 'http://b.com' is not a host name"),
         (["--forwarded-allow-ips", "not an ip"], "argument --forwarded-allow-ips: 'not an ip' is not an IP address"),
         # the embedded model loaded and was listed as ""; no providers file at all
         (["--model", " "], "argument --model: empty: 'embedded', a hub id, a local folder or a .gguf file"),
@@ -266,6 +267,11 @@ def test_a_device_this_machine_lacks_is_named(monkeypatch: pytest.MonkeyPatch) -
     assert cli.device_problem("cuda") == "--device 'cuda': this torch build or machine has no CUDA device"
     assert cli.device_problem("cuda:1") == "--device 'cuda:1': this torch build or machine has no CUDA device"
     assert cli.device_problem("cpu") is None and cli.device_problem(None) is None
+    # a device torch knows but this server does not use (it said only "cuda, cuda:N, mps or cpu")
+    assert (
+        cli.device_problem("meta")
+        == "--device 'meta': not a device this server can use (meta: cuda, cuda:N, mps or cpu)"
+    )
 
 
 def test_a_providers_file_s_mistake_exits_2_and_a_local_model_that_cannot_load_names_the_file_and_entry(

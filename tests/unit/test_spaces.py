@@ -179,6 +179,9 @@ def test_output_folder_must_be_empty(tmp_path: Path) -> None:
     (tmp_path / "stale.txt").write_text("old")
     done = run_deploy("--repo-id", "a/b", "--dry-run", "--output", str(tmp_path))
     assert done.returncode == 1 and "is not empty" in done.stderr
+    (tmp_path / "a-file").write_text("x")  # a file, not a folder: a NotADirectoryError traceback
+    done = run_deploy("--repo-id", "a/b", "--dry-run", "--output", str(tmp_path / "a-file"))
+    assert done.returncode == 1 and "is not a folder" in done.stderr and "Traceback" not in done.stderr
 
 
 class RecordingHfApi:
