@@ -8,7 +8,7 @@ provider, a model the provider's own listing says it does not serve, a name two 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -303,8 +303,12 @@ class _UniqueKeysLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged by the loader, later keys win
+                continue
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-            if isinstance(key, (str, int, float, bool)) and key in seen:
+            if not isinstance(key, Hashable):  # (the loader names an unhashable key itself)
+                continue
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
                     "while reading a mapping", node.start_mark, f"found the key {key!r} twice", key_node.start_mark
                 )

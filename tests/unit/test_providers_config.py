@@ -152,6 +152,18 @@ def test_mistakes_name_the_file_and_the_field(tmp_path: Path, text: str, message
     assert message in caught.value.message
 
 
+def test_yaml_merge_keys_still_merge_and_an_unhashable_key_is_named(tmp_path: Path) -> None:
+    """The duplicate-key check built `<<` as a key (no constructor: merge keys were refused) and hashed a list."""
+    text = (
+        "base: &base {provider_type: remote::vllm, config: {base_url: 'http://127.0.0.1:9'}}\n"
+        "providers:\n  - <<: *base\n    provider_id: v\n"
+    )
+    with pytest.raises(ProvidersFileError, match="base: unknown field"):  # merged and read: only `base` is foreign
+        read_providers_file(write(tmp_path, text))
+    with pytest.raises(ProvidersFileError, match="not valid YAML: found unhashable key"):
+        read_providers_file(write(tmp_path, "? [a, b]\n: 1\n"))
+
+
 def test_a_file_past_a_mebibyte_is_refused_unread(tmp_path: Path) -> None:
     """/dev/zero was read until memory ran out."""
     with pytest.raises(ProvidersFileError, match="larger than 1 MiB; not a providers file"):
