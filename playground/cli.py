@@ -87,8 +87,9 @@ def build_registry(args: argparse.Namespace) -> Registry:
     if not locals_made:
         local = make_local(args, args.model)
         served = {model: provider_id for provider_id, model in registry.models()}
-        clash = next((model for model in local.list_models() if model in served), None)
-        if clash is not None:  # the local model would take the remote one's requests in silence
+        # the local model would take the remote one's requests in silence, or (its --model name) lose them
+        clash = next((model for model in [*local.list_models(), args.model] if model in served), None)
+        if clash is not None:
             raise ProvidersFileError(
                 f"{args.providers}: model {clash!r} is served by both {served[clash]!r} and the local model "
                 f"(--model {args.model}); set model_prefix in the config of {served[clash]!r}"
@@ -149,13 +150,23 @@ def device_problem(device: str | None) -> str | None:
     return f"--device {device!r}: {problem}" if problem else None
 
 
-def adapters_problem(adapters: tuple[str, ...] | None) -> str | None:
-    """Why an --adapters entry cannot work: a path to no folder, found at start as vLLM finds a LoRA module's
-    (it was accepted, and each request naming it failed as a malformed hub id)."""
-    from playground.models.adapters import missing_folder
+def dtype_problem(dtype: str | None) -> str | None:
+    """Why --dtype cannot work: a name torch has no dtype for."""
+    problem = options.dtype_problem(dtype)
+    return f"--dtype {dtype!r}: {problem}" if problem else None
 
-    missing = next((adapter for adapter in adapters or () if missing_folder(adapter)), None)
-    return f"--adapters {missing!r}: no such adapter folder" if missing else None
+
+def adapters_problem(adapters: tuple[str, ...] | None) -> str | None:
+    """Why an --adapters entry cannot work, found at start as vLLM finds a LoRA module's (each was accepted and
+    listed, and every request naming it failed): a path to no folder, a folder with no adapter in it, a name that
+    is no hub id."""
+    from playground.models.adapters import adapter_problem
+
+    for adapter in adapters or ():
+        problem = adapter_problem(adapter)
+        if problem:
+            return f"--adapters {adapter!r}: {problem}"
+    return None
 
 
 def reasoning_problem(setting: str) -> str | None:
@@ -200,6 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     problem = (
         loading_problem(args.allow_model_loading, args.host, args.api_key)
         or device_problem(args.device)
+        or dtype_problem(args.dtype)
         or reasoning_problem(args.reasoning)
         or adapters_problem(args.adapters)
     )

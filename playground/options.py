@@ -137,6 +137,19 @@ def device_problem(device: str | None) -> str | None:
     return None
 
 
+def dtype_problem(dtype: str | None) -> str | None:
+    """Why a dtype is none torch has (checked before the model loads: it was found after the bind and torch's
+    import), in the words after the flag's or the providers file field's name."""
+    if dtype is None or dtype == "auto":
+        return None
+    import torch
+
+    found = getattr(torch, dtype, None)
+    if not isinstance(found, torch.dtype) or not found.is_floating_point:  # (int8 weights fail deep in the load)
+        return "not a floating-point torch dtype (e.g. float32, bfloat16 or float16)"
+    return None
+
+
 def key_text(text: str) -> str:
     """A key without the whitespace around it (a secrets file's last newline): HTTP clients strip or refuse it in a
     header, so a key that kept it could never be sent. Nothing but whitespace would leave the server open."""

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from playground.errors import ModelError, first_line
+from playground.options import dtype_problem
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +86,10 @@ def pick_dtype(device: str, requested: str | None = None) -> Any:
     import torch
 
     if requested and requested != "auto":
-        dtype = getattr(torch, requested, None)
-        if not isinstance(dtype, torch.dtype):
-            raise ModelError(f"unknown dtype {requested!r}; use e.g. float32, bfloat16 or float16")
-        return dtype
+        problem = dtype_problem(requested)
+        if problem:
+            raise ModelError(f"dtype {requested!r}: {problem}")
+        return getattr(torch, requested)
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
 
 

@@ -185,6 +185,26 @@ def missing_folder(adapter_id: str) -> bool:
     return looks_like_path(adapter_id) and not os.path.isdir(os.path.expanduser(adapter_id))
 
 
+def adapter_problem(adapter_id: str) -> str | None:
+    """Why an adapter the operator lists can never load, from its name and this machine alone (the hub is not
+    asked): a path to no folder, a folder without PEFT's adapter_config.json, a name that is no hub id."""
+    if missing_folder(adapter_id):
+        return "no such adapter folder"
+    folder = os.path.expanduser(adapter_id)
+    if os.path.isdir(folder):
+        if not os.path.isfile(os.path.join(folder, "adapter_config.json")):
+            return "no adapter_config.json in that folder (not a PEFT adapter)"
+        return None
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(adapter_id)
+    except HFValidationError as exc:
+        return f"not a folder here, nor a hub id ({first_line(exc)})"
+    return None
+
+
 def _adapter_folder(adapter_id: str) -> str:
     """A local folder as it is; a hub id from the cache, or fetched once (fails fast offline)."""
     from playground.models.hub import hub_snapshot

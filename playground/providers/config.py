@@ -66,6 +66,14 @@ class LocalConfig(_Strict):
             raise ValueError(f"{value!r}: {problem}")
         return value
 
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, value: str | None) -> str | None:  # as --dtype checks it
+        problem = options.dtype_problem(value)
+        if problem:
+            raise ValueError(f"{value!r}: {problem}")
+        return value
+
     @field_validator("reasoning")
     @classmethod
     def _reasoning(cls, value: str | None) -> str | None:  # as --reasoning checks it, with the file's field named

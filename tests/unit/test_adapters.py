@@ -12,7 +12,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from playground.errors import ParameterError
-from playground.models.adapters import Adapters
+from playground.models.adapters import Adapters, adapter_problem
 from playground.providers.base import Capabilities
 from playground.providers.registry import Registry
 
@@ -81,6 +81,17 @@ def test_a_listed_folder_that_is_not_there_is_named_plainly(tmp_path: Path) -> N
     with pytest.raises(ParameterError) as refused:
         Adapters(_tiny(), [missing]).prepare(missing)
     assert refused.value.message == f"cannot load adapter {missing!r}: no such folder on this server"
+
+
+def test_an_adapter_that_can_never_load_is_named_from_its_name_and_this_machine(tmp_path: Path) -> None:
+    """`--adapters` with a folder holding no adapter, or a name that is no hub id, started and listed it, and each
+    request naming it was a 422; the hub is not asked (a hub id that is well formed is left to the request)."""
+    assert adapter_problem(str(tmp_path / "missing")) == "no such adapter folder"
+    assert adapter_problem(str(tmp_path)) == "no adapter_config.json in that folder (not a PEFT adapter)"
+    assert adapter_problem("my lora").startswith("not a folder here, nor a hub id (Repo id must use alphanumeric")
+    assert "Cannot have -- or .." in adapter_problem("org/lo--ra")
+    assert adapter_problem(_lora(tmp_path / "lora", seed=1)) is None
+    assert adapter_problem("some-org/some-lora") is None
 
 
 class Lender:

@@ -90,6 +90,10 @@ def build(tmp_path: Path, text: str):
             "providers:\n  - {provider_id: l, provider_type: local::transformers, config: {device: foo}}\n",
             "providers[0].config.device: 'foo': not a device (cuda, cuda:N, mps or cpu)",
         ),
+        (  # (found after the load's first seconds, as a ModelError without the file's field)
+            "providers:\n  - {provider_id: l, provider_type: local::transformers, config: {dtype: int8}}\n",
+            "providers[0].config.dtype: 'int8': not a floating-point torch dtype (e.g. float32, bfloat16 or float16)",
+        ),
         (
             "providers:\n  - {provider_id: l, provider_type: local::transformers, config: {reasoning: bogus}}\n",
             "providers[0].config.reasoning: 'bogus': not auto, none, a family (",
@@ -299,6 +303,10 @@ def test_the_flag_s_local_model_named_like_a_remote_one_stops_start_up(serve, tm
     )
     monkeypatch.setattr(cli, "make_local", lambda args, model, **load: FakeLocal(LocalConfig(model=model)))
     with pytest.raises(ProvidersFileError, match="model 'SmolLM2-embedded' is served by both 'v' and the local model"):
+        cli.build_registry(cli.parse_args(["--providers", str(path)]))
+    # the name --model gives it too: the remote took requests for "embedded" in silence
+    stub.routes["GET /v1/models"] = StubReply(json=models_list("embedded"))
+    with pytest.raises(ProvidersFileError, match="model 'embedded' is served by both 'v' and the local model"):
         cli.build_registry(cli.parse_args(["--providers", str(path)]))
 
 

@@ -254,6 +254,8 @@ def test_a_bad_threads_variable_is_named_and_help_still_runs(monkeypatch: pytest
         (["--model", "/no/such/folder"], "error: no such model folder or file: /no/such/folder"),
         (["--reasoning", "foo"], "error: --reasoning 'foo': not auto, none, a family ("),
         (["--adapters", "some-org/lora,/no/such/lora"], "error: --adapters '/no/such/lora': no such adapter folder"),
+        (["--adapters", "my lora"], "error: --adapters 'my lora': not a folder here, nor a hub id ("),
+        (["--dtype", "float17"], "error: --dtype 'float17': not a floating-point torch dtype"),
     ],
 )
 def test_start_up_failures_are_one_line_not_a_traceback(argv: list[str], message: str, tmp_path: Path) -> None:
