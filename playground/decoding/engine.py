@@ -35,6 +35,7 @@ from playground.models.adapters import Adapters
 from playground.options import LOCAL
 from playground.types import (
     ChatMessage,
+    FailedCandidate,
     GenerateParameters,
     GenerationResult,
     NextTokenCandidate,
@@ -371,6 +372,8 @@ class Engine:
             job.cancelled.set()  # a reader that stops early (a closed stream, Stop) leaves the batch
             events.close()
         total = time.perf_counter() - start
+        failed = [(i, row) for i, row in enumerate(rows) if row.failure is not None]
+        rows = [row for row in rows if row.failure is None]  # (Decode raised when no candidate was left)
         sequences = [self._sequence(row, constraint, stopping.keep) for row in rows]
         best = max(range(len(sequences)), key=lambda i: sequences[i].total_logprob)
         generated = sum(s.generated_tokens for s in sequences)
@@ -387,12 +390,20 @@ class Engine:
             prefill_top_tokens=decode.prefill_top,
             best=sequences[best],
             best_of_sequences=[s for i, s in enumerate(sequences) if i != best],
+            failed_candidates=[
+                FailedCandidate(index=i, seed=row.seed, generated_tokens=len(row.tokens), error=row.failure.message)
+                for i, row in failed
+            ],
             constraint_kind=constraint.kind,
             constraint_engine=compiled.engine if compiled else None,
             warnings=[
                 *(compiled.warnings if compiled else ()),
                 *self.template_warnings(inputs, params),
                 *_matcher_errors(rows),
+                *(
+                    f"best_of candidate {i + 1} (seed {row.seed}) is left out: {row.failure.message}"
+                    for i, row in failed
+                ),
             ],
             timings=Timings(
                 compile_s=compile_s,

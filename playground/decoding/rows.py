@@ -31,6 +31,7 @@ from playground.decoding.chooser import MAX_DRAFTS, TokenChooser
 from playground.decoding.prefix_cache import PrefixCache
 from playground.decoding.runner import ModelRunner
 from playground.decoding.stopping import StopCriteria
+from playground.errors import PlaygroundError
 from playground.types import GeneratedToken, PrefillToken, Token, TokenEvent
 
 # The most tokens a lone row appends ahead of its logits (drafts and the tokens forced after them).
@@ -69,6 +70,7 @@ class Row:
     probe_owed: bool = False  # fast-forward's probe after the last token waits for the mask computed alongside
     drafted: int = 0  # drafts checked against the row's choice there
     accepted: int = 0  # drafts the row chose
+    failure: PlaygroundError | None = None  # why this candidate stopped while others went on (Decode._fail)
 
     @property
     def generated(self) -> list[int]:
@@ -172,7 +174,13 @@ class Decode:
             for row in self.rows:
                 row.finish_reason = "length"
             return []
-        return [event for i in range(len(self.rows)) for event in self._sample(i, logits)]
+        events = []
+        for i in range(len(self.rows)):
+            try:
+                events.extend(self._sample(i, logits))
+            except PlaygroundError as exc:
+                self._fail(i, exc)
+        return events
 
     def feed(self, index: int, alone: bool) -> list[int]:
         """The tokens row `index` runs next: every token whose logits are still needed, or (batched) the first."""
@@ -199,22 +207,36 @@ class Decode:
         In a batch (not `alone`) fast-forward's probe after a sampled token waits for the next step: each row
         feeds one token a step there anyway, and that step's forward computes the mask alongside (mask_work)."""
         row = self.rows[index]
-        events = []
-        for k in range(logits.shape[0]):
-            row.fed += 1
-            if row.probe_owed:
-                row.probe_owed = False
-                self._append_forced(row)
-            if row.unscored and row.unscored[0].key is not None:
-                chosen, kept = self._verify(index, logits[k], alone)
-                events.extend(chosen)
-                if not kept:  # the logits after the refused draft are of tokens no longer in the row
-                    break
-            elif row.unscored:
-                events.append(self._score_forced(index, logits[k]))
-            else:
-                events.extend(self._sample(index, logits[k], alone))
+        events: list[TokenEvent] = []
+        try:
+            for k in range(logits.shape[0]):
+                row.fed += 1
+                if row.probe_owed:
+                    row.probe_owed = False
+                    self._append_forced(row)
+                if row.unscored and row.unscored[0].key is not None:
+                    chosen, kept = self._verify(index, logits[k], alone)
+                    events.extend(chosen)
+                    if not kept:  # the logits after the refused draft are of tokens no longer in the row
+                        break
+                elif row.unscored:
+                    events.append(self._score_forced(index, logits[k]))
+                else:
+                    events.extend(self._sample(index, logits[k], alone))
+        except PlaygroundError as exc:
+            self._fail(index, exc)
         return events
+
+    def _fail(self, index: int, exc: PlaygroundError) -> None:
+        """A best_of candidate whose own decoding failed (its constraint's dead end, its step's budget) stops, and
+        the others go on: the request fails only when none is left (TGI and vLLM fail the whole request)."""
+        if all(row.failure is not None for i, row in enumerate(self.rows) if i != index):
+            raise exc
+        row = self.rows[index]
+        row.failure = exc
+        row.finish_reason = row.finish_reason or "length"  # (done: it feeds nothing more; its result is dropped)
+        row.unscored.clear()
+        row.probe_owed = False
 
     def remember_prompt(self, kv: Any) -> None:
         """Keep the prompt's KV cache (a retry, best_of or the next-token view starts from it)."""

@@ -24,6 +24,7 @@ from playground.types.chat import check_messages_size as check_messages_size
 from playground.types.params import GenerateParameters as GenerateParameters
 from playground.types.params import GrammarType as GrammarType
 from playground.types.params import ProcessorSpec as ProcessorSpec
+from playground.types.results import FailedCandidate as FailedCandidate
 from playground.types.results import FieldConfidence as FieldConfidence
 from playground.types.results import GeneratedToken as GeneratedToken
 from playground.types.results import GenerationResult as GenerationResult

@@ -169,6 +169,15 @@ class Timings(BaseModel):
     drafts_kept: int = Field(default=0, description="Drafts the rows chose: their tokens cost no forward of their own.")
 
 
+class FailedCandidate(BaseModel):
+    """A best_of candidate that failed while the others went on."""
+
+    index: int = Field(description="Its place among the candidates, from 0: its seed is the request's seed + index.")
+    seed: int | None = None
+    generated_tokens: int
+    error: str
+
+
 class GenerationResult(BaseModel):
     """What every surface renders: the chosen sequence, the other candidates and the context."""
 
@@ -193,6 +202,11 @@ class GenerationResult(BaseModel):
     )
     best: Sequence
     best_of_sequences: list[Sequence] = Field(default_factory=list)
+    failed_candidates: list[FailedCandidate] = Field(
+        default_factory=list,
+        description="best_of candidates whose own decoding failed while others went on (a constraint's dead end): "
+        "left out of best and best_of_sequences, and named in warnings.",
+    )
     constraint_kind: ConstraintKind = "none"
     constraint_engine: str | None = None
     warnings: list[str] = Field(default_factory=list, description="Engine fallbacks and grammar warnings.")

@@ -280,7 +280,8 @@ def drawn_seed(result: GenerationResult | None) -> int | None:
     the candidates' first seed in that order (wrapping past the largest), not the winner's."""
     if result is None:
         return None
-    seeds = {s.seed for s in (result.best, *result.best_of_sequences) if s.seed is not None}
+    candidates = (result.best, *result.best_of_sequences, *result.failed_candidates)
+    seeds = {s.seed for s in candidates if s.seed is not None}
     for base in sorted(seeds):
         if {nth_seed(base, k) for k in range(len(seeds))} == seeds:
             return base

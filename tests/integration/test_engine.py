@@ -136,6 +136,32 @@ def test_best_of_rows_finishing_at_different_lengths(engine):
     raise AssertionError("no seed gave rows of different lengths")
 
 
+def test_a_best_of_candidate_at_its_constraint_s_dead_end_is_left_out_and_the_others_answer(engine):
+    """A candidate that takes the branch with no end fails alone (the whole request failed); every candidate there
+    fails it, naming the dead end."""
+    endless = {"type": "grammar", "value": 'start: "yes" | x\nx: "b" x'}
+    params = GenerateParameters(max_new_tokens=6, best_of=3, do_sample=True, temperature=5.0, grammar=endless)
+    for seed in range(12):
+        try:
+            result = engine.generate(
+                ask("Write the letter b many times: bbbbbbb"), params.model_copy(update={"seed": seed})
+            )
+        except UnsupportedConstraintError as exc:
+            assert "never ends" in exc.message
+            continue
+        kept = [result.best, *result.best_of_sequences]
+        assert all(s.generated_text == "yes" and s.validation.valid for s in kept)
+        assert len(kept) + len(result.failed_candidates) == 3
+        if result.failed_candidates:
+            failed = result.failed_candidates[0]
+            assert failed.seed == seed + failed.index and "never ends" in failed.error
+            assert f"best_of candidate {failed.index + 1} (seed {failed.seed}) is left out: llguidance" in str(
+                result.warnings
+            )
+            return
+    raise AssertionError("no seed gave a candidate that took the endless branch beside one that did not")
+
+
 def test_best_of_needs_sampling(engine):
     with pytest.raises(ParameterError, match="best_of"):
         engine.generate(ask("hi"), GenerateParameters(best_of=2))

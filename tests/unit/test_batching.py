@@ -344,6 +344,36 @@ def test_a_request_whose_processor_fails_fails_alone(runner, scheduler):
     same(tokens_of(fine), want)
 
 
+def test_a_best_of_candidate_whose_decoding_fails_leaves_and_the_others_finish(runner, scheduler):
+    """One candidate's failure (its constraint's dead end under its seed) failed the whole request; now that row
+    stops, the others decode as they would have, and the request fails only when no candidate is left."""
+
+    def make(failing: tuple[int, ...]) -> Decode:
+        decode = decode_of(runner, [5, 6, 7], tokens=10, seed=3, best_of=3)
+        for i in failing:
+            decode.rows[i].chooser.processors = [*decode.rows[i].chooser.processors, FailsAt(4)]
+        return decode
+
+    want = run_alone(runner, lambda: make(()))
+    for failing in [(1,), (0, 2)]:
+        job = Job(make(failing))
+        scheduler.submit(job)
+        got = tokens_of(job)
+        same([t for t in got if t[0] not in failing], [t for t in want if t[0] not in failing])
+        for i in failing:
+            assert isinstance(job.decode.rows[i].failure, ProcessorError)
+            assert len([t for t in got if t[0] == i]) == 3  # its tokens before the failing step
+    everyone = Job(make((0, 1, 2)))
+    scheduler.submit(everyone)
+    with pytest.raises(ProcessorError, match="broken on purpose"):
+        tokens_of(everyone)
+    failing_first = Job(make(()))  # a failure at the first token, from the prompt's logits
+    for row in failing_first.decode.rows[:2]:
+        row.chooser.processors = [*row.chooser.processors, FailsAt(1)]
+    scheduler.submit(failing_first)
+    assert {t[0] for t in tokens_of(failing_first)} == {2}
+
+
 def test_a_request_that_needs_the_model_alone_never_shares_it(runner, scheduler):
     """An adapter switches the shared weights: its request runs with nobody else, and the others wait their turn."""
     seen = []

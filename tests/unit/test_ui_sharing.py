@@ -10,7 +10,7 @@ import gradio as gr
 import pytest
 
 from playground.errors import PlaygroundError
-from playground.types import GenerationResult, Sequence
+from playground.types import FailedCandidate, GenerationResult, Sequence
 from playground.types.sizes import MAX_INPUT_CHARS, MAX_MESSAGES, MAX_SEED
 from playground.ui import controls, handlers, sharing
 from playground.ui.state import FIELDS, ChatState, Form, drawn_seed, export_session
@@ -39,6 +39,11 @@ def test_a_best_of_turn_s_drawn_seed_is_its_base_not_the_winner_s() -> None:
 
     assert drawn_seed(turn(12, 11, 13)) == 11 and drawn_seed(turn(7)) == 7 and drawn_seed(None) is None
     assert drawn_seed(turn(0, MAX_SEED)) == MAX_SEED  # base MAX_SEED: the next candidate's wraps to 0
+    # a candidate that failed is left out of the sequences, not of the seeds drawn (it was the winner's, 12)
+    failed = turn(12, 13).model_copy(
+        update={"failed_candidates": [FailedCandidate(index=0, seed=11, generated_tokens=1, error="dead end")]}
+    )
+    assert drawn_seed(failed) == 11
     query = sharing.share_query(Form(best_of=3, do_sample=True), ChatState(result=turn(12, 11, 13)))
     assert sharing.read_query(query.split("=", 1)[1])[0].seed == 11
 
