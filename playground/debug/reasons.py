@@ -67,6 +67,10 @@ def humanize(message: str) -> str:
 def _eos_reason(engine: LocalEngine, constraint: Constraint, state: State) -> str:
     if constraint.kind == "json_schema":
         parsed = jsonstate.scan(state.text)
+        if parsed is not None and parsed.in_string:  # nearer than any key missing around it
+            what = "a key" if parsed.string_is_key else f"the string at {jsonstate.path_text(parsed.path)}"
+            forced = state.forced()
+            return f"the JSON is not finished: {what} is still open" + (f" (next: {code(forced)})" if forced else "")
         missing = _missing_required(constraint, parsed) if parsed else []
         if missing:
             return f"required key{'s' if len(missing) > 1 else ''} {listing(missing)} missing"

@@ -80,6 +80,13 @@ def test_end_of_text_names_the_missing_required_key(engine) -> None:
     assert refused.reason == "end of text not allowed: required key `age` missing"
     assert refused.token in engine.runner.eos_ids
     assert result.validation.valid is False
+    # inside a string the open string is the nearer cause (it named the key missing after it)
+    assert check_text(engine, JSON, '{"name": "Ad').first_refused.reason == (
+        "end of text not allowed: the JSON is not finished: the string at name is still open"
+    )
+    assert check_text(engine, JSON, '{"name": "Ada", "ag').first_refused.reason == (
+        'end of text not allowed: the JSON is not finished: a key is still open (next: `e"`)'
+    )
 
 
 def test_closing_brace_names_the_missing_required_key(engine) -> None:
