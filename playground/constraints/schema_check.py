@@ -95,6 +95,7 @@ def check_schema(schema: dict) -> None:
     cls = validator_class(schema)
     meta = _validator(jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls), cls.META_SCHEMA)
     _check_against(meta, schema, "not a valid JSON Schema")
+    _check_integer_bounds(schema)
     if "propertyNames" not in cls.VALIDATORS:  # draft 3 and 4: their meta-schemas leave these regexes unread
         _check_pattern_keys(schema)
     spec = referencing.jsonschema.specification_with(
@@ -125,6 +126,44 @@ def _check_finite(schema: dict) -> None:
             stack.extend((f"{where}.{key}" if where else str(key), item) for key, item in value.items())
         elif isinstance(value, list):
             stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+
+
+# What the engines hold an integer bound in: a 64-bit integer, read from the JSON as a double.
+_INT64_EDGE = float(2**63)
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})  # instances, not schemas
+
+
+def _check_integer_bounds(schema: Any) -> None:
+    """An integer schema whose bounds leave no 64-bit integer: the engines read integer bounds into 64 bits, so
+    llguidance crashed its compile worker below the smallest and forced the largest above it (which the verdict then
+    refused), xgrammar refused it in its own words and outlines_core ignored the bounds."""
+    stack: list[tuple[str, Any]] = [("", schema)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(node))
+            continue
+        if not isinstance(node, dict):
+            continue
+        types = node.get("type")
+        types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
+        if "integer" in types and "number" not in types:
+            for keyword, past in (
+                ("minimum", lambda v: v >= _INT64_EDGE),
+                ("exclusiveMinimum", lambda v: v >= _INT64_EDGE),
+                ("maximum", lambda v: v <= -_INT64_EDGE),
+                ("exclusiveMaximum", lambda v: v <= -_INT64_EDGE),
+            ):
+                value = node.get(keyword)
+                if isinstance(value, int | float) and not isinstance(value, bool) and past(float(value)):
+                    raise UnsupportedConstraintError(
+                        f"the JSON schema's {f'{where}.' if where else ''}{keyword} ({value}) leaves no integer the "
+                        "engines can write: they hold integer bounds in 64 bits (-9223372036854775808 to "
+                        '9223372036854775807); for larger integers use "type": "string" with a pattern'
+                    )
+        stack.extend(
+            (f"{where}.{key}" if where else str(key), value) for key, value in node.items() if key not in _DATA_KEYWORDS
+        )
 
 
 @contextmanager

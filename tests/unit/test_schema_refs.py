@@ -87,6 +87,31 @@ def test_odd_schemas_are_clear_errors(schema, words):
         Constraint.json_schema(schema)
 
 
+@pytest.mark.parametrize(
+    ("schema", "where"),
+    [
+        ({"type": "integer", "minimum": -1e30, "maximum": -1e29}, "maximum (-1e+29)"),  # crashed llguidance's worker
+        ({"type": "integer", "minimum": 10**30, "maximum": 10**30 + 5}, f"minimum ({10**30})"),  # forced 2**63-1
+        ({"properties": {"n": {"type": ["integer", "null"], "exclusiveMaximum": -(2**64)}}}, "properties.n.exclusive"),
+    ],
+)
+def test_integer_bounds_that_leave_no_64_bit_integer_are_named(schema, where):
+    """The engines read integer bounds into 64 bits: llguidance crashed its compile worker below them (the 422 named
+    no cause) and forced the largest above them, which the verdict refused at the end of every answer."""
+    with pytest.raises(UnsupportedConstraintError, match="leaves no integer the engines can write") as refused:
+        Constraint.json_schema(schema)
+    assert f"the JSON schema's {where}" in refused.value.message
+
+
+def test_integer_bounds_past_64_bits_that_leave_room_are_kept():
+    for schema in (
+        {"type": "integer", "minimum": 0, "maximum": 2**64 - 1},  # uint64's range, as generated schemas write it
+        {"type": "number", "minimum": 1e30},  # a float range: the engines read it as such
+        {"enum": [{"type": "integer", "minimum": 1e30}]},  # an instance, not a schema
+    ):
+        Constraint.json_schema(schema)
+
+
 def test_an_integer_past_pythons_digit_limit_gets_a_verdict_not_a_crash():
     verdict = Constraint.json_schema({"type": "integer"}).validate("1" * 5000)
     assert verdict.valid is None and "digits" in verdict.message
