@@ -368,5 +368,40 @@ def pattern_search(pattern: str, text: str) -> bool | None:
 
 
 def pattern_error(pattern: str) -> str | None:
-    """Why the engines cannot read a JSON Schema `pattern`, or None."""
-    return syntax_error("json_schema", json.dumps({"type": "string", "pattern": pattern}))
+    """Why the engines cannot read a JSON Schema `pattern`, or read it otherwise than JSON Schema does; or None."""
+    return _read_otherwise(pattern) or syntax_error("json_schema", json.dumps({"type": "string", "pattern": pattern}))
+
+
+def _read_otherwise(pattern: str) -> str | None:
+    """Where Rust's regex syntax (the engines') gives a character class a meaning ECMA-262's (JSON Schema's) does not:
+    a `[` inside a class opens a nested class or a POSIX class (`[[:alpha:]]`) there and is itself in ECMA, and
+    `&&`, `--` and `~~` are set operations there and characters in ECMA. The mask and the verdict would agree on
+    the Rust reading, and every other validator would refuse the answer."""
+    i, start = 0, None  # start: where the open class's members begin
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            i += 2
+            continue
+        if start is None:
+            if char == "[":
+                i += 2 if pattern.startswith("[^", i) else 1
+                start = i
+                continue
+        elif char == "[":
+            return (
+                f"`[` at position {i} is inside a character class: a nested or POSIX class (`[[:alpha:]]`) to the "
+                "engines, a plain `[` to JSON Schema (ECMA-262); write `\\[` for the character, or the class's "
+                "members (`[a-zA-Z]`)"
+            )
+        elif pattern.startswith(("&&", "--", "~~"), i):
+            operation = pattern[i : i + 2]
+            return (
+                f"`{operation}` at position {i} is a set operation inside a character class to the engines and two "
+                f"characters to JSON Schema (ECMA-262); write the class's members, or `\\{operation[0]}` for the "
+                "character"
+            )
+        elif char == "]" and i > start:
+            start = None
+        i += 1
+    return None

@@ -74,6 +74,28 @@ def test_patterns_the_engines_cannot_read_are_refused_at_parse_time():
         Constraint.json_schema({"patternProperties": {"(a)\\1": {}}})
 
 
+@pytest.mark.parametrize(
+    ("pattern", "words"),
+    [
+        ("^[[:alpha:]]+$", "`[` at position 2 is inside a character class"),  # POSIX alpha to Rust, `[:alph` to ECMA
+        ("^[a[bc]]{2}$", "`[` at position 3 is inside a character class"),
+        ("^[a-z&&[^aeiou]]{3}$", "`&&` at position 5 is a set operation"),
+        ("[+--]", "`--` at position 2"),
+    ],
+)
+def test_patterns_the_engines_read_otherwise_than_json_schema_are_refused(pattern, words):
+    """The engines read Rust's classes: the mask wrote "The" for `^[[:alpha:]]+$` and the verdict (same reading)
+    passed it, where JSON Schema (ECMA-262) and every other validator refuse it."""
+    with pytest.raises(InvalidConstraintError, match="ECMA-262") as refused:
+        Constraint.json_schema({"type": "string", "pattern": pattern})
+    assert words in refused.value.message
+    with pytest.raises(InvalidConstraintError, match="ECMA-262"):
+        Constraint.json_schema({"type": "object", "patternProperties": {pattern: {}}})
+    # written as ECMA reads them, they are what they were
+    for same in (r"^[\[:alpha:\]]+$", r"^[a\[bc]\]{2}$", r"[+\--]", r"[\w.-]+@[a-z]+\.[a-z]{2,}"):
+        Constraint.json_schema({"type": "string", "pattern": same})
+
+
 def test_the_regex_format_is_read_in_the_engines_dialect():
     regexes = Constraint.json_schema({"type": "string", "format": "regex"})
     assert regexes.validate(json.dumps(r"\p{L}+")).valid is True
