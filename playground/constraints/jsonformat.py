@@ -21,6 +21,7 @@ nothing about others, so a model never invents keys: OpenAI's strict contract, u
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from playground.constraints import matching
@@ -64,7 +65,55 @@ def check_layout(layout: str) -> str:
     problem = matching.syntax_error("regex", layout)
     if problem:
         raise InvalidConstraintError(f"whitespace_pattern: invalid regex {problem}", field="whitespace_pattern")
+    problem = _not_whitespace(layout)
+    if problem:
+        raise InvalidConstraintError(
+            f"whitespace_pattern: {problem}: the pattern stands between JSON's tokens, where JSON reads only a space, "
+            "`\\t`, `\\n` and `\\r` (write e.g. `[ \\t\\n]*`)",
+            field="whitespace_pattern",
+        )
     return layout
+
+
+_JSON_WHITESPACE = frozenset(map(ord, " \t\n\r"))
+
+
+def _not_whitespace(pattern: str) -> str | None:
+    """What in a whitespace regex can match something other than JSON's whitespace (`,` made `{"a": 1,,}` and the
+    answer was refused at its end), or None. Read with Python's own regex parser: a pattern it cannot read is
+    written with more than whitespace in mind."""
+    import re._parser as parser  # (the stdlib's parser of `re`; its tree is the one `re` compiles)
+
+    try:
+        tree = parser.parse(pattern)
+    except (re.error, OverflowError, RecursionError) as exc:
+        return f"{pattern!r} is not a plain whitespace regex ({exc})"
+    stack = [tree]
+    while stack:
+        for op, value in stack.pop():
+            name = str(op)
+            if name == "LITERAL":
+                if value not in _JSON_WHITESPACE:
+                    return f"{chr(value)!r} is not whitespace"
+            elif name == "IN":
+                stack.append(value)
+            elif name == "RANGE":
+                low, high = value
+                if not set(range(low, high + 1)) <= _JSON_WHITESPACE:
+                    return f"the range {chr(low)!r}-{chr(high)!r} holds more than whitespace"
+            elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+                stack.append(value[2])
+            elif name == "SUBPATTERN":
+                stack.append(value[-1])
+            elif name == "ATOMIC_GROUP":
+                stack.append(value)
+            elif name == "BRANCH":
+                stack.extend(value[1])
+            elif name == "CATEGORY" and str(value) == "CATEGORY_SPACE":
+                return "`\\s` matches more than JSON's whitespace (a form feed, a no-break space)"
+            else:  # any character, a negated class, a class escape, an anchor, a reference
+                return f"{pattern!r} is more than whitespace (any character, a negated class, an anchor, ...)"
+    return None
 
 
 def guidance_options(layout: str) -> dict[str, Any]:

@@ -34,6 +34,23 @@ def test_a_bad_whitespace_pattern_is_refused_by_name() -> None:
         Constraint.json_schema(PET, layout="[unclosed")
 
 
+@pytest.mark.parametrize(
+    ("pattern", "words"),
+    [
+        (",", "',' is not whitespace"),  # the mask wrote `{"a": 1,,}` and the answer was refused at its end
+        ("[a-z]{1,3}", "the range 'a'-'z' holds more than whitespace"),
+        ("\\s*", "`\\s` matches more than JSON's whitespace"),
+        ("[^a]", "is more than whitespace"),
+    ],
+)
+def test_a_whitespace_pattern_that_matches_more_than_json_whitespace_is_refused(pattern, words) -> None:
+    with pytest.raises(InvalidConstraintError, match="^whitespace_pattern: ") as refused:
+        Constraint.json_schema(PET, layout=pattern)
+    assert words in refused.value.message and "JSON reads only a space" in refused.value.message
+    for fine in ("[ \\t\\n\\r]*", "(?:[ ]|\\n[ ]{0,4})?", "\\x20?", " |\\t"):
+        Constraint.json_schema(PET, layout=fine)
+
+
 def test_closed_objects_refuse_undeclared_keys_in_every_nested_object() -> None:
     schema = {
         "type": "object",
