@@ -66,16 +66,20 @@ class JsonState:
         return self.stack[-1] if self.stack else None
 
 
-class _Scanner:
-    """A character-level JSON prefix scanner."""
+class Scanner:
+    """A character-level JSON prefix scanner, fed as the text grows; `failed` once no JSON value starts that way."""
 
     def __init__(self) -> None:
         self.s = JsonState()
         self.escape = False
+        self.failed = False
 
     def feed(self, text: str) -> bool:
+        if self.failed:
+            return False
         for char in text:
             if not self._char(char):
+                self.failed = True
                 return False
         return True
 
@@ -177,7 +181,7 @@ class _Scanner:
 
 def scan(text: str) -> JsonState | None:
     """The state after `text`, or None when no JSON value starts that way."""
-    scanner = _Scanner()
+    scanner = Scanner()
     return scanner.s if scanner.feed(text) else None
 
 

@@ -11,6 +11,7 @@ import re
 
 from playground.constraints import Constraint, jsonstate
 from playground.debug.state import LocalEngine, State, first_chars
+from playground.decoding.key_gate import written_again
 
 _NOUNS = {"json_schema": "schema", "regex": "regex", "choice": "choices", "grammar": "grammar"}
 _STARTS = {
@@ -46,6 +47,11 @@ def explain(engine: LocalEngine, constraint: Constraint, state: State, token_id:
     if token_id in engine.runner.special_ids:
         return f"the special token {code(token)} is not text the constraint can match"
     reason = None
+    if constraint.kind == "json_schema" and (key := written_again(state.text, token)) is not None:
+        return (
+            f"{code(token)} would write the key {code(key)} a second time in this object: JSON Schema judges one "
+            "value per key"
+        )
     if constraint.kind == "json_schema":
         reason = _json_reason(engine, constraint, state, token)
     elif constraint.kind == "choice":

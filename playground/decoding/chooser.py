@@ -26,6 +26,7 @@ import torch
 from playground.constraints import Constraint
 from playground.constraints.backends.bitmask import BitmaskProcessor
 from playground.decoding import sampling
+from playground.decoding.key_gate import KeyGate
 from playground.decoding.reasoning import ReasoningGate
 from playground.decoding.row_budget import RowBudget, walked
 from playground.decoding.runner import ModelRunner, RowIds, RowText
@@ -76,6 +77,7 @@ class TokenChooser:
         self.pending_key: bytes | None = None  # that mask's digest, where the row drafts
         # a mask's digest -> the token chosen there last, None once a draft there was refused (start_drafts)
         self.drafts: dict[bytes, int | None] | None = None
+        self.key_gate = KeyGate(runner) if constraint.kind == "json_schema" else None  # no key twice in an object
         self.budget = RowBudget()  # the constraint work this row may do in the batch's steps
         self.gate_stopped = False  # the EOS gate gave up on this row (a verdict past its step budget)
         self.warnings: list[str] = []  # this row's, for the result's warnings
@@ -93,10 +95,12 @@ class TokenChooser:
         *,
         warp: bool = True,
         allowed: torch.Tensor | None = None,
+        forced: bool = False,
     ) -> sampling.StepScores:
         """The row's distributions for the next token: `ids` is the row so far (1 x L), `text` its text.
 
-        `allowed` is a mask probed ahead (a forced token's position): it stands in for the row's processors.
+        `allowed` is a mask probed ahead (a forced token's position, a draft's): it stands in for the row's
+        processors. `forced`: the token is the constraint's, only scored (the key gate leaves it be).
         """
         self._length = ids.shape[-1]  # (min_tokens' reading, should nothing be left to choose)
         scores = self.shared(ids, logits.unsqueeze(0).clone())[0] if len(self.shared) else logits
@@ -109,6 +113,14 @@ class TokenChooser:
         with self.budget.step(earlier_s=self._prepared_s()):
             masked = sampling.only(scores, allowed) if allowed is not None else self.mask(ids, scores)
             gated = self.gate_eos(masked, text)
+            if self.key_gate is not None and not forced:
+                keyed = self.key_gate.apply(gated, text)
+                if keyed is not gated and not bool(torch.isfinite(keyed).any()):
+                    raise UnenforcedKeywordError(
+                        "the constraint engine allows nothing here but a key this object already has: JSON Schema "
+                        "judges one value per key, so the answer could not be valid"
+                    )
+                gated = keyed
         if gated is not masked and not bool(torch.isfinite(gated).any()):
             notes = f" ({'; '.join(self.compile_notes)})" if self.compile_notes else ""
             raise UnenforcedKeywordError(

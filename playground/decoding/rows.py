@@ -360,7 +360,9 @@ class Decode:
         row = self.rows[index]
         forced = row.unscored.pop(0)
         before = self.prompt_ids + row.generated[: len(row.tokens)]
-        step = row.chooser.step(row.chooser.row_ids(before), raw, forced.text_before, allowed=forced.allowed)
+        step = row.chooser.step(
+            row.chooser.row_ids(before), raw, forced.text_before, allowed=forced.allowed, forced=True
+        )
         token = row.chooser.record(forced.token_id, forced.piece, step, forced=True)
         row.chooser.mark(token, len(row.tokens))
         row.tokens.append(token)

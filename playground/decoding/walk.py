@@ -61,6 +61,7 @@ def masks(
     runner = engine.runner
     # The processors consume input_ids[-1] from their second call on: any token can start the row.
     ids = [min(runner.eos_ids)]
+    pieces = ""  # the tokens' texts joined: enough for the key gate's reading of the JSON (its marks are ASCII)
     for k in range(len(token_ids) + 1):
         row_budget.walked()
         with torch.inference_mode():
@@ -71,10 +72,15 @@ def masks(
             if gated:
                 allowed = allowed.clone()
                 allowed[eos] = False
+            again = chooser.key_gate.refused(pieces, allowed.shape[0]) if chooser.key_gate is not None else []
+            if again:  # as decoding: no key twice in one object
+                allowed = allowed.clone()
+                allowed[again] = False
             # the walked token, spelled otherwise than the engine's mask offers forced text, may be the constraint's
             if (
                 k < len(token_ids)
                 and not bool(allowed[token_ids[k]])
+                and token_ids[k] not in again
                 and chooser.accepts(chooser.row_ids(ids), token_ids[k])
             ):
                 allowed = allowed.clone()
@@ -82,6 +88,7 @@ def masks(
         yield allowed, gated
         if k < len(token_ids):
             ids.append(token_ids[k])
+            pieces += runner.token_text(token_ids[k])
 
 
 def first_refusal(

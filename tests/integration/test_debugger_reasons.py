@@ -89,6 +89,16 @@ def test_end_of_text_names_the_missing_required_key(engine) -> None:
     )
 
 
+def test_a_key_written_twice_is_refused_where_its_closing_quote_comes_as_decoding_refuses_it(engine) -> None:
+    free = GrammarType(type="json", value={"patternProperties": {"^x-[a-z]+$": {"type": "integer"}}})
+    refused = check_text(engine, free, '{"x-a": 1, "x-a": 2}').first_refused
+    assert refused.reason.endswith(
+        "would write the key `x-a` a second time in this object: JSON Schema judges one value per key"
+    )
+    assert refused.offset == len('{"x-a": 1, "x-a')
+    assert check_text(engine, free, '{"x-a": 1, "x-b": 2}').accepted
+
+
 def test_closing_brace_names_the_missing_required_key(engine) -> None:
     refused = check_text(engine, JSON, '{"name": "Ada"}').first_refused
     assert refused.reason == "`}` not allowed: required key `age` missing in (root)"

@@ -162,6 +162,23 @@ def test_a_best_of_candidate_at_its_constraint_s_dead_end_is_left_out_and_the_ot
     raise AssertionError("no seed gave a candidate that took the endless branch beside one that did not")
 
 
+def test_a_key_the_schema_lets_in_by_pattern_is_never_written_twice(engine):
+    """llguidance's mask let `"x-json"` be written again (a 400 naming the key twice, or the key until max_tokens); the
+    key gate takes the tokens that would close a written key away, and the greedy answer is valid."""
+    schema = {
+        "type": "object",
+        "patternProperties": {"^x-[a-z]+$": {"type": "integer"}},
+        "additionalProperties": False,
+        "minProperties": 1,
+        "maxProperties": 2,
+    }
+    params = GenerateParameters(max_new_tokens=40, grammar={"type": "json", "value": schema})
+    result = engine.generate(ask("Give a JSON object."), params)
+    assert result.best.validation.valid is True and result.best.finish_reason == "eos_token"
+    keys = json.loads(result.best.generated_text)
+    assert len(keys) == 2
+
+
 def test_best_of_needs_sampling(engine):
     with pytest.raises(ParameterError, match="best_of"):
         engine.generate(ask("hi"), GenerateParameters(best_of=2))

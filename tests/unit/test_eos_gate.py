@@ -24,7 +24,14 @@ def _allowed(*ids: int) -> torch.Tensor:
 
 def _chooser(constraint: Constraint, *allowed: int) -> TokenChooser:
     """A chooser whose mask (standing in for an engine's) allows exactly `allowed`."""
-    runner = SimpleNamespace(vocab_size=VOCAB, device=torch.device("cpu"), eos_ids={EOS}, text_joins=False)
+    runner = SimpleNamespace(
+        vocab_size=VOCAB,
+        token_text=str,
+        special_ids=set(),
+        device=torch.device("cpu"),
+        eos_ids={EOS},
+        text_joins=False,
+    )
     mask = lambda ids, scores: scores + _allowed(*allowed)  # noqa: E731
     return TokenChooser(runner, GenerateParameters(), [mask], constraint, prompt_length=1)
 

@@ -45,7 +45,14 @@ def test_a_large_instance_of_a_plain_schema_still_gets_its_verdict() -> None:
 
 
 def test_the_eos_gate_stops_for_a_row_whose_verdict_is_too_costly_and_says_so() -> None:
-    runner = SimpleNamespace(vocab_size=8, device=torch.device("cpu"), eos_ids={0}, text_joins=False)
+    runner = SimpleNamespace(
+        vocab_size=8,
+        token_text=str,
+        special_ids=set(),
+        device=torch.device("cpu"),
+        eos_ids={0},
+        text_joins=False,
+    )
     constraint = Constraint.json_schema(_doubling(16, "allOf"))
     chooser = TokenChooser(runner, GenerateParameters(), [lambda ids, s: s], constraint, prompt_length=1)
     step = chooser.step(torch.tensor([[1]]), torch.zeros(8), "5")
