@@ -240,6 +240,12 @@ class Constraint:
         guidance = {**own, **options} if isinstance(own, dict) else options
         return replace(self, value=_Frozen({**self.schema, "x-guidance": guidance}))
 
+    def with_schema(self, schema: dict) -> Constraint:
+        """The JSON schema constraint reading `schema` instead (a form for the engines: the compiler's lenient one)."""
+        if self.kind != "json_schema":
+            raise ValueError(f"a schema replaces a json_schema's, not a {self.kind}'s")
+        return replace(self, value=_Frozen(schema))
+
     def engine_input(self) -> str:
         """The text an engine compiles: schema JSON, a regex (choices become an alternation), a grammar."""
         if self.kind == "json_schema":

@@ -249,7 +249,44 @@ def lenient_form(constraint: Constraint, engine: str, error: ConstraintError) ->
     own = constraint.schema.get("x-guidance")
     if isinstance(own, dict) and "lenient" in own:
         return None
-    return constraint.with_guidance(lenient=True)
+    return constraint.with_schema(with_format_patterns(constraint.schema)).with_guidance(lenient=True)
+
+
+# Formats llguidance does not know and the verdict checks: a pattern (or a format it knows) whose every match passes
+# the check, for the lenient mask to enforce where it would leave the format out (`"format": "uri-reference"` at
+# temperature 0 wrote `{ ` and the verdict refused it). Each is a subset of its format, tested against jsonschema's
+# own checks in tests/unit/test_format_patterns.py.
+FORMAT_PATTERNS = {
+    "json-pointer": {"pattern": r"^(?:/(?:[^~/]|~[01])*)*$"},
+    "relative-json-pointer": {"pattern": r"^(?:0|[1-9]+)(?:#|(?:/(?:[^~/]|~[01])*)*)$"},  # (jsonschema refuses "10")
+    "uri-reference": {
+        "pattern": r"^(?:[A-Za-z][A-Za-z0-9+.-]*://[A-Za-z0-9.-]*)?(?:[A-Za-z0-9._~-]+)?(?:/[A-Za-z0-9._~-]*)*"
+        r"(?:\?[A-Za-z0-9._~/?=&-]*)?(?:#[A-Za-z0-9._~/?-]*)?$"
+    },
+    "iri-reference": {"format": "uri"},
+    "iri": {"format": "uri"},
+    "uri-template": {"pattern": r"^(?:[A-Za-z0-9._~:/?#@!$&'()*+,;=-]|\{[A-Za-z0-9_]+\})*$"},
+    "idn-email": {"format": "email"},
+    "idn-hostname": {"pattern": r"^[a-z0-9]{1,20}(?:\.[a-z0-9]{1,20}){0,3}$"},
+    "regex": {"pattern": r"^[A-Za-z0-9 _-]*$"},  # text without a special character is a regex of itself
+}
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+
+
+def with_format_patterns(schema: Any) -> Any:
+    """The schema with FORMAT_PATTERNS in place of the formats llguidance does not know (a string schema that has
+    a pattern of its own keeps it: the format is left out of the mask, as before)."""
+    if isinstance(schema, list):
+        return [with_format_patterns(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: value if key in _DATA_KEYWORDS else with_format_patterns(value) for key, value in schema.items()}
+    stand_in = FORMAT_PATTERNS.get(out.get("format")) if isinstance(out.get("format"), str) else None
+    if stand_in is not None and "pattern" not in out:
+        out.update(stand_in)
+        if "pattern" in stand_in:
+            del out["format"]
+    return out
 
 
 def _for_request(
