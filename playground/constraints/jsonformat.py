@@ -141,9 +141,29 @@ def layout_of(schema: dict) -> tuple[dict, str]:
 
 
 def with_layout(schema: dict, layout: str) -> dict:
-    """The schema the engines read: its own `x-guidance` options first, the layout's where it sets none."""
+    """The schema the engines read: its own `x-guidance` options first, the layout's where it sets none; a `$schema`
+    naming no draft left out (see `known_draft`)."""
     own = schema.get("x-guidance") if isinstance(schema.get("x-guidance"), dict) else {}
-    return {**schema, "x-guidance": {**guidance_options(layout), **own}}
+    read = {key: value for key, value in schema.items() if key != "$schema" or known_draft(value)}
+    return {**read, "x-guidance": {**guidance_options(layout), **own}}
+
+
+# The drafts' meta-schema ids, as llguidance knows them (without the scheme and the empty fragment).
+_DRAFTS = frozenset(
+    f"json-schema.org/{path}"
+    for path in ("draft-03/schema", "draft-04/schema", "draft-06/schema", "draft-07/schema")
+    + ("draft/2019-09/schema", "draft/2020-12/schema")
+)
+
+
+def known_draft(meta: Any) -> bool:
+    """Whether a `$schema` names a draft. Another one (the "latest" alias `http://json-schema.org/schema#`, OpenAPI
+    3.1's dialect, a project's own meta-schema) made llguidance refuse the schema, unable to fetch it, and `auto`
+    fell to an engine that ignores more keywords; the verdict reads such a schema as 2020-12, as llguidance does
+    without one."""
+    if not isinstance(meta, str):
+        return True  # (the meta-schema check names it)
+    return meta.split("://", 1)[-1].removesuffix("#") in _DRAFTS
 
 
 def closed(schema: Any, depth: int = 0, *, other_keys: bool = False) -> Any:

@@ -117,3 +117,19 @@ def test_llguidance_options_join_the_schema_s_own_and_the_layout_s() -> None:
     assert own.schema["x-guidance"]["lenient"] is False  # a new constraint: this one is unchanged
     with pytest.raises(ValueError, match="json_schema"):
         Constraint.regex("a+").with_guidance(lenient=True)
+
+
+def test_a_meta_schema_naming_no_draft_is_left_out_of_what_the_engines_read() -> None:
+    """llguidance refused `http://json-schema.org/schema#` (the "latest" alias), OpenAPI 3.1's dialect or a project's
+    own meta-schema, unable to fetch it, and auto fell to an engine that ignores more keywords."""
+    import llguidance
+
+    for meta in ("http://json-schema.org/schema#", "https://spec.openapis.org/oas/3.1/dialect/base"):
+        read = json.loads(Constraint.json_schema({"$schema": meta, "type": "string"}).engine_input())
+        assert "$schema" not in read
+        error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
+            llguidance.grammar_from("json_schema", json.dumps(read)), None
+        )
+        assert not error, messages
+    for draft in ("http://json-schema.org/draft-07/schema#", "https://json-schema.org/draft/2020-12/schema"):
+        assert json.loads(Constraint.json_schema({"$schema": draft}).engine_input())["$schema"] == draft
