@@ -82,7 +82,10 @@ def _not_whitespace(pattern: str) -> str | None:
     """What in a whitespace regex can match something other than JSON's whitespace (`,` made `{"a": 1,,}` and the
     answer was refused at its end), or None. Read with Python's own regex parser: a pattern it cannot read is
     written with more than whitespace in mind."""
-    import re._parser as parser  # (the stdlib's parser of `re`; its tree is the one `re` compiles)
+    try:
+        import re._parser as parser  # (the stdlib's parser of `re`; its tree is the one `re` compiles)
+    except ImportError:  # Python 3.10
+        import sre_parse as parser
 
     try:
         tree = parser.parse(pattern)

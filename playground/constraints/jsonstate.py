@@ -38,6 +38,7 @@ class JsonState:
     string_is_key: bool = False
     string: str = ""
     scalar: str = ""
+    escaping: bool = False  # inside a string's escape (`\\`, `\\u00`): the next character is no mark
 
     @property
     def path(self) -> Path:
@@ -66,12 +67,17 @@ class JsonState:
         return self.stack[-1] if self.stack else None
 
 
+_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}  # (`"`, `\\` and `/` stand for themselves)
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
 class Scanner:
     """A character-level JSON prefix scanner, fed as the text grows; `failed` once no JSON value starts that way."""
 
     def __init__(self) -> None:
         self.s = JsonState()
         self.escape = False
+        self.unicode: str | None = None  # the hex digits of a `\\u` escape so far
         self.failed = False
 
     def feed(self, text: str) -> bool:
@@ -105,12 +111,27 @@ class Scanner:
 
     def _string_char(self, c: str) -> bool:
         s = self.s
+        if self.unicode is not None:
+            self.unicode += c
+            if len(self.unicode) == 4:
+                code = int(self.unicode, 16) if all(h in _HEX for h in self.unicode) else 0xFFFD
+                self.unicode, s.escaping = None, False
+                high = ord(s.string[-1]) if s.string else 0
+                if 0xDC00 <= code <= 0xDFFF and 0xD800 <= high <= 0xDBFF:  # a surrogate pair: one character
+                    s.string = s.string[:-1] + chr(0x10000 + ((high - 0xD800) << 10) + (code - 0xDC00))
+                else:
+                    s.string += chr(code)
+            return True
         if self.escape:
             self.escape = False
-            s.string += c if c in '"\\/' else "?"
+            if c == "u":
+                self.unicode = ""
+                return True
+            s.escaping = False
+            s.string += _ESCAPES.get(c, c)
             return True
         if c == "\\":
-            self.escape = True
+            self.escape = s.escaping = True
             return True
         if c == '"':
             s.in_string = False

@@ -368,11 +368,11 @@ def pattern_search(pattern: str, text: str) -> bool | None:
 
 
 def pattern_error(pattern: str) -> str | None:
-    """Why the engines cannot read a JSON Schema `pattern`, or read it otherwise than JSON Schema does; or None."""
-    return _read_otherwise(pattern) or syntax_error("json_schema", json.dumps({"type": "string", "pattern": pattern}))
+    """Why the engines cannot read a JSON Schema `pattern`, or None."""
+    return syntax_error("json_schema", json.dumps({"type": "string", "pattern": pattern}))
 
 
-def _read_otherwise(pattern: str) -> str | None:
+def read_otherwise(pattern: str) -> str | None:
     """Where Rust's regex syntax (the engines') gives a character class a meaning ECMA-262's (JSON Schema's) does not:
     a `[` inside a class opens a nested class or a POSIX class (`[[:alpha:]]`) there and is itself in ECMA, and
     `&&`, `--` and `~~` are set operations there and characters in ECMA. The mask and the verdict would agree on

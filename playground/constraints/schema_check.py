@@ -24,6 +24,7 @@ import referencing.jsonschema
 from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 
 from playground.constraints import schema_keywords, verdict_budget
+from playground.constraints.matching import read_otherwise
 from playground.errors import InvalidConstraintError, UnsupportedConstraintError, first_line, json_problem
 from playground.types import Validation
 
@@ -95,7 +96,7 @@ def check_schema(schema: dict) -> None:
     cls = validator_class(schema)
     meta = _validator(jsonschema.validators.validator_for(cls.META_SCHEMA, default=cls), cls.META_SCHEMA)
     _check_against(meta, schema, "not a valid JSON Schema")
-    _check_integer_bounds(schema)
+    _check_nodes(schema)
     if "propertyNames" not in cls.VALIDATORS:  # draft 3 and 4: their meta-schemas leave these regexes unread
         _check_pattern_keys(schema)
     spec = referencing.jsonschema.specification_with(
@@ -129,14 +130,13 @@ def _check_finite(schema: dict) -> None:
 
 
 # What the engines hold an integer bound in: a 64-bit integer, read from the JSON as a double.
-_INT64_EDGE = float(2**63)
+_INT64_MAX, _INT64_MIN = 2**63 - 1, -(2**63)
 _DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})  # instances, not schemas
 
 
-def _check_integer_bounds(schema: Any) -> None:
-    """An integer schema whose bounds leave no 64-bit integer: the engines read integer bounds into 64 bits, so
-    llguidance crashed its compile worker below the smallest and forced the largest above it (which the verdict then
-    refused), xgrammar refused it in its own words and outlines_core ignored the bounds."""
+def _check_nodes(schema: Any) -> None:
+    """What the meta-schema lets through and the engines would get wrong, in every subschema: integer bounds that
+    leave no 64-bit integer, a pattern Rust's regex reads otherwise than ECMA-262."""
     stack: list[tuple[str, Any]] = [("", schema)]
     while stack:
         where, node = stack.pop()
@@ -145,25 +145,51 @@ def _check_integer_bounds(schema: Any) -> None:
             continue
         if not isinstance(node, dict):
             continue
-        types = node.get("type")
-        types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
-        if "integer" in types and "number" not in types:
-            for keyword, past in (
-                ("minimum", lambda v: v >= _INT64_EDGE),
-                ("exclusiveMinimum", lambda v: v >= _INT64_EDGE),
-                ("maximum", lambda v: v <= -_INT64_EDGE),
-                ("exclusiveMaximum", lambda v: v <= -_INT64_EDGE),
-            ):
-                value = node.get(keyword)
-                if isinstance(value, int | float) and not isinstance(value, bool) and past(float(value)):
-                    raise UnsupportedConstraintError(
-                        f"the JSON schema's {f'{where}.' if where else ''}{keyword} ({value}) leaves no integer the "
-                        "engines can write: they hold integer bounds in 64 bits (-9223372036854775808 to "
-                        '9223372036854775807); for larger integers use "type": "string" with a pattern'
-                    )
+        _check_integer_bounds(where, node)
+        _check_patterns(where, node)
         stack.extend(
             (f"{where}.{key}" if where else str(key), value) for key, value in node.items() if key not in _DATA_KEYWORDS
         )
+
+
+def _check_patterns(where: str, node: dict) -> None:
+    """A pattern with a class Rust reads otherwise than ECMA-262 (`[[:alpha:]]`): the mask and the verdict (both
+    Rust's reading) passed answers every other validator refuses. (The `regex` format of an answer's string is read
+    as the engines read it: such a class there is a regex still.)"""
+    patterns = [("pattern", node.get("pattern"))]
+    if isinstance(node.get("patternProperties"), dict):
+        patterns += [("patternProperties", key) for key in node["patternProperties"]]
+    for keyword, pattern in patterns:
+        problem = read_otherwise(pattern) if isinstance(pattern, str) else None
+        if problem:
+            raise InvalidConstraintError(
+                f"the JSON schema's {f'{where}.' if where else ''}{keyword} {pattern!r}: {problem}"
+            )
+
+
+def _check_integer_bounds(where: str, node: dict) -> None:
+    """An integer schema whose bounds leave no 64-bit integer: the engines read integer bounds into 64 bits, so
+    llguidance crashed its compile worker below the smallest (or where both bounds read as it) and forced the
+    largest above it (which the verdict then refused), xgrammar refused it in its own words and outlines_core ignored
+    the bounds."""
+    types = node.get("type")
+    types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
+    if "integer" not in types or "number" in types:
+        return
+    for keyword, past in (
+        ("minimum", lambda v: v > _INT64_MAX),
+        ("exclusiveMinimum", lambda v: v >= _INT64_MAX),
+        # (read as a double: a maximum within 512 of the smallest reads as it, where llguidance crashed)
+        ("maximum", lambda v: float(v) <= _INT64_MIN),
+        ("exclusiveMaximum", lambda v: float(v) <= _INT64_MIN),
+    ):
+        value = node.get(keyword)
+        if isinstance(value, int | float) and not isinstance(value, bool) and past(value):
+            raise UnsupportedConstraintError(
+                f"the JSON schema's {f'{where}.' if where else ''}{keyword} ({value}) leaves no integer the "
+                "engines can write: they hold integer bounds in 64 bits (-9223372036854775808 to "
+                '9223372036854775807); for larger integers use "type": "string" with a pattern'
+            )
 
 
 @contextmanager

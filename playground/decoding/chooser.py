@@ -243,20 +243,29 @@ class TokenChooser:
         token.forced = forced
         return token
 
-    def forced(self, ids: list[int], limit: int) -> list[tuple[int, torch.Tensor]]:
-        """The tokens the constraint forces after `ids` (at most `limit`, never EOS), each with its mask.
+    def forced(self, ids: list[int], limit: int, text: str = "") -> list[tuple[int, torch.Tensor]]:
+        """The tokens the constraint forces after `ids` (at most `limit`, never EOS), each with its mask; `text` is
+        the row's text so far, for the key gate: a forced token that would write a key twice is left to the next
+        step, where the gate refuses it.
 
         Probing advances the row's processors past them; the mask after the last one waits in `pending`.
         While the row reasons the constraint waits, and forces nothing.
         """
         if self.gate is not None and self.gate.reasoning:
             return []
+        if self.gate is not None:
+            text = text[self.gate.answer_char or 0 :]
         out: list[tuple[int, torch.Tensor]] = []
         ids = list(ids)
         while True:
             with self.budget.step("probing the tokens the constraint forces"):
                 allowed = self.allowed(self.row_ids(ids))
                 token = self._forced_token(allowed) if len(out) < limit else None
+                if token is not None and self.key_gate is not None:
+                    if token in self.key_gate.refused(text, allowed.shape[0]):
+                        token = None
+                    else:
+                        text += self.runner.token_text(token)  # (its marks are what the gate reads)
             if token is None:
                 self.pending, self.pending_key = allowed, self._key()
                 return out

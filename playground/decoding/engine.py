@@ -401,7 +401,7 @@ class Engine:
                 *self.template_warnings(inputs, params),
                 *_matcher_errors(rows),
                 *(
-                    f"best_of candidate {i + 1} (seed {row.seed}) is left out: {row.failure.message}"
+                    f"the best_of candidate of seed {row.seed} (index {i}) is left out: {row.failure.message}"
                     for i, row in failed
                 ),
             ],

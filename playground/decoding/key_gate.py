@@ -14,6 +14,7 @@ model.
 from __future__ import annotations
 
 import bisect
+import json
 import threading
 from typing import Any
 
@@ -55,6 +56,7 @@ class KeyGate:
         return [i for prefix, _ in _closing(state) for i in self.vocabulary.starting_with(prefix) if i < size]
 
     def _state(self, text: str) -> JsonState | None:
+        text = text.rstrip("\ufffd")  # a character still cut: read once whole (else every step read it all again)
         if self._scanner is None or not text.startswith(self._fed):
             self._scanner, self._fed = Scanner(), ""
         if self._scanner.failed:
@@ -72,13 +74,19 @@ def _closing(state: JsonState) -> list[tuple[str, str]]:
         return []
     written = dict.fromkeys(top.keys)
     if state.in_string:
-        if not state.string_is_key:
+        if not state.string_is_key or state.escaping:  # (a `"` there is the key's own)
             return []
         typed = state.string
-        return [(key[len(typed) :] + '"', key) for key in written if key.startswith(typed)]
+        return [(_raw(key[len(typed) :]) + '"', key) for key in written if key.startswith(typed)]
     if top.expect in ("key_or_end", "key") and not state.scalar:
-        return [(f'{lead}"{key}"', key) for key in written for lead in _LEADS]
+        return [(f'{lead}"{_raw(key)}"', key) for key in written for lead in _LEADS]
     return []
+
+
+def _raw(text: str) -> str:
+    """Text as JSON writes it inside a string (`"`, `\\` and control characters escaped): the way the model would
+    write a key again most likely (another spelling, `\\u0041` for `A`, is left to the verdict)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def written_again(text: str, token: str) -> str | None:

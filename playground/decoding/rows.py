@@ -331,7 +331,7 @@ class Decode:
         drafts, last_key = 0, None
         while True:
             limit = self.stopping.max_new_tokens - len(row.tokens) - len(row.unscored)
-            forced = row.chooser.forced(self.prompt_ids + row.generated, limit)
+            forced = row.chooser.forced(self.prompt_ids + row.generated, limit, row.text)
             for token_id, allowed in forced:
                 self._append_unscored(row, token_id, allowed)
                 if row.finish_reason is not None:

@@ -15,6 +15,7 @@ import torch
 from playground.constraints import Constraint
 from playground.constraints.compiler import CompiledConstraint, ConstraintCompiler
 from playground.decoding import row_budget
+from playground.decoding.runner import RowText
 from playground.types import GenerateParameters
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def masks(
     runner = engine.runner
     # The processors consume input_ids[-1] from their second call on: any token can start the row.
     ids = [min(runner.eos_ids)]
-    pieces = ""  # the tokens' texts joined: enough for the key gate's reading of the JSON (its marks are ASCII)
+    answer = RowText(runner.text, runner.text_joins)  # the text so far, for the key gate, decoded as it grows
     for k in range(len(token_ids) + 1):
         row_budget.walked()
         with torch.inference_mode():
@@ -72,7 +73,8 @@ def masks(
             if gated:
                 allowed = allowed.clone()
                 allowed[eos] = False
-            again = chooser.key_gate.refused(pieces, allowed.shape[0]) if chooser.key_gate is not None else []
+            key_gate = chooser.key_gate
+            again = key_gate.refused(answer(token_ids[:k]), allowed.shape[0]) if key_gate is not None else []
             if again:  # as decoding: no key twice in one object
                 allowed = allowed.clone()
                 allowed[again] = False
@@ -88,7 +90,6 @@ def masks(
         yield allowed, gated
         if k < len(token_ids):
             ids.append(token_ids[k])
-            pieces += runner.token_text(token_ids[k])
 
 
 def first_refusal(

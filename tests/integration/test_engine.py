@@ -155,7 +155,7 @@ def test_a_best_of_candidate_at_its_constraint_s_dead_end_is_left_out_and_the_ot
         if result.failed_candidates:
             failed = result.failed_candidates[0]
             assert failed.seed == seed + failed.index and "never ends" in failed.error
-            assert f"best_of candidate {failed.index + 1} (seed {failed.seed}) is left out: llguidance" in str(
+            assert f"the best_of candidate of seed {failed.seed} (index {failed.index}) is left out: llguidance" in str(
                 result.warnings
             )
             return

@@ -52,3 +52,17 @@ def test_a_text_that_changed_behind_is_read_again_and_a_non_json_text_is_left_al
     masked[VOCAB.index('a"')] = float("-inf")
     masked[VOCAB.index('a":')] = float("-inf")
     assert gate.apply(masked, '{"a": 1, "') is masked  # the mask refused them already: nothing to copy
+
+
+def test_keys_are_read_with_their_escapes_and_an_escape_under_way_closes_nothing() -> None:
+    gate = KeyGate(Runner())
+    assert refused(gate, '{"a\\nb": 1, "a?b') == set()  # `a\nb` is no `a?b`
+    assert refused(gate, '{"\\u0061": 1, "') == {'a"', 'a":'}  # `\u0061` is `a`
+    assert refused(gate, '{"a": 1, "a\\') == set()  # the next `"` is the key's own
+    assert refused(gate, '{"a\\"b": 1, "a') == set()  # its rest is written `\"b"`: the quote alone closes `a`
+
+
+def test_a_character_still_cut_is_read_once_whole() -> None:
+    gate = KeyGate(Runner())
+    assert refused(gate, '{"a": 1, "\ufffd') == {'a"', 'a":'}
+    assert gate._fed == '{"a": 1, "'  # (the cut character left out: the next step goes on from here)
