@@ -308,15 +308,25 @@ def _gbnf_problem(text: str) -> str | None:
 
 
 def _in_conversion(text: str, problem: str) -> str:
-    """A Lark error's `line(column)` in GBNF is a place in the Lark it converts to: that line, to read it by."""
-    found = re.search(r"\bat (\d+)\((\d+)\)", problem)
-    if found is None or grammar_dialect(text) == "lark":
+    """A Lark error's `line(column)`, with that line to read it by: in GBNF a place in the Lark it converts to; in
+    Lark the grammar's own line and what stands at the column ("1(19): lexer error" said no more)."""
+    found = re.search(r"(?:^|\bat )(\d+)\((\d+)\)", problem)
+    if found is None:
         return problem
-    lines = lark_text(text).splitlines()
-    number = int(found[1])
+    lark = grammar_dialect(text) == "lark"
+    try:
+        lines = (normal_grammar(text) if lark else lark_text(text)).splitlines()  # (as the engines read it)
+    except (ValueError, RecursionError):  # GBNF that does not convert: its own error says why
+        return problem
+    number, column = int(found[1]), int(found[2])
     if not 0 < number <= len(lines):
         return problem
-    return f"{problem} (line {number} of the Lark this GBNF converts to: {lines[number - 1].strip()})"
+    line = lines[number - 1]
+    if not lark:
+        return f"{problem} (line {number} of the Lark this GBNF converts to: {line.strip()})"
+    there = line[column - 1 : column + 19] if 0 < column <= len(line) else ""
+    where = f"`{there}` at column {column}" if there.strip() else f"the end of the line, column {column}"
+    return f"{problem} (line {number}: `{line.strip()}`; there: {where})"
 
 
 def _feed(matcher: Any, data: bytes, deadline: float) -> Outcome | None:

@@ -308,6 +308,16 @@ def test_a_grammar_with_single_quoted_literals_gets_the_hint_on_every_route():
     assert "hint" not in plain.value.message
 
 
+def test_a_lark_error_at_a_line_and_column_quotes_that_line_and_what_stands_there():
+    """It said "1(19): lexer error" alone; blank lines are not counted, as the engines read the grammar."""
+    with pytest.raises(InvalidConstraintError) as caught:
+        Constraint.grammar('start: "yes | "no"')
+    assert caught.value.message.endswith('(line 1: `start: "yes | "no"`; there: the end of the line, column 19)')
+    with pytest.raises(InvalidConstraintError) as caught:
+        Constraint.grammar('start: x\n\n   \nx: "a" | ]b')
+    assert caught.value.message.endswith('(line 2: `x: "a" | ]b`; there: `]b` at column 10)')
+
+
 @pytest.mark.parametrize(
     ("pattern", "message"),
     [
