@@ -25,6 +25,7 @@ from typing import Any
 from playground import client_scope
 from playground.constraints import Constraint, backends
 from playground.constraints.compile_pool import CompileLimits, CompilePool
+from playground.constraints.schema_check import DATA_KEYWORDS
 from playground.context import bound
 from playground.errors import (
     CompileMemoryError,
@@ -270,7 +271,6 @@ FORMAT_PATTERNS = {
     "idn-hostname": {"pattern": r"^[a-z0-9]{1,20}(?:\.[a-z0-9]{1,20}){0,3}$"},
     "regex": {"pattern": r"^[A-Za-z0-9 _-]*$"},  # text without a special character is a regex of itself
 }
-_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 
 
 def with_format_patterns(schema: Any) -> Any:
@@ -280,7 +280,7 @@ def with_format_patterns(schema: Any) -> Any:
         return [with_format_patterns(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {key: value if key in _DATA_KEYWORDS else with_format_patterns(value) for key, value in schema.items()}
+    out = {key: value if key in DATA_KEYWORDS else with_format_patterns(value) for key, value in schema.items()}
     stand_in = FORMAT_PATTERNS.get(out.get("format")) if isinstance(out.get("format"), str) else None
     if stand_in is not None and "pattern" not in out:
         out.update(stand_in)

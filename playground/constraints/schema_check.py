@@ -131,7 +131,7 @@ def _check_finite(schema: dict) -> None:
 
 # What the engines hold an integer bound in: a 64-bit integer, read from the JSON as a double.
 _INT64_MAX, _INT64_MIN = 2**63 - 1, -(2**63)
-_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})  # instances, not schemas
+DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})  # instances, not schemas
 
 
 def _check_nodes(schema: Any) -> None:
@@ -148,7 +148,7 @@ def _check_nodes(schema: Any) -> None:
         _check_integer_bounds(where, node)
         _check_patterns(where, node)
         stack.extend(
-            (f"{where}.{key}" if where else str(key), value) for key, value in node.items() if key not in _DATA_KEYWORDS
+            (f"{where}.{key}" if where else str(key), value) for key, value in node.items() if key not in DATA_KEYWORDS
         )
 
 
